@@ -1,0 +1,50 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Each sets itself up idempotently: a .venv with the package and its test
+# extras, and (as root) the Debian packages the CNI tier and the demo need.
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+PYTHON  ?= python3
+CNI_BIN ?= /usr/lib/cni
+
+.PHONY: demo test setup system-deps lint bench clean
+
+demo: setup
+	$(VENV)/bin/podnetwork demo
+
+test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -q
+
+setup: $(STAMP) system-deps
+
+# Reinstalled whenever pyproject.toml changes (new dependency or subcommand).
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# The real CNI plugins and `ip`. Without root we cannot install them: say so,
+# and let the demo run its control-plane part and the CNI tests report it.
+system-deps:
+	@if [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ] && command -v ip >/dev/null; then \
+		:; \
+	elif [ "$$(id -u)" = "0" ]; then \
+		apt-get update && apt-get install -y containernetworking-plugins iproute2; \
+	else \
+		echo "note: not root, so containernetworking-plugins and iproute2 were not installed;" \
+		     "run 'sudo apt-get install -y containernetworking-plugins iproute2' for the CNI parts"; \
+	fi
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+bench: setup
+	$(VENV)/bin/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

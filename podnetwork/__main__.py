@@ -1,0 +1,5 @@
+import sys
+
+from podnetwork.cli import main
+
+sys.exit(main())

@@ -1,0 +1,149 @@
+"""Pydantic models of the KEP-3698 API objects.
+
+The models are the single source of truth for the API: the CRD schemas in
+`crds/` are tested against them field by field (tests/unit/test_crds.py).
+JSON names are exactly those of the KEP's Go types (see docs/api.md for where
+the KEP text disagrees with itself and which spelling we chose).
+
+Round trip: for a valid object `obj`,
+`Model.model_validate(obj).model_dump(by_alias=True, exclude_none=True) == obj`
+(after API-server defaulting, i.e. `spec.enabled` present).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from podnetwork import constants
+
+
+class _Model(BaseModel):
+    """Base: wire names by alias, Python names accepted too, unknown keys refused."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as the API server would store it (wire names, no nulls)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ObjectMeta(BaseModel):
+    """The subset of `metav1.ObjectMeta` this project reads; other keys are kept."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+    creation_timestamp: str | None = Field(None, alias="creationTimestamp")
+    deletion_timestamp: str | None = Field(None, alias="deletionTimestamp")
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[str] | None = None
+
+
+class Condition(_Model):
+    """`metav1.Condition`."""
+
+    type: str = Field(..., min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(..., min_length=1, max_length=1024)
+    message: str = Field("", max_length=32768)
+    last_transition_time: str = Field(..., alias="lastTransitionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
+
+
+class ParametersRef(_Model):
+    """A reference to an implementation-specific parameters object (KEP "PodNetwork")."""
+
+    group: str
+    kind: str
+    name: str
+    namespace: str | None = None
+
+
+class PodNetworkSpec(_Model):
+    enabled: bool = True
+    """Administratively enable/disable the network. Defaults to true (KEP "Enabled")."""
+    parameters_refs: list[ParametersRef] | None = Field(None, alias="parametersRefs")
+    provider: str | None = Field(None, min_length=1, max_length=253)
+
+
+class Status(_Model):
+    """Status of PodNetwork and PodNetworkAttachment: at most 5 conditions keyed by type."""
+
+    conditions: list[Condition] | None = Field(None, max_length=5)
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions or []:
+            if c.type == type_:
+                return c
+        return None
+
+
+class PodNetwork(_Model):
+    """A logical network of the cluster. Cluster-scoped."""
+
+    api_version: Literal["multinetwork.x-k8s.io/v1alpha1"] = Field(
+        constants.API_VERSION, alias="apiVersion"
+    )
+    kind: Literal["PodNetwork"] = "PodNetwork"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodNetworkSpec = Field(default_factory=PodNetworkSpec)
+    status: Status | None = None
+
+
+class PodNetworkAttachmentSpec(_Model):
+    pod_network_name: str = Field(..., alias="podNetworkName", min_length=1)
+    """The PodNetwork this attachment connects to. Required."""
+    parameters_refs: list[ParametersRef] | None = Field(None, alias="parametersRefs")
+
+
+class PodNetworkAttachment(_Model):
+    """Pod-level parameters of an attachment to a PodNetwork. Namespaced."""
+
+    api_version: Literal["multinetwork.x-k8s.io/v1alpha1"] = Field(
+        constants.API_VERSION, alias="apiVersion"
+    )
+    kind: Literal["PodNetworkAttachment"] = "PodNetworkAttachment"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodNetworkAttachmentSpec
+    status: Status | None = None
+
+
+class Network(_Model):
+    """One entry of a pod's spec-style networks (KEP "Attaching PodNetwork to a Pod").
+
+    Exactly one of `podNetworkName` and `podNetworkAttachmentName` must be set;
+    that and the other static rules are checked by `podnetwork.validation`, which
+    reports them as field errors instead of failing the parse.
+    """
+
+    pod_network_name: str | None = Field(None, alias="podNetworkName")
+    pod_network_attachment_name: str | None = Field(None, alias="podNetworkAttachmentName")
+    interface_name: str | None = Field(None, alias="interfaceName")
+    is_default_gw4: bool | None = Field(None, alias="isDefaultGW4")
+    is_default_gw6: bool | None = Field(None, alias="isDefaultGW6")
+
+    @property
+    def reference(self) -> tuple[str, str]:
+        """(kind, name) of what this entry references."""
+        if self.pod_network_attachment_name:
+            return (constants.ATTACHMENT_KIND, self.pod_network_attachment_name)
+        return (constants.PODNETWORK_KIND, self.pod_network_name or "")
+
+
+class PodIP(_Model):
+    """One pod IP with the PodNetwork it belongs to (KEP "Status")."""
+
+    ip: str
+    pod_network: str = Field(..., alias="podNetwork")
+    interface_name: str | None = Field(None, alias="interfaceName")
+
+
+DEFAULT_NETWORKS: tuple[Network, ...] = (Network(podNetworkName=constants.DEFAULT_PODNETWORK),)
+"""What auto-population sets on a pod that names no network (KEP "Auto-population")."""

@@ -1,0 +1,80 @@
+"""`podnetwork`: the user's command.
+
+Subcommands are discovered from the `podnetwork.commands` entry-point group, so
+each layer (KEP, extender, bridge, demo) registers its own in pyproject.toml and
+this module imports none of them. A command module must keep heavy imports
+(kopf, fastapi, kubernetes) inside its `run`, so `podnetwork --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+ENTRY_POINT_GROUP = "podnetwork.commands"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its one-line help, its arguments, and what it does."""
+
+    help: str
+    """One line for `podnetwork --help`."""
+    configure: Callable[[argparse.ArgumentParser], None]
+    """Adds the subcommand's arguments to its parser."""
+    run: Callable[[argparse.Namespace], int]
+    """Runs the subcommand; returns the process exit code."""
+    description: str = ""
+    """Longer text for `podnetwork SUBCOMMAND --help`; defaults to `help`."""
+
+
+def _commands() -> dict[str, Command]:
+    found: dict[str, Command] = {}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        found[ep.name] = ep.load()
+    return found
+
+
+def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="podnetwork",
+        description="KEP-3698 Multi-Network prototype: PodNetwork API, controller, "
+        "scheduler extender, and a bridge to NPWG net-attach-def.",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, cmd in commands.items():
+        p = sub.add_parser(
+            name,
+            help=cmd.help,
+            description=cmd.description or cmd.help,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        cmd.configure(p)
+        p.set_defaults(_run=cmd.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    commands = _commands()
+    parser = build_parser(commands)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

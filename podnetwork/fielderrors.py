@@ -1,0 +1,109 @@
+"""Kubernetes-style field errors (as in apimachinery's `field.Error`).
+
+`str(FieldError)` reads like the API server's own messages, e.g.
+`spec.networks[1].interfaceName: Duplicate value: "net1"`, so users meet one
+format whether the error comes from `podnetwork validate`, the admission webhook
+or the API server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorType(StrEnum):
+    """The error types of apimachinery's `field.ErrorType`, as they print."""
+
+    REQUIRED = "Required value"
+    INVALID = "Invalid value"
+    DUPLICATE = "Duplicate value"
+    FORBIDDEN = "Forbidden"
+    TOO_LONG = "Too long"
+    TOO_MANY = "Too many"
+    NOT_SUPPORTED = "Unsupported value"
+
+
+_NO_VALUE = object()
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field: where, what kind, the bad value, and why."""
+
+    path: str
+    type: ErrorType
+    value: Any = _NO_VALUE
+    detail: str = ""
+
+    def __str__(self) -> str:
+        shows_value = self.type in (
+            ErrorType.INVALID,
+            ErrorType.DUPLICATE,
+            ErrorType.NOT_SUPPORTED,
+        )
+        text = f"{self.path}: {self.type.value}"
+        if shows_value and self.value is not _NO_VALUE:
+            text += f": {_format_value(self.value)}"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+    def to_status_cause(self) -> dict[str, str]:
+        """The `metav1.StatusCause` an admission response carries for this error."""
+        reason = {
+            ErrorType.REQUIRED: "FieldValueRequired",
+            ErrorType.INVALID: "FieldValueInvalid",
+            ErrorType.DUPLICATE: "FieldValueDuplicate",
+            ErrorType.FORBIDDEN: "FieldValueForbidden",
+            ErrorType.TOO_LONG: "FieldValueTooLong",
+            ErrorType.TOO_MANY: "FieldValueTooMany",
+            ErrorType.NOT_SUPPORTED: "FieldValueNotSupported",
+        }[self.type]
+        return {"type": reason, "field": self.path, "message": str(self)}
+
+
+def required(path: str, detail: str = "") -> FieldError:
+    return FieldError(path, ErrorType.REQUIRED, detail=detail)
+
+
+def invalid(path: str, value: Any, detail: str) -> FieldError:
+    return FieldError(path, ErrorType.INVALID, value, detail)
+
+
+def duplicate(path: str, value: Any) -> FieldError:
+    return FieldError(path, ErrorType.DUPLICATE, value)
+
+
+def forbidden(path: str, detail: str) -> FieldError:
+    return FieldError(path, ErrorType.FORBIDDEN, detail=detail)
+
+
+def too_long(path: str, limit: int, unit: str = "bytes") -> FieldError:
+    return FieldError(path, ErrorType.TOO_LONG, detail=f"may not be more than {limit} {unit}")
+
+
+@dataclass
+class InvalidObject(ValueError):
+    """Raised when input cannot be used; carries every field error found."""
+
+    errors: list[FieldError] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "; ".join(str(e) for e in self.errors)
