@@ -1,0 +1,332 @@
+"""Conditions of PodNetwork and PodNetworkAttachment: pure decisions, no I/O.
+
+The rules are the KEP's tables (KEP-3698 "PodNetwork" > "Status Conditions" and
+"PodNetworkAttachment" > "Status Conditions"):
+
+| object | Ready | reason |
+| --- | --- | --- |
+| PodNetwork | False | `AdministrativelyDisabled` when `spec.enabled` is false |
+| PodNetwork | False | `ParamsNotReady` when `parametersRefs` is set and `ParamsReady` is absent or not True |
+| PodNetwork | True | `Ready` otherwise |
+| PodNetworkAttachment | False | `PodNetworkNotReady` when its PodNetwork is missing or not Ready |
+| PodNetworkAttachment | False | `ParamsNotReady` as for PodNetwork |
+| PodNetworkAttachment | True | `Ready` otherwise |
+
+`ParamsReady` belongs to the provider (KEP "ParamsReady"): this module reads it
+and never writes it. `InUse` (this project's addition, see docs/controller.md)
+says who keeps the in-use finalizer on the object.
+
+The entry points, `podnetwork_conditions` and `attachment_conditions`, return
+the object's new `status.conditions` list, or `None` when nothing would change,
+so a steady cluster makes no writes. `lastTransitionTime` moves only when a
+condition's `status` changes (metav1.Condition semantics).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from podnetwork import constants
+from podnetwork.constants import ConditionStatus, ConditionType, InUseReason, ReadyReason
+
+#: How many consumers the InUse message names before it only counts.
+MESSAGE_SAMPLE = 5
+
+
+@dataclass(frozen=True)
+class Desired:
+    """A condition as this controller wants it, before timestamps are decided."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Who references an object: counts and a few names for the InUse message.
+
+    `sample` holds at most `MESSAGE_SAMPLE` consumer names, already sorted,
+    pods as `ns/name` and attachments as `pna ns/name`.
+    """
+
+    pods: int = 0
+    attachments: int = 0
+    sample: tuple[str, ...] = ()
+
+    @property
+    def in_use(self) -> bool:
+        return self.pods + self.attachments > 0
+
+
+NOT_IN_USE = Usage()
+
+
+class Phase(StrEnum):
+    """Lifecycle phases of the KEP ("PodNetwork" > "Lifecycle")."""
+
+    CREATED = "Created"
+    """No conditions yet."""
+    NOT_READY = "NotReady"
+    """Ready is False for a reason other than AdministrativelyDisabled."""
+    READY = "Ready"
+    """Ready is True and nothing references the object."""
+    IN_USE = "InUse"
+    """Ready or not, pods or attachments reference the object (deletion waits)."""
+    DISABLED = "Disabled"
+    """`spec.enabled` is false (Ready is False, AdministrativelyDisabled)."""
+
+
+def now() -> str:
+    """The current time as metav1.Time prints it (RFC 3339, seconds, UTC)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    if not obj:
+        return []
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return [c for c in conds if isinstance(c, dict)]
+
+
+def find(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of `type_` on an object, or None."""
+    for cond in _conditions(obj):
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
+    cond = find(obj, type_)
+    return bool(cond) and cond.get("status") == ConditionStatus.TRUE
+
+
+def is_ready(obj: Mapping[str, Any] | None) -> bool:
+    """Whether the object's Ready condition is True (False when absent)."""
+    return is_true(obj, ConditionType.READY)
+
+
+def _params_not_ready(obj: Mapping[str, Any]) -> Desired | None:
+    refs = (obj.get("spec") or {}).get("parametersRefs") or []
+    if not refs:
+        return None
+    params = find(obj, ConditionType.PARAMS_READY)
+    if params is None:
+        message = (
+            f"parametersRefs is set and the provider has not reported {ConditionType.PARAMS_READY} yet"
+        )
+    elif params.get("status") == ConditionStatus.TRUE:
+        return None
+    else:
+        detail = ": ".join(p for p in (params.get("reason"), params.get("message")) if p)
+        message = f"{ConditionType.PARAMS_READY} is {params.get('status')}"
+        if detail:
+            message += f" ({detail})"
+    return Desired(ConditionType.READY, ConditionStatus.FALSE, ReadyReason.PARAMS_NOT_READY, message)
+
+
+def podnetwork_ready(pn: Mapping[str, Any]) -> Desired:
+    """The Ready condition a PodNetwork should have (KEP "PodNetwork" > "Status Conditions")."""
+    spec = pn.get("spec") or {}
+    if spec.get("enabled", True) is False:
+        return Desired(
+            ConditionType.READY,
+            ConditionStatus.FALSE,
+            ReadyReason.ADMINISTRATIVELY_DISABLED,
+            "spec.enabled is false: no new pods may attach",
+        )
+    not_ready = _params_not_ready(pn)
+    if not_ready is not None:
+        return not_ready
+    return Desired(ConditionType.READY, ConditionStatus.TRUE, ReadyReason.READY, "PodNetwork is ready")
+
+
+def attachment_ready(pna: Mapping[str, Any], podnetwork: Mapping[str, Any] | None) -> Desired:
+    """The Ready condition of a PodNetworkAttachment, given its PodNetwork (None when missing).
+
+    KEP "PodNetworkAttachment" > "Status Conditions": Ready needs the referenced
+    PodNetwork's Ready to be True, then the attachment's own ParamsReady.
+    """
+    name = (pna.get("spec") or {}).get("podNetworkName") or ""
+    if podnetwork is None:
+        return Desired(
+            ConditionType.READY,
+            ConditionStatus.FALSE,
+            ReadyReason.PODNETWORK_NOT_READY,
+            f'PodNetwork "{name}" not found',
+        )
+    if not is_ready(podnetwork):
+        ready = find(podnetwork, ConditionType.READY)
+        if ready is None:
+            detail = "it has no Ready condition yet"
+        else:
+            detail = f"its Ready condition is {ready.get('status')}"
+            if ready.get("reason"):
+                detail += f" ({ready.get('reason')})"
+        return Desired(
+            ConditionType.READY,
+            ConditionStatus.FALSE,
+            ReadyReason.PODNETWORK_NOT_READY,
+            f'PodNetwork "{name}" is not Ready: {detail}',
+        )
+    not_ready = _params_not_ready(pna)
+    if not_ready is not None:
+        return not_ready
+    return Desired(
+        ConditionType.READY, ConditionStatus.TRUE, ReadyReason.READY, "PodNetworkAttachment is ready"
+    )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def in_use(usage: Usage) -> Desired:
+    """The InUse condition: True while pods or attachments reference the object.
+
+    The message names up to `MESSAGE_SAMPLE` consumers and the counts, e.g.
+    `in use by 3 pods: ns/a, ns/b, ns/c`, so `kubectl get` shows why a delete waits.
+    """
+    if not usage.in_use:
+        return Desired(
+            ConditionType.IN_USE,
+            ConditionStatus.FALSE,
+            InUseReason.NOT_IN_USE,
+            "not referenced by any running pod or PodNetworkAttachment",
+        )
+    counts = []
+    if usage.attachments:
+        counts.append(_plural(usage.attachments, "attachment"))
+    if usage.pods:
+        counts.append(_plural(usage.pods, "pod"))
+    total = usage.pods + usage.attachments
+    names = ", ".join(usage.sample[:MESSAGE_SAMPLE])
+    more = total - len(usage.sample[:MESSAGE_SAMPLE])
+    if more > 0 and names:
+        names += f" and {more} more"
+    message = f"in use by {' and '.join(counts)}" + (f": {names}" if names else "")
+    return Desired(ConditionType.IN_USE, ConditionStatus.TRUE, InUseReason.IN_USE, message)
+
+
+def merge(
+    existing: Sequence[Mapping[str, Any]],
+    desired: Sequence[Desired],
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]] | None:
+    """Merge desired conditions into an existing list; None when nothing changes.
+
+    Conditions of other types (the provider's ParamsReady, anyone else's) are
+    kept as they are and where they are. A desired condition keeps its old
+    `lastTransitionTime` unless its `status` changes; `observedGeneration` is
+    set to `generation` (when known).
+    """
+    result = [dict(c) for c in existing]
+    changed = False
+    for want in desired:
+        new: dict[str, Any] = {
+            "type": want.type,
+            "status": str(want.status),
+            "reason": str(want.reason),
+            "message": want.message,
+        }
+        if generation is not None:
+            new["observedGeneration"] = generation
+        index = next((i for i, c in enumerate(result) if c.get("type") == want.type), None)
+        if index is None:
+            new["lastTransitionTime"] = now
+            result.append(new)
+            changed = True
+            continue
+        old = result[index]
+        same_status = old.get("status") == new["status"] and bool(old.get("lastTransitionTime"))
+        new["lastTransitionTime"] = old["lastTransitionTime"] if same_status else now
+        if any(old.get(k) != v for k, v in new.items()):
+            result[index] = new
+            changed = True
+    return result if changed else None
+
+
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    gen = (obj.get("metadata") or {}).get("generation")
+    return gen if isinstance(gen, int) else None
+
+
+def podnetwork_conditions(
+    pn: Mapping[str, Any], usage: Usage, *, now: str
+) -> list[dict[str, Any]] | None:
+    """The PodNetwork's new `status.conditions` (Ready and InUse), or None when unchanged."""
+    return merge(
+        _conditions(pn), [podnetwork_ready(pn), in_use(usage)], now=now, generation=_generation(pn)
+    )
+
+
+def attachment_conditions(
+    pna: Mapping[str, Any],
+    podnetwork: Mapping[str, Any] | None,
+    usage: Usage,
+    *,
+    now: str,
+) -> list[dict[str, Any]] | None:
+    """The attachment's new `status.conditions` (Ready and InUse), or None when unchanged."""
+    return merge(
+        _conditions(pna),
+        [attachment_ready(pna, podnetwork), in_use(usage)],
+        now=now,
+        generation=_generation(pna),
+    )
+
+
+def status_patch(obj: Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A merge patch for the status subresource.
+
+    A merge patch replaces the whole list, so it carries `resourceVersion`: a
+    real API server then refuses it (409) if the provider changed ParamsReady in
+    between, instead of losing that change; the next event retries.
+    """
+    patch: dict[str, Any] = {"status": {"conditions": conditions}}
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    if rv:
+        patch["metadata"] = {"resourceVersion": rv}
+    return patch
+
+
+def phase(obj: Mapping[str, Any]) -> Phase:
+    """The KEP lifecycle phase an object is in, read from its spec and conditions."""
+    if (obj.get("spec") or {}).get("enabled", True) is False:
+        return Phase.DISABLED
+    if is_true(obj, ConditionType.IN_USE) or constants.IN_USE_FINALIZER in (
+        (obj.get("metadata") or {}).get("finalizers") or []
+    ):
+        return Phase.IN_USE
+    ready = find(obj, ConditionType.READY)
+    if ready is None:
+        return Phase.CREATED
+    return Phase.READY if ready.get("status") == ConditionStatus.TRUE else Phase.NOT_READY
+
+
+__all__ = [
+    "MESSAGE_SAMPLE",
+    "NOT_IN_USE",
+    "Desired",
+    "Phase",
+    "Usage",
+    "attachment_conditions",
+    "attachment_ready",
+    "find",
+    "in_use",
+    "is_ready",
+    "merge",
+    "now",
+    "phase",
+    "podnetwork_conditions",
+    "podnetwork_ready",
+    "status_patch",
+]
