@@ -1,0 +1,201 @@
+"""The extender's HTTP face: a thin FastAPI shell around `decision.filter_nodes`.
+
+Routes: `POST /filter` and `POST /prioritize` (the extender v1 verbs; configure
+`filterVerb: filter`, `prioritizeVerb: prioritize`), `GET /healthz` (the process
+serves), `GET /readyz` (the cache is synced), `GET /metrics` (Prometheus text).
+No route talks to the API server: every answer comes from the cache snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduler_plugin import cache as cache_mod
+from scheduler_plugin import decision, wire
+from scheduler_plugin.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_JSON = "application/json"
+#: Seconds; kube-scheduler's default extender httpTimeout is 5 s, so the top buckets matter.
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _CacheCollector(Collector):
+    """Reads the cache's sizes at scrape time, so writers pay nothing for metrics."""
+
+    def __init__(self, cache: cache_mod.Cache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        objects = GaugeMetricFamily(
+            "podnetwork_extender_cache_objects", "Objects held in the extender's cache, by kind.",
+            labels=["kind"],
+        )
+        for kind, count in self._cache.sizes().items():
+            objects.add_metric([kind], count)
+        yield objects
+        yield GaugeMetricFamily(
+            "podnetwork_extender_cache_synced", "1 once every watched kind was listed in full.",
+            value=1 if self._cache.synced else 0,
+        )
+
+
+class _Metrics:
+    def __init__(self, cache: cache_mod.Cache) -> None:
+        # One registry per app: several apps (tests, the demo) may live in one process.
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "podnetwork_extender_requests", "Extender HTTP requests, by verb and status code.",
+            ["verb", "code"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "podnetwork_extender_request_duration_seconds", "Time to answer, by verb.",
+            ["verb"], buckets=_BUCKETS, registry=self.registry,
+        )
+        self.nodes = Counter(
+            "podnetwork_extender_filtered_nodes", "Candidate nodes judged by /filter, by outcome.",
+            ["outcome"], registry=self.registry,
+        )
+        self.registry.register(_CacheCollector(cache))
+
+    def observe(self, verb: str, code: int, started: float) -> None:
+        self.requests.labels(verb, str(code)).inc()
+        self.latency.labels(verb).observe(time.perf_counter() - started)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HTTPException(400, f"invalid Content-Length header {declared!r}")
+        if int(declared) > limit:
+            raise HTTPException(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:  # chunked bodies announce no length
+            raise HTTPException(413, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _parse(request: Request, settings: Settings) -> tuple[wire.ExtenderArgs, list[str]]:
+    body = await _read_body(request, settings.max_body_bytes)
+    try:
+        args = wire.ExtenderArgs.model_validate_json(body)
+        names = args.candidate_names()
+    except pydantic.ValidationError as exc:
+        raise HTTPException(400, f"not an extender v1 ExtenderArgs body: {wire.describe(exc)}") from None
+    except ValueError as exc:
+        raise HTTPException(400, f"not an extender v1 ExtenderArgs body: {exc}") from None
+    return args, names
+
+
+def _reply(args: wire.ExtenderArgs, result: decision.FilterResult) -> wire.ExtenderFilterResult:
+    """Answer in the request's shape, naming only nodes the request named."""
+    if args.node_names is not None:
+        return wire.ExtenderFilterResult(
+            node_names=result.passed,
+            failed_nodes=result.failed,
+            failed_and_unresolvable_nodes=result.unresolvable,
+        )
+    by_name: dict[str, dict[str, Any]] = {}
+    for node in args.node_items():
+        by_name.setdefault(node["metadata"]["name"], node)
+    return wire.ExtenderFilterResult(
+        nodes={"metadata": {}, "items": [by_name[n] for n in result.passed]},
+        failed_nodes=result.failed,
+        failed_and_unresolvable_nodes=result.unresolvable,
+    )
+
+
+def create_app(cache: cache_mod.Cache, settings: Settings) -> FastAPI:
+    """The extender application over `cache`; the caller keeps the cache fed."""
+    app = FastAPI(title="podnetwork scheduler extender", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = _Metrics(cache)
+    app.state.cache = cache
+    app.state.settings = settings
+    app.state.metrics = metrics
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        verb = request.url.path.strip("/") or "root"
+        metrics.requests.labels(verb, str(exc.status_code)).inc()
+        return JSONResponse({"message": exc.detail}, status_code=exc.status_code)
+
+    @app.post("/filter")
+    async def filter_(request: Request) -> Response:
+        started = time.perf_counter()
+        args, names = await _parse(request, settings)
+        try:
+            offers = None
+            if args.node_names is None:
+                # kube-scheduler's copy of each node is fresher than ours: decide with it.
+                offers = {
+                    node["metadata"]["name"]: cache_mod.node_offer_of(node) for node in args.node_items()
+                }
+            result = decision.filter_nodes(
+                args.pod, names, cache.snapshot(), enabled=settings.multi_network, node_offers=offers
+            )
+            reply = _reply(args, result)
+        except Exception as exc:  # the protocol's Error field, never a 500 the scheduler cannot read
+            logger.exception("filter failed")
+            reply = wire.ExtenderFilterResult(error=f"podnetwork extender failed: {exc}")
+        else:
+            metrics.nodes.labels("passed").inc(len(result.passed))
+            metrics.nodes.labels("failed").inc(len(result.failed))
+            metrics.nodes.labels("unresolvable").inc(len(result.unresolvable))
+        metrics.observe("filter", 200, started)
+        return Response(reply.to_json(), media_type=_JSON)
+
+    @app.post("/prioritize")
+    async def prioritize(request: Request) -> Response:
+        # Network availability is a yes/no question: every passing node scores the same.
+        started = time.perf_counter()
+        _, names = await _parse(request, settings)
+        scores = [wire.HostPriority(host=n, score=0) for n in names]
+        metrics.observe("prioritize", 200, started)
+        return Response(wire.HostPriorityList.dump_json(scores, by_alias=True), media_type=_JSON)
+
+    if settings.baseline_endpoint:
+
+        @app.post("/baseline/filter")
+        async def baseline_filter(request: Request) -> Response:
+            """The protocol alone: parse like /filter, pass every node (benchmarks only)."""
+            started = time.perf_counter()
+            args, names = await _parse(request, settings)
+            reply = _reply(args, decision.FilterResult(passed=names))
+            metrics.observe("baseline_filter", 200, started)
+            return Response(reply.to_json(), media_type=_JSON)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return PlainTextResponse("ok\n")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if cache.synced:
+            return PlainTextResponse("ok\n")
+        return PlainTextResponse(
+            "not ready: the cache of PodNetworks, PodNetworkAttachments and Nodes is not synced yet\n",
+            status_code=503,
+        )
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

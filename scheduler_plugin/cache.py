@@ -1,0 +1,204 @@
+"""The extender's in-memory view of the cluster: what `/filter` needs, fed by watches.
+
+Only the facts the decision reads are kept (a PodNetwork's readiness, an
+attachment's PodNetwork and readiness, the networks a node offers), never whole
+objects. Writers (the watch threads, or the demo's object store) and readers
+(request handlers) share it safely: every published mapping is frozen, and a
+write replaces the one mapping it changes (copy on write) under a lock.
+`snapshot()` is therefore O(1) and a request never copies anything; a write
+that changes nothing the decision reads (a node's heartbeat) publishes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from podnetwork import constants
+
+NODE_KIND = "Node"
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """The Ready condition of a PodNetwork or PodNetworkAttachment, as the decision reads it."""
+
+    ready: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentState:
+    """A PodNetworkAttachment: which PodNetwork it attaches to, and whether it is Ready."""
+
+    pod_network_name: str
+    readiness: Readiness
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidOffer:
+    """A node whose podnetworks annotation cannot be read: it offers nothing but `default`."""
+
+    message: str
+
+
+#: What a node offers: None (no annotation: every network, KEP Phase II req. 18 is
+#: opt-in per node), the set of PodNetwork names it lists, or an unreadable annotation.
+NodeOffer = frozenset[str] | InvalidOffer | None
+
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of the cache at one instant; the decision's only input besides the pod."""
+
+    podnetworks: Mapping[str, Readiness] = field(default_factory=lambda: _EMPTY)
+    """PodNetwork name -> readiness."""
+    attachments: Mapping[tuple[str, str], AttachmentState] = field(default_factory=lambda: _EMPTY)
+    """(namespace, name) -> attachment."""
+    nodes: Mapping[str, NodeOffer] = field(default_factory=lambda: _EMPTY)
+    """Node name -> the networks it offers."""
+    synced: bool = False
+    """True once every watched kind has been listed in full at least once."""
+
+
+def readiness_of(obj: Mapping[str, Any]) -> Readiness:
+    """Read the Ready condition; a missing one or a terminating object is not Ready."""
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return Readiness(False, "Terminating", "the object is being deleted")
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == constants.ConditionType.READY:
+            return Readiness(
+                cond.get("status") == constants.ConditionStatus.TRUE,
+                str(cond.get("reason") or ""),
+                str(cond.get("message") or ""),
+            )
+    return Readiness(False, "ConditionMissing", "the controller has not set the Ready condition yet")
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_node_offer(text: str | None) -> NodeOffer:
+    """The networks a node offers, from its `multinetwork.x-k8s.io/podnetworks` annotation.
+
+    Pure and memoized: nodes of one pool carry the same text, so a NodeList of
+    thousands of nodes costs a handful of JSON parses.
+    """
+    if text is None:
+        return None
+    where = f"node annotation {constants.NODE_PODNETWORKS_ANNOTATION}"
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return InvalidOffer(f"{where} is not valid JSON ({exc}); expected a list such as [\"dataplane\"]")
+    if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+        return InvalidOffer(f"{where} must be a JSON list of PodNetwork names, such as [\"dataplane\"]")
+    return frozenset(data)
+
+
+def node_offer_of(node: Mapping[str, Any]) -> NodeOffer:
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION)
+    return parse_node_offer(text if isinstance(text, str) else None if text is None else repr(text))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    name = (obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{obj.get('kind')} without metadata.name cannot be cached")
+    return name
+
+
+def _attachment_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return ((obj.get("metadata") or {}).get("namespace") or "default", _name(obj))
+
+
+def _attachment_state(obj: Mapping[str, Any]) -> AttachmentState:
+    return AttachmentState(str((obj.get("spec") or {}).get("podNetworkName") or ""), readiness_of(obj))
+
+
+class Cache:
+    """Thread- and asyncio-safe store of what `/filter` needs. Writes are short and never await."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot = Snapshot()
+
+    # Each kind: how to key an object, what to keep of it, and which Snapshot slot holds it.
+    _KINDS: Mapping[str, tuple[Any, Any, str]] = {
+        constants.PODNETWORK_KIND: (_name, readiness_of, "podnetworks"),
+        constants.ATTACHMENT_KIND: (_attachment_key, _attachment_state, "attachments"),
+        NODE_KIND: (_name, node_offer_of, "nodes"),
+    }
+
+    def _kind(self, obj: Mapping[str, Any]) -> tuple[Any, Any, str]:
+        kind = obj.get("kind")
+        try:
+            return self._KINDS[kind]
+        except KeyError:
+            known = ", ".join(self._KINDS)
+            raise ValueError(f"cannot cache kind {kind!r}; known kinds: {known}") from None
+
+    def _publish(self, slot: str, mapping: dict[Any, Any]) -> None:
+        self._snapshot = replace(self._snapshot, **{slot: MappingProxyType(mapping)})
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        """Add or update one object (dispatching on `kind`)."""
+        key_of, state_of, slot = self._kind(obj)
+        key, state = key_of(obj), state_of(obj)
+        with self._lock:
+            current: Mapping[Any, Any] = getattr(self._snapshot, slot)
+            if key in current and current[key] == state:
+                return
+            updated = dict(current)
+            updated[key] = state
+            self._publish(slot, updated)
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        """Forget one object (dispatching on `kind`); forgetting an unknown one is a no-op."""
+        key_of, _, slot = self._kind(obj)
+        key = key_of(obj)
+        with self._lock:
+            current: Mapping[Any, Any] = getattr(self._snapshot, slot)
+            if key not in current:
+                return
+            updated = dict(current)
+            del updated[key]
+            self._publish(slot, updated)
+
+    def replace(self, kind: str, objs: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every object of one kind at once: the result of a full (re)list."""
+        key_of, state_of, slot = self._kind({"kind": kind})
+        fresh = {key_of(obj): state_of(obj) for obj in objs}
+        with self._lock:
+            self._publish(slot, fresh)
+
+    def mark_synced(self) -> None:
+        """Declare that every kind has been listed in full; `/readyz` turns ready."""
+        with self._lock:
+            self._snapshot = replace(self._snapshot, synced=True)
+
+    @property
+    def synced(self) -> bool:
+        return self._snapshot.synced
+
+    def snapshot(self) -> Snapshot:
+        """The current immutable view, in O(1): later writes never change it."""
+        return self._snapshot
+
+    def sizes(self) -> dict[str, int]:
+        """Objects held per kind (for /metrics)."""
+        snap = self._snapshot
+        return {
+            constants.PODNETWORK_KIND: len(snap.podnetworks),
+            constants.ATTACHMENT_KIND: len(snap.attachments),
+            NODE_KIND: len(snap.nodes),
+        }
+

@@ -1,0 +1,151 @@
+"""The extender's filter decision: a pure function of (pod, candidate nodes, cache snapshot).
+
+Rules (KEP-3698 "Active validations", "Scheduler changes", Phase II req. 18):
+
+1. A pod that names no networks, and every pod while the `MultiNetwork` gate is
+   off, passes on every node: nothing changes for clusters that do not use the KEP.
+   (A pod without the annotation gets `[default]` by auto-population, and the
+   default PodNetwork is available on every node; its readiness is the kubelet's
+   node Ready condition, KEP "Kubelet changes", not a reason to hold every pod.)
+2. A pod whose networks fail static validation, or whose references cannot be
+   resolved (not found, not Ready, one PodNetwork reached twice), fails on every
+   node as *unresolvable*: no node can help, so kube-scheduler does not try
+   preemption (`FailedAndUnresolvableNodes`).
+3. Otherwise a node that lists the PodNetworks it offers (node annotation
+   `multinetwork.x-k8s.io/podnetworks`) must list each of the pod's networks but
+   `default`; nodes without the annotation offer every network. Such a node is
+   only *failed*: it may come to offer the network later.
+
+Messages are the same on every node for the same cause, so kube-scheduler's
+FailedScheduling event aggregates them ("0/3 nodes are available: 3 podnetwork
+"x" is not available on this node.").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from podnetwork import constants, networks, validation
+from podnetwork.fielderrors import InvalidObject
+from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot
+
+NOT_SYNCED = "the podnetwork scheduler extender is starting: its cache is not synced yet"
+UNKNOWN_NODE = "node is not yet known to the podnetwork scheduler extender"
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """Which of the candidate nodes the pod may go to, and why each other one may not."""
+
+    passed: list[str] = field(default_factory=list)
+    """Candidate names that pass, in request order."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Node -> reason, for nodes that may pass later (preemption cannot help either, but
+    the node itself can change)."""
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    """Node -> reason, when no node can help until the pod's networks change."""
+
+
+def not_found(kind: str, name: str) -> str:
+    return f'{kind.lower()} "{name}" not found'
+
+
+def not_ready(kind: str, name: str, reason: str, message: str) -> str:
+    return f'{kind.lower()} "{name}" is not Ready: {reason}: {message}'
+
+
+def not_available(name: str) -> str:
+    return f'podnetwork "{name}" is not available on this node'
+
+
+def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], list[str]]:
+    """The PodNetwork names the pod needs, in its order, and every problem with its references."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    needed: list[str] = []
+    problems: list[str] = []
+    referrer: dict[str, str] = {}
+    for net in networks.effective(pod):
+        kind, name = net.reference
+        if kind == constants.ATTACHMENT_KIND:
+            attachment = snapshot.attachments.get((namespace, name))
+            if attachment is None:
+                problems.append(not_found(kind, name))
+                continue
+            if not attachment.readiness.ready:
+                r = attachment.readiness
+                problems.append(not_ready(kind, name, r.reason, r.message))
+            pn_name, via = attachment.pod_network_name, f'podnetworkattachment "{name}"'
+        else:
+            pn_name, via = name, f'podNetworkName "{name}"'
+        pn = snapshot.podnetworks.get(pn_name)
+        suffix = "" if kind == constants.PODNETWORK_KIND else f" (referenced by {via})"
+        if pn is None:
+            problems.append(not_found(constants.PODNETWORK_KIND, pn_name) + suffix)
+        elif not pn.ready and kind == constants.PODNETWORK_KIND:
+            # An attachment's own Ready already says PodNetworkNotReady; say it once.
+            problems.append(not_ready(constants.PODNETWORK_KIND, pn_name, pn.reason, pn.message))
+        if pn_name in referrer:
+            # KEP "Active validations": a pod references a given PodNetwork only once,
+            # also through attachments.
+            problems.append(
+                f'podnetwork "{pn_name}" is referenced more than once: by {referrer[pn_name]} and by {via}'
+            )
+            continue
+        referrer[pn_name] = via
+        needed.append(pn_name)
+    return needed, problems
+
+
+def filter_nodes(
+    pod: Mapping[str, Any],
+    node_names: Sequence[str],
+    snapshot: Snapshot,
+    *,
+    enabled: bool = True,
+    node_offers: Mapping[str, NodeOffer] | None = None,
+) -> FilterResult:
+    """Decide, for each candidate node, whether the pod's networks allow it there.
+
+    `node_offers`, when given, replaces the snapshot's view of the nodes: with
+    `nodeCacheCapable: false` kube-scheduler sends the nodes themselves, and its
+    copy is the one it decides with. O(len(node_names)) with constant work per node.
+    """
+    if not enabled or constants.NETWORKS_ANNOTATION not in networks.annotations_of(pod):
+        return FilterResult(passed=list(node_names))
+    errors = validation.validate_pod(pod)
+    if errors:
+        message = str(InvalidObject(errors))
+        return FilterResult(unresolvable=dict.fromkeys(node_names, message))
+    if not snapshot.synced:
+        return FilterResult(failed=dict.fromkeys(node_names, NOT_SYNCED))
+    needed, problems = _resolve(pod, snapshot)
+    if problems:
+        return FilterResult(unresolvable=dict.fromkeys(node_names, "; ".join(problems)))
+    # Phase II req. 18: per-node availability does not apply to the default PodNetwork.
+    needed = [n for n in needed if n != constants.DEFAULT_PODNETWORK]
+    if not needed:
+        return FilterResult(passed=list(node_names))
+    offers = snapshot.nodes if node_offers is None else node_offers
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    missing_reason = {n: not_available(n) for n in needed}
+    unknown = object()
+    for node in node_names:
+        offer = offers.get(node, unknown)
+        if offer is None:
+            passed.append(node)
+        elif offer is unknown:
+            failed[node] = UNKNOWN_NODE
+        elif isinstance(offer, InvalidOffer):
+            failed[node] = offer.message
+        else:
+            for name in needed:
+                if name not in offer:  # type: ignore[operator]
+                    failed[node] = missing_reason[name]
+                    break
+            else:
+                passed.append(node)
+    return FilterResult(passed=passed, failed=failed)
+

@@ -1,0 +1,103 @@
+"""The kube-scheduler extender v1 JSON protocol (`k8s.io/kube-scheduler/extender/v1`).
+
+Those Go structs carry no json tags, so kube-scheduler marshals them with the
+Go field names (`Pod`, `Nodes`, `NodeNames`, `FailedNodes`, ...), and Go's
+decoder matches keys case-insensitively. We read the capitalized names and the
+lower-camel ones, and always write the capitalized ones.
+
+`Nodes` is a `*v1.NodeList` (it has json tags: `items`), sent only when the
+extender is configured with `nodeCacheCapable: false`; `NodeNames` is a
+`*[]string`, sent only with `nodeCacheCapable: true`. The reply uses the shape
+of the request: kube-scheduler reads `NodeNames` back only when it sent them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+
+class NodeList(BaseModel):
+    """`v1.NodeList`: only `items` is read; each node is kept as sent, to be echoed back."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    items: list[dict[str, Any]] | None = Field(None, validation_alias=AliasChoices("items", "Items"))
+
+
+class ExtenderArgs(BaseModel):
+    """The body of `filter` and `prioritize` calls."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pod: dict[str, Any] = Field(validation_alias=AliasChoices("Pod", "pod"))
+    """The pod being scheduled (`*v1.Pod`), kept as a plain dict."""
+    nodes: NodeList | None = Field(None, validation_alias=AliasChoices("Nodes", "nodes"))
+    """Candidate nodes, when `nodeCacheCapable: false`."""
+    node_names: list[str] | None = Field(
+        None, validation_alias=AliasChoices("NodeNames", "nodeNames", "nodenames")
+    )
+    """Candidate node names, when `nodeCacheCapable: true`."""
+
+    @pydantic.model_validator(mode="after")
+    def _one_shape(self) -> ExtenderArgs:
+        if (self.nodes is None) == (self.node_names is None):
+            raise ValueError(
+                "exactly one of Nodes (nodeCacheCapable: false) or NodeNames "
+                "(nodeCacheCapable: true) must be set"
+            )
+        return self
+
+    def node_items(self) -> list[dict[str, Any]]:
+        return (self.nodes.items if self.nodes else None) or []
+
+    def candidate_names(self) -> list[str]:
+        """The candidate node names, in request order; a node without a name is an error."""
+        if self.node_names is not None:
+            return self.node_names
+        names = []
+        for i, node in enumerate(self.node_items()):
+            meta = node.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"Nodes.items[{i}].metadata.name: Required value")
+            names.append(name)
+        return names
+
+
+class ExtenderFilterResult(BaseModel):
+    """The reply to `filter`, with the Go field names."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    nodes: dict[str, Any] | None = Field(None, serialization_alias="Nodes")
+    node_names: list[str] | None = Field(None, serialization_alias="NodeNames")
+    failed_nodes: dict[str, str] = Field(default_factory=dict, serialization_alias="FailedNodes")
+    failed_and_unresolvable_nodes: dict[str, str] = Field(
+        default_factory=dict, serialization_alias="FailedAndUnresolvableNodes"
+    )
+    error: str = Field("", serialization_alias="Error")
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(by_alias=True).encode()
+
+
+class HostPriority(BaseModel):
+    """One entry of the reply to `prioritize` (`HostPriorityList`): score 0..10."""
+
+    host: str = Field(serialization_alias="Host")
+    score: int = Field(ge=0, le=10, serialization_alias="Score")
+
+
+HostPriorityList = pydantic.TypeAdapter(list[HostPriority])
+
+
+def describe(exc: pydantic.ValidationError) -> str:
+    """A one-line account of what is wrong with a request body."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
