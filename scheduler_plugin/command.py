@@ -1,0 +1,110 @@
+"""`podnetwork scheduler-extender`: serve the extender to kube-scheduler, fed by watches."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from podnetwork import constants
+from podnetwork.cli import Command
+
+DESCRIPTION = f"""\
+Serve the KEP-3698 scheduler extender (kube-scheduler extender v1 protocol) over HTTP.
+
+kube-scheduler calls POST /filter for each pod: a pod that references a PodNetwork
+or PodNetworkAttachment that is missing or not Ready, or one PodNetwork twice, is
+kept Pending on every node with the reason in its FailedScheduling event; a node
+whose annotation {constants.NODE_PODNETWORKS_ANNOTATION} does not list one of the
+pod's networks is filtered out. Also served: POST /prioritize (neutral scores),
+GET /healthz, GET /readyz (ready once the watch-fed cache is synced), GET /metrics.
+
+Register it with the KubeSchedulerConfiguration in deploy/scheduler/ of the project
+(docs/scheduler-extender.md). Example, against the cluster of ~/.kube/config:
+
+  podnetwork scheduler-extender --port 8888
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from scheduler_plugin.settings import DEFAULT_MAX_BODY_BYTES
+
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE",
+        help="kubeconfig of the cluster to watch (default: the in-cluster service account, "
+        "else $KUBECONFIG or ~/.kube/config)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8888, help="TCP port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--feature-gates", default="", metavar="GATES",
+        help=f"comma-separated Name=true|false, e.g. {constants.FEATURE_GATE}=false to pass every pod "
+        f"on every node (default: {constants.FEATURE_GATE}=true)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+        help="refuse larger request bodies with HTTP 413 (default: %(default)s, 16 MiB)",
+    )
+    parser.add_argument(
+        "--watch-timeout", type=int, default=300, metavar="SECONDS",
+        help="how long one watch request stays open before it is resumed (default: %(default)s)",
+    )
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+    from kubernetes.config import ConfigException
+
+    from scheduler_plugin import app, cache, feeder, settings
+
+    try:
+        gates = settings.parse_feature_gates(args.feature_gates)
+    except ValueError as exc:
+        print(f"podnetwork scheduler-extender: --feature-gates: {exc}", file=sys.stderr)
+        return 2
+    if args.max_body_bytes <= 0:
+        print("podnetwork scheduler-extender: --max-body-bytes must be a positive number of bytes",
+              file=sys.stderr)
+        return 2
+    try:
+        api = _api_client(args.kubeconfig)
+    except (ConfigException, OSError) as exc:
+        print(
+            f"podnetwork scheduler-extender: cannot load a cluster configuration: {exc}\n"
+            "Run it in a pod with a service account, or pass --kubeconfig FILE.",
+            file=sys.stderr,
+        )
+        return 1
+    state = cache.Cache()
+    watcher = feeder.Feeder(state, api, watch_timeout=args.watch_timeout,
+                            read_timeout=args.watch_timeout + 30)
+    application = app.create_app(
+        state,
+        settings.Settings(multi_network=gates[constants.FEATURE_GATE], max_body_bytes=args.max_body_bytes),
+    )
+    watcher.start()
+    try:
+        uvicorn.run(application, host=args.host, port=args.port, log_level="info")
+    finally:
+        watcher.stop()
+    return 0
+
+
+command = Command(
+    help="serve the scheduler extender (kube-scheduler extender v1) from a watch-fed cache",
+    description=DESCRIPTION,
+    configure=configure,
+    run=run,
+)
