@@ -46,12 +46,24 @@ class ObjectMeta(BaseModel):
     finalizers: list[str] | None = None
 
 
+#: `metav1.Condition` field patterns, as in the upstream OpenAPI schema: a type is
+#: CamelCase or a qualified name (`example.com/Thing`), a reason is CamelCase.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+#: Bounds that keep the CRD's CEL immutability rules within the API server's cost
+#: budget (an unbounded list or string makes `self == oldSelf` too expensive).
+MAX_PARAMETERS_REFS = 16
+
+
 class Condition(_Model):
     """`metav1.Condition`."""
 
-    type: str = Field(..., min_length=1, max_length=316)
+    type: str = Field(..., min_length=1, max_length=316, pattern=CONDITION_TYPE_PATTERN)
     status: Literal["True", "False", "Unknown"]
-    reason: str = Field(..., min_length=1, max_length=1024)
+    reason: str = Field(..., min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
     message: str = Field("", max_length=32768)
     last_transition_time: str = Field(..., alias="lastTransitionTime")
     observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
@@ -60,16 +72,21 @@ class Condition(_Model):
 class ParametersRef(_Model):
     """A reference to an implementation-specific parameters object (KEP "PodNetwork")."""
 
-    group: str
-    kind: str
-    name: str
-    namespace: str | None = None
+    group: str = Field(..., max_length=253)
+    """API group of the parameters object, e.g. `k8s.cni.cncf.io`; empty for the core group."""
+    kind: str = Field(..., min_length=1, max_length=63)
+    """What the provider calls the object's type; the KEP's example uses the resource
+    plural (`network-attachment-definitions`), so any non-empty string is accepted."""
+    name: str = Field(..., min_length=1, max_length=253)
+    namespace: str | None = Field(None, min_length=1, max_length=63)
 
 
 class PodNetworkSpec(_Model):
     enabled: bool = True
     """Administratively enable/disable the network. Defaults to true (KEP "Enabled")."""
-    parameters_refs: list[ParametersRef] | None = Field(None, alias="parametersRefs")
+    parameters_refs: list[ParametersRef] | None = Field(
+        None, alias="parametersRefs", max_length=MAX_PARAMETERS_REFS
+    )
     provider: str | None = Field(None, min_length=1, max_length=253)
 
 
@@ -98,9 +115,11 @@ class PodNetwork(_Model):
 
 
 class PodNetworkAttachmentSpec(_Model):
-    pod_network_name: str = Field(..., alias="podNetworkName", min_length=1)
+    pod_network_name: str = Field(..., alias="podNetworkName", min_length=1, max_length=253)
     """The PodNetwork this attachment connects to. Required."""
-    parameters_refs: list[ParametersRef] | None = Field(None, alias="parametersRefs")
+    parameters_refs: list[ParametersRef] | None = Field(
+        None, alias="parametersRefs", max_length=MAX_PARAMETERS_REFS
+    )
 
 
 class PodNetworkAttachment(_Model):
