@@ -1,0 +1,62 @@
+"""The CNI agent's view of the cluster (`bridge.cni.objects.ObjectSource`) over the demo's store.
+
+On a cluster the agent reads pods, NADs and PodNetworks with GETs and patches
+pod annotations; here the same calls go to the in-process store, so the agent
+code that runs in the demo is the code that runs on a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bridge.cni import objects as cni_objects
+from embedded import store as store_mod
+
+_COORDINATES: dict[str, str] = {
+    cni_objects.POD: "v1",
+    cni_objects.NAD: f"{cni_objects.NAD_GROUP}/{cni_objects.NAD_VERSION}",
+    cni_objects.PODNETWORK: f"{cni_objects.KEP_GROUP}/{cni_objects.KEP_VERSION}",
+    cni_objects.ATTACHMENT: f"{cni_objects.KEP_GROUP}/{cni_objects.KEP_VERSION}",
+    cni_objects.SELECTION_OPTIONS: f"{cni_objects.OPTIONS_GROUP}/{cni_objects.OPTIONS_VERSION}",
+}
+
+
+class StoreObjects:
+    """`ObjectSource` backed by `embedded.store.Store`."""
+
+    def __init__(self, api: store_mod.Store) -> None:
+        self._api = api
+        self.patches: list[tuple[str, str, dict[str, str | None]]] = []
+        """Every annotation patch the agent made, in order (the demo prints them)."""
+
+    def _get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        try:
+            return self._api.get(_COORDINATES[kind], kind, name, namespace)
+        except store_mod.NotFound:
+            raise cni_objects.NotFound(kind, namespace, name) from None
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._get(cni_objects.POD, namespace, name)
+
+    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._get(cni_objects.NAD, namespace, name)
+
+    async def get_podnetwork(self, name: str) -> dict[str, Any]:
+        return self._get(cni_objects.PODNETWORK, None, name)
+
+    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._get(cni_objects.ATTACHMENT, namespace, name)
+
+    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._get(cni_objects.SELECTION_OPTIONS, namespace, name)
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        try:
+            self._api.patch("v1", cni_objects.POD, name, {"metadata": {"annotations": dict(annotations)}},
+                            namespace)
+        except store_mod.NotFound:
+            raise cni_objects.NotFound(cni_objects.POD, namespace, name) from None
+        self.patches.append((namespace, name, dict(annotations)))
