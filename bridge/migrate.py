@@ -594,7 +594,21 @@ def _plan_workload(
     try:
         elements = npwg.parse_selection(text, wl.namespace)
     except npwg.InvalidSelection as exc:
-        raise _CannotMigrate(Reason.INVALID_ANNOTATION, f"{NPWG_NETWORKS_ANNOTATION}: {exc}") from None
+        raise _CannotMigrate(Reason.INVALID_ANNOTATION, str(exc)) from None
+    except ValueError as exc:  # the object's own namespace is not a valid name
+        raise _CannotMigrate(Reason.INVALID_NAME, str(exc)) from None
+    seen_ifnames: dict[str, int] = {}
+    for index, element in enumerate(elements):
+        if element.interface is None:
+            continue
+        if element.interface in seen_ifnames:
+            raise _CannotMigrate(
+                Reason.INVALID_ANNOTATION,
+                f"elements {seen_ifnames[element.interface]} and {index} both ask for interface "
+                f"{element.interface!r}: the second attachment fails (NPWG multi-net spec 4.1.2.1.5) "
+                "and a PodNetwork list needs unique interface names (KEP-3698 \"Static validations\")",
+            )
+        seen_ifnames[element.interface] = index
 
     entries: list[Network] = [Network(podNetworkName=constants.DEFAULT_PODNETWORK)]
     uses: Counter[tuple[str, str]] = Counter()
@@ -736,6 +750,13 @@ def _annotation_lines(annotations: Mapping[str, str]) -> list[str]:
     return [f"{k}: {v}\n" for k, v in sorted(annotations.items())]
 
 
+def problems(p: Plan) -> str:
+    """One line per workload that cannot be migrated (`!`) or is left to its owner (`~`)."""
+    lines = [f"! {u}\n" for u in p.unmigratable]
+    lines += [f"~ {s.source + ': ' if s.source else ''}{s.ref}: {s.message}\n" for s in p.skipped]
+    return "".join(lines)
+
+
 def diff(p: Plan) -> str:
     """What the plan changes, for a human: new objects, then a unified diff per workload."""
     out: list[str] = []
@@ -764,10 +785,6 @@ def diff(p: Plan) -> str:
                 n=0,
             )
         )
-    for u in p.unmigratable:
-        out.append(f"! {u}\n")
-    for s in p.skipped:
-        out.append(f"~ {s.ref}: {s.message}\n")
     return "".join(out)
 
 
@@ -797,6 +814,7 @@ __all__ = [
     "network_name",
     "plan",
     "plan_header",
+    "problems",
     "rewrite",
     "to_yaml",
     "workload_of",

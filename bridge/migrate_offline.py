@@ -76,6 +76,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     diff_to = err if args.output == "-" else out
     if not args.quiet:
         diff_to.write(migrate.diff(p))
+    err.write(migrate.problems(p))
     if args.output:
         if args.output == "-":
             out.write(migrate.to_yaml(p))
