@@ -1,0 +1,527 @@
+"""Translation KEP-3698 -> NPWG: a pod's networks to a `k8s.v1.cni.cncf.io/networks` selection.
+
+The only module of the NPWG layer that knows PodNetworks (see `.importlinter`);
+the CNI agent, the bridge controller and the migration all go through it.
+
+Stable interface (the CNI agent and the migration are written against it)::
+
+    objects = translate.Objects.from_objects([podnetwork, attachment, nad, options, ...])
+    # or translate.Objects(podnetworks={name: obj}, attachments={(ns, name): obj},
+    #                      nads={(ns, name): obj}, options={(ns, name): obj})
+    result = translate.translate(networks, pod_namespace, objects)   # may raise TranslationError
+    result.elements          # list[npwg.NetworkSelectionElement], in the pod's order
+    result.sources           # list[translate.Source], one per element (same index)
+    result.includes_default  # the pod lists the `default` PodNetwork
+    result.default_source    # the Source of the `default` entry, or None
+    result.warnings          # list[str]: what NPWG cannot express
+    result.annotation        # npwg.format_selection(result.elements)
+
+Objects are plain dicts as the API server returns them (kopf bodies work too).
+
+The rules (KEP-3698 "PodNetwork", "PodNetworkAttachment"; NPWG multi-net spec v1.3):
+
+- The `default` PodNetwork is the cluster-wide default network (NPWG 2.2, 6): every
+  NPWG implementation attaches it, so it is never in the selection. Omitting it, or
+  setting its `interfaceName`/`isDefaultGW*`, is translated with a warning.
+- A PodNetwork whose provider is `multinetwork.x-k8s.io/npwg-bridge` names exactly
+  one NetworkAttachmentDefinition in `parametersRefs` (group `k8s.cni.cncf.io`, kind
+  `network-attachment-definitions` as in the KEP's example, or `NetworkAttachmentDefinition`),
+  with a namespace (a PodNetwork is cluster-scoped, a NAD is not).
+- A PodNetworkAttachment maps to its PodNetwork's NAD unless its own `parametersRefs`
+  name one NAD (a per-pod override; the namespace defaults to the attachment's);
+  at most one `NetworkSelectionOptions` (group `bridge.multinetwork.x-k8s.io`) in its
+  `parametersRefs` gives the per-pod keys of the element.
+- `interfaceName` -> `interface` (4.1.2.1.5). `isDefaultGW4`/`isDefaultGW6` ->
+  `default-route` (4.1.2.1.9): the options' `default-route` when set, else the
+  gateways of the requested families named by the NAD's IPAM configuration
+  (`gateway`, `ranges[][].gateway`, `routes[]` to 0.0.0.0/0 or ::/0, static
+  `addresses[].gateway`), else `[]`, which this project's agent reads as "the
+  gateway of this attachment's own CNI result". Multus needs a gateway IP, so an
+  empty list is reported as a warning.
+
+`translate` checks shape and references, not readiness: the caller (the bridge
+controller) writes the annotation only once every object it names is Ready.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from bridge import npwg
+from podnetwork import constants
+from podnetwork.api import Network
+
+#: The bridge's own API group, for NetworkSelectionOptions.
+OPTIONS_GROUP = f"bridge.{constants.GROUP}"
+OPTIONS_VERSION = "v1alpha1"
+OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
+OPTIONS_KIND = "NetworkSelectionOptions"
+OPTIONS_PLURAL = "networkselectionoptions"
+OPTIONS_SINGULAR = "networkselectionoption"
+
+#: Kind spellings accepted in parametersRefs (the KEP's example uses the plural resource name).
+NAD_KINDS = frozenset({npwg.NAD_KIND, npwg.NAD_PLURAL, npwg.NAD_SINGULAR})
+OPTIONS_KINDS = frozenset({OPTIONS_KIND, OPTIONS_PLURAL, OPTIONS_SINGULAR})
+
+#: The keys a NetworkSelectionOptions `spec` may carry: the per-pod keys of a
+#: selection element (4.1.2.1), plus `default-route` so explicit gateways survive
+#: a migration from NPWG annotations.
+OPTIONS_KEYS: tuple[str, ...] = (
+    "ips",
+    "mac",
+    "cni-args",
+    "portMappings",
+    "bandwidth",
+    "infiniband-guid",
+    "ipam-claim-reference",
+    "default-route",
+)
+
+
+class Reason(StrEnum):
+    """Why a translation failed. The last three are also ParamsReady=False reasons."""
+
+    PODNETWORK_NOT_FOUND = "PodNetworkNotFound"
+    ATTACHMENT_NOT_FOUND = "PodNetworkAttachmentNotFound"
+    NOT_BRIDGE_PROVIDER = "NotBridgeProvider"
+    PARAMETERS_NOT_FOUND = "ParametersNotFound"
+    INVALID_PARAMETERS = "InvalidParameters"
+    UNSUPPORTED_PARAMETERS_KIND = "UnsupportedParametersKind"
+
+
+class TranslationError(ValueError):
+    """A pod's networks cannot be translated; `reason` says why, the message names the object."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one selection element came from."""
+
+    pod_network: str
+    """The PodNetwork's name (reported as `podNetwork` in the KEP pod IPs)."""
+    interface: str | None
+    """The KEP `interfaceName` (None: the NPWG implementation picks one)."""
+    attachment: str | None = None
+    """The PodNetworkAttachment's name, when the pod referenced one."""
+    index: int = 0
+    """Position of the entry in the pod's networks list."""
+
+
+Obj = Mapping[str, Any]
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Objects:
+    """The objects a translation may read, keyed the way pods reference them."""
+
+    podnetworks: Mapping[str, Obj] = field(default_factory=dict)
+    """PodNetwork by name (cluster-scoped)."""
+    attachments: Mapping[Key, Obj] = field(default_factory=dict)
+    """PodNetworkAttachment by (namespace, name)."""
+    nads: Mapping[Key, Obj] = field(default_factory=dict)
+    """NetworkAttachmentDefinition by (namespace, name)."""
+    options: Mapping[Key, Obj] = field(default_factory=dict)
+    """NetworkSelectionOptions by (namespace, name)."""
+
+    @classmethod
+    def from_objects(cls, objs: Iterable[Obj]) -> Objects:
+        """Sort API objects by `kind`; other kinds are ignored."""
+        pns: dict[str, Obj] = {}
+        pnas: dict[Key, Obj] = {}
+        nads: dict[Key, Obj] = {}
+        opts: dict[Key, Obj] = {}
+        for obj in objs:
+            meta = obj.get("metadata") or {}
+            name, ns = meta.get("name", ""), meta.get("namespace", "")
+            kind = obj.get("kind")
+            if kind == constants.PODNETWORK_KIND:
+                pns[name] = obj
+            elif kind == constants.ATTACHMENT_KIND:
+                pnas[(ns, name)] = obj
+            elif kind == npwg.NAD_KIND:
+                nads[(ns, name)] = obj
+            elif kind == OPTIONS_KIND:
+                opts[(ns, name)] = obj
+        return cls(pns, pnas, nads, opts)
+
+
+@dataclass
+class Translation:
+    """The NPWG selection for one pod, with where each element came from."""
+
+    elements: list[npwg.NetworkSelectionElement] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    includes_default: bool = False
+    default_source: Source | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def annotation(self) -> str:
+        """The value for `k8s.v1.cni.cncf.io/networks` (JSON list format, 4.1.2)."""
+        return npwg.format_selection(self.elements)
+
+
+# --- References ----------------------------------------------------------------------------
+
+
+def _spec(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def describe(kind: str, name: str, namespace: str | None = None) -> str:
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def _is_nad(ref: Mapping[str, Any]) -> bool:
+    return ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in NAD_KINDS
+
+
+def _is_options(ref: Mapping[str, Any]) -> bool:
+    return ref.get("group") == OPTIONS_GROUP and ref.get("kind") in OPTIONS_KINDS
+
+
+def is_bridge(podnetwork: Obj) -> bool:
+    """The PodNetwork is provided by this bridge."""
+    return _spec(podnetwork).get("provider") == constants.BRIDGE_PROVIDER
+
+
+def nad_config_problem(nad: Obj) -> str | None:
+    """Why a NAD's `spec.config` cannot be executed, or None (an absent config is fine, 3.2.4)."""
+    config = _spec(nad).get("config")
+    if config is None or (isinstance(config, str) and not config.strip()):
+        return None
+    if not isinstance(config, str):
+        return "spec.config must be a string holding CNI JSON (NPWG 3.2)"
+    try:
+        npwg.load_cni_config(config, "spec.config")
+    except npwg.DelegationError as exc:
+        return str(exc)
+    return None
+
+
+def _resolve_nad(ref: Mapping[str, Any], namespace: str, owner: str) -> Key:
+    name = ref.get("name") or ""
+    if problem := npwg.name_problem(name):
+        raise TranslationError(
+            Reason.INVALID_PARAMETERS,
+            f"{owner}: NetworkAttachmentDefinition name {name!r} {problem} (NPWG 3.3)",
+        )
+    return (namespace, name)
+
+
+def _check_nad(key: Key, objects: Objects, owner: str) -> Obj:
+    nad = objects.nads.get(key)
+    what = describe(npwg.NAD_KIND, key[1], key[0])
+    if nad is None:
+        raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
+    if problem := nad_config_problem(nad):
+        raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
+    return nad
+
+
+def podnetwork_nad(podnetwork: Obj, objects: Objects) -> tuple[Key, Obj]:
+    """The one NAD of a bridge PodNetwork: its key and object. Raises `TranslationError`."""
+    owner = describe(constants.PODNETWORK_KIND, _meta(podnetwork).get("name", ""))
+    refs = list(_spec(podnetwork).get("parametersRefs") or [])
+    for ref in refs:
+        if not _is_nad(ref):
+            raise TranslationError(
+                Reason.UNSUPPORTED_PARAMETERS_KIND,
+                f"{owner}: parametersRefs may only name {npwg.NAD_GROUP} network-attachment-definitions, "
+                f"not {ref.get('group')}/{ref.get('kind')} {ref.get('name')!r}",
+            )
+    if len(refs) != 1:
+        raise TranslationError(
+            Reason.INVALID_PARAMETERS,
+            f"{owner}: a PodNetwork with provider {constants.BRIDGE_PROVIDER} needs exactly one "
+            f"NetworkAttachmentDefinition in parametersRefs, found {len(refs)}",
+        )
+    ref = refs[0]
+    if not ref.get("namespace"):
+        raise TranslationError(
+            Reason.INVALID_PARAMETERS,
+            f"{owner}: parametersRefs[0].namespace is required: a PodNetwork is cluster-scoped "
+            "and a NetworkAttachmentDefinition is namespaced",
+        )
+    key = _resolve_nad(ref, ref["namespace"], owner)
+    return key, _check_nad(key, objects, owner)
+
+
+@dataclass(frozen=True)
+class AttachmentParams:
+    """What a PodNetworkAttachment's own parametersRefs resolve to."""
+
+    nad: Key | None
+    """The per-pod NAD override, or None (use the PodNetwork's)."""
+    options: dict[str, Any]
+    """The NetworkSelectionOptions spec (validated), or {}."""
+    options_key: Key | None = None
+
+
+def options_problem(spec: Mapping[str, Any]) -> str | None:
+    """Why a NetworkSelectionOptions spec is invalid (per NPWG 4.1.2.1), or None."""
+    if not isinstance(spec, Mapping):
+        return "spec must be an object"
+    unknown = sorted(set(spec) - set(OPTIONS_KEYS))
+    if unknown:
+        return f"spec has unknown key(s) {unknown}; known keys are {list(OPTIONS_KEYS)}"
+    try:
+        npwg.parse_selection(json.dumps([{"name": "options", **spec}]), "default")
+    except npwg.InvalidSelection as exc:
+        return f"spec.{exc.key}: {str(exc).split(': ', 1)[1]}"
+    except (TypeError, ValueError) as exc:
+        return f"spec is not JSON: {exc}"
+    return None
+
+
+def attachment_params(attachment: Obj, objects: Objects) -> AttachmentParams:
+    """Resolve a PodNetworkAttachment's parametersRefs. Raises `TranslationError`."""
+    meta = _meta(attachment)
+    namespace = meta.get("namespace") or ""
+    owner = describe(constants.ATTACHMENT_KIND, meta.get("name", ""), namespace)
+    nad_refs, option_refs = [], []
+    for ref in _spec(attachment).get("parametersRefs") or []:
+        if _is_nad(ref):
+            nad_refs.append(ref)
+        elif _is_options(ref):
+            option_refs.append(ref)
+        else:
+            raise TranslationError(
+                Reason.UNSUPPORTED_PARAMETERS_KIND,
+                f"{owner}: parametersRefs may name {npwg.NAD_GROUP} network-attachment-definitions "
+                f"or {OPTIONS_GROUP} {OPTIONS_PLURAL}, not {ref.get('group')}/{ref.get('kind')} "
+                f"{ref.get('name')!r}",
+            )
+    if len(nad_refs) > 1 or len(option_refs) > 1:
+        raise TranslationError(
+            Reason.INVALID_PARAMETERS,
+            f"{owner}: parametersRefs may name at most one NetworkAttachmentDefinition and one "
+            f"NetworkSelectionOptions, found {len(nad_refs)} and {len(option_refs)}",
+        )
+    nad_key = None
+    if nad_refs:
+        nad_key = _resolve_nad(nad_refs[0], nad_refs[0].get("namespace") or namespace, owner)
+        _check_nad(nad_key, objects, owner)
+    options: dict[str, Any] = {}
+    options_key = None
+    if option_refs:
+        ref = option_refs[0]
+        options_key = (ref.get("namespace") or namespace, ref.get("name") or "")
+        what = describe(OPTIONS_KIND, options_key[1], options_key[0])
+        found = objects.options.get(options_key)
+        if found is None:
+            raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
+        spec = found.get("spec") or {}
+        if problem := options_problem(spec):
+            raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
+        options = dict(spec)
+    return AttachmentParams(nad_key, options, options_key)
+
+
+# --- Gateways ----------------------------------------------------------------------------------
+
+
+def ipam_gateways(nad: Obj) -> list[str]:
+    """The gateways a NAD's IPAM configuration names, in order, without duplicates."""
+    config_text = _spec(nad).get("config")
+    if not isinstance(config_text, str) or not config_text.strip():
+        return []
+    try:
+        config = json.loads(config_text)
+    except ValueError:
+        return []
+    found: list[str] = []
+    plugins = config.get("plugins") if isinstance(config.get("plugins"), list) else [config]
+    for plugin in plugins:
+        ipam = plugin.get("ipam") if isinstance(plugin, dict) else None
+        if not isinstance(ipam, dict):
+            continue
+        found.append(ipam.get("gateway"))
+        for rangeset in ipam.get("ranges") or []:
+            for r in rangeset if isinstance(rangeset, list) else []:
+                if isinstance(r, dict):
+                    found.append(r.get("gateway"))
+        for addr in ipam.get("addresses") or []:
+            if isinstance(addr, dict):
+                found.append(addr.get("gateway"))
+        for route in ipam.get("routes") or []:
+            if isinstance(route, dict) and route.get("dst") in ("0.0.0.0/0", "::/0"):
+                found.append(route.get("gw"))
+    out: list[str] = []
+    for gw in found:
+        if isinstance(gw, str) and npwg.ip_problem(gw, prefix_allowed=False) is None and gw not in out:
+            out.append(gw)
+    return out
+
+
+def _family(ip: str) -> int:
+    return ipaddress.ip_address(ip).version
+
+
+# --- Translation -------------------------------------------------------------------------------
+
+
+def _entry_label(index: int, net: Network) -> str:
+    kind, name = net.reference
+    return f"spec.networks[{index}] ({kind} {name!r})"
+
+
+def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects) -> Translation:
+    """Translate a pod's KEP networks into the NPWG selection. See the module docstring.
+
+    Raises `TranslationError` (with a `Reason`) when a referenced object is missing,
+    is not provided by this bridge, or has invalid parameters.
+    """
+    out = Translation()
+    gw_claimed_by: int | None = None  # index of the element holding default-route
+    for index, net in enumerate(networks):
+        label = _entry_label(index, net)
+        attachment_name = net.pod_network_attachment_name
+        params = AttachmentParams(None, {})
+        if attachment_name:
+            attachment = objects.attachments.get((pod_namespace, attachment_name))
+            if attachment is None:
+                raise TranslationError(
+                    Reason.ATTACHMENT_NOT_FOUND,
+                    f"{label}: {describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)} "
+                    "does not exist",
+                )
+            pn_name = _spec(attachment).get("podNetworkName") or ""
+            params = attachment_params(attachment, objects)
+        else:
+            pn_name = net.pod_network_name or ""
+        source = Source(pn_name, net.interface_name, attachment_name, index)
+
+        if pn_name == constants.DEFAULT_PODNETWORK:
+            out.includes_default = True
+            out.default_source = source
+            if net.interface_name:
+                out.warnings.append(
+                    f"{label}: interfaceName {net.interface_name!r} is not applied: NPWG has no way to "
+                    "name the cluster-wide default network's interface; the runtime names it (NPWG 6)"
+                )
+            if net.is_default_gw4 or net.is_default_gw6:
+                out.warnings.append(
+                    f"{label}: isDefaultGW4/isDefaultGW6 on the default PodNetwork select nothing in NPWG: "
+                    "the cluster-wide default network keeps the default routes of its own CNI "
+                    "configuration unless another element sets \"default-route\" (NPWG 6, 4.1.2.1.9)"
+                )
+            if params.nad or params.options:
+                out.warnings.append(
+                    f"{label}: the attachment's parameters are not applied to the cluster-wide default "
+                    "network: NPWG selects secondary networks only (NPWG 4)"
+                )
+            continue
+
+        podnetwork = objects.podnetworks.get(pn_name)
+        if podnetwork is None:
+            raise TranslationError(
+                Reason.PODNETWORK_NOT_FOUND,
+                f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} does not exist",
+            )
+        if not is_bridge(podnetwork):
+            raise TranslationError(
+                Reason.NOT_BRIDGE_PROVIDER,
+                f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} has provider "
+                f"{_spec(podnetwork).get('provider')!r}, not {constants.BRIDGE_PROVIDER!r}",
+            )
+        if params.nad is not None:
+            nad_key = params.nad
+            nad = objects.nads[nad_key]
+        else:
+            nad_key, nad = podnetwork_nad(podnetwork, objects)
+
+        raw: dict[str, Any] = {"name": nad_key[1], "namespace": nad_key[0]}
+        raw.update({k: v for k, v in params.options.items() if k != "default-route"})
+        if net.interface_name is not None:
+            raw["interface"] = net.interface_name
+        wants4, wants6 = bool(net.is_default_gw4), bool(net.is_default_gw6)
+        if wants4 or wants6:
+            if gw_claimed_by is not None:
+                out.warnings.append(
+                    f"{label}: NPWG lets only one element hold \"default-route\" (4.1.2.1.9); it stays "
+                    f"on spec.networks[{gw_claimed_by}], so this network's isDefaultGW4/6 is not applied"
+                )
+            else:
+                gw_claimed_by = index
+                raw["default-route"] = _gateways(label, params, nad, wants4, wants6, out.warnings)
+        elif "default-route" in params.options:
+            out.warnings.append(
+                f"{label}: the NetworkSelectionOptions' default-route is ignored because the pod "
+                "sets neither isDefaultGW4 nor isDefaultGW6 on this network"
+            )
+        try:
+            (element,) = npwg.parse_selection(json.dumps([raw]), pod_namespace)
+        except npwg.InvalidSelection as exc:  # e.g. an interfaceName NPWG refuses
+            raise TranslationError(Reason.INVALID_PARAMETERS, f"{label}: {exc}") from None
+        out.elements.append(element)
+        out.sources.append(source)
+
+    if not out.includes_default:
+        out.warnings.append(
+            "the pod does not list the default PodNetwork, but NPWG cannot leave it out: every NPWG "
+            "implementation attaches the cluster-wide default network first (NPWG 6, 6.2)"
+        )
+    return out
+
+
+def _gateways(
+    label: str,
+    params: AttachmentParams,
+    nad: Obj,
+    wants4: bool,
+    wants6: bool,
+    warnings: list[str],
+) -> list[str]:
+    if "default-route" in params.options:
+        return list(params.options["default-route"])
+    families = {4} if wants4 and not wants6 else {6} if wants6 and not wants4 else {4, 6}
+    gateways = [gw for gw in ipam_gateways(nad) if _family(gw) in families]
+    gateways.sort(key=_family)
+    if not gateways:
+        warnings.append(
+            f"{label}: the NetworkAttachmentDefinition's IPAM configuration names no IPv"
+            f"{'/IPv'.join(str(f) for f in sorted(families))} gateway, so \"default-route\" is []: "
+            "this project's agent then uses the gateway of the attachment's own CNI result, but "
+            "implementations such as Multus need a gateway IP (set it in a NetworkSelectionOptions)"
+        )
+    return gateways
+
+
+__all__ = [
+    "NAD_KINDS",
+    "OPTIONS_API_VERSION",
+    "OPTIONS_GROUP",
+    "OPTIONS_KEYS",
+    "OPTIONS_KIND",
+    "OPTIONS_KINDS",
+    "OPTIONS_PLURAL",
+    "AttachmentParams",
+    "Objects",
+    "Reason",
+    "Source",
+    "Translation",
+    "TranslationError",
+    "attachment_params",
+    "describe",
+    "ipam_gateways",
+    "is_bridge",
+    "nad_config_problem",
+    "options_problem",
+    "podnetwork_nad",
+    "translate",
+]
