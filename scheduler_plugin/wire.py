@@ -98,6 +98,8 @@ def describe(exc: pydantic.ValidationError) -> str:
     """A one-line account of what is wrong with a request body."""
     parts = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"])
+        loc = ""
+        for part in err["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
         parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
     return "; ".join(parts)
