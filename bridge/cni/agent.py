@@ -1,0 +1,589 @@
+"""The CNI agent: this project's NPWG delegating plugin (multi-net spec 2.4), KEP "Agent-based" model.
+
+The runtime runs the shim (`bridge.cni.shim`), which forwards the CNI request here
+over a unix socket (`bridge.cni.server`). On ADD the agent reads the pod, attaches
+the cluster default network first (6.2), then each selected network in order
+(4.2), rolls back on the first failure (7.2), records every attachment on disk
+before executing it (`bridge.cni.cache`), moves the default route when a
+selection asks for it (4.1.2.1.9), writes `k8s.v1.cni.cncf.io/network-status`
+(5) and returns the default network's result to the runtime. DEL needs only the
+cache. Operations for one container are serialized; different containers run in
+parallel (7.3).
+
+Embedding: `Agent(objects, AgentConfig(...))`, then `await agent.start()` /
+`await agent.stop()`; `await agent.handle(env, stdin)` runs one request without
+the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge import npwg
+from bridge.cni import cache, conflist, invoke, plan
+from bridge.cni.cache import Attachment, Record, State
+from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.cni.objects import NotFound, ObjectSource
+
+log = logging.getLogger(__name__)
+
+#: The agent's own network name, in the conflist it installs and in logs.
+NETWORK_NAME = "multinetwork"
+#: The shim's file name in the CNI bin dir, and the `type` of the agent's conflist.
+PLUGIN_TYPE = "multinetwork"
+DEFAULT_SOCKET = Path("/run/multinetwork/agent.sock")
+DEFAULT_CACHE_DIR = Path("/var/lib/multinetwork/cache")
+DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
+DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
+
+
+@dataclass
+class AgentConfig:
+    """How one agent runs. Every path is the node's (the DaemonSet mounts them from the host)."""
+
+    socket_path: Path = DEFAULT_SOCKET
+    """Unix socket the shim connects to; created with mode 0600 (root only)."""
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    """One JSON record per container: what was attached, written before each delegate ADD."""
+    bin_dirs: tuple[Path, ...] = invoke.DEFAULT_BIN_DIRS
+    """The only places delegate plugins are looked up in, first match wins (`--cni-bin-dir`)."""
+    conf_dir: Path = DEFAULT_CONF_DIR
+    """Where on-disk delegate configurations are found (NPWG 3.4.1 rules 2 and 3)."""
+    default_network: Mapping[str, Any] | Path | None = None
+    """The cluster default network: a CNI config (list) or a file holding one. None: the
+    `default` PodNetwork's NetworkAttachmentDefinition, through the bridge's translation."""
+    plugin_timeout: float = 60.0
+    """Seconds one delegate plugin call may take before it is killed (CNI error 100)."""
+    max_request_bytes: int = 1024 * 1024
+    """Largest request body accepted on the socket (CNI error 103 above it)."""
+    conf_file: Path | None = None
+    """Where to write the agent's own conflist once the default network is usable (6.1);
+    None: never write one (embedded use)."""
+    readiness_interval: float = 2.0
+    """Seconds between checks of the default network while waiting for it (6.1)."""
+    patch_status: bool = True
+    """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5)."""
+
+
+@dataclass
+class _Request:
+    args: RuntimeArgs
+    conf: dict[str, Any]
+    cni_version: str
+    pod_namespace: str | None
+    pod_name: str | None
+    runtime_config: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
+    """A forwarded CNI request -> validated parameters; CNI error 4/6/7/1 when it is malformed."""
+    raw_command = env.get("CNI_COMMAND", "")
+    try:
+        command = Command(raw_command)
+    except ValueError:
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            "invalid CNI_COMMAND",
+            f"{raw_command!r}; expected one of {', '.join(c.value for c in Command)}",
+        ) from None
+    try:
+        conf = json.loads(stdin) if stdin.strip() else {}
+    except (ValueError, RecursionError) as exc:
+        raise CNIError(
+            ErrorCode.DECODING_FAILURE, "network configuration is not valid JSON", str(exc)
+        ) from None
+    if not isinstance(conf, dict):
+        raise CNIError(ErrorCode.DECODING_FAILURE, "network configuration must be a JSON object")
+    version = conf.get("cniVersion", invoke.LATEST_VERSION)
+    if command is not Command.VERSION and version not in invoke.SUPPORTED_VERSIONS:
+        raise CNIError(
+            ErrorCode.INCOMPATIBLE_VERSION,
+            f"unsupported cniVersion {version!r}",
+            f"the agent speaks {', '.join(invoke.SUPPORTED_VERSIONS)}",
+        )
+    runtime_config = conf.get("runtimeConfig") or {}
+    if not isinstance(runtime_config, dict):
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG, "invalid network configuration", '"runtimeConfig" must be an object'
+        )
+    cni_args = invoke.parse_cni_args(env.get("CNI_ARGS", ""))
+    if not any(k == "IgnoreUnknown" for k, _ in cni_args):
+        # Delegates must accept the pod's K8S_* args they do not know, as under the kubelet.
+        cni_args = (("IgnoreUnknown", "1"), *cni_args)
+    args = RuntimeArgs(
+        command,
+        env.get("CNI_CONTAINERID", ""),
+        env.get("CNI_NETNS", ""),
+        env.get("CNI_IFNAME", ""),
+        cni_args,
+    )
+    if command in (Command.ADD, Command.DEL, Command.CHECK):
+        for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname)):
+            if not value:
+                raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"{var} is required for {command.value}")
+        invoke.check_container_id(args.container_id)
+        invoke.check_ifname(args.ifname)
+    if command in (Command.ADD, Command.CHECK) and not args.netns:
+        raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"CNI_NETNS is required for {command.value}")
+    if args.netns and not os.path.isabs(args.netns):
+        raise CNIError(ErrorCode.INVALID_ENVIRONMENT, "CNI_NETNS must be an absolute path", args.netns)
+    namespace, name = args.arg("K8S_POD_NAMESPACE"), args.arg("K8S_POD_NAME")
+    if command is Command.ADD and not (namespace and name):
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            "CNI_ARGS must name the pod",
+            "K8S_POD_NAMESPACE and K8S_POD_NAME are required for ADD (the kubelet sets them)",
+        )
+    return _Request(args, conf, version, namespace, name, runtime_config)
+
+
+class Agent:
+    """The delegating plugin. Safe to run several in one process (distinct sockets and caches)."""
+
+    def __init__(
+        self,
+        objects: ObjectSource,
+        config: AgentConfig,
+        *,
+        executor: invoke.Exec | None = None,
+    ) -> None:
+        self.objects = objects
+        self.config = config
+        self.executor: invoke.Exec = executor or invoke.SubprocessExec()
+        self.cache = cache.Cache(config.cache_dir)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._waiters: dict[str, int] = {}
+        self._server: Any = None
+        self._readiness: asyncio.Task[None] | None = None
+        self.conf_written = asyncio.Event()
+        """Set once the agent's own conflist is in place (6.1)."""
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Opens the socket and, when `conf_file` is set, starts waiting for the default network."""
+        from bridge.cni import server  # aiohttp: only when serving
+
+        self.cache.ensure()
+        self._server = server.Server(self)
+        await self._server.start()
+        if self.config.conf_file is not None:
+            self._readiness = asyncio.create_task(self._install_conf_when_ready(), name="cni-agent-readiness")
+
+    async def stop(self) -> None:
+        """Closes the socket and removes the agent's conflist: without the agent, the node is not ready."""
+        if self._readiness is not None:
+            self._readiness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._readiness
+            self._readiness = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        if self.conf_written.is_set() and self.config.conf_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.config.conf_file.unlink()
+            self.conf_written.clear()
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- readiness (6.1) ---------------------------------------------------------------
+
+    async def default_network_problem(self) -> str | None:
+        """Why the default network is not usable now, or None when a pod could attach to it."""
+        try:
+            name, config = await self._default_network({})
+            conflist.resolve(conflist.load(config, what=f"default network {name!r}"), self.config.bin_dirs)
+        except CNIError as exc:
+            return str(exc)
+        return None
+
+    def own_conflist(self, default_config: Mapping[str, Any]) -> dict[str, Any]:
+        """The conflist the runtime reads: the shim as the only plugin, speaking the default
+        network's cniVersion and offering the capabilities its plugins declare (7.5)."""
+        capabilities: dict[str, bool] = {}
+        for plugin in npwg.plugins_of(default_config):
+            for cap, on in (plugin.get("capabilities") or {}).items():
+                if on is True:
+                    capabilities[cap] = True
+        plugin: dict[str, Any] = {"type": PLUGIN_TYPE, "socketPath": str(self.config.socket_path)}
+        if capabilities:
+            plugin["capabilities"] = capabilities
+        return {
+            "cniVersion": str(default_config.get("cniVersion") or invoke.LATEST_VERSION),
+            "name": NETWORK_NAME,
+            "plugins": [plugin],
+        }
+
+    async def _install_conf_when_ready(self) -> None:
+        assert self.config.conf_file is not None
+        while True:
+            problem = await self.default_network_problem()
+            if problem is None:
+                _, default_config = await self._default_network({})
+                write_atomically(
+                    self.config.conf_file, json.dumps(self.own_conflist(default_config), indent=2)
+                )
+                self.conf_written.set()
+                log.info("default network usable; wrote %s", self.config.conf_file)
+                return
+            log.info("waiting for the default network before writing %s: %s", self.config.conf_file, problem)
+            await asyncio.sleep(self.config.readiness_interval)
+
+    # --- requests ----------------------------------------------------------------------
+
+    async def handle(self, env: Mapping[str, str], stdin: bytes) -> dict[str, Any] | None:
+        """One CNI request; returns the result (None when the command has none), raises CNIError."""
+        request = parse_request(env, stdin)
+        command = request.args.command
+        if command is Command.VERSION:
+            return {"cniVersion": request.cni_version, "supportedVersions": list(invoke.SUPPORTED_VERSIONS)}
+        if command is Command.STATUS:
+            problem = await self.default_network_problem()
+            if problem:
+                raise CNIError(50, "the cluster default network is not available", problem)
+            return None
+        if command is Command.GC:
+            await self._gc(request)
+            return None
+        async with self._container_lock(request.args.container_id):
+            if command is Command.ADD:
+                return await self._add(request)
+            if command is Command.DEL:
+                await self._del(request)
+                return None
+            await self._check(request)
+            return None
+
+    @contextlib.asynccontextmanager
+    async def _container_lock(self, container_id: str) -> Any:
+        lock = self._locks.setdefault(container_id, asyncio.Lock())
+        self._waiters[container_id] = self._waiters.get(container_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiters[container_id] -= 1
+            if not self._waiters[container_id]:
+                del self._waiters[container_id]
+                del self._locks[container_id]
+
+    async def _default_network(self, k8s_runtime_config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(status name, delegate config) of the cluster default network."""
+        source = self.config.default_network
+        if source is None:
+            return await self._default_from_podnetwork(k8s_runtime_config)
+        if isinstance(source, Path):
+            try:
+                text = source.read_text()
+            except OSError as exc:
+                raise CNIError(
+                    ErrorCode.INVALID_CONFIG, "cannot read the default network configuration", str(exc)
+                ) from None
+        else:
+            text = json.dumps(dict(source))
+        try:
+            parsed = npwg.load_cni_config(text, f"default network {source}")
+            name = str(parsed.get("name") or "default")
+            config = npwg.delegate_config(
+                None, name, "", text, None, is_default=True, k8s_runtime_config=k8s_runtime_config
+            )
+        except npwg.DelegationError as exc:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG, "invalid default network configuration", str(exc)
+            ) from None
+        return name, config
+
+    async def _default_from_podnetwork(
+        self, k8s_runtime_config: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG,
+            "no cluster default network configured",
+            "give --default-network-conf FILE",
+        )
+
+    async def _selection(self, pod: Mapping[str, Any]) -> list[npwg.NetworkSelectionElement]:
+        """The pod's secondary networks in order: from `k8s.v1.cni.cncf.io/networks`."""
+        meta = pod.get("metadata") or {}
+        annotation = (meta.get("annotations") or {}).get(npwg.NETWORKS_ANNOTATION)
+        if not annotation:
+            return []
+        try:
+            return npwg.parse_selection(annotation, meta.get("namespace") or "default")
+        except npwg.InvalidSelection as exc:
+            # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
+            log.warning(
+                "pod %s/%s: ignoring its selection annotation: %s",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc,
+            )
+            return []
+
+    async def plan(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
+        """Every attachment of this ADD, resolved and validated before anything executes."""
+        default_name, default_config = await self._default_network(request.runtime_config)
+        elements = await self._selection(pod)
+        ifnames = plan.interface_names(request.args.ifname, [e.interface for e in elements])
+        planned = [plan.Planned(default_name, request.args.ifname, default_config, default=True)]
+        for element, ifname in zip(elements, ifnames, strict=True):
+            try:
+                nad = await self.objects.get_nad(element.namespace, element.name)
+            except NotFound:
+                raise CNIError(
+                    ErrorCode.DELEGATION_FAILED,
+                    f"NetworkAttachmentDefinition {element.ref} not found",
+                    "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
+                ) from None
+            nad_config = (nad.get("spec") or {}).get("config")
+            try:
+                config = npwg.delegate_config(
+                    element, element.name, element.namespace, nad_config, self.config.conf_dir
+                )
+            except npwg.DelegationError as exc:
+                raise CNIError(
+                    ErrorCode.DELEGATION_FAILED, f"cannot attach {element.ref}", str(exc)
+                ) from None
+            route = tuple(element.default_route) if element.default_route is not None else None
+            planned.append(plan.Planned(element.ref, ifname, config, default=False, default_route=route))
+        for p in planned:  # all configs valid and all plugins present, before the first exec
+            conflist.resolve(conflist.load(p.config, what=f"network {p.name!r}"), self.config.bin_dirs)
+        return planned
+
+    async def _add(self, request: _Request) -> dict[str, Any] | None:
+        args = request.args
+        record = self.cache.load(args.container_id)
+        if record is not None and record.complete:
+            if record.ifname != args.ifname:
+                raise CNIError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"container {args.container_id} is already attached on {record.ifname}",
+                    f"ADD asked for {args.ifname}; DEL it first",
+                )
+            return record.result  # CRI: set-up of an already set-up pod is skipped
+        if record is not None:
+            # A previous ADD was cut short (agent killed): undo it before starting over.
+            await self._teardown(record, args)
+        assert request.pod_namespace and request.pod_name
+        try:
+            pod = await self.objects.get_pod(request.pod_namespace, request.pod_name)
+        except NotFound:
+            raise CNIError(
+                ErrorCode.POD_NOT_FOUND,
+                f"pod {request.pod_namespace}/{request.pod_name} not found",
+                "the agent reads the pod's networks from the API before attaching them",
+            ) from None
+        planned = await self.plan(request, pod)
+        record = Record(
+            container_id=args.container_id,
+            netns=args.netns,
+            ifname=args.ifname,
+            cni_args=[list(p) for p in args.args],
+            pod_namespace=request.pod_namespace,
+            pod_name=request.pod_name,
+        )
+        try:
+            for p in planned:
+                attachment = Attachment(
+                    name=p.name,
+                    ifname=p.ifname,
+                    config=p.config,
+                    default=p.default,
+                    default_route=list(p.default_route) if p.default_route is not None else None,
+                )
+                record.attachments.append(attachment)
+                self.cache.save(record)  # the intent, before the delegate runs
+                attachment.result = await conflist.add(
+                    self.executor,
+                    conflist.load(p.config, what=f"network {p.name!r}"),
+                    args.with_ifname(p.ifname),
+                    self.config.bin_dirs,
+                    self.config.plugin_timeout,
+                )
+                attachment.state = State.ATTACHED
+                self.cache.save(record)
+            await self._apply_default_routes(record)
+        except BaseException as exc:
+            failed = record.attachments[-1].name if record.attachments else "?"
+            problems = await self._teardown(record, args, raise_errors=False)
+            if isinstance(exc, CNIError):
+                exc.msg = f"attaching {failed} failed: {exc.msg}"
+                if problems:
+                    exc.details = f"{exc.details}; rollback also failed: {'; '.join(problems)}".lstrip("; ")
+            raise
+        default = record.attachments[0]
+        record.complete = True
+        record.result = default.result
+        self.cache.save(record)
+        if self.config.patch_status:
+            await self._write_status(record)
+        return record.result
+
+    async def _apply_default_routes(self, record: Record) -> None:
+        for attachment in record.attachments:
+            if attachment.default_route is None:
+                continue
+            gateways = attachment.default_route or plan.result_gateways(attachment.result)
+            if not gateways:
+                raise CNIError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"{attachment.name} should carry the default route but has no gateway",
+                    "its CNI result names no gateway; give one in default-route or in the IPAM config",
+                )
+            attachment.default_route = list(gateways)
+            for cmd in plan.default_route_commands(attachment.ifname, gateways):
+                await _run_in_netns(record.netns, cmd, self.config.plugin_timeout)
+
+    async def _write_status(self, record: Record) -> None:
+        entries = [
+            npwg.status_entry(
+                a.name, a.result, default=a.default, interface=a.ifname, default_route=a.default_route
+            )
+            for a in record.attachments
+        ]
+        try:
+            await self.objects.patch_pod_annotations(
+                record.pod_namespace, record.pod_name, {npwg.NETWORK_STATUS_ANNOTATION: json.dumps(entries)}
+            )
+        except Exception as exc:
+            # The pod's networking is in place; the status is a report of it (spec 5: "may publish").
+            log.warning(
+                "pod %s/%s: network-status not written: %s", record.pod_namespace, record.pod_name, exc
+            )
+
+    async def _teardown(self, record: Record, args: RuntimeArgs, *, raise_errors: bool = True) -> list[str]:
+        """DEL every attempted attachment in reverse, past failures (7.2); the failures' messages."""
+        netns = args.netns or record.netns
+        problems: list[str] = []
+        for attachment in list(reversed(record.attachments)):
+            cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
+            del_args = RuntimeArgs(Command.DEL, record.container_id, netns, attachment.ifname, cni_args)
+            try:
+                await conflist.delete(
+                    self.executor,
+                    conflist.load(attachment.config, what=f"network {attachment.name!r}"),
+                    del_args,
+                    self.config.bin_dirs,
+                    self.config.plugin_timeout,
+                    attachment.result,
+                )
+            except CNIError as exc:
+                problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
+                continue
+            record.attachments.remove(attachment)
+            if record.attachments:
+                self.cache.save(record)
+        if record.attachments:
+            record.complete = False
+            self.cache.save(record)  # keep what failed, so the runtime's next DEL retries it
+        else:
+            self.cache.remove(record.container_id)
+        if problems and raise_errors:
+            raise CNIError(
+                ErrorCode.PLUGIN_FAILED,
+                f"DEL failed for {len(problems)} attachment(s) of container {record.container_id}",
+                "; ".join(problems),
+            )
+        return problems
+
+    async def _del(self, request: _Request) -> None:
+        record = self.cache.load(request.args.container_id)
+        if record is None:
+            return  # CRI: tear-down of a torn-down pod succeeds
+        await self._teardown(record, request.args)
+
+    async def _check(self, request: _Request) -> None:
+        if invoke.version_tuple(request.cni_version) < (0, 4, 0):
+            raise CNIError(ErrorCode.INCOMPATIBLE_VERSION, f"cniVersion {request.cni_version} has no CHECK")
+        record = self.cache.load(request.args.container_id)
+        if record is None or not record.complete:
+            raise CNIError(
+                ErrorCode.UNKNOWN_CONTAINER,
+                f"container {request.args.container_id} is not attached",
+                "no completed ADD is recorded for it",
+            )
+        for attachment in record.attachments:
+            cl = conflist.load(attachment.config, what=f"network {attachment.name!r}")
+            if invoke.version_tuple(cl.cni_version) < (0, 4, 0):
+                continue  # that delegate's version has no CHECK; nothing to ask it
+            await conflist.check(
+                self.executor,
+                cl,
+                request.args.with_ifname(attachment.ifname),
+                self.config.bin_dirs,
+                self.config.plugin_timeout,
+                attachment.result,
+            )
+
+    async def _gc(self, request: _Request) -> None:
+        """CNI 1.1 GC: tear down recorded containers the runtime no longer lists as valid."""
+        valid = request.conf.get("cni.dev/valid-attachments")
+        if not isinstance(valid, list):
+            return
+        keep = {a.get("containerID") for a in valid if isinstance(a, dict)}
+        for container_id in list(self.cache.container_ids()):
+            if container_id in keep:
+                continue
+            async with self._container_lock(container_id):
+                record = self.cache.load(container_id)
+                if record is not None:
+                    await self._teardown(record, RuntimeArgs(Command.DEL, container_id), raise_errors=False)
+
+
+async def _run_in_netns(netns: str, argv: list[str], timeout: float) -> None:
+    nsenter = shutil.which("nsenter")
+    ip = shutil.which(argv[0])
+    if nsenter is None or ip is None:
+        raise CNIError(ErrorCode.IO_FAILURE, "nsenter and ip are needed to set a default route")
+    proc = await asyncio.create_subprocess_exec(
+        nsenter,
+        f"--net={netns}",
+        ip,
+        *argv[1:],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise CNIError(ErrorCode.PLUGIN_TIMEOUT, f"{' '.join(argv)} timed out in {netns}") from None
+    if proc.returncode != 0:
+        raise CNIError(
+            ErrorCode.IO_FAILURE,
+            f"{' '.join(argv)} failed in {netns}",
+            stderr.decode(errors="replace").strip(),
+        )
+
+
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,253 @@
+"""`podnetwork cni-agent`: run the CNI agent on this node (and install its shim).
+
+`command` has the shape of `podnetwork.cli.Command` (help, configure, run,
+description), which is all the CLI reads. It is built here without importing
+`podnetwork.cli`, because `.importlinter` forbids `bridge.cni` to import the KEP
+layer (contract "agent-through-translation").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bridge.cni import agent as agent_mod
+from bridge.cni import invoke
+
+log = logging.getLogger(__name__)
+
+SHIM_SOURCE = Path(__file__).with_name("shim.py")
+DEFAULT_SHIM_PYTHON = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class _Command:
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+
+
+def install_shim(bin_dir: Path, python: str = DEFAULT_SHIM_PYTHON, name: str = agent_mod.PLUGIN_TYPE) -> Path:
+    """Copies the shim into `bin_dir` as an executable named `name`, atomically.
+
+    Its first line becomes `#!<python> -IS`: the node's interpreter, isolated and
+    without site packages (fast start, nothing from the environment).
+    """
+    if not os.path.isabs(python):
+        raise ValueError(f"--shim-python must be an absolute path, got {python!r}")
+    lines = SHIM_SOURCE.read_text().splitlines(keepends=True)
+    body = "".join(lines[1:] if lines and lines[0].startswith("#!") else lines)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    target = bin_dir / name
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"#!{python} -IS\n{body}")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def _paths(text: str) -> tuple[Path, ...]:
+    dirs = tuple(Path(p) for p in text.split(os.pathsep) if p)
+    if not dirs:
+        raise argparse.ArgumentTypeError("give at least one directory")
+    return dirs
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--socket",
+        type=Path,
+        default=agent_mod.DEFAULT_SOCKET,
+        help="unix socket the shim connects to, mode 0600 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cni-bin-dir",
+        type=_paths,
+        default=invoke.DEFAULT_BIN_DIRS,
+        metavar="DIR[:DIR...]",
+        help="the only directories delegate plugins are taken from "
+        f"(default: {os.pathsep.join(map(str, invoke.DEFAULT_BIN_DIRS))})",
+    )
+    p.add_argument(
+        "--cni-conf-dir",
+        type=Path,
+        default=agent_mod.DEFAULT_CONF_DIR,
+        help="on-disk delegate configurations, NPWG 3.4.1 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=agent_mod.DEFAULT_CACHE_DIR,
+        help="what the agent attached, per container (default: %(default)s)",
+    )
+    p.add_argument(
+        "--default-network-conf",
+        type=Path,
+        metavar="FILE",
+        help="CNI config (list) of the cluster default network; without it the `default` "
+        "PodNetwork's NetworkAttachmentDefinition is used",
+    )
+    p.add_argument(
+        "--plugin-timeout",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="time one delegate plugin call may take (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=1024 * 1024,
+        help="largest network configuration accepted (default: %(default)s)",
+    )
+    p.add_argument(
+        "--install",
+        action="store_true",
+        help="copy the shim into the CNI bin dir as `multinetwork`, and write the agent's "
+        "conflist once the default network is usable (NPWG 6.1)",
+    )
+    p.add_argument(
+        "--install-bin-dir",
+        type=Path,
+        help="where --install puts the shim (default: the first --cni-bin-dir)",
+    )
+    p.add_argument(
+        "--agent-conf-dir",
+        type=Path,
+        help="where --install writes the agent's conflist (default: --cni-conf-dir; NPWG 6.1.1 "
+        "recommends a separate directory given to the kubelet)",
+    )
+    p.add_argument(
+        "--shim-python",
+        default=DEFAULT_SHIM_PYTHON,
+        help="the node's python3 that runs the shim (default: %(default)s)",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument(
+        "--objects",
+        type=Path,
+        metavar="FILE",
+        help="serve from the objects in this YAML/JSON file instead of a cluster "
+        "(pods, NADs; annotation patches stay in memory)",
+    )
+
+
+def _load_objects(path: Path) -> Any:
+    import yaml
+
+    from bridge.cni.objects import MemoryObjects
+
+    docs: list[dict[str, Any]] = []
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc is None:
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            docs.extend(doc.get("items") or [])
+        elif isinstance(doc, list):
+            docs.extend(doc)
+        else:
+            docs.append(doc)
+    return MemoryObjects(docs)
+
+
+async def serve(agent: agent_mod.Agent, stop: asyncio.Event) -> None:
+    await agent.start()
+    try:
+        await stop.wait()
+    finally:
+        await agent.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    config = agent_mod.AgentConfig(
+        socket_path=args.socket,
+        cache_dir=args.cache_dir,
+        bin_dirs=tuple(args.cni_bin_dir),
+        conf_dir=args.cni_conf_dir,
+        default_network=args.default_network_conf,
+        plugin_timeout=args.plugin_timeout,
+        max_request_bytes=args.max_request_bytes,
+    )
+    if args.default_network_conf is not None and not args.default_network_conf.is_file():
+        print(f"error: --default-network-conf {args.default_network_conf}: no such file", file=sys.stderr)
+        return 2
+    if args.install:
+        bin_dir = args.install_bin_dir or config.bin_dirs[0]
+        try:
+            shim = install_shim(bin_dir, args.shim_python)
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot install the shim into {bin_dir}: {exc}", file=sys.stderr)
+            return 1
+        print(f"installed {shim}", file=sys.stderr)
+        config.conf_file = (args.agent_conf_dir or config.conf_dir) / agent_mod.DEFAULT_CONF_FILE_NAME
+    try:
+        if args.objects is not None:
+            objects = _load_objects(args.objects)
+        else:
+            from bridge.cni.objects import KubernetesObjects
+
+            objects = KubernetesObjects(args.kubeconfig, args.context)
+    except Exception as exc:
+        print(
+            f"error: cannot reach the cluster's objects: {exc}; give --kubeconfig or --objects FILE",
+            file=sys.stderr,
+        )
+        return 1
+    agent = agent_mod.Agent(objects, config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(agent, stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+command = _Command(
+    help="run the CNI agent (the NPWG delegating plugin) on this node",
+    configure=configure,
+    run=run,
+    description=(
+        "Run the CNI agent: the runtime executes the `multinetwork` shim, which forwards each CNI\n"
+        "request over --socket to this agent. The agent attaches the cluster default network, then\n"
+        "each network the pod selects, by executing the delegate plugins from --cni-bin-dir.\n\n"
+        "With --install it first copies the shim into the CNI bin dir and, once the default network\n"
+        "is usable, writes its conflist so the runtime starts using it (NPWG multi-net spec 6.1).\n\n"
+        "example:\n"
+        "  podnetwork cni-agent --install --default-network-conf /etc/cni/net.d/10-default.conflist \\\n"
+        "      --agent-conf-dir /etc/cni/multinetwork.d"
+    ),
+)
+
+__all__ = ["command", "install_shim"]

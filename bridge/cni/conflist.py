@@ -1,0 +1,190 @@
+"""Network configuration lists (CNI spec section 1 "Configuration format" and section 3
+"Execution of Network Configurations").
+
+A single plugin configuration is treated as a list of one. For each plugin call the
+list's `name` and `cniVersion` are injected (NPWG spec 7.1), `runtimeConfig` carries
+only the capabilities that plugin declares (CNI CONVENTIONS "capabilities"), ADD
+chains `prevResult` forward, DEL runs in reverse with the cached result, and CHECK
+runs only for 0.4.0 and later and not when `disableCheck` is set.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bridge.cni import invoke
+from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+
+#: Keys of a plugin configuration the runtime derives; never taken from the list's plugins.
+_INJECTED = ("name", "cniVersion", "prevResult")
+
+
+@dataclass(frozen=True)
+class ConfList:
+    """A validated configuration list, ready to execute."""
+
+    name: str
+    cni_version: str
+    plugins: tuple[dict[str, Any], ...]
+    disable_check: bool = False
+    runtime_config: Mapping[str, Any] | None = None
+    """List-level runtimeConfig, handed to each plugin per its declared capabilities."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cniVersion": self.cni_version,
+            "name": self.name,
+            "plugins": [dict(p) for p in self.plugins],
+        }
+        if self.disable_check:
+            out["disableCheck"] = True
+        if self.runtime_config:
+            out["runtimeConfig"] = dict(self.runtime_config)
+        return out
+
+
+def load(conf: Any, *, what: str = "network configuration") -> ConfList:
+    """A CNI configuration (single or list) -> ConfList, validating everything before any exec."""
+
+    def bad(detail: str) -> CNIError:
+        return CNIError(ErrorCode.INVALID_CONFIG, f"invalid {what}", detail)
+
+    if not isinstance(conf, Mapping):
+        raise bad("must be a JSON object")
+    name = conf.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad('"name" must be a non-empty string')
+    version = conf.get("cniVersion")
+    if not isinstance(version, str) or not version:
+        raise bad('"cniVersion" must be a version string such as "1.0.0"')
+    if invoke.version_tuple(version) > invoke.version_tuple(invoke.SUPPORTED_VERSIONS[-1]):
+        raise CNIError(
+            ErrorCode.INCOMPATIBLE_VERSION,
+            f"unsupported cniVersion {version!r} in {what}",
+            f"supported: {', '.join(invoke.SUPPORTED_VERSIONS)}",
+        )
+    disable_check = conf.get("disableCheck", False)
+    if not isinstance(disable_check, bool):
+        # Some runtimes accept the string "true"; the spec says boolean.
+        disable_check = str(disable_check).lower() == "true"
+    runtime_config = conf.get("runtimeConfig")
+    if runtime_config is not None and not isinstance(runtime_config, Mapping):
+        raise bad('"runtimeConfig" must be an object')
+    if "plugins" in conf:
+        plugins = conf["plugins"]
+        if not isinstance(plugins, list) or not plugins:
+            raise bad('"plugins" must be a non-empty list')
+        for i, plugin in enumerate(plugins):
+            if not isinstance(plugin, Mapping):
+                raise bad(f"plugins[{i}] must be an object")
+            try:
+                invoke.check_plugin_type(plugin.get("type"))
+            except CNIError as exc:
+                raise bad(f"plugins[{i}].type: {exc.details}") from None
+        return ConfList(
+            name, version, tuple(copy.deepcopy(dict(p)) for p in plugins), disable_check, runtime_config
+        )
+    try:
+        invoke.check_plugin_type(conf.get("type"))
+    except CNIError as exc:
+        raise bad(f"type: {exc.details}") from None
+    # A single configuration is its own only plugin; its own runtimeConfig stays in it.
+    plugin = copy.deepcopy(dict(conf))
+    return ConfList(name, version, (plugin,), disable_check, None)
+
+
+def plugin_config(
+    conflist: ConfList,
+    plugin: Mapping[str, Any],
+    prev_result: Mapping[str, Any] | None,
+    runtime_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The configuration one plugin receives on stdin (CNI spec "Deriving execution configuration")."""
+    conf = {k: copy.deepcopy(v) for k, v in plugin.items() if k not in _INJECTED}
+    conf["name"] = conflist.name
+    conf["cniVersion"] = conflist.cni_version
+    if prev_result is not None:
+        conf["prevResult"] = copy.deepcopy(dict(prev_result))
+    offered = {**(conflist.runtime_config or {}), **(runtime_config or {})}
+    capabilities = plugin.get("capabilities")
+    if offered and isinstance(capabilities, Mapping):
+        chosen = {k: v for k, v in offered.items() if capabilities.get(k) is True}
+        if chosen:
+            own = conf.get("runtimeConfig")
+            conf["runtimeConfig"] = {**(own if isinstance(own, Mapping) else {}), **chosen}
+    return conf
+
+
+def resolve(conflist: ConfList, bin_dirs: Sequence[Path]) -> None:
+    """Fails before anything runs if any plugin of the list is missing from the bin dirs."""
+    for plugin in conflist.plugins:
+        invoke.find_plugin(plugin.get("type"), bin_dirs)
+
+
+async def add(
+    executor: invoke.Exec,
+    conflist: ConfList,
+    args: RuntimeArgs,
+    bin_dirs: Sequence[Path],
+    timeout: float,
+    runtime_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """ADD through the list, each plugin getting the previous one's result; the last result."""
+    resolve(conflist, bin_dirs)
+    args = args.with_command(Command.ADD)
+    prev: dict[str, Any] | None = None
+    for plugin in conflist.plugins:
+        conf = plugin_config(conflist, plugin, prev, runtime_config)
+        prev = await invoke.call(executor, plugin["type"], conf, args, bin_dirs, timeout)
+    return prev
+
+
+async def delete(
+    executor: invoke.Exec,
+    conflist: ConfList,
+    args: RuntimeArgs,
+    bin_dirs: Sequence[Path],
+    timeout: float,
+    prev_result: Mapping[str, Any] | None,
+    runtime_config: Mapping[str, Any] | None = None,
+) -> None:
+    """DEL through the list in reverse, each plugin getting the cached ADD result (0.4.0+)."""
+    args = args.with_command(Command.DEL)
+    if invoke.version_tuple(conflist.cni_version) < (0, 4, 0):
+        prev_result = None
+    for plugin in reversed(conflist.plugins):
+        conf = plugin_config(conflist, plugin, prev_result, runtime_config)
+        await invoke.call(executor, plugin.get("type"), conf, args, bin_dirs, timeout)
+
+
+async def check(
+    executor: invoke.Exec,
+    conflist: ConfList,
+    args: RuntimeArgs,
+    bin_dirs: Sequence[Path],
+    timeout: float,
+    prev_result: Mapping[str, Any] | None,
+    runtime_config: Mapping[str, Any] | None = None,
+) -> bool:
+    """CHECK through the list in order; False when skipped (`disableCheck`).
+
+    Raises CNIError code 1 for lists older than 0.4.0, which have no CHECK.
+    """
+    if invoke.version_tuple(conflist.cni_version) < (0, 4, 0):
+        raise CNIError(
+            ErrorCode.INCOMPATIBLE_VERSION,
+            f"network {conflist.name!r} has cniVersion {conflist.cni_version}, which has no CHECK",
+            "CHECK needs cniVersion 0.4.0 or later",
+        )
+    if conflist.disable_check:
+        return False
+    resolve(conflist, bin_dirs)
+    args = args.with_command(Command.CHECK)
+    for plugin in conflist.plugins:
+        conf = plugin_config(conflist, plugin, prev_result, runtime_config)
+        await invoke.call(executor, plugin["type"], conf, args, bin_dirs, timeout)
+    return True

@@ -1,0 +1,319 @@
+"""One execution of one CNI plugin, in small pure pieces (CNI spec, section 2 "Execution Protocol").
+
+arguments -> environment (`environment`), plugin type -> executable (`find_plugin`),
+execution (`Exec`, `SubprocessExec`), stdout -> result or error (`decode`).
+Plugins are looked up only in the configured bin dirs, a `type` is a bare file
+name (never a path, never `..`), and nothing runs through a shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+#: Versions of the CNI specification this project speaks, oldest first.
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+#: The version the agent answers in when the caller names none.
+LATEST_VERSION = "1.1.0"
+#: Default CNI bin dirs: the upstream default first, then Debian's package location.
+DEFAULT_BIN_DIRS: tuple[Path, ...] = (Path("/opt/cni/bin"), Path("/usr/lib/cni"))
+
+# CNI spec 1.0 "type": "must not contain characters disallowed in file paths
+# for the system (e.g. / or \\)". We are stricter: a bare, printable file name.
+_PLUGIN_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")
+# CNI spec "CNI_CONTAINERID": alphanumeric, then alphanumerics, underscore, dot, hyphen.
+_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,1023}$")
+# Linux interface names: 1..15 bytes, no '/', no ':', no whitespace, not '.' or '..'.
+_IFNAME = re.compile(r"^[^/:\s]{1,15}$")
+
+
+class Command(StrEnum):
+    """CNI operations (CNI spec section 2, "CNI operations")."""
+
+    ADD = "ADD"
+    DEL = "DEL"
+    CHECK = "CHECK"
+    STATUS = "STATUS"
+    VERSION = "VERSION"
+    GC = "GC"
+
+
+class ErrorCode(IntEnum):
+    """CNI error codes: 1-99 are the spec's well-known codes, 100+ are this project's."""
+
+    INCOMPATIBLE_VERSION = 1
+    UNSUPPORTED_FIELD = 2
+    UNKNOWN_CONTAINER = 3
+    INVALID_ENVIRONMENT = 4
+    IO_FAILURE = 5
+    DECODING_FAILURE = 6
+    INVALID_CONFIG = 7
+    TRY_AGAIN_LATER = 11
+    PLUGIN_TIMEOUT = 100
+    """A delegate plugin did not answer within the agent's per-call timeout."""
+    PLUGIN_FAILED = 101
+    """A delegate plugin failed without printing a CNI error."""
+    AGENT_UNAVAILABLE = 102
+    """The shim could not reach the agent (not running, socket missing)."""
+    REQUEST_TOO_LARGE = 103
+    """The request is larger than the agent accepts."""
+    POD_NOT_FOUND = 104
+    """ADD for a pod the agent cannot read from the API."""
+    DELEGATION_FAILED = 105
+    """A selected network cannot be turned into a delegate configuration."""
+
+
+class CNIError(Exception):
+    """A CNI error as protocol data: `{cniVersion, code, msg, details}` (CNI spec "Errors")."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(f"{msg}: {details}" if details else msg)
+        self.code = int(code)
+        self.msg = msg
+        self.details = details
+
+    def to_json(self, cni_version: str = LATEST_VERSION) -> dict[str, Any]:
+        out: dict[str, Any] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CNIError:
+        code = data.get("code")
+        return cls(
+            code if isinstance(code, int) else ErrorCode.PLUGIN_FAILED,
+            str(data.get("msg") or "plugin failed without a message"),
+            str(data.get("details") or ""),
+        )
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.4.0' -> (0, 4, 0); anything unparsable sorts lowest, as the oldest protocol."""
+    try:
+        return tuple(int(p) for p in version.split("."))
+    except (AttributeError, ValueError):
+        return (0,)
+
+
+def check_container_id(container_id: str) -> str:
+    if not isinstance(container_id, str) or not _CONTAINER_ID.match(container_id):
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            "invalid CNI_CONTAINERID",
+            f"{container_id!r}: must start with a letter or digit and contain only letters, digits, "
+            "'_', '.' and '-'",
+        )
+    return container_id
+
+
+def check_ifname(ifname: str) -> str:
+    if not isinstance(ifname, str) or not _IFNAME.match(ifname) or ifname in (".", ".."):
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            "invalid interface name",
+            f"{ifname!r}: must be 1 to 15 characters without '/', ':' or whitespace",
+        )
+    return ifname
+
+
+@dataclass(frozen=True)
+class RuntimeArgs:
+    """The per-invocation parameters of CNI spec section 2 "Parameters"."""
+
+    command: Command
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    args: tuple[tuple[str, str], ...] = ()
+    """CNI_ARGS as ordered key/value pairs."""
+
+    def with_ifname(self, ifname: str) -> RuntimeArgs:
+        return RuntimeArgs(self.command, self.container_id, self.netns, ifname, self.args)
+
+    def with_command(self, command: Command) -> RuntimeArgs:
+        return RuntimeArgs(command, self.container_id, self.netns, self.ifname, self.args)
+
+    def arg(self, key: str) -> str | None:
+        for k, v in self.args:
+            if k == key:
+                return v
+        return None
+
+
+def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
+    """'K1=V1;K2=V2' -> (('K1','V1'), ('K2','V2')); a pair without '=' is an error."""
+    pairs: list[tuple[str, str]] = []
+    for item in (text or "").split(";"):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CNIError(ErrorCode.INVALID_ENVIRONMENT, "invalid CNI_ARGS", f"{item!r} is not KEY=VALUE")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def format_cni_args(pairs: Sequence[tuple[str, str]]) -> str:
+    return ";".join(f"{k}={v}" for k, v in pairs)
+
+
+def environment(
+    args: RuntimeArgs, bin_dirs: Sequence[Path], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of one plugin call: the CNI variables, plus PATH for plugins that run tools.
+
+    The rest of the caller's environment is not passed on: a plugin sees only
+    what the protocol gives it. CNI_PATH is our bin dirs, so chained IPAM
+    plugins are found only there too.
+    """
+    env = {"PATH": (base or os.environ).get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    env["CNI_COMMAND"] = args.command.value
+    env["CNI_PATH"] = os.pathsep.join(str(d) for d in bin_dirs)
+    if args.container_id:
+        env["CNI_CONTAINERID"] = args.container_id
+    if args.netns:
+        env["CNI_NETNS"] = args.netns
+    if args.ifname:
+        env["CNI_IFNAME"] = args.ifname
+    if args.args:
+        env["CNI_ARGS"] = format_cni_args(args.args)
+    return env
+
+
+def check_plugin_type(plugin_type: Any) -> str:
+    """A plugin `type` must be a bare file name: never a path, never '..'."""
+    if not isinstance(plugin_type, str) or not _PLUGIN_TYPE.match(plugin_type) or ".." in plugin_type:
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG,
+            "invalid plugin type",
+            f"{plugin_type!r}: a plugin type must be a bare file name of letters, digits, '.', '_', "
+            "'+' or '-' (no '/' and no '..'), found in the CNI bin dirs",
+        )
+    return plugin_type
+
+
+def find_plugin(plugin_type: Any, bin_dirs: Sequence[Path]) -> Path:
+    """The executable for `plugin_type`, from the bin dirs only, first dir wins."""
+    name = check_plugin_type(plugin_type)
+    for d in bin_dirs:
+        candidate = Path(d) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise CNIError(
+        ErrorCode.INVALID_CONFIG,
+        f"failed to find plugin {name!r}",
+        f"looked in {os.pathsep.join(str(d) for d in bin_dirs)}; install it there or fix the "
+        'configuration\'s "type"',
+    )
+
+
+def decode(stdout: bytes, *, expect_result: bool) -> dict[str, Any] | None:
+    """A successful call's stdout -> the result object (None when the command returns none)."""
+    text = stdout.strip()
+    if not text:
+        if expect_result:
+            raise CNIError(ErrorCode.DECODING_FAILURE, "plugin returned no result")
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CNIError(
+            ErrorCode.DECODING_FAILURE, "plugin output is not JSON", f"{exc}: {text[:200]!r}"
+        ) from None
+    if not isinstance(data, dict):
+        raise CNIError(ErrorCode.DECODING_FAILURE, "plugin output is not a JSON object", repr(text[:200]))
+    return data
+
+
+def decode_failure(plugin: str, returncode: int, stdout: bytes, stderr: bytes) -> CNIError:
+    """A failed call's outputs -> the plugin's CNI error, or one that says what we saw."""
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and "code" in data:
+        err = CNIError.from_json(data)
+        err.msg = f"plugin {plugin}: {err.msg}"
+        return err
+    seen = (stderr or stdout).decode(errors="replace").strip()[:500]
+    return CNIError(
+        ErrorCode.PLUGIN_FAILED,
+        f"plugin {plugin} failed with exit code {returncode} without a CNI error",
+        seen,
+    )
+
+
+class Exec(Protocol):
+    """Runs one plugin executable; the place where tests plug in a fake or a wrapper."""
+
+    async def run(
+        self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
+    ) -> tuple[int, bytes, bytes]:
+        """Returns (exit code, stdout, stderr); raises CNIError on timeout."""
+        ...
+
+
+@dataclass
+class SubprocessExec:
+    """Executes plugins as child processes: argv is the plugin path alone, no shell."""
+
+    started: list[str] = field(default_factory=list)
+    """Names of the plugins started, in order (for logs and tests)."""
+
+    async def run(
+        self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
+    ) -> tuple[int, bytes, bytes]:
+        self.started.append(plugin.name)
+        proc = await asyncio.create_subprocess_exec(
+            str(plugin),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env),
+            close_fds=True,
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        except TimeoutError:
+            await _kill(proc)
+            raise CNIError(
+                ErrorCode.PLUGIN_TIMEOUT,
+                f"plugin {plugin.name} timed out",
+                f"no answer within {timeout:g}s (--plugin-timeout); it was killed",
+            ) from None
+        except asyncio.CancelledError:
+            await _kill(proc)
+            raise
+        return proc.returncode or 0, stdout, stderr
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
+
+
+async def call(
+    executor: Exec,
+    plugin_type: Any,
+    config: Mapping[str, Any],
+    args: RuntimeArgs,
+    bin_dirs: Sequence[Path],
+    timeout: float,
+) -> dict[str, Any] | None:
+    """Runs one plugin for one command: the whole exec protocol of one call."""
+    plugin = find_plugin(plugin_type, bin_dirs)
+    env = environment(args, bin_dirs)
+    code, stdout, stderr = await executor.run(plugin, env, json.dumps(config).encode(), timeout)
+    if code != 0:
+        raise decode_failure(plugin.name, code, stdout, stderr)
+    return decode(stdout, expect_result=args.command in (Command.ADD, Command.VERSION))

@@ -1,0 +1,201 @@
+"""The agent's access to the cluster: a small async protocol, and two implementations.
+
+The agent reads a few objects by name and patches pod annotations; nothing else.
+Objects are plain Kubernetes JSON (dicts), as the API server returns them.
+
+- `ObjectSource`: the protocol. The local demo implements it over its own store.
+- `MemoryObjects`: a dict-backed implementation with the API server's merge-patch
+  semantics for annotations (tests, and `podnetwork cni-agent --objects FILE`).
+- `KubernetesObjects`: the real API through the official `kubernetes` client
+  (already a dependency of the project, and synchronous; calls run in a worker
+  thread so the agent's event loop never blocks). Reads are single GETs by name:
+  the agent runs on every node, and a node's agent only ever asks about the pods
+  the runtime hands it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+# The API coordinates of the objects the agent reads. They are the wire names of
+# the KEP API and of the NPWG standard; the KEP layer's own constants are not
+# importable from here (.importlinter: the agent sees PodNetworks only through
+# bridge.translate), so the few strings are repeated and tested to match.
+KEP_GROUP = "multinetwork.x-k8s.io"
+KEP_VERSION = "v1alpha1"
+NAD_GROUP = "k8s.cni.cncf.io"
+NAD_VERSION = "v1"
+NAD_PLURAL = "network-attachment-definitions"
+OPTIONS_GROUP = "bridge.multinetwork.x-k8s.io"
+OPTIONS_VERSION = "v1alpha1"
+OPTIONS_PLURAL = "networkselectionoptions"
+
+POD = "Pod"
+NAD = "NetworkAttachmentDefinition"
+PODNETWORK = "PodNetwork"
+ATTACHMENT = "PodNetworkAttachment"
+SELECTION_OPTIONS = "NetworkSelectionOptions"
+_NAMESPACED = {POD, NAD, ATTACHMENT, SELECTION_OPTIONS}
+
+
+class NotFound(LookupError):
+    """The object does not exist (HTTP 404)."""
+
+    def __init__(self, kind: str, namespace: str | None, name: str) -> None:
+        where = f"{namespace}/{name}" if namespace else name
+        super().__init__(f"{kind} {where} not found")
+        self.kind, self.namespace, self.name = kind, namespace, name
+
+
+class ObjectSource(Protocol):
+    """What the agent needs from the cluster. Every getter raises `NotFound` when absent."""
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def get_podnetwork(self, name: str) -> dict[str, Any]: ...
+
+    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge-patches `metadata.annotations`: a None value removes that key."""
+        ...
+
+
+class MemoryObjects:
+    """An in-memory ObjectSource. `put`/`delete` stand in for kubectl."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        self._store: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, str, dict[str, str | None]]] = []
+        """Every annotation patch applied, in order (for tests and the demo's log)."""
+        for obj in objects:
+            self.put(obj)
+
+    @staticmethod
+    def _key(kind: str, namespace: str | None, name: str) -> tuple[str, str | None, str]:
+        return (kind, namespace if kind in _NAMESPACED else None, name)
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not meta.get("name"):
+            raise ValueError("an object needs a kind and metadata.name")
+        namespace = meta.get("namespace") or ("default" if kind in _NAMESPACED else None)
+        stored = copy.deepcopy(dict(obj))
+        if kind in _NAMESPACED:
+            stored["metadata"] = {**meta, "namespace": namespace}
+        self._store[self._key(kind, namespace, meta["name"])] = stored
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> None:
+        self._store.pop(self._key(kind, namespace, name), None)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        try:
+            return copy.deepcopy(self._store[self._key(kind, namespace, name)])
+        except KeyError:
+            raise NotFound(kind, namespace if kind in _NAMESPACED else None, name) from None
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(POD, namespace, name)
+
+    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(NAD, namespace, name)
+
+    async def get_podnetwork(self, name: str) -> dict[str, Any]:
+        return self.get(PODNETWORK, None, name)
+
+    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(ATTACHMENT, namespace, name)
+
+    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(SELECTION_OPTIONS, namespace, name)
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        key = self._key(POD, namespace, name)
+        if key not in self._store:
+            raise NotFound(POD, namespace, name)
+        meta = self._store[key].setdefault("metadata", {})
+        current = dict(meta.get("annotations") or {})
+        for k, v in annotations.items():
+            if v is None:
+                current.pop(k, None)
+            else:
+                current[k] = v
+        meta["annotations"] = current
+        self.patches.append((namespace, name, dict(annotations)))
+
+
+class KubernetesObjects:
+    """ObjectSource over the Kubernetes API (in-cluster config, or a kubeconfig)."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        import kubernetes  # heavy; only the real agent needs it
+
+        if kubeconfig or context:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context)
+        else:
+            try:
+                kubernetes.config.load_incluster_config()
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config()
+        self._client = kubernetes.client.ApiClient()
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._custom = kubernetes.client.CustomObjectsApi(self._client)
+        self._api_exception = kubernetes.client.ApiException
+
+    async def _call(self, kind: str, namespace: str | None, name: str, fn: Any, *args: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except self._api_exception as exc:
+            if exc.status == 404:
+                raise NotFound(kind, namespace, name) from None
+            raise
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        pod = await self._call(POD, namespace, name, self._core.read_namespaced_pod, name, namespace)
+        return dict(self._client.sanitize_for_serialization(pod))
+
+    async def _custom_get(
+        self, kind: str, group: str, version: str, plural: str, namespace: str | None, name: str
+    ) -> dict[str, Any]:
+        if namespace is None:
+            fn, args = self._custom.get_cluster_custom_object, (group, version, plural, name)
+        else:
+            fn, args = self._custom.get_namespaced_custom_object, (group, version, namespace, plural, name)
+        return dict(await self._call(kind, namespace, name, fn, *args))
+
+    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._custom_get(NAD, NAD_GROUP, NAD_VERSION, NAD_PLURAL, namespace, name)
+
+    async def get_podnetwork(self, name: str) -> dict[str, Any]:
+        return await self._custom_get(PODNETWORK, KEP_GROUP, KEP_VERSION, "podnetworks", None, name)
+
+    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._custom_get(
+            ATTACHMENT, KEP_GROUP, KEP_VERSION, "podnetworkattachments", namespace, name
+        )
+
+    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._custom_get(
+            SELECTION_OPTIONS, OPTIONS_GROUP, OPTIONS_VERSION, OPTIONS_PLURAL, namespace, name
+        )
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        await self._call(POD, namespace, name, self._core.patch_namespaced_pod, name, namespace, body)
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,105 @@
+"""Pure decisions of an ADD: which interface each attachment gets, and its default route.
+
+NPWG spec 4.2.1: an attachment is the tuple [container ID, network name, CNI_IFNAME];
+a selection that names no interface gets one generated, unique in the pod
+(`net1`, `net2`, ...). 4.1.2.1.5: a requested name already used by a previous
+attachment fails the ADD.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.cni.invoke import CNIError, ErrorCode, check_ifname
+
+GENERATED_PREFIX = "net"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One attachment the agent will make, fully resolved before anything runs."""
+
+    name: str
+    """network-status name: `namespace/nad`, or the default network's name."""
+    ifname: str
+    config: dict[str, Any]
+    """The delegate CNI configuration (single or list), as `bridge.npwg.delegate_config` made it."""
+    default: bool = False
+    default_route: tuple[str, ...] | None = None
+    """Gateways for the pod's default route; () means "from this attachment's result"."""
+
+
+def interface_names(primary: str, requested: Sequence[str | None]) -> list[str]:
+    """The CNI_IFNAME of each selected attachment, in order (4.2.1, 4.1.2.1.5)."""
+    check_ifname(primary)
+    taken = {primary}
+    for i, name in enumerate(requested):
+        if name is None:
+            continue
+        check_ifname(name)
+        if name in taken:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                f"interface name {name!r} is used by two attachments",
+                f"selection element {i} asks for {name!r}, which an earlier attachment already uses "
+                "(NPWG multi-net spec 4.1.2.1.5); pick distinct interface names",
+            )
+        taken.add(name)
+    out: list[str] = []
+    counter = 0
+    for name in requested:
+        if name is not None:
+            out.append(name)
+            continue
+        counter += 1
+        while f"{GENERATED_PREFIX}{counter}" in taken:
+            counter += 1
+        generated = f"{GENERATED_PREFIX}{counter}"
+        taken.add(generated)
+        out.append(generated)
+    return out
+
+
+def result_gateways(result: Mapping[str, Any] | None) -> list[str]:
+    """The gateways a CNI result offers for a default route: its IPs' gateways, else its default routes."""
+    if not result:
+        return []
+    found: list[str] = []
+    for entry in result.get("ips") or []:
+        if isinstance(entry, Mapping) and entry.get("gateway"):
+            found.append(str(entry["gateway"]))
+    if not found:
+        for route in result.get("routes") or []:
+            if isinstance(route, Mapping) and route.get("dst") in ("0.0.0.0/0", "::/0") and route.get("gw"):
+                found.append(str(route["gw"]))
+    return list(dict.fromkeys(found))
+
+
+def default_route_commands(ifname: str, gateways: Sequence[str]) -> list[list[str]]:
+    """`ip` argument lists that move the pod's default route(s) to `ifname` (4.1.2.1.9).
+
+    Per address family present in `gateways`: drop every default route of that
+    family, then add one via each gateway, in order, with rising metrics.
+    """
+    commands: list[list[str]] = []
+    by_family: dict[int, list[str]] = {}
+    for gw in gateways:
+        try:
+            by_family.setdefault(ipaddress.ip_address(gw).version, []).append(gw)
+        except ValueError:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG, "invalid default-route gateway", f"{gw!r} is not an IP address"
+            ) from None
+    for family, gws in sorted(by_family.items()):
+        flag = f"-{family}"
+        everything = "0.0.0.0/0" if family == 4 else "::/0"
+        commands.append(["ip", flag, "route", "flush", "exact", everything])
+        for metric, gw in enumerate(gws):
+            cmd = ["ip", flag, "route", "add", "default", "via", gw, "dev", ifname]
+            if metric:
+                cmd += ["metric", str(metric)]
+            commands.append(cmd)
+    return commands

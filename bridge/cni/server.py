@@ -1,0 +1,134 @@
+"""The agent's HTTP API on a unix socket (aiohttp, which kopf already brings in).
+
+    POST /v1/cni    {"env": {"CNI_COMMAND": ..., ...}, "stdin": "<network configuration>"}
+                    200 {"result": <CNI result or null>}
+                    4xx/5xx {"error": {"cniVersion", "code", "msg", "details"}}
+    GET  /v1/ready  200 {"ready": true} | 503 {"ready": false, "problem": "..."}
+
+The socket is bound and set to mode 0600 before it listens, so only root (the
+runtime, through the shim) can ever connect. Handlers are not cancelled when a
+client goes away: an ADD or DEL that started runs to its end and stays recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bridge.cni.invoke import CNIError, ErrorCode
+
+if TYPE_CHECKING:
+    from bridge.cni.agent import Agent
+
+log = logging.getLogger(__name__)
+
+API_PATH = "/v1/cni"
+READY_PATH = "/v1/ready"
+
+
+def _error(exc: CNIError, status: int, version: str = "1.1.0") -> web.Response:
+    return web.json_response({"error": exc.to_json(version)}, status=status)
+
+
+class Server:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._runner: web.AppRunner | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def _limit(self) -> int:
+        return self.agent.config.max_request_bytes
+
+    async def start(self) -> None:
+        path = self.agent.config.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                path.unlink()  # a previous agent's socket; nobody listens on it any more
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        # Room for the JSON envelope and escaping around a request of the allowed size.
+        app = web.Application(client_max_size=2 * self._limit + 64 * 1024)
+        app.router.add_post(API_PATH, self._cni)
+        app.router.add_get(READY_PATH, self._ready)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        log.info("CNI agent listening on %s", path)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with contextlib.suppress(FileNotFoundError):
+            self.agent.config.socket_path.unlink()
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        problem = await self.agent.default_network_problem()
+        return web.json_response(
+            {"ready": problem is None, "problem": problem}, status=200 if problem is None else 503
+        )
+
+    async def _cni(self, request: web.Request) -> web.Response:
+        too_large = CNIError(
+            ErrorCode.REQUEST_TOO_LARGE,
+            "request too large",
+            f"the agent accepts network configurations up to {self._limit} bytes",
+        )
+        if request.content_length is not None and request.content_length > 2 * self._limit + 64 * 1024:
+            return _error(too_large, 413)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(too_large, 413)
+        try:
+            data = json.loads(body)
+            env, stdin = data["env"], data.get("stdin", "")
+            if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+                raise TypeError("env must map names to strings")
+            if not isinstance(stdin, str):
+                raise TypeError("stdin must be a string")
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error(
+                CNIError(ErrorCode.DECODING_FAILURE, "malformed request to the agent", str(exc)), 400
+            )
+        raw = stdin.encode()
+        if len(raw) > self._limit:
+            return _error(too_large, 413)
+        version = _requested_version(raw)
+        try:
+            result = await self.agent.handle(env, raw)
+        except CNIError as exc:
+            log.info("%s %s: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)
+            return _error(exc, 400 if exc.code < 100 else 500, version)
+        except Exception as exc:
+            log.exception("unexpected failure handling %s", env.get("CNI_COMMAND"))
+            return _error(CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc)), 500, version)
+        return web.json_response({"result": result})
+
+
+def _requested_version(stdin: bytes) -> str:
+    try:
+        conf: Any = json.loads(stdin)
+        version = conf.get("cniVersion") if isinstance(conf, dict) else None
+    except (ValueError, RecursionError):
+        version = None
+    return version if isinstance(version, str) and version else "1.1.0"
