@@ -113,7 +113,9 @@ def format(networks: Sequence[Network]) -> str:
 
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def declared(pod: Mapping[str, Any]) -> list[Network] | None:

@@ -155,18 +155,27 @@ def validate_networks(
     return errors
 
 
+def _field(obj: Any, name: str) -> Mapping[str, Any]:
+    """`obj[name]` when both are mappings, else empty: manifests come from users,
+    and a wrongly typed part must give field errors (or none), never a traceback."""
+    value = obj.get(name) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
 def validate_pod(pod: Mapping[str, Any]) -> list[FieldError]:
     """Static checks of a pod's networks; a pod without the annotation is valid."""
     annotations = networks.annotations_of(pod)
     if constants.NETWORKS_ANNOTATION not in annotations:
         return []
-    spec = pod.get("spec") or {}
+    spec = _field(pod, "spec")
     try:
         nets = networks.parse(annotations[constants.NETWORKS_ANNOTATION])
     except InvalidObject as exc:
         return exc.errors
-    os_name = ((spec.get("os") or {}).get("name") or "linux").lower()
-    return validate_networks(nets, host_network=bool(spec.get("hostNetwork")), os_name=os_name)
+    os_name = _field(spec, "os").get("name")
+    os_name = os_name.lower() if isinstance(os_name, str) and os_name else "linux"
+    # Only a real `true` is hostNetwork: the API server refuses any other type.
+    return validate_networks(nets, host_network=spec.get("hostNetwork") is True, os_name=os_name)
 
 
 def require_valid_pod(pod: Mapping[str, Any]) -> None:
@@ -196,7 +205,7 @@ def _model_errors(model: type[pydantic.BaseModel], obj: Any) -> list[FieldError]
 
 
 def _status_errors(obj: Mapping[str, Any]) -> list[FieldError]:
-    conditions = ((obj.get("status") or {}).get("conditions")) or []
+    conditions = _field(obj, "status").get("conditions") or []
     seen: set[str] = set()
     errors = []
     for i, cond in enumerate(conditions if isinstance(conditions, list) else []):
@@ -209,7 +218,7 @@ def _status_errors(obj: Mapping[str, Any]) -> list[FieldError]:
 
 
 def _name_errors(obj: Mapping[str, Any]) -> list[FieldError]:
-    name = (obj.get("metadata") or {}).get("name")
+    name = _field(obj, "metadata").get("name")
     if not isinstance(name, str):
         return [required("metadata.name")]
     return dns1123_subdomain_errors("metadata.name", name)
@@ -218,7 +227,7 @@ def _name_errors(obj: Mapping[str, Any]) -> list[FieldError]:
 def validate_podnetwork(obj: Mapping[str, Any]) -> list[FieldError]:
     """Static checks of a PodNetwork manifest (the same rules the CRD schema enforces)."""
     errors = _name_errors(obj) + _model_errors(PodNetwork, obj) + _status_errors(obj)
-    if (obj.get("metadata") or {}).get("namespace"):
+    if _field(obj, "metadata").get("namespace"):
         errors.append(forbidden("metadata.namespace", "PodNetwork is cluster-scoped"))
     return errors
 
@@ -226,7 +235,7 @@ def validate_podnetwork(obj: Mapping[str, Any]) -> list[FieldError]:
 def validate_attachment(obj: Mapping[str, Any]) -> list[FieldError]:
     """Static checks of a PodNetworkAttachment manifest."""
     errors = _name_errors(obj) + _model_errors(PodNetworkAttachment, obj) + _status_errors(obj)
-    pn = ((obj.get("spec") or {}).get("podNetworkName"))
+    pn = _field(obj, "spec").get("podNetworkName")
     if isinstance(pn, str) and pn:
         errors.extend(dns1123_subdomain_errors("spec.podNetworkName", pn))
     return errors
