@@ -1,0 +1,264 @@
+"""The extender's pure parts: the filter decision, the cache's snapshots, the wire models, the gates."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_plugin import cache as cache_mod
+from scheduler_plugin import decision, wire
+from scheduler_plugin.settings import parse_feature_gates
+
+NETWORKS = "multinetwork.x-k8s.io/networks"
+NODE_NETWORKS = "multinetwork.x-k8s.io/podnetworks"
+
+
+def ready(name: str, ok: bool = True, reason: str = "Ready", message: str = "") -> dict[str, Any]:
+    return {
+        "kind": "PodNetwork", "metadata": {"name": name},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ok else "False",
+                                   "reason": reason, "message": message}]},
+    }
+
+
+def a_pod(nets: list[dict[str, Any]] | None, **spec: Any) -> dict[str, Any]:
+    annotations = {} if nets is None else {NETWORKS: json.dumps(nets)}
+    return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations}, "spec": spec}
+
+
+def a_node(name: str, offers: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    annotations = {} if offers is None else {NODE_NETWORKS: json.dumps(offers)}
+    return {"kind": "Node", "metadata": {"name": name, "annotations": annotations, **extra}}
+
+
+def synced(*objs: dict[str, Any]) -> cache_mod.Snapshot:
+    c = cache_mod.Cache()
+    for obj in objs:
+        c.upsert(obj)
+    c.mark_synced()
+    return c.snapshot()
+
+
+# --- decision ---------------------------------------------------------------------------------
+
+def test_host_network_pod_without_annotation_passes_everywhere() -> None:
+    result = decision.filter_nodes(a_pod(None, hostNetwork=True), ["n1"], cache_mod.Snapshot())
+    assert result.passed == ["n1"]
+
+
+def test_host_network_pod_with_networks_is_unresolvable_with_the_static_error() -> None:
+    pod = a_pod([{"podNetworkName": "blue"}], hostNetwork=True)
+    result = decision.filter_nodes(pod, ["n1", "n2"], synced(ready("blue")))
+    assert result.unresolvable == dict.fromkeys(
+        ["n1", "n2"], "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true"
+    )
+    assert result.passed == [] and result.failed == {}
+
+
+def test_attachment_whose_podnetwork_is_gone_names_both() -> None:
+    snap = synced({"kind": "PodNetworkAttachment", "metadata": {"name": "a", "namespace": "ns"},
+                   "spec": {"podNetworkName": "gone"},
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}})
+    result = decision.filter_nodes(a_pod([{"podNetworkAttachmentName": "a"}]), ["n1"], snap)
+    assert result.unresolvable == {"n1": 'podnetwork "gone" not found (referenced by podnetworkattachment "a")'}
+
+
+def test_terminating_podnetwork_is_not_ready() -> None:
+    pn = ready("blue")
+    pn["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"], synced(pn))
+    assert result.unresolvable == {"n1": 'podnetwork "blue" is not Ready: Terminating: the object is being deleted'}
+
+
+def test_podnetwork_without_a_ready_condition_is_not_ready() -> None:
+    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"],
+                                   synced({"kind": "PodNetwork", "metadata": {"name": "blue"}}))
+    assert result.unresolvable == {
+        "n1": 'podnetwork "blue" is not Ready: ConditionMissing: the controller has not set the Ready condition yet'
+    }
+
+
+def test_node_offers_given_by_the_request_replace_the_cache() -> None:
+    snap = synced(ready("blue"), a_node("n1", []))
+    pod = a_pod([{"podNetworkName": "blue"}])
+    assert decision.filter_nodes(pod, ["n1"], snap).failed == {"n1": 'podnetwork "blue" is not available on this node'}
+    assert decision.filter_nodes(pod, ["n1"], snap, node_offers={"n1": frozenset({"blue"})}).passed == ["n1"]
+
+
+def test_no_candidates_gives_an_empty_answer() -> None:
+    result = decision.filter_nodes(a_pod([{"podNetworkName": "ghost"}]), [], synced())
+    assert result == decision.FilterResult()
+
+
+def test_first_missing_network_in_the_pods_order_is_the_reason() -> None:
+    snap = synced(ready("x"), ready("y"), a_node("n1", []), a_node("n2", ["x"]))
+    pod = a_pod([{"podNetworkName": "x"}, {"podNetworkName": "y", "interfaceName": "net2"}])
+    result = decision.filter_nodes(pod, ["n1", "n2"], snap)
+    assert result.failed == {"n1": 'podnetwork "x" is not available on this node',
+                             "n2": 'podnetwork "y" is not available on this node'}
+
+
+NAMES = st.sampled_from(["a", "b", "c", "d", "default"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    needed=st.lists(NAMES, min_size=1, max_size=4, unique=True),
+    offers=st.dictionaries(
+        st.from_regex(r"node-[0-9]{1,3}", fullmatch=True),
+        st.none() | st.frozensets(NAMES, max_size=5),
+        max_size=20,
+    ),
+)
+def test_a_node_passes_exactly_when_it_offers_every_needed_network_but_default(
+    needed: list[str], offers: dict[str, frozenset[str] | None]
+) -> None:
+    c = cache_mod.Cache()
+    for name in ["a", "b", "c", "d", "default"]:
+        c.upsert(ready(name))
+    for node, offer in offers.items():
+        c.upsert(a_node(node, None if offer is None else sorted(offer)))
+    c.mark_synced()
+    names = list(offers)
+    pod = a_pod([{"podNetworkName": n, "interfaceName": f"net{i}"} for i, n in enumerate(needed)])
+    result = decision.filter_nodes(pod, names, c.snapshot())
+    assert result.unresolvable == {}
+    assert set(result.passed).isdisjoint(result.failed)
+    assert set(result.passed) | set(result.failed) == set(names)
+    required = set(needed) - {"default"}
+    for node, offer in offers.items():
+        assert (node in result.passed) == (offer is None or required <= offer)
+
+
+# --- cache ------------------------------------------------------------------------------------
+
+def test_a_snapshot_never_changes_after_it_was_taken() -> None:
+    c = cache_mod.Cache()
+    c.upsert(ready("blue"))
+    before = c.snapshot()
+    c.upsert(ready("blue", False, "AdministrativelyDisabled", "spec.enabled is false"))
+    c.upsert(a_node("n1", ["blue"]))
+    c.delete(ready("blue"))
+    assert before.podnetworks["blue"].ready and "n1" not in before.nodes
+    assert "blue" not in c.snapshot().podnetworks and c.snapshot().nodes["n1"] == frozenset({"blue"})
+    with pytest.raises(TypeError):
+        before.podnetworks["x"] = before.podnetworks["blue"]  # type: ignore[index]
+
+
+def test_an_update_the_decision_cannot_see_publishes_nothing() -> None:
+    c = cache_mod.Cache()
+    c.upsert(a_node("n1", ["blue"], resourceVersion="1"))
+    before = c.snapshot()
+    heartbeat = a_node("n1", ["blue"], resourceVersion="2")
+    heartbeat["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    c.upsert(heartbeat)
+    assert c.snapshot() is before
+
+
+def test_replace_forgets_objects_missing_from_a_relist() -> None:
+    c = cache_mod.Cache()
+    c.upsert(a_node("old"))
+    c.replace("Node", [a_node("new", ["x"])])
+    assert dict(c.snapshot().nodes) == {"new": frozenset({"x"})}
+    assert c.sizes() == {"PodNetwork": 0, "PodNetworkAttachment": 0, "Node": 1}
+
+
+def test_unknown_kinds_and_nameless_objects_are_refused() -> None:
+    c = cache_mod.Cache()
+    with pytest.raises(ValueError, match="cannot cache kind 'Pod'; known kinds: PodNetwork, PodNetworkAttachment, Node"):
+        c.upsert({"kind": "Pod", "metadata": {"name": "p"}})
+    with pytest.raises(ValueError, match=r"without metadata\.name"):
+        c.upsert({"kind": "PodNetwork", "metadata": {}})
+    c.delete(ready("never-seen"))  # forgetting an unknown object is fine
+    assert c.sizes()["PodNetwork"] == 0
+
+
+def test_attachments_are_keyed_by_namespace_and_name() -> None:
+    c = cache_mod.Cache()
+    for ns in ("a", "b"):
+        c.upsert({"kind": "PodNetworkAttachment", "metadata": {"name": "x", "namespace": ns},
+                  "spec": {"podNetworkName": f"net-{ns}"}})
+    assert c.snapshot().attachments[("b", "x")].pod_network_name == "net-b"
+    assert len(c.snapshot().attachments) == 2
+
+
+def test_concurrent_writers_lose_no_update() -> None:
+    c = cache_mod.Cache()
+
+    def write(prefix: str) -> None:
+        for i in range(200):
+            c.upsert(a_node(f"{prefix}-{i}"))
+
+    threads = [threading.Thread(target=write, args=(f"t{t}",)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(c.snapshot().nodes) == 800
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, None),
+        ("[]", frozenset()),
+        ('["a", "b"]', frozenset({"a", "b"})),
+        ("a,b", "is not valid JSON"),
+        ('{"a": 1}', "must be a JSON list of PodNetwork names"),
+        ('["a", 1]', "must be a JSON list of PodNetwork names"),
+    ],
+)
+def test_node_annotation_is_read_as_a_list_of_names(text: str | None, expected: Any) -> None:
+    offer = cache_mod.parse_node_offer(text)
+    if isinstance(expected, str):
+        assert isinstance(offer, cache_mod.InvalidOffer) and expected in offer.message
+    else:
+        assert offer == expected
+
+
+# --- wire and settings ------------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["Pod", "pod", "Nodes", "NodeNames", "items", "metadata", "name", "x"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=JSON)
+def test_any_json_body_parses_or_fails_with_a_validation_error(body: Any) -> None:
+    try:
+        args = wire.ExtenderArgs.model_validate_json(json.dumps(body))
+        names = args.candidate_names()
+    except pydantic.ValidationError as exc:
+        assert wire.describe(exc)
+    except ValueError as exc:
+        assert "metadata.name: Required value" in str(exc)
+    else:
+        assert all(isinstance(n, str) for n in names)
+
+
+def test_reply_uses_the_go_field_names() -> None:
+    reply = wire.ExtenderFilterResult(node_names=["a"], failed_nodes={"b": "why"})
+    assert json.loads(reply.to_json()) == {
+        "Nodes": None, "NodeNames": ["a"], "FailedNodes": {"b": "why"},
+        "FailedAndUnresolvableNodes": {}, "Error": "",
+    }
+
+
+def test_feature_gates_parse_like_kubernetes_components() -> None:
+    assert parse_feature_gates("") == {"MultiNetwork": True}
+    assert parse_feature_gates("MultiNetwork=false") == {"MultiNetwork": False}
+    assert parse_feature_gates(" MultiNetwork=True ,") == {"MultiNetwork": True}
+    with pytest.raises(ValueError, match="unknown feature gate 'Other'; known gates: MultiNetwork"):
+        parse_feature_gates("Other=true")
+    with pytest.raises(ValueError, match="must look like Name=true or Name=false"):
+        parse_feature_gates("MultiNetwork")
