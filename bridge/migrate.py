@@ -25,6 +25,11 @@ The same NAD twice in one pod (NPWG 4.2) cannot be one PodNetwork twice (KEP
 through attachments, KEP "Active validations"). The k-th use of a NAD inside one
 pod therefore gets its own PodNetwork, `<namespace>.<nad>.<k>`, on the same NAD.
 
+Every workload's plan is checked before it is accepted: the bridge's translation
+(`bridge.translate`) of the planned networks must give back the original
+selection, element for element; when it does not, the workload is reported
+(`RoundTripMismatch`) instead of being changed.
+
 Names are deterministic and collision-free: a name already taken by an object
 with a different spec (in the cluster, the input files or the plan itself) is
 replaced by a truncated name plus a hash of the object's origin; an object that
@@ -37,6 +42,7 @@ from __future__ import annotations
 import copy
 import difflib
 import hashlib
+import ipaddress
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from bridge import npwg
+from bridge import npwg, translate
 from podnetwork import constants, validation
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
@@ -60,11 +66,11 @@ NAD_GROUP = npwg.NAD_GROUP
 NAD_KIND = npwg.NAD_KIND
 NAD_PLURAL = npwg.NAD_PLURAL
 
-OPTIONS_GROUP = f"bridge.{constants.GROUP}"
-OPTIONS_VERSION = "v1alpha1"
-OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
-OPTIONS_KIND = "NetworkSelectionOptions"
-OPTIONS_PLURAL = "networkselectionoptions"
+OPTIONS_GROUP = translate.OPTIONS_GROUP
+OPTIONS_VERSION = translate.OPTIONS_VERSION
+OPTIONS_API_VERSION = translate.OPTIONS_API_VERSION
+OPTIONS_KIND = translate.OPTIONS_KIND
+OPTIONS_PLURAL = translate.OPTIONS_PLURAL
 
 FIELD_MANAGER = "podnetwork-migrate"
 #: Label on every object a migration creates; rollback selects by it.
@@ -109,12 +115,15 @@ class Reason(StrEnum):
 
     INVALID_ANNOTATION = "InvalidAnnotation"
     MISSING_NAD = "MissingNetworkAttachmentDefinition"
+    INVALID_NAD = "InvalidNetworkAttachmentDefinition"
     INVALID_NAME = "InvalidName"
     INVALID_RESULT = "InvalidResult"
     ALREADY_HAS_NETWORKS = "AlreadyHasNetworks"
     HOST_NETWORK = "HostNetwork"
     DEFAULT_NETWORK_OVERRIDE = "DefaultNetworkOverride"
     MISSING_NAMESPACE = "MissingNamespace"
+    UNSUPPORTED_KEY = "UnsupportedKey"
+    ROUND_TRIP = "RoundTripMismatch"
 
 
 class Action(StrEnum):
@@ -227,8 +236,8 @@ class Inventory:
     """Everything the planner looks at: workloads, NADs, and objects that already exist."""
 
     workloads: list[Workload] = field(default_factory=list)
-    nads: set[tuple[str, str]] = field(default_factory=set)
-    """(namespace, name) of every NetworkAttachmentDefinition known."""
+    nads: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Every NetworkAttachmentDefinition known, by (namespace, name)."""
     podnetworks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Existing PodNetworks by name."""
     attachments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -243,7 +252,7 @@ class Inventory:
         namespace = str(meta.get("namespace") or default_namespace)
         group, kind = _group_of(str(obj.get("apiVersion", ""))), obj.get("kind")
         if is_nad(obj):
-            self.nads.add((namespace, name))
+            self.nads[(namespace, name)] = dict(obj)
         elif group == constants.GROUP and kind == constants.PODNETWORK_KIND:
             self.podnetworks[name] = dict(obj)
         elif group == constants.GROUP and kind == constants.ATTACHMENT_KIND:
@@ -287,8 +296,8 @@ def _hashed(base: str, origin: Mapping[str, Any]) -> str:
 def network_name(nad_namespace: str, nad_name: str, occurrence: int = 1) -> str:
     """The natural PodNetwork name of the k-th use of a NAD in one pod.
 
-    Namespaces never contain a dot (they are DNS-1123 labels), so the first dot
-    separates namespace and NAD name and distinct NADs never share a name.
+    Namespaces and NAD names are DNS-1123 labels (NPWG 3.3) and never contain a
+    dot, so `ns.nad` and `ns.nad.k` are distinct for distinct (ns, nad, k).
     """
     base = f"{nad_namespace}.{nad_name}"
     return base if occurrence == 1 else f"{base}.{occurrence}"
@@ -569,6 +578,55 @@ def plan(inventory: Inventory) -> Plan:
     return result
 
 
+def _gateway_flags(default_route: list[str] | None) -> tuple[bool | None, bool | None]:
+    """isDefaultGW4/6 for an element's `default-route` (NPWG 4.1.2.1.9).
+
+    The translation emits `default-route` only for an entry with one of the flags
+    set, taking the gateways from the options; an empty list means "the default
+    route goes here", so it claims both families.
+    """
+    if default_route is None:
+        return None, None
+    if not default_route:
+        return True, True
+    families = {ipaddress.ip_address(gw).version for gw in default_route}
+    return (True if 4 in families else None), (True if 6 in families else None)
+
+
+def _check_round_trip(
+    wl: Workload,
+    elements: Sequence[npwg.NetworkSelectionElement],
+    entries: Sequence[Network],
+    inventory: Inventory,
+    scratch: Plan,
+) -> None:
+    """Translate the planned networks back with the bridge: they must give the original selection."""
+    objects = translate.Objects(
+        podnetworks={**inventory.podnetworks, **{p.obj["metadata"]["name"]: p.obj for p in scratch.networks}},
+        attachments={
+            **inventory.attachments,
+            **{(wl.namespace, p.obj["metadata"]["name"]): p.obj for p in scratch.attachments},
+        },
+        nads=inventory.nads,
+        options={
+            **inventory.options,
+            **{(wl.namespace, p.obj["metadata"]["name"]): p.obj for p in scratch.options},
+        },
+    )
+    try:
+        back = translate.translate(entries, wl.namespace, objects)
+    except translate.TranslationError as exc:
+        raise _CannotMigrate(Reason.ROUND_TRIP, f"the bridge cannot translate the result: {exc}") from None
+    want = [e.to_json() for e in elements]
+    got = [e.to_json() for e in back.elements]
+    if got != want:
+        raise _CannotMigrate(
+            Reason.ROUND_TRIP,
+            f"the bridge would translate the result to {npwg.format_selection(back.elements)}, "
+            f"not the original {npwg.format_selection(elements)}",
+        )
+
+
 def _plan_workload(
     wl: Workload,
     text: str,
@@ -621,6 +679,12 @@ def _plan_workload(
                 f"element {index} selects NetworkAttachmentDefinition {nad_ns}/{element.name}, "
                 "which does not exist; create it or fix the annotation",
             )
+        if problem := translate.nad_config_problem(inventory.nads[nad]):
+            raise _CannotMigrate(
+                Reason.INVALID_NAD,
+                f"element {index} selects NetworkAttachmentDefinition {nad_ns}/{element.name}, "
+                f"whose configuration cannot be used: {problem}",
+            )
         uses[nad] += 1
         occurrence = uses[nad]
         origin = _origin_nad(nad_ns, element.name, occurrence)
@@ -637,6 +701,13 @@ def _plan_workload(
         pn, action = claimed
         scratch.networks.append(PlannedObject(action, podnetwork_object(pn, nad_ns, element.name, origin)))
         keys = per_pod_keys(element)
+        unsupported = sorted(set(keys) - set(translate.OPTIONS_KEYS))
+        if unsupported:
+            raise _CannotMigrate(
+                Reason.UNSUPPORTED_KEY,
+                f"element {index} has key(s) {unsupported}, which a {OPTIONS_KIND} cannot carry "
+                f"(it holds {', '.join(translate.OPTIONS_KEYS)})",
+            )
         if not keys:
             entries.append(Network(podNetworkName=pn, interfaceName=element.interface))
             continue
@@ -666,8 +737,17 @@ def _plan_workload(
         scratch.attachments.append(
             PlannedObject(pna_action, attachment_object(pna_name, wl.namespace, pn, opt_name, eorigin))
         )
-        entries.append(Network(podNetworkAttachmentName=pna_name, interfaceName=element.interface))
+        gw4, gw6 = _gateway_flags(element.default_route)
+        entries.append(
+            Network(
+                podNetworkAttachmentName=pna_name,
+                interfaceName=element.interface,
+                isDefaultGW4=gw4,
+                isDefaultGW6=gw6,
+            )
+        )
 
+    _check_round_trip(wl, elements, entries, inventory, scratch)
     errors = validation.validate_networks(entries)
     if errors:
         raise _CannotMigrate(Reason.INVALID_RESULT, "; ".join(str(e) for e in errors))

@@ -53,7 +53,7 @@ def nad(namespace: str, name: str) -> dict[str, Any]:
         "apiVersion": "k8s.cni.cncf.io/v1",
         "kind": "NetworkAttachmentDefinition",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"config": "{}"},
+        "spec": {"config": '{"cniVersion": "1.0.0", "type": "bridge"}'},
     }
 
 
@@ -213,6 +213,11 @@ def test_every_per_pod_key_is_carried_to_the_options(cluster_plan: migrate.Plan)
         "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
         "bandwidth": {"ingressRate": 1000000, "egressRate": 2000000},
     }
+    # default-route needs isDefaultGW4/6 on the entry: the bridge emits it only for such entries.
+    assert kep(change_of(cluster_plan, "Job", "backup"))[2] == {
+        "podNetworkAttachmentName": "job-backup-1",
+        "isDefaultGW4": True,
+    }
     # The element without per-pod keys in the same Job stays a plain PodNetwork reference.
     assert kep(change_of(cluster_plan, "Job", "backup"))[1] == {"podNetworkName": "infra.storage"}
 
@@ -249,6 +254,22 @@ def test_a_workload_that_fails_half_way_claims_nothing() -> None:
 def test_the_multus_default_network_override_is_not_migrated() -> None:
     p = plan_of([nad("ns", "a"), pod("ns", "p", "a", **{"v1.multus-cni.io/default-network": "calico"})])
     assert [u.reason for u in p.unmigratable] == [migrate.Reason.DEFAULT_NETWORK_OVERRIDE]
+
+
+def test_a_nad_whose_config_cannot_be_used_is_reported() -> None:
+    broken = nad("ns", "a")
+    broken["spec"]["config"] = "{not json"
+    p = plan_of([broken, pod("ns", "p", "a")])
+    [problem] = p.unmigratable
+    assert problem.reason == migrate.Reason.INVALID_NAD
+    assert "ns/a" in problem.message
+
+
+def test_extension_keys_that_options_cannot_carry_are_reported() -> None:
+    p = plan_of([nad("ns", "a"), pod("ns", "p", '[{"name": "a", "org.example.color": "blue"}]')])
+    [problem] = p.unmigratable
+    assert problem.reason == migrate.Reason.UNSUPPORTED_KEY
+    assert "org.example.color" in problem.message
 
 
 def test_an_empty_selection_becomes_the_default_network_alone() -> None:
