@@ -1,0 +1,143 @@
+"""ParamsReady for the bridge's PodNetworks and attachments: pure decisions.
+
+KEP-3698 "ParamsReady": the provider, owner of the objects named in
+`parametersRefs`, says whether they are usable; reasons are the provider's.
+The bridge's rules:
+
+- True, `ParametersReady`: a bridge PodNetwork's one NAD exists and its CNI JSON is
+  executable; an attachment's NAD override and NetworkSelectionOptions exist and are valid.
+- False, `ParametersNotFound`: a referenced NAD or NetworkSelectionOptions does not exist.
+- False, `InvalidParameters`: wrong count of references, a PodNetwork's NAD reference
+  without namespace, CNI JSON that does not parse, a plugin `type` with a path, invalid
+  options, a NAD name NPWG cannot select (3.3).
+- False, `UnsupportedParametersKind`: a reference of another group/kind.
+
+Objects of other providers, and attachments without `parametersRefs`, get no
+decision (None): the bridge leaves them alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from bridge import npwg, translate
+from bridge.translate import Objects, TranslationError
+from podnetwork import conditions
+from podnetwork.constants import ConditionStatus, ConditionType
+
+
+class ParamsReason(StrEnum):
+    """Reasons of the ParamsReady condition the bridge writes."""
+
+    READY = "ParametersReady"
+    """True: every reference resolves to a valid object."""
+    NOT_FOUND = "ParametersNotFound"
+    """False: a referenced object does not exist."""
+    INVALID = "InvalidParameters"
+    """False: a referenced object, or the references themselves, are invalid."""
+    UNSUPPORTED_KIND = "UnsupportedParametersKind"
+    """False: a reference names a group/kind the bridge does not read."""
+
+
+_REASONS = {
+    translate.Reason.PARAMETERS_NOT_FOUND: ParamsReason.NOT_FOUND,
+    translate.Reason.INVALID_PARAMETERS: ParamsReason.INVALID,
+    translate.Reason.UNSUPPORTED_PARAMETERS_KIND: ParamsReason.UNSUPPORTED_KIND,
+}
+
+Key = tuple[str, str]
+
+
+def _false(exc: TranslationError) -> conditions.Desired:
+    reason = _REASONS.get(exc.reason, ParamsReason.INVALID)
+    return conditions.Desired(ConditionType.PARAMS_READY, ConditionStatus.FALSE, reason, str(exc))
+
+
+def podnetwork_params(podnetwork: Mapping[str, Any], objects: Objects) -> conditions.Desired | None:
+    """ParamsReady of a PodNetwork, or None when its provider is not the bridge."""
+    if not translate.is_bridge(podnetwork):
+        return None
+    try:
+        key, _ = translate.podnetwork_nad(podnetwork, objects)
+    except TranslationError as exc:
+        return _false(exc)
+    return conditions.Desired(
+        ConditionType.PARAMS_READY,
+        ConditionStatus.TRUE,
+        ParamsReason.READY,
+        f"{translate.describe(npwg.NAD_KIND, key[1], key[0])} is usable",
+    )
+
+
+def attachment_params(
+    attachment: Mapping[str, Any], podnetwork: Mapping[str, Any] | None, objects: Objects
+) -> conditions.Desired | None:
+    """ParamsReady of a PodNetworkAttachment, given its PodNetwork (None when missing).
+
+    None when the PodNetwork is missing or not the bridge's (its provider is
+    unknown, so the attachment is not ours) or when the attachment has no
+    `parametersRefs` (KEP: Ready then does not depend on ParamsReady).
+    """
+    if podnetwork is None or not translate.is_bridge(podnetwork):
+        return None
+    if not (attachment.get("spec") or {}).get("parametersRefs"):
+        return None
+    try:
+        params = translate.attachment_params(attachment, objects)
+    except TranslationError as exc:
+        return _false(exc)
+    parts = []
+    if params.nad is not None:
+        parts.append(translate.describe(npwg.NAD_KIND, params.nad[1], params.nad[0]))
+    if params.options_key is not None:
+        parts.append(translate.describe(translate.OPTIONS_KIND, params.options_key[1], params.options_key[0]))
+    return conditions.Desired(
+        ConditionType.PARAMS_READY,
+        ConditionStatus.TRUE,
+        ParamsReason.READY,
+        f"{' and '.join(parts)} {'are' if len(parts) > 1 else 'is'} usable",
+    )
+
+
+def references(obj: Mapping[str, Any]) -> tuple[set[Key], set[Key]]:
+    """The (NAD keys, NetworkSelectionOptions keys) an object's parametersRefs name.
+
+    For following changes: a NAD or options event re-evaluates the objects that
+    name it. References without a namespace take the object's own (attachments);
+    a PodNetwork's are recorded as written, so a missing namespace matches nothing.
+    """
+    meta = obj.get("metadata") or {}
+    own_ns = meta.get("namespace") or ""
+    nads: set[Key] = set()
+    options: set[Key] = set()
+    for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
+        if not isinstance(ref, Mapping):
+            continue
+        key = (ref.get("namespace") or own_ns, ref.get("name") or "")
+        if ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in translate.NAD_KINDS:
+            nads.add(key)
+        elif ref.get("group") == translate.OPTIONS_GROUP and ref.get("kind") in translate.OPTIONS_KINDS:
+            options.add(key)
+    return nads, options
+
+
+def conditions_after(
+    obj: Mapping[str, Any], desired: conditions.Desired, *, now: str
+) -> list[dict[str, Any]] | None:
+    """The object's `status.conditions` with ParamsReady set, or None when unchanged."""
+    existing = [c for c in ((obj.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
+    generation = (obj.get("metadata") or {}).get("generation")
+    return conditions.merge(
+        existing, [desired], now=now, generation=generation if isinstance(generation, int) else None
+    )
+
+
+__all__ = [
+    "ParamsReason",
+    "attachment_params",
+    "conditions_after",
+    "podnetwork_params",
+    "references",
+]

@@ -1,0 +1,115 @@
+"""Reverse status: NPWG `network-status` -> KEP `multinetwork.x-k8s.io/pod-ips`. Pure.
+
+Whichever NPWG implementation attached the pod (Multus, or this project's
+agent), it reports each attachment in `k8s.v1.cni.cncf.io/network-status`
+(NPWG 5). This module maps those entries back to PodNetworks through the pod's
+translation, and keeps at most one IP per family per PodNetwork (KEP "Status").
+
+Matching an entry to a selection element (NPWG 5.3.1, 4.2):
+
+- the entry with `"default": true` is the `default` PodNetwork (NPWG 5.2);
+- other entries match an element by `name`, written `namespace/name` (5.3.1) or,
+  as some implementations do, a bare name meaning the pod's namespace; when the
+  element names its interface, the entry's `interface` must agree (or be absent);
+  elements selecting the same NAD twice (4.2) are told apart by interface, then
+  take the remaining entries in order.
+
+Entries that match nothing (a hand-written selection, another tool's networks)
+are left out: they belong to no PodNetwork.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bridge import npwg
+from bridge.translate import Source, Translation
+from podnetwork import constants
+from podnetwork.api import PodIP
+
+
+def _address(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address of an NPWG status IP, which may carry a prefix length (5.4)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_interface(value).ip
+    except ValueError:
+        return None
+
+
+def _names_match(entry_name: str, element: npwg.NetworkSelectionElement, pod_namespace: str) -> bool:
+    if "/" in entry_name:
+        return entry_name == element.ref
+    return entry_name == element.name and element.namespace == pod_namespace
+
+
+def match(
+    status: Sequence[Mapping[str, Any]], translation: Translation, pod_namespace: str
+) -> list[tuple[Source, Mapping[str, Any]]]:
+    """Pair status entries with the sources they report on, in the pod's network order."""
+    used: set[int] = set()
+    pairs: list[tuple[Source, Mapping[str, Any]]] = []
+    default_entry = next((i for i, e in enumerate(status) if e.get("default") is True), None)
+    if default_entry is not None:
+        used.add(default_entry)
+        source = translation.default_source or Source(constants.DEFAULT_PODNETWORK, None, None, -1)
+        pairs.append((source, status[default_entry]))
+    # Elements that name their interface pick first, so an element that does not
+    # cannot take the entry of a named one (4.2: the same NAD selected twice).
+    order = sorted(
+        zip(translation.elements, translation.sources, strict=True), key=lambda p: p[0].interface is None
+    )
+    for element, source in order:
+        candidates = [
+            i
+            for i, entry in enumerate(status)
+            if i not in used
+            and isinstance(entry.get("name"), str)
+            and _names_match(entry["name"], element, pod_namespace)
+        ]
+        if element.interface is not None:
+            # An entry without "interface" (a pre-0.3.0 result, 5.3.2.1) may still be ours.
+            candidates = [i for i in candidates if status[i].get("interface") in (element.interface, None)]
+            candidates.sort(key=lambda i: status[i].get("interface") is None)
+        if candidates:
+            used.add(candidates[0])
+            pairs.append((source, status[candidates[0]]))
+    pairs.sort(key=lambda p: p[0].index)
+    return pairs
+
+
+def pod_ips(
+    status: Sequence[Mapping[str, Any]], translation: Translation, pod_namespace: str
+) -> list[dict[str, Any]]:
+    """The KEP pod IPs (`{"ip", "podNetwork", "interfaceName"}`) from NPWG status entries.
+
+    At most one IP per family per PodNetwork, the first the entry lists; IPs are
+    bare addresses (the status may carry prefix lengths). The interface name is
+    the entry's, else the KEP `interfaceName`, else omitted.
+    """
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, int]] = set()
+    for source, entry in match(status, translation, pod_namespace):
+        interface = entry.get("interface") if isinstance(entry.get("interface"), str) else None
+        interface = interface or source.interface
+        for raw in entry.get("ips") or []:
+            addr = _address(raw)
+            if addr is None or (source.pod_network, addr.version) in seen:
+                continue
+            seen.add((source.pod_network, addr.version))
+            out.append(
+                PodIP(ip=str(addr), podNetwork=source.pod_network, interfaceName=interface).to_dict()
+            )
+    return out
+
+
+def format_pod_ips(ips: Sequence[Mapping[str, Any]]) -> str:
+    """The `multinetwork.x-k8s.io/pod-ips` annotation value (compact JSON)."""
+    return json.dumps(list(ips), separators=(",", ":"))
+
+
+__all__ = ["format_pod_ips", "match", "pod_ips"]
