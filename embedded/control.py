@@ -31,9 +31,14 @@ RETRIES = 5
 class Controller:
     """Conditions, InUse finalizers, the `default` PodNetwork, node readiness, the requeue nudge."""
 
-    def __init__(self, api: Store, *, create_default: bool = True,
-                 now: Callable[[], str] = conditions.now,
-                 on_note: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        api: Store,
+        *,
+        create_default: bool = True,
+        now: Callable[[], str] = conditions.now,
+        on_note: Callable[[str], None] | None = None,
+    ) -> None:
         self.api = api
         self.index = inuse.Index()
         self.create_default = create_default
@@ -71,8 +76,11 @@ class Controller:
 
     def _on_attachment(self, event: Event) -> None:
         obj = event.object
-        changed = (self.index.remove_attachment(inuse.key_of(obj)) if event.type == EventType.DELETED
-                   else self.index.set_attachment(obj))
+        changed = (
+            self.index.remove_attachment(inuse.key_of(obj))
+            if event.type == EventType.DELETED
+            else self.index.set_attachment(obj)
+        )
         if event.type != EventType.DELETED:
             self._reconcile_ref(inuse.ref_of(obj))
         for ref in sorted(changed):
@@ -128,8 +136,10 @@ class Controller:
             self.writes += 1
             adding = constants.IN_USE_FINALIZER in patch["metadata"]["finalizers"]
             self.api.patch(*coords, name, patch, namespace)
-            self._note(f"{'added' if adding else 'removed'} finalizer {constants.IN_USE_FINALIZER} "
-                       f"{'to' if adding else 'from'} {ref}")
+            self._note(
+                f"{'added' if adding else 'removed'} finalizer {constants.IN_USE_FINALIZER} "
+                f"{'to' if adding else 'from'} {ref}"
+            )
             return False  # read again: the delete may have completed, the version moved
         usage = self.index.usage(ref)
         if coords == PN:
@@ -141,8 +151,9 @@ class Controller:
             return True
         was_ready = conditions.is_ready(obj)
         self.writes += 1
-        updated = self.api.patch(*coords, name, conditions.status_patch(obj, new), namespace,
-                                 subresource="status")
+        updated = self.api.patch(
+            *coords, name, conditions.status_patch(obj, new), namespace, subresource="status"
+        )
         if not was_ready and conditions.is_ready(updated):
             self._nudge(ref)
         return True
@@ -153,13 +164,19 @@ class Controller:
         for key in sorted(self.index.unscheduled_pods(ref)):
             ns, _, pod = key.partition("/")
             try:
-                self.api.patch(*POD, pod, {"metadata": {"annotations": {
-                    constants.REQUEUED_AT_ANNOTATION: self._now()}}}, ns)
+                self.api.patch(
+                    *POD,
+                    pod,
+                    {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: self._now()}}},
+                    ns,
+                )
             except store_mod.NotFound:
                 continue
             self.writes += 1
-            self._note(f"{ref} turned Ready: nudged pod {key} ({constants.REQUEUED_AT_ANNOTATION}) "
-                       "so the scheduler retries it")
+            self._note(
+                f"{ref} turned Ready: nudged pod {key} ({constants.REQUEUED_AT_ANNOTATION}) "
+                "so the scheduler retries it"
+            )
 
     def _reconcile_node(self, name: str) -> None:
         for _ in range(RETRIES):
@@ -175,8 +192,10 @@ class Controller:
             mine = {c["type"]: c for c in patch["status"]["conditions"]}
             existing = (node.get("status") or {}).get("conditions") or []
             kept = [c for c in existing if c.get("type") not in mine]
-            body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                    "status": {"conditions": kept + list(mine.values())}}
+            body = {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "status": {"conditions": kept + list(mine.values())},
+            }
             try:
                 self.api.patch(*NODE, name, body, subresource="status")
             except store_mod.Conflict:

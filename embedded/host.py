@@ -35,8 +35,9 @@ def missing_prerequisites(cni_bin_dirs: Sequence[Path]) -> list[str]:
     for plugin in REQUIRED_PLUGINS:
         if not any((Path(d) / plugin).is_file() for d in cni_bin_dirs):
             dirs = ":".join(str(d) for d in cni_bin_dirs)
-            missing.append(f"the CNI plugin {plugin!r} in {dirs} "
-                           "(apt-get install containernetworking-plugins)")
+            missing.append(
+                f"the CNI plugin {plugin!r} in {dirs} (apt-get install containernetworking-plugins)"
+            )
     return missing
 
 
@@ -44,11 +45,18 @@ class CommandFailed(RuntimeError):
     pass
 
 
-def run(argv: Sequence[str], *, timeout: float = COMMAND_TIMEOUT, check: bool = True,
-        stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = COMMAND_TIMEOUT,
+    check: bool = True,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run a program (never through a shell); raise `CommandFailed` with its stderr on failure."""
-    proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout,
-                          env=env, check=False)
+    proc = subprocess.run(
+        list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
     if check and proc.returncode != 0:
         said = proc.stderr.strip() or proc.stdout.strip()
         raise CommandFailed(f"{' '.join(argv)} exited {proc.returncode}: {said}")
@@ -87,8 +95,11 @@ class Footprint:
         found = []
         if shutil.which("ip"):
             netns = run(["ip", "netns", "list"], check=False).stdout
-            found += [f"netns {line.split()[0]}" for line in netns.splitlines()
-                      if line.split() and line.split()[0].startswith(self.netns_prefix)]
+            found += [
+                f"netns {line.split()[0]}"
+                for line in netns.splitlines()
+                if line.split() and line.split()[0].startswith(self.netns_prefix)
+            ]
             links = run(["ip", "-o", "link", "show"], check=False).stdout
             for line in links.splitlines():
                 parts = line.split(": ")
@@ -147,13 +158,23 @@ class Host:
         self.created.append(f"netns {name}")
         return name
 
-    def dummy(self, suffix: str) -> str:
+    def parent_link(self, suffix: str) -> tuple[str, str]:
+        """An up link with no address to be a macvlan parent: a dummy link, or, where the kernel
+        has no dummy driver (some containers), one end of a veth pair. Returns (name, kind)."""
         name = self.footprint.link(suffix)
         self._undo(f"link {name}", ["ip", "link", "delete", name])
-        run(["ip", "link", "add", name, "type", "dummy"])
+        kind = "dummy"
+        try:
+            run(["ip", "link", "add", name, "type", "dummy"])
+        except CommandFailed:
+            kind = "veth"
+            run(
+                ["ip", "link", "add", name, "type", "veth", "peer", "name", self.footprint.link(suffix + "p")]
+            )
+            run(["ip", "link", "set", self.footprint.link(suffix + "p"), "up"])
         run(["ip", "link", "set", name, "up"])
         self.created.append(f"link {name}")
-        return name
+        return name, kind
 
     def link_made_by_plugin(self, name: str) -> None:
         """A link a plugin creates (the bridge plugin's bridge): remove it at the end too."""
@@ -163,8 +184,23 @@ class Host:
         self._stack.callback(fn, *args, **kwargs)
 
     def ping(self, netns: str, address: str) -> subprocess.CompletedProcess[str]:
-        return run(["ip", "netns", "exec", netns, sys.executable, "-m", "embedded.probe", address,
-                    "--count", "3", "--timeout", "1"], check=False)
+        return run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                sys.executable,
+                "-m",
+                "embedded.probe",
+                address,
+                "--count",
+                "3",
+                "--timeout",
+                "1",
+            ],
+            check=False,
+        )
 
     def addresses(self, netns: str) -> str:
         return run(["ip", "-n", netns, "-br", "addr"], check=False).stdout

@@ -55,8 +55,9 @@ class StoreObjects:
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:
         try:
-            self._api.patch("v1", cni_objects.POD, name, {"metadata": {"annotations": dict(annotations)}},
-                            namespace)
+            self._api.patch(
+                "v1", cni_objects.POD, name, {"metadata": {"annotations": dict(annotations)}}, namespace
+            )
         except store_mod.NotFound:
             raise cni_objects.NotFound(cni_objects.POD, namespace, name) from None
         self.patches.append((namespace, name, dict(annotations)))

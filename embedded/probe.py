@@ -57,7 +57,7 @@ def ping(address: str, *, count: int = 3, timeout: float = 1.0) -> bool:
                     break
                 packet, peer = sock.recvfrom(2048)
                 # IPv4 raw sockets hand over the IP header too; skip it.
-                icmp = packet if v6 else packet[(packet[0] & 0x0F) * 4:]
+                icmp = packet if v6 else packet[(packet[0] & 0x0F) * 4 :]
                 if len(icmp) < 8 or ipaddress.ip_address(peer[0]) != ip:
                     continue
                 kind, _, _, rid, rseq = struct.unpack("!BBHHH", icmp[:8])

@@ -28,6 +28,8 @@ class Report:
     """Sectioned output and the list of checks that failed."""
 
     verbosity: Verbosity = Verbosity.NORMAL
+    show_checks: bool = False
+    """Print each passing check (`--check`); failures are always printed."""
     out: TextIO = field(default_factory=lambda: sys.stdout)
     passed: int = 0
     failures: list[str] = field(default_factory=list)
@@ -52,7 +54,8 @@ class Report:
         """Record one observation; `observed` is shown when it is wrong."""
         if ok:
             self.passed += 1
-            self._write(f"  ok   {what}", Verbosity.NORMAL)
+            if self.show_checks:
+                self._write(f"  ok   {what}", Verbosity.NORMAL)
         else:
             shown = "" if observed is None else f" (observed: {_short(observed)})"
             self.failures.append(f"[{self._section}] {what}{shown}")

@@ -69,8 +69,12 @@ class Extender:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         host, port = sock.getsockname()[:2]
-        config = uvicorn.Config(extender_app.create_app(self.cache, self.settings), log_level="warning",
-                                access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            extender_app.create_app(self.cache, self.settings),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
@@ -175,8 +179,11 @@ class Scheduler:
             return None
         nodes = self.api.list("v1", "Node")
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-        candidates = [n["metadata"]["name"] for n in nodes
-                      if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
+        candidates = [
+            n["metadata"]["name"]
+            for n in nodes
+            if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        ]
         body = {"Pod": pod, "NodeNames": candidates}
         assert self._client is not None
         response = await self._client.post("/filter", json=body)
@@ -195,8 +202,10 @@ class Scheduler:
         else:
             if not decision.message:
                 decision.message = unschedulable_message(
-                    len(nodes), len(nodes) - len(candidates),
-                    {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})})
+                    len(nodes),
+                    len(nodes) - len(candidates),
+                    {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})},
+                )
             self._set_scheduled(name, ns, False, "Unschedulable", decision.message)
         if self.on_decision:
             self.on_decision(decision)

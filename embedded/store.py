@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import datetime
 import itertools
+import logging
 import threading
 import uuid
 from collections import deque
@@ -40,6 +41,7 @@ from enum import StrEnum
 from typing import Any
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class EventType(StrEnum):
@@ -131,8 +133,9 @@ BUILTIN_RESOURCES: tuple[Resource, ...] = (
     Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetwork", "podnetworks", False),
     Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetworkAttachment", "podnetworkattachments", True),
     Resource("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "network-attachment-definitions", True),
-    Resource("bridge.multinetwork.x-k8s.io/v1alpha1", "NetworkSelectionOptions",
-             "networkselectionoptions", True),
+    Resource(
+        "bridge.multinetwork.x-k8s.io/v1alpha1", "NetworkSelectionOptions", "networkselectionoptions", True
+    ),
 )
 
 Key = tuple[str, str, str | None, str]
@@ -172,8 +175,14 @@ def rfc3339(when: datetime.datetime) -> str:
     return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_SERVER_META = ("uid", "resourceVersion", "creationTimestamp", "generation",
-                "deletionTimestamp", "deletionGracePeriodSeconds")
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +203,8 @@ class Store:
         self._watch_ids = itertools.count(1)
         self._pending: deque[tuple[Event, list[Watcher]]] = deque()
         self._dispatching = False
+        self.callback_errors: list[str] = []
+        """Exceptions raised by watch callbacks (logged, and kept for the demo's checks)."""
         self._mutators: dict[tuple[str, str], list[Mutator]] = {}
         self._validators: dict[tuple[str, str], list[Validator]] = {}
         for res in BUILTIN_RESOURCES:
@@ -214,8 +225,9 @@ class Store:
                 f'is registered for version "{api_version}"'
             ) from None
 
-    def add_admission(self, api_version: str, kind: str, *, mutate: Mutator | None = None,
-                      validate: Validator | None = None) -> None:
+    def add_admission(
+        self, api_version: str, kind: str, *, mutate: Mutator | None = None, validate: Validator | None = None
+    ) -> None:
         """Register admission hooks for a kind: all mutators run before all validators."""
         if mutate is not None:
             self._mutators.setdefault((api_version, kind), []).append(mutate)
@@ -311,8 +323,16 @@ class Store:
         self._dispatch()
         return result
 
-    def patch(self, api_version: str, kind: str, name: str, patch: Mapping[str, Any],
-              namespace: str | None = None, *, subresource: str | None = None) -> Obj:
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
         """Apply a JSON merge patch. `subresource="status"` patches only `status`.
 
         A `metadata.resourceVersion` in the patch is a precondition, as on a real server.
@@ -359,8 +379,14 @@ class Store:
 
     # -- watches --------------------------------------------------------------------
 
-    def subscribe(self, callback: Watcher, api_version: str | None = None, kind: str | None = None,
-                  *, replay: bool = True) -> Callable[[], None]:
+    def subscribe(
+        self,
+        callback: Watcher,
+        api_version: str | None = None,
+        kind: str | None = None,
+        *,
+        replay: bool = True,
+    ) -> Callable[[], None]:
         """Call `callback(event)` for every change of the kind (all kinds when None).
 
         With `replay`, existing objects arrive first as ADDED (list-then-watch, as an
@@ -466,8 +492,11 @@ class Store:
         if stored == current:
             # A write that changes nothing is a no-op on a real server: same resourceVersion, no event.
             return copy.deepcopy(current)
-        if not status_only and stored["metadata"].get("deletionTimestamp") and not stored[
-                "metadata"].get("finalizers"):
+        if (
+            not status_only
+            and stored["metadata"].get("deletionTimestamp")
+            and not stored["metadata"].get("finalizers")
+        ):
             self._remove(key, stored)
             result = copy.deepcopy(stored)
         else:
@@ -507,7 +536,15 @@ class Store:
                         return
                     event, watchers = self._pending.popleft()
                 for cb in watchers:
-                    cb(Event(event.type, copy.deepcopy(event.object)))
+                    try:
+                        cb(Event(event.type, copy.deepcopy(event.object)))
+                    except Exception as exc:
+                        # A watcher's bug must not fail the write that triggered it (an
+                        # informer's handler cannot fail an API call either); keep it visible.
+                        log.exception("watch callback %r failed on %s", cb, event.type)
+                        self.callback_errors.append(
+                            f"{getattr(cb, '__qualname__', cb)}: {type(exc).__name__}: {exc}"
+                        )
         except BaseException:
             with self._lock:
                 self._dispatching = False

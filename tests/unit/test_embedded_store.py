@@ -29,13 +29,16 @@ FIN = "multinetwork.x-k8s.io/in-use"
 
 
 def podnetwork(name: str = "blue", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": PN[0], "kind": PN[1], "metadata": {"name": name},
-            "spec": {"enabled": True, **spec}}
+    return {"apiVersion": PN[0], "kind": PN[1], "metadata": {"name": name}, "spec": {"enabled": True, **spec}}
 
 
 def pod(name: str = "a", ns: str = "demo") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
 
 
 @pytest.fixture
@@ -44,6 +47,7 @@ def api() -> Store:
 
 
 # -- create / get / list / delete ----------------------------------------------------
+
 
 def test_create_assigns_uid_resource_version_generation_and_creation_timestamp(api: Store) -> None:
     created = api.create(podnetwork())
@@ -56,7 +60,9 @@ def test_create_assigns_uid_resource_version_generation_and_creation_timestamp(a
 
 def test_create_of_an_existing_name_is_already_exists(api: Store) -> None:
     api.create(podnetwork())
-    with pytest.raises(AlreadyExists, match=re.escape('podnetworks.multinetwork.x-k8s.io "blue" already exists')):
+    with pytest.raises(
+        AlreadyExists, match=re.escape('podnetworks.multinetwork.x-k8s.io "blue" already exists')
+    ):
         api.create(podnetwork())
 
 
@@ -115,6 +121,7 @@ def test_delete_without_finalizers_removes_the_object(api: Store) -> None:
 
 # -- resourceVersion and optimistic concurrency --------------------------------------
 
+
 def test_every_write_changes_the_resource_version(api: Store) -> None:
     v1 = api.create(podnetwork())["metadata"]["resourceVersion"]
     obj = api.get(*PN, "blue")
@@ -164,6 +171,7 @@ def test_server_owned_metadata_cannot_be_overwritten_by_an_update(api: Store) ->
 
 # -- generation ------------------------------------------------------------------------
 
+
 def test_generation_increases_on_spec_change_only(api: Store) -> None:
     api.create(podnetwork())
     obj = api.patch(*PN, "blue", {"metadata": {"annotations": {"x": "y"}}})
@@ -176,6 +184,7 @@ def test_generation_increases_on_spec_change_only(api: Store) -> None:
 
 # -- status subresource ------------------------------------------------------------------
 
+
 def test_create_drops_status(api: Store) -> None:
     obj = podnetwork()
     obj["status"] = {"conditions": [{"type": "Ready"}]}
@@ -184,8 +193,9 @@ def test_create_drops_status(api: Store) -> None:
 
 def test_main_resource_update_and_patch_ignore_status(api: Store) -> None:
     api.create(podnetwork())
-    api.patch(*PN, "blue", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
-              subresource="status")
+    api.patch(
+        *PN, "blue", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, subresource="status"
+    )
     obj = api.get(*PN, "blue")
     obj["status"] = {"conditions": []}
     obj["spec"]["provider"] = "p"
@@ -212,11 +222,13 @@ def test_status_patch_with_stale_version_is_a_conflict(api: Store) -> None:
     stale = api.create(podnetwork())["metadata"]["resourceVersion"]
     api.patch(*PN, "blue", {"spec": {"provider": "x"}})
     with pytest.raises(Conflict):
-        api.update_status({**api.get(*PN, "blue"), "metadata": {"name": "blue", "resourceVersion": stale},
-                           "status": {}})
+        api.update_status(
+            {**api.get(*PN, "blue"), "metadata": {"name": "blue", "resourceVersion": stale}, "status": {}}
+        )
 
 
 # -- finalizers ------------------------------------------------------------------------
+
 
 def test_delete_with_finalizers_sets_deletion_timestamp_and_keeps_the_object(api: Store) -> None:
     obj = podnetwork()
@@ -260,6 +272,7 @@ def test_deletion_timestamp_cannot_be_cleared_by_an_update(api: Store) -> None:
 
 # -- merge patch -----------------------------------------------------------------------
 
+
 def test_merge_patch_follows_rfc_7386_examples() -> None:
     # The examples table of RFC 7386 section 3 (a selection).
     assert merge_patch({"a": "b"}, {"a": "c"}) == {"a": "c"}
@@ -277,16 +290,21 @@ def test_merge_patch_follows_rfc_7386_examples() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=3),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=2), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=2), children, max_size=3)
+    ),
     max_leaves=10,
 )
 
 
 @settings(max_examples=60)
-@given(target=st.dictionaries(st.text(max_size=2), json_values, max_size=4),
-       patch=st.dictionaries(st.text(max_size=2), json_values, max_size=4))
+@given(
+    target=st.dictionaries(st.text(max_size=2), json_values, max_size=4),
+    patch=st.dictionaries(st.text(max_size=2), json_values, max_size=4),
+)
 def test_merge_patch_is_idempotent_and_does_not_mutate_arguments(target: dict, patch: dict) -> None:
     import copy
+
     t0, p0 = copy.deepcopy(target), copy.deepcopy(patch)
     once = merge_patch(target, patch)
     assert merge_patch(once, patch) == once
@@ -300,6 +318,7 @@ def test_patch_of_a_non_object_is_a_bad_request(api: Store) -> None:
 
 
 # -- admission -------------------------------------------------------------------------
+
 
 def test_admission_mutates_then_validates_on_create_and_update(api: Store) -> None:
     calls: list[str] = []
@@ -339,10 +358,15 @@ def test_status_writes_skip_admission(api: Store) -> None:
 
 # -- watches ---------------------------------------------------------------------------
 
+
 def test_watch_sees_added_modified_deleted_in_order(api: Store) -> None:
     seen: list[tuple[str, str, str]] = []
-    api.subscribe(lambda e: seen.append((e.type, e.object["metadata"]["name"],
-                                         e.object["metadata"]["resourceVersion"])), *PN)
+    api.subscribe(
+        lambda e: seen.append(
+            (e.type, e.object["metadata"]["name"], e.object["metadata"]["resourceVersion"])
+        ),
+        *PN,
+    )
     obj = podnetwork()
     obj["metadata"]["finalizers"] = [FIN]
     api.create(obj)

@@ -1,0 +1,800 @@
+"""`podnetwork demo`: every component's real code, on this machine, narrated and checked.
+
+The API server is `embedded.store` (Kubernetes semantics, in process). On it run
+the PodNetwork controller's decisions (`embedded.control`), the NPWG bridge's
+(`embedded.bridging`), admission, the scheduler extender over HTTP on loopback
+with a kube-scheduler stand-in (`embedded.scheduling`), and one CNI agent per
+node on its unix socket, reached through the real shim executable by a kubelet
+stand-in (`embedded.kubelet`) that gives each pod a network namespace. The
+plugins are the real ones (bridge, macvlan, host-local).
+
+The two nodes share this machine's kernel, so one Linux bridge per network stands
+for the network's layer 2 across nodes, and the macvlan network's parent is one
+dummy link. Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking), which no
+real network routes, and nothing is routed to or from the host: every ping stays
+inside the demo's own namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge import npwg
+from embedded import host as host_mod
+from embedded import store as store_mod
+from embedded.bridging import Bridge
+from embedded.control import Controller
+from embedded.report import Report
+from embedded.scheduling import Decision, Extender, Scheduler
+from embedded.store import Store
+from podnetwork import constants, networks
+
+NS = "demo"
+PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PNA = (constants.API_VERSION, constants.ATTACHMENT_KIND)
+NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)
+POD = ("v1", "Pod")
+NODE = ("v1", "Node")
+NODE_A, NODE_B = "node-a", "node-b"
+
+
+@dataclass(frozen=True)
+class Net:
+    """One network of the demo and the CNI configuration behind it."""
+
+    name: str
+    plugin: str
+    """`bridge` or `macvlan`."""
+    link: str
+    """Suffix of the Linux bridge (or macvlan parent) name."""
+    subnet: str
+
+    def config(self, link_name: str, ipam_dir: Path) -> dict[str, Any]:
+        ipam = {"type": "host-local", "ranges": [[{"subnet": self.subnet}]], "dataDir": str(ipam_dir)}
+        if self.plugin == "bridge":
+            # No gateway and no masquerade: the network is a plain L2 segment between pods,
+            # nothing is added to the host's routing table.
+            plugin = {
+                "type": "bridge",
+                "bridge": link_name,
+                "isGateway": False,
+                "ipMasq": False,
+                "ipam": ipam,
+            }
+        else:
+            plugin = {"type": "macvlan", "master": link_name, "mode": "bridge", "ipam": ipam}
+        return {"cniVersion": "1.0.0", "name": f"demo-{self.name}", "plugins": [plugin]}
+
+
+DEFAULT = Net("default", "bridge", "d", "198.18.0.0/24")
+BLUE = Net("blue", "bridge", "b", "198.18.1.0/24")
+GREEN = Net("green", "macvlan", "m", "198.18.2.0/24")
+RED = Net("red", "bridge", "r", "198.18.3.0/24")
+SECONDARY = (BLUE, GREEN, RED)
+
+
+@dataclass
+class Options:
+    check: bool = False
+    keep: bool = False
+    cni_bin_dirs: list[Path] = field(default_factory=lambda: list(host_mod.DEFAULT_CNI_BIN_DIRS))
+    control_plane_only: bool = False
+    tag: str | None = None
+    """Names the run's resources (default: the process id)."""
+
+
+def main(options: Options, report: Report) -> int:
+    """Run the demo; 0 when every check passed (or, without --check, when it ran to the end)."""
+    report.show_checks = options.check
+    demo = Demo(options, report)
+    interrupted = False
+    try:
+        asyncio.run(demo.run())
+    except KeyboardInterrupt:
+        interrupted = True
+        report.failures.append("interrupted (Ctrl-C); everything made so far was removed")
+    report.summary()
+    if interrupted:
+        return 130
+    if options.check or demo.aborted:
+        return 1 if report.failures else 0
+    return 0
+
+
+def pod_manifest(name: str, nets: list[dict[str, Any]] | None, node: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {"app": "demo"}}
+    if nets is not None:
+        meta["annotations"] = {constants.NETWORKS_ANNOTATION: json.dumps(nets)}
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def podnetwork_manifest(net: Net) -> dict[str, Any]:
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.PODNETWORK_KIND,
+        "metadata": {"name": net.name},
+        "spec": {
+            "enabled": True,
+            "provider": constants.BRIDGE_PROVIDER,
+            "parametersRefs": [
+                {"group": npwg.NAD_GROUP, "kind": npwg.NAD_PLURAL, "name": net.name, "namespace": NS}
+            ],
+        },
+    }
+
+
+def condition_summary(obj: dict[str, Any] | None) -> str:
+    if obj is None:
+        return "(gone)"
+    parts = []
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        text = f"{cond['type']}={cond['status']}"
+        if cond["status"] != "True" or cond["type"] == constants.ConditionType.IN_USE:
+            text += f" ({cond.get('reason')}: {cond.get('message')})"
+        parts.append(text)
+    if obj["metadata"].get("deletionTimestamp"):
+        parts.append("deleting, finalizers " + ",".join(obj["metadata"].get("finalizers") or []))
+    return ", ".join(parts) or "(no conditions yet)"
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+class Demo:
+    def __init__(self, options: Options, report: Report) -> None:
+        self.options = options
+        self.report = report
+        self.footprint = host_mod.Footprint(options.tag or str(os.getpid()))
+        self.api = Store()
+        self.notes: list[str] = []
+        self.controller = Controller(self.api, on_note=self._note)
+        self.bridge = Bridge(self.api, on_note=self._note)
+        self.extender = Extender(self.api)
+        self.scheduler: Scheduler | None = None
+        self.kubelets: dict[str, Any] = {}
+        self.agents: list[Any] = []
+        self.data_plane = False
+        self.aborted = False
+        self.ipam_dirs: dict[str, Path] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+
+    # -- narrative helpers ----------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def _flush_notes(self, prefix: str = "") -> None:
+        for text in self.notes:
+            self.report.say(f"{prefix}{text}")
+        self.notes.clear()
+
+    def _decision(self, decision: Decision) -> None:
+        reply = decision.reply
+        passed = reply.get("NodeNames") or []
+        failed = {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})}
+        self.report.say(
+            f"extender POST /filter for {decision.pod}: NodeNames={passed}"
+            + (f" FailedNodes={json.dumps(reply.get('FailedNodes'))}" if reply.get("FailedNodes") else "")
+            + (
+                f" FailedAndUnresolvableNodes={json.dumps(reply.get('FailedAndUnresolvableNodes'))}"
+                if reply.get("FailedAndUnresolvableNodes")
+                else ""
+            )
+        )
+        if decision.node:
+            self.report.say(f"  -> scheduled {decision.pod} on {decision.node}")
+        else:
+            self.report.say(f"  -> {decision.pod} stays Pending: {decision.message}")
+        del failed
+        self.report.detail("request", decision.request)
+
+    # -- the run ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        opts = self.options
+        missing = host_mod.missing_prerequisites(opts.cni_bin_dirs)
+        self.data_plane = not opts.control_plane_only and not missing
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        # Ctrl-C and SIGTERM cancel the run; the finally blocks below still remove everything.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, task.cancel)
+        with host_mod.Host(self.footprint, keep=opts.keep) as host:
+            self.host = host
+            try:
+                self.report.section("0. What runs here")
+                self._intro(missing)
+                await self._start_control_plane()
+                self._networks()
+                await self._pods()
+                self._translation()
+                if self.data_plane:
+                    await self._attach()
+                else:
+                    self.report.skip(
+                        "4. attaching pods with the real CNI plugins: "
+                        + (
+                            "--control-plane-only"
+                            if opts.control_plane_only
+                            else "needs " + "; ".join(missing)
+                        )
+                    )
+                await self._delete()
+            except asyncio.CancelledError:
+                self.aborted = True
+                self.report.failures.append("interrupted; cleaning up")
+                raise KeyboardInterrupt from None
+            except Exception as exc:
+                self.aborted = True
+                self.report.check(False, "the demo ran to its end", f"{type(exc).__name__}: {exc}")
+                if self.report.verbosity >= 2:
+                    import traceback
+
+                    traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(sig)
+                await self._stop_components()
+        self._after_cleanup()
+        self.report.say(f"(demo took {time.monotonic() - started:.1f}s)")
+
+    def _intro(self, missing: list[str]) -> None:
+        r = self.report
+        r.say("API server:       an in-process object store with Kubernetes semantics (embedded.store)")
+        r.say("controller:       podnetwork.conditions / inuse / defaultnet, fed by watch events")
+        r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate)")
+        r.say("scheduler:        the scheduler extender's FastAPI app, over HTTP on 127.0.0.1")
+        if self.data_plane:
+            dirs = ":".join(str(d) for d in self.options.cni_bin_dirs)
+            r.say(f"CNI:              shim -> agent (unix socket, one per node) -> real plugins in {dirs}")
+            r.say(f"pods:             network namespaces named {self.footprint.netns_prefix}<pod>")
+        elif self.options.control_plane_only:
+            r.say("CNI:              skipped (--control-plane-only)")
+        else:
+            r.say("CNI:              skipped; the data-plane part needs " + "; ".join(missing))
+
+    async def _start_control_plane(self) -> None:
+        # Admission webhooks are registered before anything is created, as on a cluster.
+        from embedded import admission as admission_mod
+
+        admission_mod.register(self.api)
+        self.controller.start()
+        self.bridge.start()
+        url = await self.extender.start()
+        self.scheduler = Scheduler(self.api, url, on_decision=self._decision)
+        await self.scheduler.start()
+        self.report.say(f"scheduler extender listening on {url}")
+        self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+
+    # -- 1 ------------------------------------------------------------------------------
+
+    def _nad(self, net: Net) -> dict[str, Any]:
+        ipam_dir = self.ipam_dirs.setdefault(net.name, self.host.tempdir(f"ipam-{net.name}"))
+        link = self.footprint.link(net.link)
+        config = net.config(link, ipam_dir)
+        return {
+            "apiVersion": npwg.NAD_API_VERSION,
+            "kind": npwg.NAD_KIND,
+            "metadata": {"name": net.name, "namespace": NS},
+            "spec": {"config": json.dumps(config)},
+        }
+
+    def _networks(self) -> None:
+        r, api = self.report, self.api
+        r.section("1. Networks: PodNetworks, NetworkAttachmentDefinitions, conditions")
+        self._flush_notes("controller: ")
+        default = api.get(*PN, constants.DEFAULT_PODNETWORK)
+        r.check(
+            condition(default, "Ready").get("status") == "True",
+            'the controller created the "default" PodNetwork and it is Ready',
+            condition_summary(default),
+        )
+        if self.data_plane:
+            link, kind = self.host.parent_link(GREEN.link)
+            r.say(
+                f"created {kind} link {link} as the macvlan parent of 'green'"
+                + (" (this kernel has no dummy driver)" if kind != "dummy" else "")
+            )
+        for net in (BLUE, GREEN):
+            api.create(self._nad(net))
+            api.create(podnetwork_manifest(net))
+            r.say(
+                f"created NetworkAttachmentDefinition {NS}/{net.name} ({net.plugin}, {net.subnet}) "
+                f"and PodNetwork {net.name} (provider {constants.BRIDGE_PROVIDER})"
+            )
+        api.create(
+            {
+                "apiVersion": constants.API_VERSION,
+                "kind": constants.ATTACHMENT_KIND,
+                "metadata": {"name": "green-port", "namespace": NS},
+                "spec": {"podNetworkName": GREEN.name},
+            }
+        )
+        r.say(f"created PodNetworkAttachment {NS}/green-port -> PodNetwork green")
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_A, "labels": {"kubernetes.io/hostname": NODE_A}},
+            }
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": NODE_B,
+                    "labels": {"kubernetes.io/hostname": NODE_B},
+                    "annotations": {constants.NODE_PODNETWORKS_ANNOTATION: '["blue","green"]'},
+                },
+            }
+        )
+        r.say(
+            f"created nodes {NODE_A} (offers every network) and {NODE_B} "
+            f'({constants.NODE_PODNETWORKS_ANNOTATION}: ["blue","green"])'
+        )
+        self._flush_notes()
+        r.say("steady state:")
+        for name in (constants.DEFAULT_PODNETWORK, BLUE.name, GREEN.name):
+            obj = api.get(*PN, name)
+            r.say(f"  PodNetwork {name}: {condition_summary(obj)}")
+            r.check(
+                condition(obj, "Ready").get("status") == "True",
+                f"PodNetwork {name} is Ready",
+                condition_summary(obj),
+            )
+        for name in (BLUE.name, GREEN.name):
+            obj = api.get(*PN, name)
+            r.check(
+                condition(obj, "ParamsReady").get("status") == "True",
+                f"the bridge set ParamsReady=True on PodNetwork {name}",
+                condition_summary(obj),
+            )
+        pna = api.get(*PNA, "green-port", NS)
+        r.say(f"  PodNetworkAttachment {NS}/green-port: {condition_summary(pna)}")
+        r.check(
+            condition(pna, "Ready").get("status") == "True",
+            "PodNetworkAttachment green-port is Ready",
+            condition_summary(pna),
+        )
+        green = api.get(*PN, GREEN.name)
+        r.check(
+            constants.IN_USE_FINALIZER in (green["metadata"].get("finalizers") or []),
+            "PodNetwork green carries the in-use finalizer (the attachment references it)",
+            green["metadata"].get("finalizers"),
+        )
+        for node in (NODE_A, NODE_B):
+            obj = api.get(*NODE, node)
+            cond = condition(obj, "DefaultPodNetworkReady")
+            r.say(f"  Node {node}: DefaultPodNetworkReady={cond.get('status')} ({cond.get('message')})")
+            r.check(cond.get("status") == "True", f"node {node} reports DefaultPodNetworkReady=True", cond)
+        writes = self.controller.writes
+        api.patch(*NODE, NODE_A, {"metadata": {"labels": {"demo/touched": "yes"}}})
+        api.patch(*PN, BLUE.name, {"metadata": {"labels": {"demo/touched": "yes"}}})
+        r.check(
+            self.controller.writes == writes,
+            "a steady cluster makes no controller writes (unrelated changes cause none)",
+            self.controller.writes - writes,
+        )
+        self.notes.clear()
+
+    # -- 2 ------------------------------------------------------------------------------
+
+    async def _create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        created = self.api.create(manifest)
+        assert self.scheduler is not None
+        await self.scheduler.settle()
+        self._flush_notes()
+        return created
+
+    async def _pods(self) -> None:
+        r, api = self.report, self.api
+        assert self.scheduler is not None
+        r.section("2. Pods: admission, static validation, scheduling through the extender")
+        plain = await self._create_pod(pod_manifest("plain", None, NODE_B))
+        got = networks.annotations_of(plain).get(constants.NETWORKS_ANNOTATION)
+        r.say(f"pod {NS}/plain named no network; admission set {constants.NETWORKS_ANNOTATION}: {got}")
+        r.check(
+            got is not None and json.loads(got) == [{"podNetworkName": "default"}],
+            'admission auto-populated [{"podNetworkName": "default"}]',
+            got,
+        )
+
+        bad = pod_manifest(
+            "bad",
+            [
+                {"podNetworkName": "blue", "interfaceName": "net1"},
+                {"podNetworkAttachmentName": "green-port", "interfaceName": "net1"},
+            ],
+        )
+        try:
+            api.create(bad)
+        except store_mod.Invalid as exc:
+            r.say("pod demo/bad (two networks on interface net1) was rejected:")
+            for line in str(exc).splitlines():
+                r.say(f"  {line}")
+            r.check(
+                "interfaceName" in str(exc) and "Duplicate" in str(exc),
+                "static validation rejected the duplicate interfaceName with a field error",
+                str(exc),
+            )
+        else:
+            r.check(False, "static validation rejected pod demo/bad", "it was admitted")
+        r.check(api.find(*POD, "bad", NS) is None, "the rejected pod was not stored")
+
+        web = [
+            {"podNetworkName": "default"},
+            {"podNetworkName": "blue", "interfaceName": "blue0"},
+            {"podNetworkAttachmentName": "green-port"},
+        ]
+        await self._create_pod(pod_manifest("web-a", web, NODE_A))
+        await self._create_pod(pod_manifest("web-b", web, NODE_B))
+        for pod, node in (("web-a", NODE_A), ("web-b", NODE_B)):
+            got_node = api.get(*POD, pod, NS)["spec"].get("nodeName")
+            r.check(got_node == node, f"pod {pod} was scheduled on {node}", got_node)
+
+        r.say("")
+        r.say("pods db-1 and db-2 want PodNetwork red, which does not exist yet:")
+        db = [{"podNetworkName": "default"}, {"podNetworkName": "red", "interfaceName": "red0"}]
+        await self._create_pod(pod_manifest("db-1", db))
+        await self._create_pod(pod_manifest("db-2", db))
+        self._check_pending("db-1", 'podnetwork "red" not found', unresolvable=True)
+
+        r.say("")
+        r.say("create PodNetwork red, but not yet its NetworkAttachmentDefinition:")
+        api.create(podnetwork_manifest(RED))
+        self._flush_notes()
+        red = api.get(*PN, RED.name)
+        r.say(f"  PodNetwork red: {condition_summary(red)}")
+        r.check(
+            condition(red, "ParamsReady").get("reason") == "ParametersNotFound"
+            and condition(red, "Ready").get("reason") == "ParamsNotReady",
+            "red is not Ready: ParamsReady=False (ParametersNotFound) -> Ready=False (ParamsNotReady)",
+            condition_summary(red),
+        )
+        # The pods wait; a pod update (here a label) makes the scheduler retry, and the
+        # extender now gives the new reason.
+        api.patch(*POD, "db-1", {"metadata": {"labels": {"tier": "db"}}}, NS)
+        await self.scheduler.settle()
+        self._check_pending("db-1", 'podnetwork "red" is not Ready: ParamsNotReady', unresolvable=True)
+
+        r.say("")
+        r.say(f"create NetworkAttachmentDefinition {NS}/red:")
+        api.create(self._nad(RED))
+        await self.scheduler.settle()
+        self._flush_notes()
+        red = api.get(*PN, RED.name)
+        r.say(f"  PodNetwork red: {condition_summary(red)}")
+        r.check(condition(red, "Ready").get("status") == "True", "red turned Ready", condition_summary(red))
+        for pod in ("db-1", "db-2"):
+            obj = api.get(*POD, pod, NS)
+            r.check(
+                obj["spec"].get("nodeName") == NODE_A,
+                f"{pod} was retried after the controller's requeue nudge and scheduled on {NODE_A} "
+                f"({NODE_B} does not offer red)",
+                obj["spec"].get("nodeName"),
+            )
+        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/db-2")
+        r.check(
+            last.reply.get("FailedNodes", {}).get(NODE_B) == 'podnetwork "red" is not available on this node',
+            f'the extender answered FailedNodes[{NODE_B}] = podnetwork "red" is not available on this node',
+            last.reply,
+        )
+
+    def _check_pending(self, pod: str, reason: str, *, unresolvable: bool) -> None:
+        assert self.scheduler is not None
+        obj = self.api.get(*POD, pod, NS)
+        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/{pod}")
+        field_name = "FailedAndUnresolvableNodes" if unresolvable else "FailedNodes"
+        answers = last.reply.get(field_name) or {}
+        self.report.check(
+            not obj["spec"].get("nodeName")
+            and set(answers) == {NODE_A, NODE_B}
+            and all(reason in msg for msg in answers.values()),
+            f"{pod} stays Pending; the extender put every node in {field_name}: {reason}",
+            last.reply,
+        )
+        cond = condition(obj, "PodScheduled")
+        self.report.say(
+            f"  pod {pod}: PodScheduled={cond.get('status')} {cond.get('reason')}: {cond.get('message')}"
+        )
+
+    # -- 3 ------------------------------------------------------------------------------
+
+    def _translation(self) -> None:
+        r, api = self.report, self.api
+        r.section(f"3. Translation to NPWG: {npwg.NETWORKS_ANNOTATION}")
+        expected = {
+            "web-a": [
+                {"name": "blue", "namespace": NS, "interface": "blue0"},
+                {"name": "green", "namespace": NS},
+            ],
+            "web-b": [
+                {"name": "blue", "namespace": NS, "interface": "blue0"},
+                {"name": "green", "namespace": NS},
+            ],
+            "db-1": [{"name": "red", "namespace": NS, "interface": "red0"}],
+            "db-2": [{"name": "red", "namespace": NS, "interface": "red0"}],
+            "plain": [],
+        }
+        for pod, want in expected.items():
+            obj = api.get(*POD, pod, NS)
+            text = networks.annotations_of(obj).get(npwg.NETWORKS_ANNOTATION)
+            kep = networks.annotations_of(obj).get(constants.NETWORKS_ANNOTATION)
+            r.say(f"{pod}: {kep}")
+            r.say(f"  -> {npwg.NETWORKS_ANNOTATION}: {text}")
+            got = json.loads(text) if text else None
+            r.check(
+                got == want,
+                f"{pod}'s selection names the NADs of its PodNetworks"
+                + (" (the default network is never in the selection, NPWG 6)" if not want else ""),
+                got,
+            )
+            for warning in getattr(self.bridge.translations.get(f"{NS}/{pod}"), "warnings", []):
+                r.say(f"  warning: {warning}")
+        self.notes.clear()
+
+    # -- 4 ------------------------------------------------------------------------------
+
+    async def _start_agents(self) -> None:
+        from bridge.cni import agent as agent_mod
+        from bridge.cni import command as cni_command
+        from embedded.kubelet import Kubelet
+        from embedded.objects import StoreObjects
+
+        bin_dir = self.host.tempdir("bin")
+        shim = cni_command.install_shim(bin_dir, sys.executable)
+        default_conf = DEFAULT.config(self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default"))
+        self.host.link_made_by_plugin(self.footprint.link(DEFAULT.link))
+        run_dir = self.host.tempdir("run")
+        objects = StoreObjects(self.api)
+        self.objects = objects
+        for node in (NODE_A, NODE_B):
+            config = agent_mod.AgentConfig(
+                socket_path=run_dir / f"{node}.sock",
+                cache_dir=run_dir / f"{node}-cache",
+                bin_dirs=tuple(self.options.cni_bin_dirs),
+                conf_dir=run_dir / "net.d",
+                default_network=default_conf,
+                plugin_timeout=30.0,
+            )
+            agent = agent_mod.Agent(objects, config)
+            await agent.start()
+            self.agents.append(agent)
+            conflist = agent.own_conflist(default_conf)
+            plugin_config = {
+                "cniVersion": conflist["cniVersion"],
+                "name": conflist["name"],
+                **conflist["plugins"][0],
+            }
+            self.kubelets[node] = Kubelet(
+                node,
+                self.api,
+                self.host,
+                shim=[str(shim)],
+                plugin_config=plugin_config,
+                cni_path=[bin_dir, *self.options.cni_bin_dirs],
+            )
+            self.report.say(f"agent of {node} listening on {config.socket_path}")
+        self.report.say(
+            f"shim installed as {shim}; the runtime's network config for it: "
+            f"{json.dumps(self.kubelets[NODE_A].plugin_config)}"
+        )
+
+    async def _attach(self) -> None:
+        r, api = self.report, self.api
+        r.section("4. Attaching pods: runtime -> shim -> agent -> CNI plugins")
+        for net in (BLUE, RED):
+            self.host.link_made_by_plugin(self.footprint.link(net.link))
+        await self._start_agents()
+        pods = [p for p in api.list(*POD, NS) if p["spec"].get("nodeName")]
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            kubelet = self.kubelets[node]
+            result = await kubelet.start_pod(NS, name)
+            self.results[name] = result
+            call = kubelet.calls[-1]
+            r.say(
+                f"{node}: CNI ADD {NS}/{name} via the shim ({call.seconds * 1000:.0f} ms), "
+                f"netns {kubelet.sandboxes[f'{NS}/{name}'].netns}"
+            )
+            r.detail("CNI_ARGS", call.env["CNI_ARGS"])
+            r.detail("result returned to the runtime", result)
+        r.say("")
+        for pod in pods:
+            self._show_pod_networks(pod["metadata"]["name"])
+        r.say("")
+        r.say("connectivity (ICMP echo from inside each pod's network namespace):")
+        await self._ping("web-a", "web-b", DEFAULT.name)
+        await self._ping("web-a", "web-b", BLUE.name)
+        await self._ping("web-b", "web-a", GREEN.name)
+        await self._ping("db-1", "db-2", RED.name)
+        await self.kubelets[NODE_A].check_pod(NS, "web-a")
+        r.check(
+            True, "CNI CHECK of web-a through the shim succeeded (every delegate confirmed its attachment)"
+        )
+
+    def _pod_ips(self, pod: str) -> list[dict[str, Any]]:
+        obj = self.api.get(*POD, pod, NS)
+        text = networks.annotations_of(obj).get(constants.POD_IPS_ANNOTATION)
+        return json.loads(text) if text else []
+
+    def _ip_on(self, pod: str, network: str) -> str | None:
+        return next((e["ip"] for e in self._pod_ips(pod) if e.get("podNetwork") == network), None)
+
+    def _show_pod_networks(self, pod: str) -> None:
+        r = self.report
+        obj = self.api.get(*POD, pod, NS)
+        status = json.loads(networks.annotations_of(obj).get(npwg.NETWORK_STATUS_ANNOTATION) or "[]")
+        ips = self._pod_ips(pod)
+        r.say(f"{pod} ({obj['spec']['nodeName']}):")
+        for entry in status:
+            r.say(
+                f"  network-status: {entry.get('name')} {entry.get('interface')} {entry.get('ips')}"
+                + (" default" if entry.get("default") else "")
+            )
+        r.say(f"  {constants.POD_IPS_ANNOTATION}: {json.dumps(ips)}")
+        r.detail("network-status", status)
+        r.detail(
+            "ip addr in the pod",
+            self.host.addresses(self.kubelets[obj["spec"]["nodeName"]].sandboxes[f"{NS}/{pod}"].netns),
+        )
+        kep = json.loads(networks.annotations_of(obj)[constants.NETWORKS_ANNOTATION])
+        wanted = [n.get("podNetworkName") or "green" for n in kep]
+        subnets = {n.name: ipaddress.ip_network(n.subnet) for n in (DEFAULT, *SECONDARY)}
+        for network in wanted:
+            ip = self._ip_on(pod, network)
+            ok = ip is not None and ipaddress.ip_address(ip) in subnets[network]
+            r.check(ok, f"{pod} has an IP on {network} in {subnets[network]}", ips)
+        r.check(
+            len(status) == len(wanted) and sum(1 for e in status if e.get("default")) == 1,
+            f"{pod}'s network-status lists {len(wanted)} attachments, one of them the default",
+            status,
+        )
+
+    async def _ping(self, src: str, dst: str, network: str) -> None:
+        ip = self._ip_on(dst, network)
+        node = self.api.get(*POD, src, NS)["spec"]["nodeName"]
+        netns = self.kubelets[node].sandboxes[f"{NS}/{src}"].netns
+        if ip is None:
+            self.report.check(False, f"{src} -> {dst} on {network}", f"{dst} has no IP on {network}")
+            return
+        proc = await asyncio.to_thread(self.host.ping, netns, ip)
+        self.report.say(f"  {src} -> {dst} ({ip}) on {network}: {proc.stdout.strip() or proc.stderr.strip()}")
+        self.report.check(
+            proc.returncode == 0,
+            f"{src} reaches {dst} on {network}",
+            proc.stdout.strip() or proc.stderr.strip(),
+        )
+
+    # -- 5 ------------------------------------------------------------------------------
+
+    async def _delete_pod(self, name: str) -> None:
+        pod = self.api.get(*POD, name, NS)
+        node = pod["spec"].get("nodeName")
+        if self.data_plane and node in self.kubelets:
+            kubelet = self.kubelets[node]
+            await kubelet.stop_pod(NS, name)
+            self.report.say(
+                f"{node}: CNI DEL {NS}/{name} via the shim ({kubelet.calls[-1].seconds * 1000:.0f} ms);"
+                " namespace removed"
+            )
+        self.api.delete(*POD, name, NS)
+        self.report.say(f"pod {NS}/{name} deleted")
+        self._flush_notes("  controller: ")
+
+    async def _delete(self) -> None:
+        r, api = self.report, self.api
+        r.section("5. Deleting: CNI DEL, finalizers released, the PodNetwork goes")
+        api.delete(*PN, RED.name)
+        red = api.get(*PN, RED.name)
+        r.say(f"kubectl delete podnetwork red -> {condition_summary(red)}")
+        r.check(
+            bool(red["metadata"].get("deletionTimestamp"))
+            and constants.IN_USE_FINALIZER in (red["metadata"].get("finalizers") or []),
+            "red is kept (deletionTimestamp set) while db-1 and db-2 use it",
+            red["metadata"],
+        )
+        await self._delete_pod("db-1")
+        red = api.find(*PN, RED.name)
+        r.check(
+            red is not None and "1 pod" in condition(red, "InUse").get("message", ""),
+            "red still waits for db-2 (InUse names it)",
+            condition_summary(red),
+        )
+        await self._delete_pod("db-2")
+        r.check(
+            api.find(*PN, RED.name) is None,
+            "with the last pod gone the finalizer was removed and red's delete completed",
+        )
+        if self.data_plane:
+            leases = (
+                [p.name for p in (self.ipam_dirs[RED.name] / f"demo-{RED.name}").glob("198.*")]
+                if (self.ipam_dirs[RED.name] / f"demo-{RED.name}").exists()
+                else []
+            )
+            r.check(not leases, "host-local released red's addresses (no lease files left)", leases)
+            netns = host_mod.run(["ip", "netns", "list"], check=False).stdout
+            r.check(
+                self.footprint.netns("db-1") not in netns and self.footprint.netns("db-2") not in netns,
+                "the db pods' network namespaces are gone",
+                netns,
+            )
+        api.delete(constants.API_VERSION, constants.ATTACHMENT_KIND, "green-port", NS)
+        pna = api.find(*PNA, "green-port", NS)
+        r.say(f"kubectl delete podnetworkattachment green-port -> {condition_summary(pna)}")
+        r.check(
+            pna is not None and bool(pna["metadata"].get("deletionTimestamp")),
+            "green-port waits for web-a and web-b (in-use finalizer)",
+            pna,
+        )
+
+    # -- 6 ------------------------------------------------------------------------------
+
+    async def _stop_components(self) -> None:
+        """Tear down the pods still attached (CNI DEL), then stop the agents and the servers."""
+        r = self.report
+        r.section("6. Cleaning up")
+        for kubelet in self.kubelets.values():
+            for key in list(kubelet.sandboxes):
+                ns, _, name = key.partition("/")
+                if self.options.keep:
+                    continue
+                try:
+                    await kubelet.stop_pod(ns, name)
+                    r.say(f"{kubelet.node}: CNI DEL {key}")
+                except Exception as exc:  # keep tearing down the rest
+                    r.check(False, f"CNI DEL of {key} during cleanup", str(exc))
+        for agent in self.agents:
+            with contextlib.suppress(Exception):
+                await agent.stop()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        await self.extender.stop()
+        self.controller.stop()
+        self.bridge.stop()
+
+    def _after_cleanup(self) -> None:
+        r = self.report
+        if self.options.keep:
+            r.say("--keep: the namespaces, links and files are left in place. Remove them with:")
+            for line in self.host.cleanup_commands():
+                r.say(f"  {line}")
+            return
+        for problem in self.host.cleanup_errors:
+            r.check(False, "cleanup step", problem)
+        r.check(
+            not self.api.callback_errors,
+            "no component failed while handling a watch event",
+            self.api.callback_errors,
+        )
+        left = self.footprint.leftovers()
+        r.check(not left, "nothing of the demo is left: no namespace, link, IPAM directory or socket", left)
+        if not left:
+            r.say(
+                f"removed everything this run made ({len(self.host.created)} namespaces, links, directories)"
+            )
+
+
+__all__ = ["Demo", "Options", "main"]
