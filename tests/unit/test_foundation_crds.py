@@ -7,16 +7,19 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonschema
 import pytest
 from foundation_support import (
     CRDS,
     EXAMPLES,
+    FORMATS,
     cel_errors,
     cel_rules,
     crd,
     defaulted,
     load_yaml_documents,
     schema_errors,
+    to_json_schema,
     vap_errors,
     version_of,
 )
@@ -313,3 +316,24 @@ def test_policy_binding_denies_with_that_policy():
     assert BINDING["spec"]["validationActions"] == ["Deny"]
     assert POLICY["spec"]["failurePolicy"] == "Fail"
     assert POLICY["spec"]["validations"][0]["reason"] == "Forbidden"
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)]
+    for name, sub in (node.get("properties") or {}).items():
+        found += schema_nodes(sub, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        found += schema_nodes(node["items"], f"{path}[*]")
+    return found
+
+
+@pytest.mark.parametrize("crd_doc", [PN_CRD, PNA_CRD], ids=["podnetworks", "podnetworkattachments"])
+def test_schemas_are_structural(crd_doc):
+    # The API server's structural-schema rules that a hand-written CRD can break:
+    # every node has a type, a list-map's keys are required, defaults are valid.
+    for path, node in schema_nodes(version_of(crd_doc)["schema"]["openAPIV3Schema"]):
+        assert node.get("type") in ("object", "array", "string", "integer", "boolean"), path
+        if node.get("x-kubernetes-list-type") == "map":
+            assert set(node["x-kubernetes-list-map-keys"]) <= set(node["items"]["required"]), path
+        if "default" in node:
+            jsonschema.validate(node["default"], to_json_schema(node), format_checker=FORMATS)
