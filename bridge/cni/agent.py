@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge import npwg
+from bridge import npwg, translate
 from bridge.cni import cache, conflist, invoke, plan
+from bridge.cni import objects as objects_mod
 from bridge.cni.cache import Attachment, Record, State
 from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.cni.objects import NotFound, ObjectSource
@@ -45,6 +46,8 @@ DEFAULT_SOCKET = Path("/run/multinetwork/agent.sock")
 DEFAULT_CACHE_DIR = Path("/var/lib/multinetwork/cache")
 DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
+#: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
+DEFAULT_PODNETWORK = "default"
 
 
 @dataclass
@@ -73,6 +76,19 @@ class AgentConfig:
     """Seconds between checks of the default network while waiting for it (6.1)."""
     patch_status: bool = True
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5)."""
+
+
+@dataclass
+class _Found:
+    """Objects fetched for one translation, keyed as `bridge.translate.Objects` wants them."""
+
+    podnetworks: dict[str, Any] = field(default_factory=dict)
+    attachments: dict[tuple[str, str], Any] = field(default_factory=dict)
+    nads: dict[tuple[str, str], Any] = field(default_factory=dict)
+    options: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def objects(self) -> translate.Objects:
+        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
 
 
 @dataclass
@@ -309,32 +325,114 @@ class Agent:
             ) from None
         return name, config
 
+    async def _follow_refs(self, obj: Mapping[str, Any], namespace: str, found: _Found) -> None:
+        """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name.
+
+        Missing ones are left out: the translation then reports them by name.
+        """
+        for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
+            if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+                continue
+            key = (ref.get("namespace") or namespace, ref["name"])
+            with contextlib.suppress(NotFound):
+                if ref.get("group") == npwg.NAD_GROUP and key not in found.nads:
+                    found.nads[key] = await self.objects.get_nad(*key)
+                elif ref.get("group") == translate.OPTIONS_GROUP and key not in found.options:
+                    found.options[key] = await self.objects.get_selection_options(*key)
+
     async def _default_from_podnetwork(
         self, k8s_runtime_config: Mapping[str, Any]
     ) -> tuple[str, dict[str, Any]]:
-        raise CNIError(
-            ErrorCode.INVALID_CONFIG,
-            "no cluster default network configured",
-            "give --default-network-conf FILE",
-        )
+        """The `default` PodNetwork's NetworkAttachmentDefinition, through the translation."""
+        try:
+            podnetwork = await self.objects.get_podnetwork(DEFAULT_PODNETWORK)
+        except NotFound:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                "no cluster default network",
+                f"give --default-network-conf FILE, or create the PodNetwork {DEFAULT_PODNETWORK!r} "
+                f"with provider {objects_mod.BRIDGE_PROVIDER} and one NetworkAttachmentDefinition",
+            ) from None
+        if not translate.is_bridge(podnetwork):
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} is not provided by the NPWG bridge",
+                f"its provider must be {objects_mod.BRIDGE_PROVIDER} for this agent to attach it; "
+                "or give --default-network-conf FILE",
+            )
+        found = _Found()
+        await self._follow_refs(podnetwork, "", found)
+        try:
+            (namespace, name), nad = translate.podnetwork_nad(podnetwork, found.objects())
+            config = npwg.delegate_config(
+                None,
+                name,
+                namespace,
+                (nad.get("spec") or {}).get("config"),
+                self.config.conf_dir,
+                is_default=True,
+                k8s_runtime_config=k8s_runtime_config,
+            )
+        except (translate.TranslationError, npwg.DelegationError) as exc:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG, "the cluster default network is unusable", str(exc)
+            ) from None
+        return npwg.nad_ref(namespace, name), config
 
     async def _selection(self, pod: Mapping[str, Any]) -> list[npwg.NetworkSelectionElement]:
-        """The pod's secondary networks in order: from `k8s.v1.cni.cncf.io/networks`."""
+        """The pod's secondary networks in order.
+
+        The pod's spec-style networks (`multinetwork.x-k8s.io/networks`) are the source
+        of truth, through the bridge's translation; without them, the NPWG selection
+        annotation `k8s.v1.cni.cncf.io/networks`.
+        """
         meta = pod.get("metadata") or {}
-        annotation = (meta.get("annotations") or {}).get(npwg.NETWORKS_ANNOTATION)
+        namespace = meta.get("namespace") or "default"
+        annotations = meta.get("annotations") or {}
+        if objects_mod.KEP_NETWORKS_ANNOTATION in annotations:
+            return await self._translated(namespace, annotations[objects_mod.KEP_NETWORKS_ANNOTATION])
+        annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
         if not annotation:
             return []
         try:
-            return npwg.parse_selection(annotation, meta.get("namespace") or "default")
+            return npwg.parse_selection(annotation, namespace)
         except npwg.InvalidSelection as exc:
             # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
-            log.warning(
-                "pod %s/%s: ignoring its selection annotation: %s",
-                meta.get("namespace"),
-                meta.get("name"),
-                exc,
-            )
+            log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, meta.get("name"), exc)
             return []
+
+    async def _translated(self, namespace: str, text: str) -> list[npwg.NetworkSelectionElement]:
+        what = f"pod annotation {objects_mod.KEP_NETWORKS_ANNOTATION}"
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, list):
+                raise ValueError("must be a JSON list")
+            networks = [translate.Network.model_validate(item) for item in raw]
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+            raise CNIError(ErrorCode.INVALID_CONFIG, f"invalid {what}", str(exc)) from None
+        found = _Found()
+        for net in networks:
+            pn_name = net.pod_network_name
+            if net.pod_network_attachment_name:
+                key = (namespace, net.pod_network_attachment_name)
+                with contextlib.suppress(NotFound):
+                    attachment = await self.objects.get_attachment(*key)
+                    found.attachments[key] = attachment
+                    await self._follow_refs(attachment, namespace, found)
+                    pn_name = (attachment.get("spec") or {}).get("podNetworkName")
+            if pn_name and pn_name != DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
+                with contextlib.suppress(NotFound):
+                    found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
+                    await self._follow_refs(podnetwork, "", found)
+        try:
+            translation = translate.translate(networks, namespace, found.objects())
+        except translate.TranslationError as exc:
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED, f"cannot translate the pod's networks ({exc.reason})", str(exc)
+            ) from None
+        for warning in translation.warnings:
+            log.info("%s: %s", what, warning)
+        return translation.elements
 
     async def plan(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
         """Every attachment of this ADD, resolved and validated before anything executes."""
@@ -409,13 +507,17 @@ class Agent:
                 )
                 record.attachments.append(attachment)
                 self.cache.save(record)  # the intent, before the delegate runs
-                attachment.result = await conflist.add(
-                    self.executor,
-                    conflist.load(p.config, what=f"network {p.name!r}"),
-                    args.with_ifname(p.ifname),
-                    self.config.bin_dirs,
-                    self.config.plugin_timeout,
-                )
+                try:
+                    attachment.result = await conflist.add(
+                        self.executor,
+                        conflist.load(p.config, what=f"network {p.name!r}"),
+                        args.with_ifname(p.ifname),
+                        self.config.bin_dirs,
+                        self.config.plugin_timeout,
+                    )
+                except CNIError:
+                    attachment.state = State.FAILED
+                    raise
                 attachment.state = State.ATTACHED
                 self.cache.save(record)
             await self._apply_default_routes(record)
@@ -484,8 +586,10 @@ class Agent:
                     attachment.result,
                 )
             except CNIError as exc:
-                problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
-                continue
+                if attachment.state is not State.FAILED:
+                    problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
+                    continue
+                log.info("DEL after the failed ADD of %s (%s): %s", attachment.name, attachment.ifname, exc)
             record.attachments.remove(attachment)
             if record.attachments:
                 self.cache.save(record)

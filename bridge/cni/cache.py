@@ -34,6 +34,9 @@ class State(StrEnum):
     """The delegate ADD is about to run, or ran and its outcome was not recorded."""
     ATTACHED = "attached"
     """The delegate ADD succeeded; `result` holds its result."""
+    FAILED = "failed"
+    """The delegate ADD returned an error. CNI plugins undo their own partial work on a
+    failed ADD, so the agent's DEL of it is a courtesy: its failure is not kept."""
 
 
 @dataclass

@@ -33,6 +33,10 @@ OPTIONS_GROUP = "bridge.multinetwork.x-k8s.io"
 OPTIONS_VERSION = "v1alpha1"
 OPTIONS_PLURAL = "networkselectionoptions"
 
+#: The pod's spec-style networks (KEP layer), and the bridge's provider name.
+KEP_NETWORKS_ANNOTATION = f"{KEP_GROUP}/networks"
+BRIDGE_PROVIDER = f"{KEP_GROUP}/npwg-bridge"
+
 POD = "Pod"
 NAD = "NetworkAttachmentDefinition"
 PODNETWORK = "PodNetwork"
