@@ -1,0 +1,497 @@
+"""`podnetwork migrate` against a live cluster: read, plan, apply, roll back.
+
+The I/O edge of the migration; every decision is `bridge.migrate`'s.
+
+How changes are written, for a real API server:
+
+- PodNetworks, NetworkSelectionOptions and PodNetworkAttachments (in that
+  order, so nothing ever points at an object that does not exist yet) by
+  server-side apply: `PATCH` with `application/apply-patch+yaml`,
+  `fieldManager=podnetwork-migrate`, `force=false`, so a field another manager
+  owns with a different value is a conflict reported to the user, not
+  overwritten.
+- Workloads last, by one JSON merge patch each (`fieldManager=podnetwork-migrate`)
+  that sets `multinetwork.x-k8s.io/networks` and removes the NPWG annotation in
+  one write (one rollout for a Deployment). Server-side apply cannot do this:
+  it only removes fields its own manager owns, and the NPWG annotation belongs
+  to whoever created the workload. The patch carries the `resourceVersion` read
+  during planning, so a workload changed meanwhile is a 409 Conflict and left
+  alone; running the command again plans it afresh.
+- Nothing of a workload is written when any object it needs failed.
+
+Rollback reads a plan file: it restores each workload's NPWG annotation if the
+workload still carries exactly what the migration wrote, then deletes the
+objects the plan created (attachments, options, networks) that still carry the
+migration's label and origin and that no Pod, workload or attachment uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from bridge import migrate, migrate_kubeconfig, migrate_offline, npwg
+from podnetwork import constants, manifests
+from podnetwork import networks as kep_networks
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_USAGE = 2
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API."""
+
+    kind: str
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+WORKLOAD_RESOURCES: dict[str, Resource] = {
+    "Pod": Resource("Pod", "v1", "pods"),
+    "Deployment": Resource("Deployment", "apps/v1", "deployments"),
+    "StatefulSet": Resource("StatefulSet", "apps/v1", "statefulsets"),
+    "DaemonSet": Resource("DaemonSet", "apps/v1", "daemonsets"),
+    "ReplicaSet": Resource("ReplicaSet", "apps/v1", "replicasets"),
+    "Job": Resource("Job", "batch/v1", "jobs"),
+    "CronJob": Resource("CronJob", "batch/v1", "cronjobs"),
+}
+NAD = Resource(npwg.NAD_KIND, npwg.NAD_API_VERSION, npwg.NAD_PLURAL)
+PODNETWORK = Resource(constants.PODNETWORK_KIND, constants.API_VERSION, constants.PODNETWORK_PLURAL, False)
+ATTACHMENT = Resource(constants.ATTACHMENT_KIND, constants.API_VERSION, constants.ATTACHMENT_PLURAL)
+OPTIONS = Resource(migrate.OPTIONS_KIND, migrate.OPTIONS_API_VERSION, migrate.OPTIONS_PLURAL)
+BY_KIND: dict[str, Resource] = {
+    **WORKLOAD_RESOURCES,
+    NAD.kind: NAD,
+    PODNETWORK.kind: PODNETWORK,
+    ATTACHMENT.kind: ATTACHMENT,
+    OPTIONS.kind: OPTIONS,
+}
+
+
+class ApiError(Exception):
+    """The API server refused a request; `status` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Cluster:
+    """The few API calls the migration makes, over one HTTP client."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    def _check(self, response: httpx.Response, what: str) -> Any:
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("message") or response.text
+            except ValueError:
+                message = response.text
+            raise ApiError(response.status_code, f"{what}: HTTP {response.status_code}: {message[:500]}")
+        return response.json() if response.content else {}
+
+    def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of a resource (in a namespace, or everywhere), following pagination."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, str | int] = {"limit": PAGE_SIZE}
+        path = resource.path(namespace)
+        while True:
+            body = self._check(self.client.get(path, params=params), f"list {resource.plural}")
+            for item in body.get("items") or []:
+                # Items of a list carry no apiVersion/kind on a real API server.
+                items.append({"apiVersion": resource.api_version, "kind": resource.kind, **item})
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params = {"limit": PAGE_SIZE, "continue": token}
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        response = self.client.get(resource.path(namespace, name))
+        if response.status_code == 404:
+            return None
+        obj = self._check(response, f"get {resource.kind} {name}")
+        return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of a whole object we own."""
+        resource = BY_KIND[str(obj["kind"])]
+        meta = obj["metadata"]
+        response = self.client.patch(
+            resource.path(meta.get("namespace"), meta["name"]),
+            params={"fieldManager": migrate.FIELD_MANAGER, "force": "false"},
+            content=json.dumps(obj),  # JSON is YAML: what kubectl sends too
+            headers={"Content-Type": APPLY_PATCH},
+        )
+        return self._check(response, f"apply {resource.kind} {meta['name']}")
+
+    def merge_patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]
+    ) -> Any:
+        response = self.client.patch(
+            resource.path(namespace, name),
+            params={"fieldManager": migrate.FIELD_MANAGER},
+            content=json.dumps(patch),
+            headers={"Content-Type": MERGE_PATCH},
+        )
+        return self._check(response, f"patch {resource.kind} {name}")
+
+    def delete(self, resource: Resource, namespace: str | None, name: str, uid: str | None) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}  # type: ignore[assignment]
+        response = self.client.request(
+            "DELETE", resource.path(namespace, name), content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+        if response.status_code != 404:
+            self._check(response, f"delete {resource.kind} {name}")
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def _list_or_empty(cluster: Cluster, resource: Resource, namespace: str | None) -> list[dict[str, Any]]:
+    try:
+        return cluster.list(resource, namespace)
+    except ApiError as exc:
+        if exc.status == 404:  # the CRD is not installed: there are none
+            return []
+        raise
+
+
+def read_inventory(cluster: Cluster, namespaces: list[str] | None) -> migrate.Inventory:
+    """Workloads and parameters in `namespaces` (None: all), every PodNetwork, and the
+    NADs other namespaces' selections name."""
+    inventory = migrate.Inventory()
+    scopes: list[str | None] = list(namespaces) if namespaces else [None]
+    for scope in scopes:
+        for resource in WORKLOAD_RESOURCES.values():
+            for obj in cluster.list(resource, scope):
+                inventory.add(obj, source="cluster")
+        for resource in (NAD, ATTACHMENT, OPTIONS):
+            for obj in _list_or_empty(cluster, resource, scope):
+                inventory.add(obj)
+    for obj in _list_or_empty(cluster, PODNETWORK, None):
+        inventory.add(obj)
+    # A selection may name a NAD of a namespace outside the scope (NPWG 4.1.2.1.2).
+    for wanted in sorted(_selected_nads(inventory) - set(inventory.nads)):
+        found = cluster.get(NAD, *wanted)
+        if found is not None:
+            inventory.add(found)
+    return inventory
+
+
+def _selected_nads(inventory: migrate.Inventory) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for wl in inventory.workloads:
+        text = wl.annotations.get(migrate.NPWG_NETWORKS_ANNOTATION)
+        if text is None or wl.owner is not None:
+            continue
+        try:
+            out.update((e.namespace, e.name) for e in npwg.parse_selection(text, wl.namespace))
+        except ValueError:
+            continue  # reported by the planner
+    return out
+
+
+# --- applying ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one object."""
+
+    ref: str
+    ok: bool
+    message: str
+
+    def __str__(self) -> str:
+        return f"{'ok' if self.ok else 'FAILED'} {self.ref}: {self.message}"
+
+
+def _nest(path: Iterable[str], leaf: dict[str, Any]) -> dict[str, Any]:
+    out = leaf
+    for key in reversed(tuple(path)):
+        out = {key: out}
+    return out
+
+
+def workload_patch(change: migrate.WorkloadChange) -> dict[str, Any]:
+    """The merge patch of one workload: new annotation set, NPWG annotation removed."""
+    wl = change.workload
+    annotations: dict[str, Any] = {
+        migrate.NPWG_NETWORKS_ANNOTATION: None,
+        constants.NETWORKS_ANNOTATION: change.after,
+    }
+    patch = _nest(wl.template_path, {"annotations": annotations})
+    if wl.resource_version:
+        patch.setdefault("metadata", {})["resourceVersion"] = wl.resource_version
+    return patch
+
+
+def apply_plan(cluster: Cluster, p: migrate.Plan) -> list[Outcome]:
+    """Apply `p`: objects in order, then workloads; stops before workloads on any failure."""
+    outcomes: list[Outcome] = []
+    failed = False
+    for planned in p.objects():
+        try:
+            cluster.apply(planned.obj)
+            outcomes.append(Outcome(str(planned.ref), True, "applied"))
+        except (ApiError, httpx.HTTPError) as exc:
+            failed = True
+            outcomes.append(Outcome(str(planned.ref), False, str(exc)))
+    for change in p.workloads:
+        wl = change.workload
+        if failed:
+            outcomes.append(Outcome(str(wl.ref), False, "not changed: an object it needs failed above"))
+            continue
+        try:
+            resource = WORKLOAD_RESOURCES[str(wl.kind)]
+            cluster.merge_patch(resource, wl.namespace, wl.name, workload_patch(change))
+            outcomes.append(Outcome(str(wl.ref), True, f"{wl.annotations_path} migrated"))
+        except ApiError as exc:
+            hint = "; it changed since it was read, run the command again" if exc.status == 409 else ""
+            outcomes.append(Outcome(str(wl.ref), False, f"{exc}{hint}"))
+        except httpx.HTTPError as exc:
+            outcomes.append(Outcome(str(wl.ref), False, str(exc)))
+    return outcomes
+
+
+# --- rolling back ------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanFile:
+    header: dict[str, Any]
+    objects: list[dict[str, Any]]
+
+
+def read_plan(text: str, label: str) -> PlanFile:
+    loaded = manifests.load_text(text, label)
+    if loaded.errors:
+        raise manifests.ManifestError(label, str(loaded.errors[0].problem))
+    docs = [d.obj for d in loaded.documents]
+    if not docs or docs[0].get("kind") != migrate.PLAN_KIND:
+        raise manifests.ManifestError(
+            label, f"not a plan file: the first document must be a {migrate.PLAN_KIND} (written by -o)"
+        )
+    return PlanFile(docs[0], docs[1:])
+
+
+def _annotations_at(obj: Mapping[str, Any], path: str) -> dict[str, str]:
+    cur: Any = obj
+    for key in path.split(".")[:-1]:
+        cur = (cur or {}).get(key) if isinstance(cur, Mapping) else None
+    found = (cur or {}).get("annotations") if isinstance(cur, Mapping) else None
+    return dict(found or {})
+
+
+def _restore_workload(cluster: Cluster, record: Mapping[str, Any]) -> Outcome:
+    ref = f"{record['kind']} {record['namespace']}/{record['name']}"
+    resource = WORKLOAD_RESOURCES.get(str(record["kind"]))
+    if resource is None:
+        return Outcome(ref, False, "unknown workload kind in the plan")
+    obj = cluster.get(resource, record["namespace"], record["name"])
+    if obj is None:
+        return Outcome(ref, True, "gone; nothing to restore")
+    path = str(record["annotationsPath"])
+    now = _annotations_at(obj, path)
+    before = dict(record["before"])
+    after = dict(record["after"])
+    npwg_key, kep_key = migrate.NPWG_NETWORKS_ANNOTATION, constants.NETWORKS_ANNOTATION
+    if now.get(kep_key) is None and now.get(npwg_key) == before.get(npwg_key):
+        return Outcome(ref, True, "already restored")
+    if now.get(kep_key) != after.get(kep_key) or npwg_key in now:
+        return Outcome(
+            ref,
+            False,
+            f"left as is: its {kep_key} annotation changed since the migration; restore it by hand",
+        )
+    patch = _nest(path.split(".")[:-1], {"annotations": {npwg_key: before[npwg_key], kep_key: None}})
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    if rv:
+        patch.setdefault("metadata", {})["resourceVersion"] = rv
+    cluster.merge_patch(resource, record["namespace"], record["name"], patch)
+    return Outcome(ref, True, f"{npwg_key} restored")
+
+
+def _usage(cluster: Cluster) -> tuple[set[str], set[tuple[str, str]], set[tuple[str, str]]]:
+    """PodNetworks, attachments and options still referenced by live pods, top-level
+    workloads and attachments."""
+    pns: set[str] = set()
+    pnas: set[tuple[str, str]] = set()
+    opts: set[tuple[str, str]] = set()
+    for resource in WORKLOAD_RESOURCES.values():
+        for obj in cluster.list(resource):
+            if resource.kind == "Pod" and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # KEP "InUse indicator": finished pods do not count
+            wl = migrate.workload_of(obj)
+            if wl is None or (wl.owner is not None and resource.kind != "Pod"):
+                continue
+            text = wl.annotations.get(constants.NETWORKS_ANNOTATION)
+            if text is None:
+                continue
+            try:
+                nets = kep_networks.parse(text)
+            except ValueError:
+                continue
+            for net in nets:
+                if net.pod_network_name:
+                    pns.add(net.pod_network_name)
+                if net.pod_network_attachment_name:
+                    pnas.add((wl.namespace, net.pod_network_attachment_name))
+    for pna in _list_or_empty(cluster, ATTACHMENT, None):
+        meta = pna.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        spec = pna.get("spec") or {}
+        pns.add(str(spec.get("podNetworkName")))
+        for ref in spec.get("parametersRefs") or []:
+            if ref.get("kind") == migrate.OPTIONS_KIND:
+                opts.add((str(ref.get("namespace") or meta.get("namespace")), str(ref.get("name"))))
+    return pns, pnas, opts
+
+
+def rollback(cluster: Cluster, plan: PlanFile) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    for record in plan.header.get("workloads") or []:
+        try:
+            outcomes.append(_restore_workload(cluster, record))
+        except (ApiError, httpx.HTTPError) as exc:
+            ref = f"{record.get('kind')} {record.get('namespace')}/{record.get('name')}"
+            outcomes.append(Outcome(ref, False, str(exc)))
+    order = [constants.ATTACHMENT_KIND, migrate.OPTIONS_KIND, constants.PODNETWORK_KIND]
+    for kind in order:
+        for planned in [o for o in plan.objects if o.get("kind") == kind]:
+            outcomes.append(_remove(cluster, planned))
+    return outcomes
+
+
+def _remove(cluster: Cluster, planned: Mapping[str, Any]) -> Outcome:
+    resource = BY_KIND[str(planned["kind"])]
+    meta = planned.get("metadata") or {}
+    namespace, name = meta.get("namespace"), str(meta.get("name"))
+    ref = f"{resource.kind} {namespace + '/' if namespace else ''}{name}"
+    try:
+        live = cluster.get(resource, namespace, name)
+        if live is None:
+            return Outcome(ref, True, "already gone")
+        live_meta = live.get("metadata") or {}
+        ours = (live_meta.get("labels") or {}).get(migrate.MIGRATED_BY_LABEL) == migrate.FIELD_MANAGER
+        same_origin = (live_meta.get("annotations") or {}).get(migrate.ORIGIN_ANNOTATION) == (
+            meta.get("annotations") or {}
+        ).get(migrate.ORIGIN_ANNOTATION)
+        if not (ours and same_origin):
+            return Outcome(ref, True, "kept: not created by this migration")
+        pns, pnas, opts = _usage(cluster)
+        used = (
+            name in pns if resource is PODNETWORK
+            else (namespace, name) in pnas if resource is ATTACHMENT
+            else (namespace, name) in opts
+        )
+        if used:
+            return Outcome(ref, True, "kept: still in use; run --rollback again once nothing uses it")
+        cluster.delete(resource, namespace, name, live_meta.get("uid"))
+        return Outcome(ref, True, "deleted")
+    except (ApiError, httpx.HTTPError) as exc:
+        return Outcome(ref, False, str(exc))
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def _report(outcomes: list[Outcome], err: TextIO) -> bool:
+    for outcome in outcomes:
+        print(f"  {outcome}", file=err)
+    return all(o.ok for o in outcomes)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        connection = migrate_kubeconfig.load(args.kubeconfig, args.context)
+    except migrate_kubeconfig.KubeconfigError as exc:
+        print(f"podnetwork migrate: {exc}", file=err)
+        return EXIT_USAGE
+    try:
+        with connection.client() as client:
+            return _run(Cluster(client), args, out, err)
+    except httpx.HTTPError as exc:
+        print(f"podnetwork migrate: cannot reach the API server {connection.server}: {exc}", file=err)
+        return EXIT_USAGE
+    except ApiError as exc:
+        print(f"podnetwork migrate: {exc}", file=err)
+        return EXIT_USAGE
+    finally:
+        connection.close()
+
+
+def _run(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.rollback:
+        try:
+            text = Path(args.rollback).read_text(encoding="utf-8")
+            plan_file = read_plan(text, args.rollback)
+        except OSError as exc:
+            print(f"podnetwork migrate: {args.rollback}: {exc.strerror or exc}", file=err)
+            return EXIT_USAGE
+        except manifests.ManifestError as exc:
+            print(f"podnetwork migrate: {exc}", file=err)
+            return EXIT_USAGE
+        print(f"rollback of {args.rollback}:", file=err)
+        return EXIT_OK if _report(rollback(cluster, plan_file), err) else EXIT_INCOMPLETE
+
+    namespaces = None if args.all_namespaces else [args.namespace]
+    inventory = read_inventory(cluster, namespaces)
+    p = migrate.plan(inventory)
+    diff_to = err if args.output == "-" else out
+    if not args.quiet:
+        diff_to.write(migrate.diff(p))
+    err.write(migrate.problems(p))
+    if args.output:
+        # Written before applying, so a half-applied plan can still be rolled back.
+        if args.output == "-":
+            out.write(migrate.to_yaml(p))
+        else:
+            Path(args.output).write_text(migrate.to_yaml(p), encoding="utf-8")
+    print(migrate_offline.summary(p), file=err)
+    ok = True
+    if args.apply:
+        if p.empty:
+            print("nothing to apply", file=err)
+        else:
+            print("applying:", file=err)
+            ok = _report(apply_plan(cluster, p), err)
+    return EXIT_OK if ok and not p.unmigratable else EXIT_INCOMPLETE
+
+
+__all__ = [
+    "Cluster",
+    "Outcome",
+    "apply_plan",
+    "read_inventory",
+    "read_plan",
+    "rollback",
+    "run",
+    "workload_patch",
+]
