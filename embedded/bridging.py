@@ -14,12 +14,11 @@ the `bridge` package written back to the API; this module does the same against
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from bridge import npwg, translate
+from bridge import npwg, params, podips, translate
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
 from podnetwork import conditions, constants, networks
@@ -81,25 +80,6 @@ class Bridge:
             for pod in self.api.list(*POD):
                 self._translate(pod)
 
-    def params_problem(self, obj: dict[str, Any], objects: translate.Objects) -> tuple[str, str] | None:
-        """(reason, message) when the bridge object's parameters are not usable, else None."""
-        try:
-            if obj["kind"] == constants.PODNETWORK_KIND:
-                translate.podnetwork_nad(obj, objects)
-            else:
-                translate.attachment_params(obj, objects)
-        except translate.TranslationError as exc:
-            return str(exc.reason), str(exc)
-        return None
-
-    def _is_ours(self, obj: dict[str, Any], objects: translate.Objects) -> bool:
-        if obj["kind"] == constants.PODNETWORK_KIND:
-            return translate.is_bridge(obj)
-        pn = objects.podnetworks.get((obj.get("spec") or {}).get("podNetworkName", ""))
-        return (
-            bool((obj.get("spec") or {}).get("parametersRefs")) and pn is not None and translate.is_bridge(pn)
-        )
-
     def _params_ready(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
         coords = PN if obj["kind"] == constants.PODNETWORK_KIND else PNA
@@ -108,22 +88,14 @@ class Bridge:
             if current is None:
                 return
             objects = self._objects()
-            if not self._is_ours(current, objects) or not (current.get("spec") or {}).get("parametersRefs"):
-                return
-            problem = self.params_problem(current, objects)
-            status = constants.ConditionStatus
-            if problem is None:
-                want = conditions.Desired(
-                    constants.ConditionType.PARAMS_READY,
-                    status.TRUE,
-                    "ParamsReady",
-                    "every parametersRef resolves to a valid object",
-                )
+            if coords == PN:
+                want = params.podnetwork_params(current, objects)
             else:
-                want = conditions.Desired(constants.ConditionType.PARAMS_READY, status.FALSE, *problem)
-            existing = (current.get("status") or {}).get("conditions") or []
-            gen = current["metadata"].get("generation")
-            new = conditions.merge(existing, [want], now=self._now(), generation=gen)
+                pn = objects.podnetworks.get((current.get("spec") or {}).get("podNetworkName", ""))
+                want = params.attachment_params(current, pn, objects)
+            if want is None:
+                return  # another provider's object, or nothing to resolve: not ours to judge
+            new = params.conditions_after(current, want, now=self._now())
             if new is None:
                 return
             try:
@@ -137,10 +109,9 @@ class Bridge:
             except store_mod.Conflict:
                 continue
             where = f"{current['kind']} {store_mod.names([current])[0]}"
-            self._note(
-                f"bridge: {where} ParamsReady={want.status}"
-                + (f" ({want.reason}: {want.message})" if problem else "")
-            )
+            ok = want.status == constants.ConditionStatus.TRUE
+            detail = "" if ok else f" ({want.reason}: {want.message})"
+            self._note(f"bridge: {where} ParamsReady={want.status}{detail}")
             return
 
     # -- 2. translation and 3. reverse status ---------------------------------------------
@@ -200,8 +171,12 @@ class Bridge:
         key = store_mod.names([pod])[0]
         if not status_text or key not in self.translations:
             return
-        ips = pod_ips(status_text, self.translations[key])
-        text = json.dumps(ips, separators=(",", ":"))
+        try:
+            status = npwg.parse_status(status_text)
+        except ValueError as exc:
+            log.warning("pod %s: unreadable %s: %s", key, npwg.NETWORK_STATUS_ANNOTATION, exc)
+            return
+        text = podips.format_pod_ips(podips.pod_ips(status, self.translations[key], meta["namespace"]))
         if annotations.get(constants.POD_IPS_ANNOTATION) == text:
             return
         self.api.patch(
@@ -210,34 +185,3 @@ class Bridge:
             {"metadata": {"annotations": {constants.POD_IPS_ANNOTATION: text}}},
             meta["namespace"],
         )
-
-
-def pod_ips(status_text: str, translation: translate.Translation) -> list[dict[str, Any]]:
-    """KEP pod IPs from network-status (until `bridge.podips` lands)."""
-    import ipaddress
-
-    entries = npwg.parse_status(status_text)
-    by_ref = {
-        f"{e.namespace}/{e.name}": (s.pod_network, s.interface)
-        for e, s in zip(translation.elements, translation.sources, strict=True)
-    }
-    out: list[dict[str, Any]] = []
-    for entry in entries:
-        if entry.get("default"):
-            pn, _ = constants.DEFAULT_PODNETWORK, None
-        elif entry.get("name") in by_ref:
-            pn, _ = by_ref[entry["name"]]
-        else:
-            continue
-        seen: set[int] = set()
-        for address in entry.get("ips") or []:
-            ip = str(address).split("/")[0]  # the spec's examples show both forms (NPWG 5.3.3)
-            version = ipaddress.ip_address(ip).version
-            if version in seen:
-                continue
-            seen.add(version)
-            item = {"ip": ip, "podNetwork": pn}
-            if entry.get("interface"):
-                item["interfaceName"] = entry["interface"]
-            out.append(item)
-    return out

@@ -164,7 +164,7 @@ class Demo:
         self.footprint = host_mod.Footprint(options.tag or str(os.getpid()))
         self.api = Store()
         self.notes: list[str] = []
-        self.controller = Controller(self.api, on_note=self._note)
+        self.controller = Controller(self.api, on_note=lambda text: self._note(f"controller: {text}"))
         self.bridge = Bridge(self.api, on_note=self._note)
         self.extender = Extender(self.api)
         self.scheduler: Scheduler | None = None
@@ -180,30 +180,25 @@ class Demo:
     def _note(self, text: str) -> None:
         self.notes.append(text)
 
-    def _flush_notes(self, prefix: str = "") -> None:
+    def _flush_notes(self) -> None:
         for text in self.notes:
-            self.report.say(f"{prefix}{text}")
+            self.report.say(text)
         self.notes.clear()
 
     def _decision(self, decision: Decision) -> None:
+        """Scheduler decisions join the notes, so the story prints in the order things happened."""
         reply = decision.reply
-        passed = reply.get("NodeNames") or []
-        failed = {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})}
-        self.report.say(
-            f"extender POST /filter for {decision.pod}: NodeNames={passed}"
-            + (f" FailedNodes={json.dumps(reply.get('FailedNodes'))}" if reply.get("FailedNodes") else "")
-            + (
-                f" FailedAndUnresolvableNodes={json.dumps(reply.get('FailedAndUnresolvableNodes'))}"
-                if reply.get("FailedAndUnresolvableNodes")
-                else ""
-            )
+        answer = f"NodeNames={reply.get('NodeNames') or []}"
+        for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+            if reply.get(key):
+                answer += f" {key}={json.dumps(reply[key])}"
+        self._note(
+            f"scheduler: POST /filter {{Pod: {decision.pod}, NodeNames: {decision.candidates}}} -> {answer}"
         )
         if decision.node:
-            self.report.say(f"  -> scheduled {decision.pod} on {decision.node}")
+            self._note(f"scheduler:   bound {decision.pod} to {decision.node}")
         else:
-            self.report.say(f"  -> {decision.pod} stays Pending: {decision.message}")
-        del failed
-        self.report.detail("request", decision.request)
+            self._note(f"scheduler:   {decision.pod} stays Pending: {decision.message}")
 
     # -- the run ------------------------------------------------------------------------
 
@@ -303,7 +298,7 @@ class Demo:
     def _networks(self) -> None:
         r, api = self.report, self.api
         r.section("1. Networks: PodNetworks, NetworkAttachmentDefinitions, conditions")
-        self._flush_notes("controller: ")
+        self._flush_notes()
         default = api.get(*PN, constants.DEFAULT_PODNETWORK)
         r.check(
             condition(default, "Ready").get("status") == "True",
@@ -402,6 +397,14 @@ class Demo:
     # -- 2 ------------------------------------------------------------------------------
 
     async def _create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        nets = networks.annotations_of(manifest).get(
+            constants.NETWORKS_ANNOTATION, "(no networks annotation)"
+        )
+        where = manifest["spec"].get("nodeSelector")
+        self.report.say(
+            f"create pod {NS}/{manifest['metadata']['name']}: {nets}"
+            + (f", nodeSelector {json.dumps(where)}" if where else "")
+        )
         created = self.api.create(manifest)
         assert self.scheduler is not None
         await self.scheduler.settle()
@@ -414,7 +417,7 @@ class Demo:
         r.section("2. Pods: admission, static validation, scheduling through the extender")
         plain = await self._create_pod(pod_manifest("plain", None, NODE_B))
         got = networks.annotations_of(plain).get(constants.NETWORKS_ANNOTATION)
-        r.say(f"pod {NS}/plain named no network; admission set {constants.NETWORKS_ANNOTATION}: {got}")
+        r.say(f"  admission auto-populated {constants.NETWORKS_ANNOTATION}: {got}")
         r.check(
             got is not None and json.loads(got) == [{"podNetworkName": "default"}],
             'admission auto-populated [{"podNetworkName": "default"}]',
@@ -475,8 +478,10 @@ class Demo:
         )
         # The pods wait; a pod update (here a label) makes the scheduler retry, and the
         # extender now gives the new reason.
+        r.say("label pod db-1 (any pod update makes kube-scheduler retry it):")
         api.patch(*POD, "db-1", {"metadata": {"labels": {"tier": "db"}}}, NS)
         await self.scheduler.settle()
+        self._flush_notes()
         self._check_pending("db-1", 'podnetwork "red" is not Ready: ParamsNotReady', unresolvable=True)
 
         r.say("")
@@ -702,7 +707,7 @@ class Demo:
             )
         self.api.delete(*POD, name, NS)
         self.report.say(f"pod {NS}/{name} deleted")
-        self._flush_notes("  controller: ")
+        self._flush_notes()
 
     async def _delete(self) -> None:
         r, api = self.report, self.api
