@@ -170,3 +170,16 @@ def test_missing_file_is_exit_2_on_stderr_and_other_inputs_are_still_checked(tmp
 def test_quiet_prints_no_summary(tmp_path):
     code, lines, err = run([str(EXAMPLES)], quiet=True)
     assert (code, lines, err) == (0, [], "")
+
+
+def test_the_three_invalid_pods_in_one_file_give_three_lines(tmp_path):
+    parts = sorted((EXAMPLES / "invalid").glob("*.yaml"))
+    path = write(tmp_path, "all.yaml", "---\n".join(p.read_text() for p in parts))
+    code, lines, _ = run([path])
+    assert code == 1
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        'spec.networks[1].interfaceName: Duplicate value: "eth0"',
+        "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true",
+        "spec.networks[0].interfaceName: Too long: may not be more than 15 bytes",
+    ]
+    assert [line.split(" ", 1)[0] for line in lines] == [f"{path}:doc {i}" for i in (1, 2, 3)]
