@@ -182,4 +182,4 @@ def test_the_three_invalid_pods_in_one_file_give_three_lines(tmp_path):
         "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true",
         "spec.networks[0].interfaceName: Too long: may not be more than 15 bytes",
     ]
-    assert [line.split(" ", 1)[0] for line in lines] == [f"{path}:doc {i}" for i in (1, 2, 3)]
+    assert [line.split(" Pod ", 1)[0] for line in lines] == [f"{path}:doc {i}" for i in (1, 2, 3)]
