@@ -163,11 +163,12 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Connectio
 
 def _connection(cluster: Mapping[str, Any], user: Mapping[str, Any], namespace: str | None) -> Connection:
     conn = Connection(server=str(cluster["server"]), namespace=namespace)
-    tmp = tempfile.TemporaryDirectory(prefix="podnetwork-kube-")
-    conn._tmp = tmp
 
     def materialize(name: str, b64: str) -> str:
-        target = Path(tmp.name) / name
+        # ssl loads certificates from files only; they live until `Connection.close`.
+        if conn._tmp is None:
+            conn._tmp = tempfile.TemporaryDirectory(prefix="podnetwork-kube-")
+        target = Path(conn._tmp.name) / name
         target.write_bytes(base64.b64decode(b64))
         target.chmod(0o600)
         return str(target)

@@ -1,0 +1,119 @@
+"""Reading kubeconfig files the way kubectl does (bridge.migrate_kubeconfig)."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bridge import migrate_kubeconfig
+
+
+def write(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def config(server: str = "http://127.0.0.1:1", user: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "clusters": [{"name": "c", "cluster": {"server": server, **extra}}],
+        "users": [{"name": "u", "user": user or {}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u", "namespace": "team"}}],
+        "current-context": "ctx",
+    }
+
+
+def test_the_current_context_gives_server_token_and_namespace(tmp_path: Path) -> None:
+    path = write(tmp_path / "k", config(user={"token": "abc"}))
+    conn = migrate_kubeconfig.load(str(path))
+    assert conn.server == "http://127.0.0.1:1"
+    assert conn.headers == {"Authorization": "Bearer abc"}
+    assert conn.namespace == "team"
+    conn.close()
+
+
+def test_kubeconfig_files_merge_and_the_first_value_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = write(tmp_path / "a", {"current-context": "ctx", "users": [{"name": "u", "user": {"token": "first"}}]})
+    second = write(tmp_path / "b", {**config(user={"token": "second"}), "current-context": "other"})
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(first), str(second)]))
+    conn = migrate_kubeconfig.load()
+    assert conn.headers["Authorization"] == "Bearer first"
+    conn.close()
+
+
+def test_a_token_file_is_read_relative_to_the_kubeconfig(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("from-file\n")
+    path = write(tmp_path / "k", config(user={"tokenFile": "tok"}))
+    conn = migrate_kubeconfig.load(str(path))
+    assert conn.headers["Authorization"] == "Bearer from-file"
+    conn.close()
+
+
+def test_an_exec_credential_plugin_supplies_the_token(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, os\n"
+        "assert json.loads(os.environ['KUBERNETES_EXEC_INFO'])['kind'] == 'ExecCredential'\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',\n"
+        "                  'status': {'token': os.environ['PLUGIN_TOKEN']}}))\n"
+    )
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    user = {"exec": {"command": sys.executable, "args": [str(plugin)], "env": [{"name": "PLUGIN_TOKEN", "value": "xyz"}]}}
+    conn = migrate_kubeconfig.load(str(write(tmp_path / "k", config(user=user))))
+    assert conn.headers["Authorization"] == "Bearer xyz"
+    conn.close()
+
+
+def test_a_failing_exec_plugin_is_reported(tmp_path: Path) -> None:
+    user = {"exec": {"command": sys.executable, "args": ["-c", "import sys; sys.exit('no login')"]}}
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match="failed \\(exit 1\\): no login"):
+        migrate_kubeconfig.load(str(write(tmp_path / "k", config(user=user))))
+
+
+def test_insecure_https_skips_verification(tmp_path: Path) -> None:
+    path = write(tmp_path / "k", config(server="https://10.0.0.1:6443", **{"insecure-skip-tls-verify": True}))
+    conn = migrate_kubeconfig.load(str(path))
+    assert isinstance(conn.verify, ssl.SSLContext)
+    assert conn.verify.verify_mode == ssl.CERT_NONE
+    conn.close()
+
+
+def test_basic_auth_when_there_is_no_token(tmp_path: Path) -> None:
+    conn = migrate_kubeconfig.load(str(write(tmp_path / "k", config(user={"username": "a", "password": "b"}))))
+    assert conn.auth == ("a", "b") and "Authorization" not in conn.headers
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: c.pop("current-context"), "sets no current-context; pass --context NAME"),
+        (lambda c: c["clusters"][0]["cluster"].pop("server"), "names cluster 'c', which has no server"),
+        (lambda c: c.update({"contexts": [{"context": {}}]}), "every entry of `contexts` needs a `name`"),
+    ],
+)
+def test_unusable_kubeconfigs_say_what_to_fix(tmp_path: Path, mutate: Any, message: str) -> None:
+    data = config()
+    mutate(data)
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        migrate_kubeconfig.load(str(write(tmp_path / "k", data)))
+
+
+def test_a_missing_kubeconfig_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match="cannot read"):
+        migrate_kubeconfig.load(str(tmp_path / "absent"))
+
+
+def test_no_kubeconfig_at_all_says_how_to_give_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match="pass --kubeconfig PATH"):
+        migrate_kubeconfig.load()
+
