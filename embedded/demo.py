@@ -102,7 +102,9 @@ def main(options: Options, report: Report) -> int:
         asyncio.run(demo.run())
     except KeyboardInterrupt:
         interrupted = True
-        report.failures.append("interrupted (Ctrl-C); everything made so far was removed")
+        report.failures.append("interrupted (Ctrl-C or SIGTERM)")
+        left = demo.footprint.leftovers() if not options.keep else []
+        report.always("everything the demo made was removed" if not left else f"left behind: {left}")
     report.summary()
     if interrupted:
         return 130
@@ -210,49 +212,57 @@ class Demo:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        # Ctrl-C and SIGTERM cancel the run; the finally blocks below still remove everything.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, task.cancel)
-        with host_mod.Host(self.footprint, keep=opts.keep) as host:
-            self.host = host
-            try:
-                self.report.section("0. What runs here")
-                self._intro(missing)
-                await self._start_control_plane()
-                self._networks()
-                await self._pods()
-                self._translation()
-                if self.data_plane:
-                    await self._attach()
-                else:
-                    self.report.skip(
-                        "4. attaching pods with the real CNI plugins: "
-                        + (
-                            "--control-plane-only"
-                            if opts.control_plane_only
-                            else "needs " + "; ".join(missing)
-                        )
-                    )
-                await self._delete()
-            except asyncio.CancelledError:
-                self.aborted = True
-                self.report.failures.append("interrupted; cleaning up")
-                raise KeyboardInterrupt from None
-            except Exception as exc:
-                self.aborted = True
-                self.report.check(False, "the demo ran to its end", f"{type(exc).__name__}: {exc}")
-                if self.report.verbosity >= 2:
-                    import traceback
+        # Ctrl-C and SIGTERM cancel the run; cleanup then runs to its end whatever arrives.
+        self._on_signals(loop, task.cancel)
+        interrupted = False
+        try:
+            with host_mod.Host(self.footprint, keep=opts.keep) as host:
+                self.host = host
+                try:
+                    await self._stages(missing)
+                except asyncio.CancelledError:
+                    interrupted = self.aborted = True
+                    self.report.say("interrupted: cleaning up (this finishes even if you press Ctrl-C again)")
+                except Exception as exc:
+                    self.aborted = True
+                    self.report.check(False, "the demo ran to its end", f"{type(exc).__name__}: {exc}")
+                    if self.report.verbosity >= 2:
+                        import traceback
 
-                    traceback.print_exc()
-            finally:
+                        traceback.print_exc()
+                finally:
+                    self._on_signals(loop, lambda: self.report.say("still cleaning up, please wait"))
+                    await self._stop_components()
+            # The Host's ExitStack has removed namespaces, links and directories here.
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(Exception):
-                    for sig in (signal.SIGINT, signal.SIGTERM):
-                        loop.remove_signal_handler(sig)
-                await self._stop_components()
+                    loop.remove_signal_handler(sig)
+        if interrupted:
+            raise KeyboardInterrupt
         self._after_cleanup()
         self.report.say(f"(demo took {time.monotonic() - started:.1f}s)")
+
+    @staticmethod
+    def _on_signals(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, callback)
+
+    async def _stages(self, missing: list[str]) -> None:
+        opts = self.options
+        self.report.section("0. What runs here")
+        self._intro(missing)
+        await self._start_control_plane()
+        self._networks()
+        await self._pods()
+        self._translation()
+        if self.data_plane:
+            await self._attach()
+        else:
+            why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
+            self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")
+        await self._delete()
 
     def _intro(self, missing: list[str]) -> None:
         r = self.report
@@ -571,7 +581,6 @@ class Demo:
         bin_dir = self.host.tempdir("bin")
         shim = cni_command.install_shim(bin_dir, sys.executable)
         default_conf = DEFAULT.config(self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default"))
-        self.host.link_made_by_plugin(self.footprint.link(DEFAULT.link))
         run_dir = self.host.tempdir("run")
         objects = StoreObjects(self.api)
         self.objects = objects
@@ -610,8 +619,8 @@ class Demo:
     async def _attach(self) -> None:
         r, api = self.report, self.api
         r.section("4. Attaching pods: runtime -> shim -> agent -> CNI plugins")
-        for net in (BLUE, RED):
-            self.host.link_made_by_plugin(self.footprint.link(net.link))
+        bridges = [self.host.bridge(net.link) for net in (DEFAULT, BLUE, RED)]
+        r.say(f"node network setup: Linux bridges {', '.join(bridges)} (default, blue, red) with fixed MACs")
         await self._start_agents()
         pods = [p for p in api.list(*POD, NS) if p["spec"].get("nodeName")]
         for pod in pods:
@@ -635,10 +644,18 @@ class Demo:
         await self._ping("web-a", "web-b", BLUE.name)
         await self._ping("web-b", "web-a", GREEN.name)
         await self._ping("db-1", "db-2", RED.name)
-        await self.kubelets[NODE_A].check_pod(NS, "web-a")
-        r.check(
-            True, "CNI CHECK of web-a through the shim succeeded (every delegate confirmed its attachment)"
+        r.say("")
+        failures = {}
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            try:
+                await self.kubelets[node].check_pod(NS, name)
+            except Exception as exc:
+                failures[name] = str(exc)
+        r.say(
+            f"CNI CHECK of {len(pods)} pods through the shim: every delegate plugin confirms its attachment"
         )
+        r.check(not failures, "CNI CHECK succeeded for every pod", failures)
 
     def _pod_ips(self, pod: str) -> list[dict[str, Any]]:
         obj = self.api.get(*POD, pod, NS)
@@ -783,9 +800,9 @@ class Demo:
     def _after_cleanup(self) -> None:
         r = self.report
         if self.options.keep:
-            r.say("--keep: the namespaces, links and files are left in place. Remove them with:")
+            r.always("--keep: the namespaces, links and files are left in place. Remove them with:")
             for line in self.host.cleanup_commands():
-                r.say(f"  {line}")
+                r.always(f"  {line}")
             return
         for problem in self.host.cleanup_errors:
             r.check(False, "cleanup step", problem)

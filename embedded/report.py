@@ -43,6 +43,10 @@ class Report:
     def say(self, text: str = "") -> None:
         self._write(f"  {text}" if text else "", Verbosity.NORMAL)
 
+    def always(self, text: str) -> None:
+        """A line that even --quiet prints."""
+        self._write(f"  {text}", Verbosity.QUIET)
+
     def detail(self, label: str, value: Any) -> None:
         if self.verbosity >= Verbosity.DETAIL:
             text = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True)

@@ -1,0 +1,126 @@
+"""`podnetwork demo --check` end to end: the whole system on this machine, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from embedded.host import Footprint
+
+pytestmark = pytest.mark.e2e
+
+PODNETWORK = Path(sys.executable).with_name("podnetwork")
+
+
+def run_demo(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], Footprint]:
+    proc = subprocess.Popen(
+        [str(PODNETWORK), "demo", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"the demo took more than {timeout}s:\n{out}")
+    # The demo names what it makes after its process id.
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, ""), Footprint(str(proc.pid))
+
+
+def test_demo_check_passes_through_every_stage_and_leaves_nothing(cni_host: list[Path]) -> None:
+    done, footprint = run_demo("--check")
+    out = done.stdout
+    assert done.returncode == 0, out
+    for line in (
+        'ok   the controller created the "default" PodNetwork and it is Ready',
+        "ok   the bridge set ParamsReady=True on PodNetwork blue",
+        "ok   admission auto-populated",
+        "ok   static validation rejected the duplicate interfaceName with a field error",
+        'FailedAndUnresolvableNodes: podnetwork "red" not found',
+        "ok   db-1 was retried after the controller's requeue nudge and scheduled on node-a",
+        'FailedNodes[node-b] = podnetwork "red" is not available on this node',
+        "ok   web-a's selection names the NADs of its PodNetworks",
+        "ok   web-a has an IP on blue in 198.18.1.0/24",
+        "ok   web-b has an IP on green in 198.18.2.0/24",
+        "ok   web-a reaches web-b on blue",
+        "ok   web-b reaches web-a on green",
+        "ok   db-1 reaches db-2 on red",
+        "ok   with the last pod gone the finalizer was removed and red's delete completed",
+        "ok   host-local released red's addresses",
+        "ok   nothing of the demo is left",
+    ):
+        assert line in out, f"missing {line!r} in:\n{out}"
+    assert "FAIL" not in out
+    assert "all " in out and " checks passed" in out
+    assert footprint.leftovers() == []
+
+
+def test_demo_interrupted_while_attaching_pods_removes_everything(cni_host: list[Path]) -> None:
+    proc = subprocess.Popen(
+        [str(PODNETWORK), "demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    footprint = Footprint(str(proc.pid))
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        seen.append(line)
+        if "CNI ADD" in line:  # namespaces, bridges and IPAM leases exist now
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    assert any(f.startswith("netns ") for f in footprint.leftovers()), "".join(seen)
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert footprint.leftovers() == [], out
+
+
+def test_demo_keep_leaves_its_resources_and_prints_how_to_remove_them(cni_host: list[Path]) -> None:
+    done, footprint = run_demo("--keep", "-q")
+    try:
+        assert done.returncode == 0, done.stdout
+        left = footprint.leftovers()
+        assert any(item.startswith("netns ") for item in left), left
+        assert any(item.startswith("link ") for item in left), left
+        lines = done.stdout.splitlines()
+        start = next(i for i, line in enumerate(lines) if "--keep:" in line)
+        commands = [line.strip() for line in lines[start + 1 : start + 4]]
+        assert all(cmd and not cmd.startswith("(") for cmd in commands), done.stdout
+    finally:
+        for cmd in commands if "commands" in locals() else []:
+            subprocess.run(["bash", "-c", cmd], check=False, capture_output=True)
+        # Whatever the printed commands missed, remove it here so no test leaks.
+        for item in footprint.leftovers():
+            kind, _, name = item.partition(" ")
+            if kind == "netns":
+                subprocess.run(["ip", "netns", "delete", name], check=False)
+            elif kind == "link":
+                subprocess.run(["ip", "link", "delete", name], check=False)
+            else:
+                subprocess.run(["rm", "-rf", name], check=False)
+    assert footprint.leftovers() == []
+
+
+def test_demo_without_the_cni_plugins_says_so_and_runs_the_control_plane(tmp_path: Path) -> None:
+    done, footprint = run_demo("--check", "--cni-bin-dir", str(tmp_path))
+    out = done.stdout
+    assert done.returncode == 0, out
+    assert "skip 4. attaching pods with the real CNI plugins: needs" in out
+    assert "the CNI plugins bridge, host-local, macvlan in" in out or os.geteuid() != 0
+    assert "ok   db-1 was retried after the controller's requeue nudge" in out
+    assert "CNI ADD" not in out
+    assert footprint.leftovers() == []
+
+
+def test_demo_help_describes_the_flags() -> None:
+    done = subprocess.run([str(PODNETWORK), "demo", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    for flag in ("--check", "--keep", "--cni-bin-dir", "--quiet", "--verbose", "--control-plane-only"):
+        assert flag in done.stdout
