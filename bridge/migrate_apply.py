@@ -189,7 +189,7 @@ def read_inventory(cluster: Cluster, namespaces: list[str] | None) -> migrate.In
     for scope in scopes:
         for resource in WORKLOAD_RESOURCES.values():
             for obj in cluster.list(resource, scope):
-                inventory.add(obj, source="cluster")
+                inventory.add(obj)
         for resource in (NAD, ATTACHMENT, OPTIONS):
             for obj in _list_or_empty(cluster, resource, scope):
                 inventory.add(obj)
@@ -259,7 +259,13 @@ def apply_plan(cluster: Cluster, p: migrate.Plan) -> list[Outcome]:
         try:
             cluster.apply(planned.obj)
             outcomes.append(Outcome(str(planned.ref), True, "applied"))
-        except (ApiError, httpx.HTTPError) as exc:
+        except ApiError as exc:
+            failed = True
+            hint = ""
+            if exc.status == 404:
+                hint = f"; is the {planned.obj['kind']} CRD installed? (kubectl apply -f crds/)"
+            outcomes.append(Outcome(str(planned.ref), False, f"{exc}{hint}"))
+        except httpx.HTTPError as exc:
             failed = True
             outcomes.append(Outcome(str(planned.ref), False, str(exc)))
     for change in p.workloads:
@@ -337,41 +343,64 @@ def _restore_workload(cluster: Cluster, record: Mapping[str, Any]) -> Outcome:
     return Outcome(ref, True, f"{npwg_key} restored")
 
 
-def _usage(cluster: Cluster) -> tuple[set[str], set[tuple[str, str]], set[tuple[str, str]]]:
-    """PodNetworks, attachments and options still referenced by live pods, top-level
-    workloads and attachments."""
-    pns: set[str] = set()
-    pnas: set[tuple[str, str]] = set()
-    opts: set[tuple[str, str]] = set()
-    for resource in WORKLOAD_RESOURCES.values():
-        for obj in cluster.list(resource):
-            if resource.kind == "Pod" and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue  # KEP "InUse indicator": finished pods do not count
-            wl = migrate.workload_of(obj)
-            if wl is None or (wl.owner is not None and resource.kind != "Pod"):
+@dataclass
+class Usage:
+    """What still references PodNetworks, attachments and options: running Pods,
+    top-level workloads, and attachments (read once per rollback)."""
+
+    podnetworks: set[str]
+    attachments: set[tuple[str, str]]
+    by_attachment: dict[tuple[str, str], tuple[str, set[tuple[str, str]]]]
+    """Each live attachment -> (its PodNetwork, the options it names)."""
+
+    @classmethod
+    def read(cls, cluster: Cluster) -> Usage:
+        usage = cls(set(), set(), {})
+        for resource in WORKLOAD_RESOURCES.values():
+            for obj in cluster.list(resource):
+                phase = (obj.get("status") or {}).get("phase")
+                if resource.kind == "Pod" and phase in ("Succeeded", "Failed"):
+                    continue  # KEP "InUse indicator": finished pods do not count
+                wl = migrate.workload_of(obj)
+                if wl is None or (wl.owner is not None and resource.kind != "Pod"):
+                    continue  # an owned template is its owner's business, its pods count
+                text = wl.annotations.get(constants.NETWORKS_ANNOTATION)
+                try:
+                    nets = kep_networks.parse(text) if text is not None else []
+                except ValueError:
+                    continue
+                for net in nets:
+                    if net.pod_network_name:
+                        usage.podnetworks.add(net.pod_network_name)
+                    if net.pod_network_attachment_name:
+                        usage.attachments.add((wl.namespace, net.pod_network_attachment_name))
+        for pna in _list_or_empty(cluster, ATTACHMENT, None):
+            meta = pna.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
                 continue
-            text = wl.annotations.get(constants.NETWORKS_ANNOTATION)
-            if text is None:
-                continue
-            try:
-                nets = kep_networks.parse(text)
-            except ValueError:
-                continue
-            for net in nets:
-                if net.pod_network_name:
-                    pns.add(net.pod_network_name)
-                if net.pod_network_attachment_name:
-                    pnas.add((wl.namespace, net.pod_network_attachment_name))
-    for pna in _list_or_empty(cluster, ATTACHMENT, None):
-        meta = pna.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        spec = pna.get("spec") or {}
-        pns.add(str(spec.get("podNetworkName")))
-        for ref in spec.get("parametersRefs") or []:
-            if ref.get("kind") == migrate.OPTIONS_KIND:
-                opts.add((str(ref.get("namespace") or meta.get("namespace")), str(ref.get("name"))))
-    return pns, pnas, opts
+            spec = pna.get("spec") or {}
+            namespace = str(meta.get("namespace") or "")
+            options = {
+                (str(ref.get("namespace") or namespace), str(ref.get("name")))
+                for ref in spec.get("parametersRefs") or []
+                if ref.get("kind") in (migrate.OPTIONS_KIND, migrate.OPTIONS_PLURAL)
+            }
+            key = (namespace, str(meta.get("name")))
+            usage.by_attachment[key] = (str(spec.get("podNetworkName")), options)
+        return usage
+
+    def uses(self, resource: Resource, namespace: str | None, name: str) -> bool:
+        if resource is PODNETWORK:
+            return name in self.podnetworks or any(pn == name for pn, _ in self.by_attachment.values())
+        key = (namespace or "", name)
+        if resource is ATTACHMENT:
+            return key in self.attachments
+        return any(key in options for _, options in self.by_attachment.values())
+
+    def forget(self, resource: Resource, namespace: str | None, name: str) -> None:
+        """An attachment was deleted: what it referenced is no longer used by it."""
+        if resource is ATTACHMENT:
+            self.by_attachment.pop((namespace or "", name), None)
 
 
 def rollback(cluster: Cluster, plan: PlanFile) -> list[Outcome]:
@@ -382,21 +411,33 @@ def rollback(cluster: Cluster, plan: PlanFile) -> list[Outcome]:
         except (ApiError, httpx.HTTPError) as exc:
             ref = f"{record.get('kind')} {record.get('namespace')}/{record.get('name')}"
             outcomes.append(Outcome(ref, False, str(exc)))
+    try:
+        usage = Usage.read(cluster)
+    except (ApiError, httpx.HTTPError) as exc:
+        refs = [_ref_of(o) for o in plan.objects]
+        return outcomes + [Outcome(r, False, f"kept: cannot tell whether it is used: {exc}") for r in refs]
     order = [constants.ATTACHMENT_KIND, migrate.OPTIONS_KIND, constants.PODNETWORK_KIND]
     for kind in order:
         for planned in [o for o in plan.objects if o.get("kind") == kind]:
-            outcomes.append(_remove(cluster, planned))
+            outcomes.append(_remove(cluster, planned, usage))
     return outcomes
 
 
-def _remove(cluster: Cluster, planned: Mapping[str, Any]) -> Outcome:
+def _ref_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{obj.get('kind')} {namespace + '/' if namespace else ''}{meta.get('name')}"
+
+
+def _remove(cluster: Cluster, planned: Mapping[str, Any], usage: Usage) -> Outcome:
     resource = BY_KIND[str(planned["kind"])]
     meta = planned.get("metadata") or {}
     namespace, name = meta.get("namespace"), str(meta.get("name"))
-    ref = f"{resource.kind} {namespace + '/' if namespace else ''}{name}"
+    ref = _ref_of(planned)
     try:
         live = cluster.get(resource, namespace, name)
         if live is None:
+            usage.forget(resource, namespace, name)
             return Outcome(ref, True, "already gone")
         live_meta = live.get("metadata") or {}
         ours = (live_meta.get("labels") or {}).get(migrate.MIGRATED_BY_LABEL) == migrate.FIELD_MANAGER
@@ -405,15 +446,10 @@ def _remove(cluster: Cluster, planned: Mapping[str, Any]) -> Outcome:
         ).get(migrate.ORIGIN_ANNOTATION)
         if not (ours and same_origin):
             return Outcome(ref, True, "kept: not created by this migration")
-        pns, pnas, opts = _usage(cluster)
-        used = (
-            name in pns if resource is PODNETWORK
-            else (namespace, name) in pnas if resource is ATTACHMENT
-            else (namespace, name) in opts
-        )
-        if used:
+        if usage.uses(resource, namespace, name):
             return Outcome(ref, True, "kept: still in use; run --rollback again once nothing uses it")
         cluster.delete(resource, namespace, name, live_meta.get("uid"))
+        usage.forget(resource, namespace, name)
         return Outcome(ref, True, "deleted")
     except (ApiError, httpx.HTTPError) as exc:
         return Outcome(ref, False, str(exc))

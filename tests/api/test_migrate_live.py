@@ -42,7 +42,8 @@ PLURALS = {kind: key for key, (kind, _) in RESOURCES.items()}
 
 
 class ApplyingEmulator(kmock.KubernetesEmulator):
-    """The emulator, plus the API server's rule that server-side apply creates missing objects."""
+    """The emulator, plus the API server's rule that server-side apply creates missing objects
+    (of the resources it serves: an apply to a resource without its CRD stays a 404)."""
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         content_type = {k.lower(): v for k, v in request.headers.items()}.get("content-type", "")
@@ -51,6 +52,7 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
             and content_type.startswith("application/apply-patch")
             and request.resource is not None
             and request.name
+            and request.resource in self.resources
         ):
             key = (request.resource, request.namespace, request.name)
             if key not in self.objects or self.objects[key].deleted:
@@ -272,6 +274,21 @@ async def test_rollback_leaves_a_workload_changed_after_the_migration(
     assert "FAILED Pod app/client: left as is" in err
     pod = stored(cluster, "Pod", "app", "client")
     assert pod is not None and NPWG not in pod["metadata"]["annotations"]
+
+
+async def test_without_the_options_crd_no_workload_is_changed(
+    cluster: kmock.KubernetesEmulator, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del cluster.resources["bridge.multinetwork.x-k8s.io/v1alpha1/networkselectionoptions"]
+    rc = await migrate_cli("--kubeconfig", str(kubeconfig), "-A", "--apply", "-q")
+    _, err = capsys.readouterr()
+    assert rc == 1
+    assert "FAILED NetworkSelectionOptions app/replicaset-legacy-0: apply NetworkSelectionOptions" in err
+    assert "is the NetworkSelectionOptions CRD installed? (kubectl apply -f crds/)" in err
+    assert "FAILED Deployment app/web: not changed: an object it needs failed above" in err
+    assert [r for r in patches(cluster) if r.resource.group in ("", "apps", "batch")] == []
+    deployment = stored(cluster, "Deployment", "app", "web")
+    assert deployment is not None and NPWG in template_annotations(deployment, "Deployment")
 
 
 async def test_an_unknown_context_is_a_usage_error_naming_the_known_ones(
