@@ -1,0 +1,360 @@
+"""The PodNetwork controller (KEP-3698 "PodNetwork Controller") as thin kopf handlers.
+
+Every decision is a pure function elsewhere: `conditions` (Ready, InUse),
+`inuse` (who references what, the finalizer), `defaultnet` (the `default`
+PodNetwork, node readiness). This module only feeds them watch events and
+sends the patches they return.
+
+How it stays cheap and quiet on a large cluster:
+
+- Pods, PodNetworks and attachments are seen through `@kopf.index` handlers
+  and `@kopf.on.event` handlers only. kopf's change-detecting handlers
+  (on.create/on.update/on.resume) persist progress and a diff-base in
+  annotations of each handled object, which for pods would mean a write to
+  every pod of the cluster; index and event handlers store nothing on the
+  object and need no kopf finalizer.
+- kopf calls no event handler before every index has seen its initial listing,
+  so the in-use index is complete before the first finalizer decision: a
+  restart never releases a finalizer a pod still needs.
+- One pod event updates `inuse.Index` in O(networks of that pod), then
+  re-evaluates only the objects whose consumers changed. When only the InUse
+  message would change (one more pod on a busy network), the write is
+  coalesced and flushed every `inuse_message_interval` seconds; finalizer
+  changes and InUse status flips are written at once.
+- Status is written through the status subresource with merge patches that
+  carry `resourceVersion`, so a concurrent ParamsReady update by the provider
+  is never lost (409, retried on the next event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from kopf._cogs.clients import api as kopf_api
+from kopf._cogs.clients import errors as kopf_errors
+
+from podnetwork import conditions, constants, defaultnet, inuse
+from podnetwork.inuse import Ref
+
+logger = logging.getLogger(__name__)
+
+_BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
+
+
+@dataclass
+class ControllerSettings:
+    """What `podnetwork controller` was asked to do."""
+
+    create_default: bool = True
+    """Create (and re-create) the `default` PodNetwork. KEP "Automatic creation"; off with
+    `--disable-default-podnetwork-creation` ("Manual creation")."""
+    default_provider: str | None = None
+    """`spec.provider` of the `default` PodNetwork the controller creates (a URL); none by default."""
+    enabled: bool = True
+    """The MultiNetwork feature gate. False makes the controller and admission a no-op
+    (KEP Phase I requirement 1)."""
+    inuse_message_interval: float = 10.0
+    """Seconds between flushes of InUse messages whose only change is the consumer count
+    or names. Status flips and finalizers are never delayed. Default 10 s: a busy network
+    gains pods at pod-creation rate and needs no status write per pod."""
+
+
+@dataclass
+class Controller:
+    """The controller's memory: caches of watched objects and the in-use index."""
+
+    config: ControllerSettings = field(default_factory=ControllerSettings)
+    index: inuse.Index = field(default_factory=inuse.Index)
+    objects: dict[Ref, dict[str, Any]] = field(default_factory=dict)
+    """Latest PodNetwork and attachment bodies, from watch events and patch responses."""
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ready_seen: dict[Ref, bool] = field(default_factory=dict)
+    pending: set[Ref] = field(default_factory=set)
+    """Refs whose consumers changed since the last pod event handler ran."""
+    deferred: set[Ref] = field(default_factory=set)
+    """Refs with only an InUse message change waiting for the next flush."""
+    locks: dict[Ref, asyncio.Lock] = field(default_factory=dict)
+    kopf_settings: kopf.OperatorSettings | None = None
+    _flusher: asyncio.Task[None] | None = None
+
+    # --- I/O edge: the Kubernetes API through kopf's authenticated client -------------------
+
+    async def _request(self, method: str, url: str, payload: Any, content_type: str | None) -> Any:
+        assert self.kopf_settings is not None
+        kwargs: dict[str, Any] = {"url": url, "payload": payload, "settings": self.kopf_settings,
+                                  "logger": logger}
+        if content_type:
+            kwargs["headers"] = {"Content-Type": content_type}
+        try:
+            return await getattr(kopf_api, method)(**kwargs)
+        except kopf_errors.APIConflictError:
+            logger.info("%s %s conflicted with a newer change; the next event retries", method, url)
+        except kopf_errors.APINotFoundError:
+            logger.debug("%s %s: object is gone", method, url)
+        return None
+
+    async def patch(self, url: str, payload: Mapping[str, Any], *,
+                    content_type: str = "application/merge-patch+json") -> Any:
+        return await self._request("patch", url, payload, content_type)
+
+    # --- reconciliation ---------------------------------------------------------------------
+
+    def lock(self, ref: Ref) -> asyncio.Lock:
+        lock = self.locks.get(ref)
+        if lock is None:
+            lock = self.locks[ref] = asyncio.Lock()
+        return lock
+
+    def desired_conditions(self, ref: Ref, body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        usage = self.index.usage(ref)
+        now = conditions.now()
+        if ref.kind == constants.ATTACHMENT_KIND:
+            pn_name = (body.get("spec") or {}).get("podNetworkName") or ""
+            network = self.objects.get(inuse.podnetwork_ref(pn_name))
+            if network is not None and _unevaluated(network):
+                return None  # its first status write is coming, and re-evaluates its attachments
+            return conditions.attachment_conditions(body, network, usage, now=now)
+        return conditions.podnetwork_conditions(body, usage, now=now)
+
+    async def reconcile(self, ref: Ref, *, urgent: bool = True) -> None:
+        """Bring one PodNetwork or attachment's finalizer and conditions in line."""
+        async with self.lock(ref):
+            body = self.objects.get(ref)
+            if body is None:
+                return
+            url = object_url(ref)
+            fin = inuse.finalizer_patch(body, in_use=self.index.in_use(ref))
+            if fin is not None:
+                fresh = await self.patch(url, fin)
+                if fresh is None:
+                    return
+                body = self.remember(ref, fresh)
+            new = self.desired_conditions(ref, body)
+            if new is None:
+                self.deferred.discard(ref)
+                return
+            if not urgent and _only_inuse_message_changed(body, new):
+                self.deferred.add(ref)
+                return
+            self.deferred.discard(ref)
+            fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new))
+            if fresh is not None:
+                self.remember(ref, fresh)
+        await self.after_change(ref)
+
+    def remember(self, ref: Ref, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Cache a body unless the cache already holds a newer one; returns the cached body.
+
+        Watch events can arrive after the response to our own patch (the event
+        of an earlier write is still queued); acting on them would undo our
+        write. resourceVersion is opaque by API convention, but it is etcd's
+        revision, a counter, wherever Kubernetes runs on etcd; when either side
+        is not a number the later arrival wins.
+        """
+        if (body.get("metadata") or {}).get("name"):
+            cached = self.objects.get(ref)
+            if cached is None or not _older(body, cached):
+                self.objects[ref] = dict(body)
+        return self.objects.get(ref, dict(body))
+
+    async def after_change(self, ref: Ref) -> None:
+        """Follow-ups of a PodNetwork or attachment change: dependents and the requeue nudge."""
+        body = self.objects.get(ref)
+        ready = conditions.is_ready(body)
+        was_ready = self.ready_seen.get(ref)
+        self.ready_seen[ref] = ready
+        if ref.kind == constants.PODNETWORK_KIND:
+            for key in sorted(self.index.attachments_of(ref)):
+                namespace, _, name = key.partition("/")
+                await self.reconcile(inuse.attachment_ref(namespace, name))
+            await self.reconcile_nodes(ref.name)
+        if ready and not was_ready:
+            await self.nudge(ref)
+
+    async def nudge(self, ref: Ref) -> None:
+        """Requeue nudge (issue #3 item 5): touch unscheduled pods waiting for `ref`.
+
+        kube-scheduler does not retry a pod its extender rejected when only a
+        PodNetwork changed; an annotation change is a pod update, which moves
+        the pod back to the active queue at once.
+        """
+        stamp = conditions.now()
+        for key in sorted(self.index.unscheduled_pods(ref)):
+            namespace, _, name = key.partition("/")
+            patch = {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: stamp}}}
+            await self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", patch)
+            logger.info("requeued pod %s: %s turned Ready", key, ref)
+
+    async def reconcile_node(self, name: str) -> None:
+        async with self.lock(Ref("Node", "", name)):
+            node = self.nodes.get(name)
+            if node is None:
+                return
+            network = self.objects.get(inuse.podnetwork_ref(defaultnet.node_default_name(node)))
+            if network is not None and _unevaluated(network):
+                return  # its first status write is coming, and re-evaluates the nodes
+            patch = defaultnet.node_condition_patch(node, network, now=conditions.now())
+            if patch is None:
+                return
+            fresh = await self.patch(f"/api/v1/nodes/{name}/status", patch,
+                                     content_type="application/strategic-merge-patch+json")
+            if fresh is not None and name in self.nodes and not _older(fresh, self.nodes[name]):
+                self.nodes[name] = fresh
+
+    async def reconcile_nodes(self, podnetwork_name: str) -> None:
+        for name, node in list(self.nodes.items()):
+            if defaultnet.node_default_name(node) == podnetwork_name:
+                await self.reconcile_node(name)
+
+    async def flush_pending(self) -> None:
+        refs, self.pending = self.pending, set()
+        for ref in sorted(refs):
+            await self.reconcile(ref, urgent=False)
+
+    async def flush_deferred(self) -> None:
+        refs, self.deferred = self.deferred, set()
+        for ref in sorted(refs):
+            await self.reconcile(ref, urgent=True)
+
+    async def ensure_default(self) -> None:
+        if not self.config.create_default:
+            return
+        body = defaultnet.podnetwork(self.config.default_provider)
+        assert self.kopf_settings is not None
+        try:
+            await kopf_api.post(url=f"{_BASE}/{constants.PODNETWORK_PLURAL}", payload=body,
+                                settings=self.kopf_settings, logger=logger)
+            logger.info("created the default PodNetwork")
+        except kopf_errors.APIConflictError:
+            logger.debug("the default PodNetwork exists")
+
+
+def _unevaluated(network: Mapping[str, Any]) -> bool:
+    """A PodNetwork this controller has not written Ready on yet (just created)."""
+    return conditions.find(network, constants.ConditionType.READY) is None
+
+
+def _older(body: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
+    a = str((body.get("metadata") or {}).get("resourceVersion") or "")
+    b = str((than.get("metadata") or {}).get("resourceVersion") or "")
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+def _only_inuse_message_changed(body: Mapping[str, Any], new: list[dict[str, Any]]) -> bool:
+    old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
+    for cond in new:
+        before = old.get(cond["type"])
+        if before is None:
+            return False
+        if cond["type"] == constants.ConditionType.IN_USE:
+            if before.get("status") != cond["status"]:
+                return False
+        elif before != cond:
+            return False
+    return True
+
+
+def object_url(ref: Ref) -> str:
+    if ref.kind == constants.ATTACHMENT_KIND:
+        return f"{_BASE}/namespaces/{ref.namespace}/{constants.ATTACHMENT_PLURAL}/{ref.name}"
+    return f"{_BASE}/{constants.PODNETWORK_PLURAL}/{ref.name}"
+
+
+def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
+    """Register the controller's handlers in `registry` (kept explicit for tests and embedding)."""
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Event handlers post no Kubernetes Events of their own; keep it so.
+        settings.posting.enabled = False
+        ctl.kopf_settings = settings
+
+        # API calls wait for the login activity, which runs after startup: so in a task.
+        async def flusher() -> None:
+            await ctl.ensure_default()
+            while True:
+                await asyncio.sleep(ctl.config.inuse_message_interval)
+                await ctl.flush_deferred()
+
+        ctl._flusher = asyncio.create_task(flusher())
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(**_: Any) -> None:
+        if ctl._flusher is not None:
+            ctl._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ctl._flusher
+
+    # Indexes: fed before any event handler runs (kopf waits for every initial listing).
+    @kopf.index("pods", registry=registry)
+    def pod_refs(body: kopf.Body, **_: Any) -> None:
+        ctl.pending |= ctl.index.set_pod(body)
+
+    @kopf.index(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
+    def podnetworks(body: kopf.Body, **_: Any) -> None:
+        obj = _as_kind(body, constants.PODNETWORK_KIND)
+        ctl.remember(inuse.ref_of(obj), obj)
+
+    @kopf.index(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
+    def attachments(body: kopf.Body, **_: Any) -> None:
+        obj = _as_kind(body, constants.ATTACHMENT_KIND)
+        ctl.remember(inuse.ref_of(obj), obj)
+        ctl.pending |= ctl.index.set_attachment(obj)
+
+    @kopf.on.event("pods", registry=registry)
+    async def pod_event(type: str, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            ctl.pending |= ctl.index.remove_pod(inuse.key_of(body))
+        await ctl.flush_pending()
+
+    @kopf.on.event(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
+    async def podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
+        ref = inuse.ref_of(_as_kind(body, constants.PODNETWORK_KIND))
+        if type == "DELETED":
+            ctl.objects.pop(ref, None)
+            if ref.name == constants.DEFAULT_PODNETWORK:
+                await ctl.ensure_default()
+            await ctl.after_change(ref)
+            return
+        await ctl.reconcile(ref)
+
+    @kopf.on.event(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
+    async def attachment_event(type: str, body: kopf.Body, **_: Any) -> None:
+        obj = _as_kind(body, constants.ATTACHMENT_KIND)
+        ref = inuse.ref_of(obj)
+        if type == "DELETED":
+            ctl.objects.pop(ref, None)
+            ctl.ready_seen.pop(ref, None)
+            ctl.pending |= ctl.index.remove_attachment(inuse.key_of(obj))
+        else:
+            await ctl.reconcile(ref)
+        # Its PodNetwork gained or lost a consumer: that flips InUse, so no deferral.
+        refs, ctl.pending = ctl.pending, set()
+        for changed in sorted(refs):
+            await ctl.reconcile(changed)
+
+    @kopf.on.event("nodes", registry=registry)
+    async def node_event(type: str, body: kopf.Body, **_: Any) -> None:
+        name = body.get("metadata", {}).get("name") or ""
+        if type == "DELETED":
+            ctl.nodes.pop(name, None)
+            return
+        cached = ctl.nodes.get(name)
+        if cached is None or not _older(body, cached):
+            ctl.nodes[name] = dict(body)
+        await ctl.reconcile_node(name)
+
+
+def _as_kind(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    obj = dict(body)
+    obj.setdefault("kind", kind)
+    return obj
+
+
+__all__ = ["Controller", "ControllerSettings", "object_url", "register"]
