@@ -475,11 +475,17 @@ class _Names:
         self._planned: dict[str, dict[str, Any]] = {}
         self._by_origin: dict[str, str] = {}
 
-    def snapshot(self) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-        return dict(self._planned), dict(self._by_origin)
+        self._journal: list[tuple[str, str]] = []
 
-    def restore(self, snap: tuple[dict[str, dict[str, Any]], dict[str, str]]) -> None:
-        self._planned, self._by_origin = dict(snap[0]), dict(snap[1])
+    def begin(self) -> None:
+        """Start recording claims, so `undo` can return them (one workload at a time)."""
+        self._journal = []
+
+    def undo(self) -> None:
+        for name, key in reversed(self._journal):
+            self._planned.pop(name, None)
+            self._by_origin.pop(key, None)
+        self._journal = []
 
     def claim(
         self, natural: str, origin: Mapping[str, Any], build: Callable[[str], dict[str, Any]]
@@ -504,6 +510,7 @@ class _Names:
                 continue
             self._planned[name] = wanted
             self._by_origin[key] = name
+            self._journal.append((name, key))
             return name, (Action.REUSE if existing is not None else Action.CREATE)
         return None
 
@@ -553,19 +560,19 @@ def plan(inventory: Inventory) -> Plan:
             )
             continue
         # Stage into a scratch plan so a workload that fails half-way claims no names.
-        pn_snap = pn_names.snapshot()
-        ns_snap = {kind: {ns: n.snapshot() for ns, n in scope.items()} for kind, scope in namespaced.items()}
+        touched = [
+            pn_names,
+            names_in(constants.ATTACHMENT_KIND, wl.namespace),
+            names_in(OPTIONS_KIND, wl.namespace),
+        ]
+        for names in touched:
+            names.begin()
         scratch = Plan()
         try:
             change = _plan_workload(wl, text, inventory, pn_names, names_in, scratch)
         except _CannotMigrate as exc:
-            pn_names.restore(pn_snap)
-            for kind, scope in namespaced.items():
-                for ns, names in scope.items():
-                    if ns in ns_snap.get(kind, {}):
-                        names.restore(ns_snap[kind][ns])
-                    else:
-                        names.restore(({}, {}))
+            for names in touched:
+                names.undo()
             result.unmigratable.append(Unmigratable(wl.ref, exc.reason, exc.message, wl.source))
             continue
         for p in scratch.networks:
@@ -803,7 +810,11 @@ def plan_header(p: Plan) -> dict[str, Any]:
     }
 
 
-class _Dumper(yaml.SafeDumper):
+# libyaml's emitter when present: a plan of thousands of workloads is megabytes of YAML.
+_BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
     pass
 
 
