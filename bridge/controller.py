@@ -1,0 +1,405 @@
+"""The bridge controller: thin kopf handlers around the bridge's pure decisions.
+
+- ParamsReady (`bridge.params`) on PodNetworks whose provider is the bridge's and
+  on their attachments; NetworkAttachmentDefinition and NetworkSelectionOptions
+  events re-evaluate exactly the objects that name them (an in-memory index of
+  references), so ParamsReady follows NAD changes and deletions.
+- The NPWG selection (`bridge.pods.selection`): `k8s.v1.cni.cncf.io/networks` on
+  pods carrying `multinetwork.x-k8s.io/networks`, once every object they name is
+  Ready. Pods waiting for that are kept in memory and retried when a PodNetwork,
+  attachment, NAD or options object changes. A hand-written selection that
+  disagrees gets a Warning Event, once.
+- Reverse status (`bridge.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
+  from `k8s.v1.cni.cncf.io/network-status`.
+
+Pods are watched with `kopf.on.event` only, filtered on the KEP annotation:
+kopf's change-detecting handlers (on.create/on.update) would store their state
+in an annotation of every pod. The other kinds are fed through `kopf.index`
+handlers first, because kopf runs no event handler before every index has seen
+its initial listing: the first pod decision already sees every NAD.
+
+`register(registry, bridge)` adds the handlers to any kopf registry, so the
+bridge runs alone (`podnetwork bridge`) or beside the PodNetwork controller in
+one operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from kopf._cogs.clients import api as kopf_api
+from kopf._cogs.clients import errors as kopf_errors
+
+from bridge import npwg, params, pods, translate
+from podnetwork import conditions, constants, networks
+from podnetwork.fielderrors import InvalidObject
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+#: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
+Ref = tuple[str, str, str]
+
+_KEP_BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
+
+
+@dataclass
+class BridgeSettings:
+    """What `podnetwork bridge` was asked to do."""
+
+    params_ready: bool = True
+    """Write ParamsReady on the bridge's PodNetworks and attachments. Default on."""
+    write_selection: bool = True
+    """Write `k8s.v1.cni.cncf.io/networks` on pods. Off when a mutating webhook or the
+    CNI agent translates on its own and nothing else needs the annotation."""
+    write_pod_ips: bool = True
+    """Write `multinetwork.x-k8s.io/pod-ips` from `network-status`. Default on."""
+
+
+@dataclass
+class Bridge:
+    """The bridge's memory: the objects translations read, and pods waiting for readiness."""
+
+    config: BridgeSettings = field(default_factory=BridgeSettings)
+    podnetworks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attachments: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    nads: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    options: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    nad_users: dict[Key, set[Ref]] = field(default_factory=dict)
+    """NAD key -> the PodNetworks and attachments whose parametersRefs name it."""
+    options_users: dict[Key, set[Ref]] = field(default_factory=dict)
+    waiting: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
+    posted: set[str] = field(default_factory=set)
+    """Names of the Events already posted (each disagreement is reported once)."""
+    locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
+    kopf_settings: kopf.OperatorSettings | None = None
+
+    # --- memory ----------------------------------------------------------------------------
+
+    def objects(self) -> translate.Objects:
+        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
+
+    def _index_refs(self, ref: Ref, body: Mapping[str, Any] | None) -> None:
+        for users in (*self.nad_users.values(), *self.options_users.values()):
+            users.discard(ref)
+        if body is None:
+            return
+        nad_keys, option_keys = params.references(body)
+        for key in nad_keys:
+            self.nad_users.setdefault(key, set()).add(ref)
+        for key in option_keys:
+            self.options_users.setdefault(key, set()).add(ref)
+
+    def remember_podnetwork(self, body: Mapping[str, Any]) -> Ref:
+        name = (body.get("metadata") or {}).get("name") or ""
+        obj = _newest(self.podnetworks.get(name), body, constants.PODNETWORK_KIND)
+        self.podnetworks[name] = obj
+        ref = (constants.PODNETWORK_KIND, "", name)
+        self._index_refs(ref, obj)
+        return ref
+
+    def remember_attachment(self, body: Mapping[str, Any]) -> Ref:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        obj = _newest(self.attachments.get(key), body, constants.ATTACHMENT_KIND)
+        self.attachments[key] = obj
+        ref = (constants.ATTACHMENT_KIND, *key)
+        self._index_refs(ref, obj)
+        return ref
+
+    def forget(self, ref: Ref) -> None:
+        kind, namespace, name = ref
+        if kind == constants.PODNETWORK_KIND:
+            self.podnetworks.pop(name, None)
+        else:
+            self.attachments.pop((namespace, name), None)
+        self._index_refs(ref, None)
+
+    def lock(self, key: Any) -> asyncio.Lock:
+        lock = self.locks.get(key)
+        if lock is None:
+            lock = self.locks[key] = asyncio.Lock()
+        return lock
+
+    # --- the API, through kopf's authenticated client ------------------------------------------
+
+    async def _call(self, method: str, url: str, payload: Any, headers: dict[str, str] | None) -> Any:
+        assert self.kopf_settings is not None, "the bridge's startup handler has not run"
+        try:
+            return await getattr(kopf_api, method)(
+                url=url, payload=payload, headers=headers, settings=self.kopf_settings, logger=logger
+            )
+        except kopf_errors.APIConflictError:
+            logger.info("%s %s conflicted with a newer change; the next event retries", method, url)
+        except kopf_errors.APINotFoundError:
+            logger.debug("%s %s: gone", method, url)
+        return None
+
+    async def patch(self, url: str, payload: Mapping[str, Any]) -> Any:
+        return await self._call("patch", url, payload, {"Content-Type": "application/merge-patch+json"})
+
+    async def post_event(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+        body = pods.event(pod, reason, message, now=conditions.now())
+        name = body["metadata"]["name"]
+        if name in self.posted:
+            return
+        self.posted.add(name)
+        namespace = body["metadata"]["namespace"]
+        assert self.kopf_settings is not None
+        try:
+            await kopf_api.post(url=f"/api/v1/namespaces/{namespace}/events", payload=body,
+                                settings=self.kopf_settings, logger=logger)
+        except kopf_errors.APIConflictError:
+            logger.debug("event %s was posted before this process started", name)
+        except kopf_errors.APIError as exc:
+            logger.warning("event %s not posted: %s", name, exc)
+        logger.warning("pod %s/%s: %s", namespace, pod.get("metadata", {}).get("name"), message)
+
+    # --- ParamsReady -----------------------------------------------------------------------
+
+    def params_decision(self, ref: Ref) -> tuple[dict[str, Any] | None, conditions.Desired | None]:
+        kind, namespace, name = ref
+        if kind == constants.PODNETWORK_KIND:
+            body = self.podnetworks.get(name)
+            return body, None if body is None else params.podnetwork_params(body, self.objects())
+        body = self.attachments.get((namespace, name))
+        if body is None:
+            return None, None
+        podnetwork = self.podnetworks.get((body.get("spec") or {}).get("podNetworkName") or "")
+        return body, params.attachment_params(body, podnetwork, self.objects())
+
+    async def reconcile_params(self, ref: Ref) -> None:
+        if not self.config.params_ready:
+            return
+        async with self.lock(ref):
+            body, desired = self.params_decision(ref)
+            if body is None or desired is None:
+                return
+            new = params.conditions_after(body, desired, now=conditions.now())
+            if new is None:
+                return
+            fresh = await self.patch(f"{_object_url(ref)}/status", conditions.status_patch(body, new))
+            if fresh:
+                if ref[0] == constants.PODNETWORK_KIND:
+                    self.remember_podnetwork(fresh)
+                else:
+                    self.remember_attachment(fresh)
+                logger.info("%s %s: ParamsReady=%s (%s)", ref[0], _show(ref), desired.status, desired.reason)
+
+    async def reconcile_users(self, refs: set[Ref]) -> None:
+        for ref in sorted(refs):
+            await self.reconcile_params(ref)
+
+    def attachments_of(self, podnetwork: str) -> set[Ref]:
+        return {
+            (constants.ATTACHMENT_KIND, ns, name)
+            for (ns, name), body in self.attachments.items()
+            if (body.get("spec") or {}).get("podNetworkName") == podnetwork
+        }
+
+    # --- pods ------------------------------------------------------------------------------
+
+    async def reconcile_pod(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        async with self.lock(("Pod", *key)):
+            await self._reconcile_pod(key, body)
+
+    async def _reconcile_pod(self, key: Key, body: Mapping[str, Any]) -> None:
+        phase = (body.get("status") or {}).get("phase")
+        if (
+            phase in ("Succeeded", "Failed")
+            or (body.get("metadata") or {}).get("deletionTimestamp")
+            or (body.get("spec") or {}).get("hostNetwork")
+        ):
+            self.waiting.pop(key, None)
+            return
+        try:
+            nets = networks.declared(body)
+        except InvalidObject as exc:
+            logger.debug("pod %s/%s: networks annotation is invalid (admission reports it): %s", *key, exc)
+            self.waiting.pop(key, None)
+            return
+        if nets is None:
+            self.waiting.pop(key, None)
+            return
+        objects = self.objects()
+        try:
+            translation = translate.translate(nets, key[0], objects)
+        except translate.TranslationError as exc:
+            logger.info("pod %s/%s waits: %s", *key, exc)
+            self.waiting[key] = dict(body)
+            return
+        if self.config.write_selection:
+            blockers = pods.not_ready(nets, key[0], objects)
+            if blockers and not pods.attached(body):
+                logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
+                self.waiting[key] = dict(body)
+            else:
+                self.waiting.pop(key, None)
+                decision = pods.selection(body, translation)
+                if decision.patch is not None:
+                    fresh = await self.patch(_pod_url(key), decision.patch)
+                    if fresh:
+                        body = fresh
+                        logger.info("pod %s/%s: wrote %s", *key, npwg.NETWORKS_ANNOTATION)
+                if decision.conflict is not None:
+                    await self.post_event(body, pods.CONFLICT_REASON, decision.conflict)
+        if self.config.write_pod_ips:
+            try:
+                patch = pods.pod_ips_patch(body, translation)
+            except ValueError as exc:
+                logger.warning("pod %s/%s: %s", *key, exc)
+                return
+            if patch is not None and await self.patch(_pod_url(key), patch):
+                logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
+
+    async def retry_waiting(self) -> None:
+        """Re-evaluate the pods waiting for objects; called when one of those objects changes."""
+        for key in sorted(self.waiting):
+            body = self.waiting.get(key)
+            if body is not None:
+                await self.reconcile_pod(body)
+
+    # --- follow-ups of object events ----------------------------------------------------------
+
+    async def podnetwork_changed(self, ref: Ref) -> None:
+        await self.reconcile_params(ref)
+        await self.reconcile_users(self.attachments_of(ref[2]))
+        await self.retry_waiting()
+
+    async def attachment_changed(self, ref: Ref) -> None:
+        await self.reconcile_params(ref)
+        await self.retry_waiting()
+
+    async def nad_changed(self, key: Key) -> None:
+        await self.reconcile_users(set(self.nad_users.get(key, ())))
+        await self.retry_waiting()
+
+    async def options_changed(self, key: Key) -> None:
+        await self.reconcile_users(set(self.options_users.get(key, ())))
+        await self.retry_waiting()
+
+
+def _newest(cached: Mapping[str, Any] | None, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The newer of a cached body and an incoming one (resourceVersion is etcd's revision)."""
+    obj = dict(body)
+    obj.setdefault("kind", kind)
+    if cached is not None:
+        a = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        b = str((cached.get("metadata") or {}).get("resourceVersion") or "")
+        if a.isdigit() and b.isdigit() and int(a) < int(b):
+            return dict(cached)
+    return obj
+
+
+def _key(body: Mapping[str, Any]) -> Key:
+    meta = body.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _show(ref: Ref) -> str:
+    return f"{ref[1]}/{ref[2]}" if ref[1] else ref[2]
+
+
+def _object_url(ref: Ref) -> str:
+    kind, namespace, name = ref
+    if kind == constants.ATTACHMENT_KIND:
+        return f"{_KEP_BASE}/namespaces/{namespace}/{constants.ATTACHMENT_PLURAL}/{name}"
+    return f"{_KEP_BASE}/{constants.PODNETWORK_PLURAL}/{name}"
+
+
+def _pod_url(key: Key) -> str:
+    return f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"
+
+
+def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
+    """Register the bridge's handlers in `registry`. Handler ids start with `bridge_`."""
+
+    @kopf.on.startup(registry=registry, id="bridge_startup")
+    async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf would post an Event for every warning logged about a handled pod.
+        settings.posting.enabled = False
+        bridge.kopf_settings = settings
+
+    nad = (npwg.NAD_GROUP, npwg.NAD_VERSION, npwg.NAD_PLURAL)
+    opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)
+    pn = (constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL)
+    pna = (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL)
+
+    # Indexes first: kopf runs no event handler before every index has its initial listing.
+    @kopf.index(*pn, registry=registry, id="bridge_podnetworks")
+    def bridge_podnetworks(body: kopf.Body, **_: Any) -> None:
+        bridge.remember_podnetwork(body)
+
+    @kopf.index(*pna, registry=registry, id="bridge_attachments")
+    def bridge_attachments(body: kopf.Body, **_: Any) -> None:
+        bridge.remember_attachment(body)
+
+    @kopf.index(*nad, registry=registry, id="bridge_nads")
+    def bridge_nads(body: kopf.Body, **_: Any) -> None:
+        bridge.nads[_key(body)] = _newest(bridge.nads.get(_key(body)), body, npwg.NAD_KIND)
+
+    @kopf.index(*opts, registry=registry, id="bridge_options")
+    def bridge_options(body: kopf.Body, **_: Any) -> None:
+        bridge.options[_key(body)] = _newest(bridge.options.get(_key(body)), body, translate.OPTIONS_KIND)
+
+    @kopf.on.event(*pn, registry=registry, id="bridge_podnetwork_event")
+    async def bridge_podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
+        name = body.get("metadata", {}).get("name") or ""
+        ref: Ref = (constants.PODNETWORK_KIND, "", name)
+        if type == "DELETED":
+            bridge.forget(ref)
+        else:
+            bridge.remember_podnetwork(body)
+        await bridge.podnetwork_changed(ref)
+
+    @kopf.on.event(*pna, registry=registry, id="bridge_attachment_event")
+    async def bridge_attachment_event(type: str, body: kopf.Body, **_: Any) -> None:
+        ref: Ref = (constants.ATTACHMENT_KIND, *_key(body))
+        if type == "DELETED":
+            bridge.forget(ref)
+        else:
+            bridge.remember_attachment(body)
+        await bridge.attachment_changed(ref)
+
+    @kopf.on.event(*nad, registry=registry, id="bridge_nad_event")
+    async def bridge_nad_event(type: str, body: kopf.Body, **_: Any) -> None:
+        key = _key(body)
+        if type == "DELETED":
+            bridge.nads.pop(key, None)
+        else:
+            bridge.nads[key] = _newest(bridge.nads.get(key), body, npwg.NAD_KIND)
+        await bridge.nad_changed(key)
+
+    @kopf.on.event(*opts, registry=registry, id="bridge_options_event")
+    async def bridge_options_event(type: str, body: kopf.Body, **_: Any) -> None:
+        key = _key(body)
+        if type == "DELETED":
+            bridge.options.pop(key, None)
+        else:
+            bridge.options[key] = _newest(bridge.options.get(key), body, translate.OPTIONS_KIND)
+        await bridge.options_changed(key)
+
+    @kopf.on.event(
+        "pods",
+        registry=registry,
+        id="bridge_pod_event",
+        annotations={constants.NETWORKS_ANNOTATION: kopf.PRESENT},
+    )
+    async def bridge_pod_event(type: str, body: kopf.Body, **_: Any) -> None:
+        key = _key(body)
+        if type == "DELETED":
+            bridge.waiting.pop(key, None)
+            bridge.locks.pop(("Pod", *key), None)
+            return
+        await bridge.reconcile_pod(body)
+
+
+__all__ = ["Bridge", "BridgeSettings", "register"]
