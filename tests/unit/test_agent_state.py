@@ -62,7 +62,7 @@ def test_a_container_id_that_is_not_a_safe_file_name_never_reaches_the_disk(tmp_
 
 def test_a_torn_record_is_reported_with_its_path(tmp_path: Path) -> None:
     (tmp_path / "abc.json").write_text('{"container_id": ')
-    with pytest.raises(cache.CacheError, match="abc.json"):
+    with pytest.raises(cache.CacheError, match=r"abc\.json"):
         cache.Cache(tmp_path).load("abc")
 
 
