@@ -1,0 +1,151 @@
+"""`podnetwork bridge`: run the bridge controller's handlers alone, against a cluster.
+
+Heavy imports (kopf, the kubernetes client) stay inside `run`, so
+`podnetwork --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from podnetwork.cli import Command
+
+DESCRIPTION = """\
+Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
+(or the in-cluster service account):
+
+  ParamsReady   on PodNetworks whose provider is multinetwork.x-k8s.io/npwg-bridge,
+                and on their PodNetworkAttachments: True when the referenced
+                NetworkAttachmentDefinition (and NetworkSelectionOptions) exist
+                and are valid; False with ParametersNotFound, InvalidParameters or
+                UnsupportedParametersKind otherwise. Follows NAD changes.
+  selection     writes k8s.v1.cni.cncf.io/networks on pods that carry
+                multinetwork.x-k8s.io/networks once everything they name is Ready,
+                so Multus (or `podnetwork cni-agent`) attaches them. A hand-written
+                selection that disagrees is left alone and reported in an Event.
+  pod IPs       writes multinetwork.x-k8s.io/pod-ips from
+                k8s.v1.cni.cncf.io/network-status.
+
+The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
+process; without it nothing turns Ready and no selection is written.
+Needs the CRDs in crds/ (NetworkAttachmentDefinition only if no NPWG
+implementation installed it) and RBAC to read them, patch pods, post events and
+patch the status of podnetworks and podnetworkattachments.
+
+exit status: 0 after a clean stop (SIGINT/SIGTERM), 2 on bad arguments or no cluster
+"""
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", metavar="FILE",
+                   help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG "
+                   "or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    p.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
+                   help="watch only this namespace for pods, attachments, NADs and options "
+                   "(repeatable; glob patterns allowed); default: all namespaces")
+    p.add_argument("--peering", metavar="NAME",
+                   help="run with kopf peering under this name, so only one replica is active "
+                   "(needs kopf's peering CRD); default: standalone")
+    p.add_argument("--liveness", metavar="URL",
+                   help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--no-params-ready", dest="params_ready", action="store_false",
+                   help="do not write ParamsReady")
+    p.add_argument("--no-selection", dest="write_selection", action="store_false",
+                   help="do not write k8s.v1.cni.cncf.io/networks on pods")
+    p.add_argument("--no-pod-ips", dest="write_pod_ips", action="store_false",
+                   help="do not write multinetwork.x-k8s.io/pod-ips on pods")
+
+
+def _login_from(kubeconfig: str | None, context: str | None) -> Any:
+    """A kopf login handler for an explicit kubeconfig/context (kopf's default takes neither)."""
+    import kopf
+    from kubernetes import client, config
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        cfg = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+        except (config.ConfigException, OSError) as exc:
+            raise kopf.LoginError(f"cannot use kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+        parts = header.split(" ", 1) if header else []
+        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else parts
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            username=cfg.username or None,
+            password=cfg.password or None,
+            scheme=scheme,
+            token=token,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+        )
+
+    return login
+
+
+def _login_problem(kubeconfig: str | None, context: str | None) -> str | None:
+    """Why the cluster cannot be reached with these credentials, checked before kopf starts
+    (kopf would retry a failing login every minute without saying how to fix it)."""
+    from kubernetes import client, config
+
+    if not kubeconfig and not context:
+        try:
+            config.load_incluster_config(client_configuration=client.Configuration())
+            return None
+        except config.ConfigException:
+            pass
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context,
+                                client_configuration=client.Configuration())
+    except (config.ConfigException, OSError) as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster account; kubeconfig"
+        return f"{where}: {exc}"
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from bridge import controller
+
+    problem = _login_problem(args.kubeconfig, args.context)
+    if problem is not None:
+        print(f"error: cannot reach a cluster: {problem}; pass --kubeconfig FILE (and --context) "
+              "or run in a pod with a service account", file=sys.stderr)
+        return 2
+
+    registry = kopf.OperatorRegistry()
+    bridge = controller.Bridge(config=controller.BridgeSettings(
+        params_ready=args.params_ready,
+        write_selection=args.write_selection,
+        write_pod_ips=args.write_pod_ips,
+    ))
+    controller.register(registry, bridge)
+    if args.kubeconfig or args.context:
+        kopf.on.login(registry=registry, id="bridge_login")(_login_from(args.kubeconfig, args.context))
+    else:
+        kopf.on.login(registry=registry, id="bridge_login")(kopf.login_via_client)
+    kopf.run(
+        registry=registry,
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+command = Command(
+    help="run the NPWG bridge: ParamsReady, pod selections, pod IPs per PodNetwork",
+    configure=_configure,
+    run=_run,
+    description=DESCRIPTION,
+)
+
+__all__ = ["command"]
