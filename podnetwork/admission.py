@@ -1,0 +1,267 @@
+"""Pod admission: AdmissionReview v1 in, AdmissionReview out (pure), and its HTTP app.
+
+Mutating (KEP "Attaching PodNetwork to a Pod": "When the Networks field is not
+specified, Cluster Default PodNetwork will be attached (and set in that
+field)"): a new pod that names no network and is not hostNetwork gets the
+networks annotation `[{"podNetworkName":"default"}]`, or its namespace's
+profile from the namespace annotation `multinetwork.x-k8s.io/default-networks`
+(KEP Story #6, Phase IV requirement 23).
+
+Validating: a new pod whose networks break the KEP's static rules ("Static
+validations", `podnetwork.validation`) is refused with one StatusCause per
+field error, as the API server reports its own validation; an update that
+changes the networks annotation is refused (the KEP's Pod.spec.networks is
+immutable, like the rest of a pod's spec).
+
+Why FastAPI and not kopf's admission handlers: kopf turns a refusal into one
+message and builds the JSONPatch from its own patch object; we want the
+review-to-review function below, testable and reusable as is (the demo calls
+it directly), with Kubernetes field-error causes in the refusal. The same
+FastAPI/uvicorn stack serves the scheduler extender.
+"""
+
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from podnetwork import constants, networks, validation
+from podnetwork.api import DEFAULT_NETWORKS, Network
+from podnetwork.fielderrors import FieldError, InvalidObject, forbidden
+
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+MUTATE_PATH = "/mutate-pods"
+VALIDATE_PATH = "/validate-pods"
+WEBHOOK_NAME_MUTATE = f"pods.mutate.{constants.GROUP}"
+WEBHOOK_NAME_VALIDATE = f"pods.validate.{constants.GROUP}"
+CONFIGURATION_NAME = "podnetwork"
+NAMESPACE_ANNOTATION_FIELD = f"metadata.annotations[{constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}]"
+
+
+class Webhook(StrEnum):
+    MUTATING = "mutating"
+    VALIDATING = "validating"
+
+
+def namespace_default(namespace: Mapping[str, Any] | None) -> list[Network] | None:
+    """The networks profile a namespace sets for its pods, or None when it sets none.
+
+    Raises `InvalidObject` (paths under the namespace annotation) when the
+    profile cannot be used: an empty list, bad JSON, or entries that break the
+    static rules.
+    """
+    if not namespace:
+        return None
+    text = networks.annotations_of(namespace).get(constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        nets = networks.parse(text)
+    except InvalidObject as exc:
+        raise InvalidObject([_rebase(e) for e in exc.errors]) from None
+    errors = validation.validate_networks(nets)
+    if errors:
+        raise InvalidObject([_rebase(e) for e in errors])
+    return nets
+
+
+def _rebase(error: FieldError) -> FieldError:
+    path = error.path
+    for prefix in (networks.FIELD, networks.ANNOTATION_FIELD):
+        if path.startswith(prefix):
+            path = NAMESPACE_ANNOTATION_FIELD + path[len(prefix):]
+            break
+    return FieldError(path, error.type, error.value, error.detail)
+
+
+def _response(uid: str, *, allowed: bool = True, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": REVIEW_API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": allowed, **extra},
+    }
+
+
+def _refusal(uid: str, pod: Mapping[str, Any], errors: Sequence[FieldError], *,
+             what: str = "is invalid") -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    name = meta.get("name") or meta.get("generateName") or ""
+    message = f'Pod "{name}" {what}: ' + "; ".join(str(e) for e in errors)
+    return _response(uid, allowed=False, status={
+        "status": "Failure",
+        "code": 422,
+        "reason": "Invalid",
+        "message": message,
+        "details": {"name": name, "kind": "Pod", "causes": [e.to_status_cause() for e in errors]},
+    })
+
+
+def _is_pod(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind") or {}
+    return kind.get("kind") == "Pod" and not kind.get("group")
+
+
+def _declared_text(pod: Mapping[str, Any]) -> str | None:
+    return networks.annotations_of(pod).get(constants.NETWORKS_ANNOTATION)
+
+
+def _annotation_patch(pod: Mapping[str, Any], value: str) -> list[dict[str, Any]]:
+    if not (pod.get("metadata") or {}).get("annotations"):
+        return [{"op": "add", "path": "/metadata/annotations",
+                 "value": {constants.NETWORKS_ANNOTATION: value}}]
+    key = constants.NETWORKS_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
+
+
+def mutate(request: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The mutating webhook's decision for one AdmissionRequest (auto-population)."""
+    uid = str(request.get("uid") or "")
+    pod = request.get("object") or {}
+    if not _is_pod(request) or request.get("operation") != "CREATE":
+        return _response(uid)
+    if _declared_text(pod) is not None or (pod.get("spec") or {}).get("hostNetwork"):
+        return _response(uid)
+    try:
+        profile = namespace_default(namespace)
+    except InvalidObject as exc:
+        ns = request.get("namespace") or ""
+        return _refusal(uid, pod, exc.errors,
+                        what=f'cannot get networks from namespace "{ns}" (fix its annotation)')
+    nets = profile or list(DEFAULT_NETWORKS)
+    patch = _annotation_patch(pod, networks.format(nets))
+    encoded = base64.b64encode(json.dumps(patch).encode()).decode()
+    return _response(uid, patchType="JSONPatch", patch=encoded)
+
+
+def validate(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The validating webhook's decision for one AdmissionRequest."""
+    uid = str(request.get("uid") or "")
+    pod = request.get("object") or {}
+    if not _is_pod(request):
+        return _response(uid)
+    operation = request.get("operation")
+    if operation == "CREATE":
+        errors = validation.validate_pod(pod)
+        return _refusal(uid, pod, errors) if errors else _response(uid)
+    if operation == "UPDATE":
+        old = request.get("oldObject") or {}
+        if _declared_text(pod) != _declared_text(old):
+            return _refusal(uid, pod, [forbidden(
+                networks.ANNOTATION_FIELD,
+                "the networks of a pod cannot change after creation; delete and re-create the pod")])
+    return _response(uid)
+
+
+def review(
+    body: Mapping[str, Any],
+    webhook: Webhook,
+    *,
+    enabled: bool = True,
+    namespace: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """AdmissionReview v1 in, AdmissionReview v1 out.
+
+    `namespace` is the pod's Namespace object (for its profile annotation);
+    `enabled` is the MultiNetwork feature gate: when off, everything is
+    allowed unchanged (KEP Phase I requirement 1). A body that is not an
+    AdmissionReview raises ValueError (the server answers 400).
+    """
+    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview" or not isinstance(
+        body.get("request"), Mapping
+    ):
+        raise ValueError("expected an AdmissionReview (admission.k8s.io/v1) with a request")
+    request = body["request"]
+    if not enabled:
+        return _response(str(request.get("uid") or ""))
+    if webhook is Webhook.MUTATING:
+        return mutate(request, namespace)
+    return validate(request)
+
+
+def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Mutating- and ValidatingWebhookConfiguration for pods, for a given clientConfig.
+
+    `client_config` is `{"url": ..., "caBundle": ...}` or `{"service": {...},
+    "caBundle": ...}` without the path; failurePolicy is Fail (a pod admitted
+    without auto-population would silently land on the wrong network) and
+    namespaces labelled `multinetwork.x-k8s.io/admission: disabled` are left out.
+    """
+
+    def hook(name: str, path: str, operations: list[str]) -> dict[str, Any]:
+        cfg = dict(client_config)
+        if "url" in cfg:
+            cfg["url"] = cfg["url"].rstrip("/") + path
+        else:
+            cfg["service"] = {**cfg["service"], "path": path}
+        return {
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "clientConfig": cfg,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]}]},
+        }
+
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "metadata": {"name": CONFIGURATION_NAME},
+         "webhooks": [{**hook(WEBHOOK_NAME_MUTATE, MUTATE_PATH, ["CREATE"]), "reinvocationPolicy": "Never"}]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": CONFIGURATION_NAME},
+         "webhooks": [hook(WEBHOOK_NAME_VALIDATE, VALIDATE_PATH, ["CREATE", "UPDATE"])]},
+    ]
+
+
+NamespaceLookup = Callable[[str], Mapping[str, Any] | None]
+
+
+def app(namespace_of: NamespaceLookup, *, enabled: bool = True) -> Any:
+    """The FastAPI application serving both webhooks (and `/healthz`).
+
+    `namespace_of(name)` returns the Namespace object from the caller's
+    watch-fed cache: admission never calls the API per request.
+    """
+    from fastapi import FastAPI, HTTPException, Request
+
+    api = FastAPI(title="podnetwork admission", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def handle(request: Request, webhook: Webhook) -> dict[str, Any]:
+        try:
+            body = await request.json()
+            ns = ((body.get("request") or {}).get("namespace") or "") if isinstance(body, dict) else ""
+            return review(body, webhook, enabled=enabled, namespace=namespace_of(ns) if ns else None)
+        except (ValueError, AttributeError) as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+
+    @api.post(MUTATE_PATH)
+    async def mutating(request: Request) -> dict[str, Any]:
+        return await handle(request, Webhook.MUTATING)
+
+    @api.post(VALIDATE_PATH)
+    async def validating(request: Request) -> dict[str, Any]:
+        return await handle(request, Webhook.VALIDATING)
+
+    @api.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return api
+
+
+__all__ = [
+    "MUTATE_PATH",
+    "VALIDATE_PATH",
+    "Webhook",
+    "app",
+    "mutate",
+    "namespace_default",
+    "review",
+    "validate",
+    "webhook_configurations",
+]
