@@ -249,6 +249,8 @@ class Bridge:
                     if fresh:
                         body = fresh
                         logger.info("pod %s/%s: wrote %s", *key, npwg.NETWORKS_ANNOTATION)
+                        for warning in translation.warnings:
+                            logger.warning("pod %s/%s: %s", *key, warning)
                 if decision.conflict is not None:
                     await self.post_event(body, pods.CONFLICT_REASON, decision.conflict)
         if self.config.write_pod_ips:
