@@ -7,9 +7,17 @@ the agent was killed half-way through an ADD: every attachment that may have lef
 something behind is in the record (NPWG spec 7.2: "all network attachments that
 were attempted during pod network setup must be torn down").
 
-Each write replaces the whole file atomically (write a temporary file in the same
-directory, fsync, rename, fsync the directory), so a crash leaves either the old
-or the new record, never a torn one. One file per container, mode 0600.
+A record is a journal, one file per container (`<container ID>.jsonl`, mode 0600):
+each write appends the whole record as one JSON line with a single write(2), and
+a read takes the last complete line. A killed agent therefore leaves either the
+old or the new record, never a torn one (the page cache outlives the process,
+and the kernel finishes a write(2) to a regular file before a SIGKILL lands).
+Appending, rather than renaming a new file over the old one, matters for speed:
+ext4 flushes data on every rename-over (auto_da_alloc), about 10 ms per write.
+With `durable=True` each append is also fsync'd, so records survive a power loss
+(a torn last line is then skipped); the agent does not need it by default: after
+a node crash the pods' namespaces are gone, and host-local does not fsync its own
+reservations either.
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -27,6 +34,7 @@ from typing import Any
 from bridge.cni import invoke
 
 FORMAT_VERSION = 1
+SUFFIX = ".jsonl"
 
 
 class State(StrEnum):
@@ -110,43 +118,47 @@ class CacheError(Exception):
 class Cache:
     """The records of one agent, one JSON file per container in `directory`."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, durable: bool = False) -> None:
         self.directory = Path(directory)
+        self.durable = durable
 
     def ensure(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def path(self, container_id: str) -> Path:
         # The ID is validated to a safe file name (no '/', not starting with '.').
-        return self.directory / f"{invoke.check_container_id(container_id)}.json"
+        return self.directory / f"{invoke.check_container_id(container_id)}{SUFFIX}"
 
     def load(self, container_id: str) -> Record | None:
         path = self.path(container_id)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            return Record.from_json(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CacheError(f"cache file {path} is unreadable: {exc}") from exc
+        problem = "it is empty"
+        for line in reversed(data.splitlines()):
+            try:
+                return Record.from_json(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                problem = str(exc)  # a torn last line (power loss): the previous one stands
+        raise CacheError(f"cache file {path} holds no readable record: {problem}")
 
     def save(self, record: Record) -> None:
         self.ensure()
         path = self.path(record.container_id)
-        data = json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.directory)
+        line = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        self._sync_dir()
+            written = os.write(fd, line)
+            if written != len(line):
+                raise CacheError(f"short write to {path}: {written} of {len(line)} bytes")
+            if self.durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            self._sync_dir()
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -156,11 +168,13 @@ class Cache:
     def container_ids(self) -> Iterator[str]:
         if not self.directory.is_dir():
             return
-        for p in sorted(self.directory.glob("*.json")):
+        for p in sorted(self.directory.glob(f"*{SUFFIX}")):
             if not p.name.startswith("."):
-                yield p.name[: -len(".json")]
+                yield p.name[: -len(SUFFIX)]
 
     def _sync_dir(self) -> None:
+        if not self.durable:
+            return
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)

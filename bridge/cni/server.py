@@ -1,11 +1,13 @@
 """The agent's HTTP API on a unix socket (aiohttp, which kopf already brings in).
 
-    POST /v1/cni    {"env": {"CNI_COMMAND": ..., ...}, "stdin": "<network configuration>"}
-                    200 {"result": <CNI result or null>}
-                    4xx/5xx {"error": {"cniVersion", "code", "msg", "details"}}
+    POST /v1/cni    body: "CNI_X=value\\n" per CNI variable, an empty line, then the
+                    network configuration (the runtime's stdin) verbatim
+                    200 body: the CNI result (empty when the command has none)
+                    4xx/5xx body: the CNI error {"cniVersion", "code", "msg", "details"}
     GET  /v1/ready  200 {"ready": true} | 503 {"ready": false, "problem": "..."}
 
-The socket is bound and set to mode 0600 before it listens, so only root (the
+The framing keeps the shim free of a JSON encoder (see `bridge.cni.shim`). The
+socket is bound and set to mode 0600 before it listens, so only root (the
 runtime, through the shim) can ever connect. Handlers are not cancelled when a
 client goes away: an ADD or DEL that started runs to its end and stays recorded.
 """
@@ -34,7 +36,29 @@ READY_PATH = "/v1/ready"
 
 
 def _error(exc: CNIError, status: int, version: str = "1.1.0") -> web.Response:
-    return web.json_response({"error": exc.to_json(version)}, status=status)
+    return web.json_response(exc.to_json(version), status=status)
+
+
+def parse_body(body: bytes) -> tuple[dict[str, str], bytes]:
+    """A request body -> (CNI environment, stdin); CNIError 6 when it is not framed as above."""
+    head, sep, stdin = body.partition(b"\n\n")
+    if not sep and body.startswith(b"\n"):
+        head, sep, stdin = b"", b"\n", body[1:]
+    if not sep:
+        raise CNIError(
+            ErrorCode.DECODING_FAILURE,
+            "malformed request to the agent",
+            "expected CNI_*=value lines, an empty line, then the network configuration",
+        )
+    env: dict[str, str] = {}
+    for line in head.decode("utf-8", "surrogateescape").split("\n") if head else []:
+        name, eq, value = line.partition("=")
+        if not eq or not name.startswith("CNI_"):
+            raise CNIError(
+                ErrorCode.DECODING_FAILURE, "malformed request to the agent", f"bad line {line[:80]!r}"
+            )
+        env[name] = value
+    return env, stdin
 
 
 class Server:
@@ -61,8 +85,8 @@ class Server:
             sock.close()
             raise
         self._sock = sock
-        # Room for the JSON envelope and escaping around a request of the allowed size.
-        app = web.Application(client_max_size=2 * self._limit + 64 * 1024)
+        # Room for the environment lines around a configuration of the allowed size.
+        app = web.Application(client_max_size=self._limit + 64 * 1024)
         app.router.add_post(API_PATH, self._cni)
         app.router.add_get(READY_PATH, self._ready)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -93,24 +117,16 @@ class Server:
             "request too large",
             f"the agent accepts network configurations up to {self._limit} bytes",
         )
-        if request.content_length is not None and request.content_length > 2 * self._limit + 64 * 1024:
+        if request.content_length is not None and request.content_length > self._limit + 64 * 1024:
             return _error(too_large, 413)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _error(too_large, 413)
         try:
-            data = json.loads(body)
-            env, stdin = data["env"], data.get("stdin", "")
-            if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-                raise TypeError("env must map names to strings")
-            if not isinstance(stdin, str):
-                raise TypeError("stdin must be a string")
-        except (ValueError, KeyError, TypeError) as exc:
-            return _error(
-                CNIError(ErrorCode.DECODING_FAILURE, "malformed request to the agent", str(exc)), 400
-            )
-        raw = stdin.encode()
+            env, raw = parse_body(body)
+        except CNIError as exc:
+            return _error(exc, 400)
         if len(raw) > self._limit:
             return _error(too_large, 413)
         version = _requested_version(raw)
@@ -122,7 +138,9 @@ class Server:
         except Exception as exc:
             log.exception("unexpected failure handling %s", env.get("CNI_COMMAND"))
             return _error(CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc)), 500, version)
-        return web.json_response({"result": result})
+        if result is None:
+            return web.Response(status=200)
+        return web.json_response(result)
 
 
 def _requested_version(stdin: bytes) -> str:

@@ -1,118 +1,174 @@
-#!/usr/bin/python3 -I -S
+#!/usr/bin/python3 -IS
 """multinetwork: the CNI plugin the runtime executes; it forwards the request to the agent.
 
-Standard library only, and started with `-I -S` (isolated, no site packages) so
-it starts fast and cannot be changed by the environment. It reads the CNI
-environment and the network configuration on stdin, sends both to the agent
-over its unix socket (`socketPath` in the configuration, else the default), and
-prints the agent's result. Errors are CNI error JSON on stdout with exit code 1
-(CNI spec "Errors"). VERSION is answered here, without the agent.
+It runs on every ADD and DEL of every pod, so it starts as fast as Python can:
+`-IS` (isolated, no site packages) and no import beyond `sys`, `os` and `_socket`
+(json, re, enum, http.client each cost more than the interpreter's own start).
+So the few JSON bits it needs are read and written by hand below.
+
+Protocol with the agent (`bridge.cni.server`), one HTTP/1.1 request per call:
+
+    POST /v1/cni    body: "CNI_X=value\\n" for each CNI_* variable, "\\n", then stdin verbatim
+    200             body: the CNI result to print (empty for DEL/CHECK)
+    4xx/5xx         body: the CNI error JSON to print; the shim exits 1
+
+The socket is `socketPath` from the network configuration, else DEFAULT_SOCKET.
+VERSION is answered here, without the agent. Errors are CNI error JSON on stdout
+with exit code 1 (CNI spec "Errors").
 
 `podnetwork cni-agent --install` copies this file into the CNI bin dir as
-`multinetwork`, with the first line naming the node's python3.
+`multinetwork`, its first line naming the node's python3.
 """
 
-import http.client
-import json
+import _socket
 import os
-import socket
 import sys
 
 DEFAULT_SOCKET = "/run/multinetwork/agent.sock"
-SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 #: stdin larger than this is refused before contacting the agent (the agent's own limit is lower).
 MAX_STDIN_BYTES = 8 * 1024 * 1024
-DEFAULT_TIMEOUT = 300.0
+TIMEOUT_SECONDS = 300.0
 AGENT_UNAVAILABLE = 102
 REQUEST_TOO_LARGE = 103
+INVALID_ENVIRONMENT = 4
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+def json_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
-def _fail(version, code, msg, details=""):
-    error = {"cniVersion": version, "code": code, "msg": msg}
+def string_field(data: bytes, key: str) -> str | None:
+    """The value of the first `"key": "value"` in a JSON text, or None (not found, or escaped)."""
+    at = data.find(b'"' + key.encode() + b'"')
+    if at < 0:
+        return None
+    i = at + len(key) + 2
+    n = len(data)
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i >= n or data[i : i + 1] != b":":
+        return None
+    i += 1
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i >= n or data[i : i + 1] != b'"':
+        return None
+    end = data.find(b'"', i + 1)
+    value = data[i + 1 : end] if end > 0 else b""
+    if end < 0 or b"\\" in value:
+        return None
+    return value.decode("utf-8", "replace")
+
+
+def fail(version: str, code: int, msg: str, details: str = "") -> int:
+    text = f'{{"cniVersion": {json_string(version)}, "code": {code}, "msg": {json_string(msg)}'
     if details:
-        error["details"] = details
-    sys.stdout.write(json.dumps(error))
-    sys.stdout.write("\n")
+        text += f', "details": {json_string(details)}'
+    sys.stdout.write(text + "}\n")
     return 1
 
 
-def main():
+def exchange(path: str, request: bytes, timeout: float) -> bytes:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        sock.close()
+
+
+def dechunk(body: bytes) -> bytes:
+    out = []
+    while body:
+        line, _, rest = body.partition(b"\r\n")
+        size = int(line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out.append(rest[:size])
+        body = rest[size + 2 :]
+    return b"".join(out)
+
+
+def main() -> int:
     stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
-    version = "1.1.0"
-    conf = None
-    if stdin.strip():
+    version = string_field(stdin, "cniVersion") or "1.1.0"
+    if len(stdin) > MAX_STDIN_BYTES:
+        return fail(
+            version, REQUEST_TOO_LARGE, "request too large", f"more than {MAX_STDIN_BYTES} bytes on stdin"
+        )
+    if os.environ.get("CNI_COMMAND") == "VERSION":
+        versions = ", ".join(json_string(v) for v in SUPPORTED_VERSIONS)
+        sys.stdout.write(f'{{"cniVersion": {json_string(version)}, "supportedVersions": [{versions}]}}')
+        return 0
+    env_lines = []
+    for name, value in os.environ.items():
+        if name.startswith("CNI_"):
+            if "\n" in value:
+                return fail(version, INVALID_ENVIRONMENT, f"invalid {name}", "contains a newline")
+            env_lines.append(f"{name}={value}\n")
+    body = "".join(env_lines).encode("utf-8", "surrogateescape") + b"\n" + stdin
+    head = (
+        "POST /v1/cni HTTP/1.1\r\nHost: multinetwork-agent\r\n"
+        "Content-Type: application/x-cni-request\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    path = string_field(stdin, "socketPath")
+    if path is None:
+        # The slow path, for configurations without a plain socketPath: parse them for real.
+        import json
+
         try:
             conf = json.loads(stdin)
         except ValueError as exc:
-            return _fail(version, 6, "network configuration is not valid JSON", str(exc)[:200])
-    if isinstance(conf, dict) and isinstance(conf.get("cniVersion"), str):
-        version = conf["cniVersion"]
-    if len(stdin) > MAX_STDIN_BYTES:
-        return _fail(
-            version, REQUEST_TOO_LARGE, "request too large", f"more than {MAX_STDIN_BYTES} bytes on stdin"
-        )
-    command = os.environ.get("CNI_COMMAND", "")
-    if command == "VERSION":
-        sys.stdout.write(json.dumps({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}))
-        return 0
-    socket_path = DEFAULT_SOCKET
-    timeout = DEFAULT_TIMEOUT
-    if isinstance(conf, dict):
-        if isinstance(conf.get("socketPath"), str):
-            socket_path = conf["socketPath"]
-        if isinstance(conf.get("timeoutSeconds"), (int, float)) and conf["timeoutSeconds"] > 0:
-            timeout = float(conf["timeoutSeconds"])
-    env = {k: v for k, v in os.environ.items() if k.startswith("CNI_")}
-    body = json.dumps({"env": env, "stdin": stdin.decode("utf-8", "replace")})
-    conn = _UnixConnection(socket_path, timeout)
+            return fail(version, 6, "network configuration is not valid JSON", str(exc)[:200])
+        socket_path = conf.get("socketPath") if isinstance(conf, dict) else None
+        path = socket_path if isinstance(socket_path, str) else DEFAULT_SOCKET
     try:
-        conn.request("POST", "/v1/cni", body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        payload = response.read()
-    except (OSError, http.client.HTTPException) as exc:
-        return _fail(
+        response = exchange(path, head.encode() + body, TIMEOUT_SECONDS)
+    except OSError as exc:
+        return fail(
             version,
             AGENT_UNAVAILABLE,
             "the multinetwork agent is not reachable",
-            f"{socket_path}: {exc}; is `podnetwork cni-agent` running on this node?",
+            f"{path}: {exc}; is `podnetwork cni-agent` running on this node?",
         )
-    finally:
-        conn.close()
-    try:
-        answer = json.loads(payload)
-    except ValueError:
-        return _fail(
-            version,
-            AGENT_UNAVAILABLE,
-            "the agent answered something that is not JSON",
-            payload[:200].decode("utf-8", "replace"),
-        )
-    if not isinstance(answer, dict):
-        return _fail(version, AGENT_UNAVAILABLE, "the agent answered something that is not a JSON object")
-    if answer.get("error") is not None:
-        sys.stdout.write(json.dumps(answer["error"]))
-        sys.stdout.write("\n")
+    header, sep, payload = response.partition(b"\r\n\r\n")
+    status_line = header.split(b"\r\n", 1)[0].split()
+    if not sep or len(status_line) < 2 or not status_line[1].isdigit():
+        return fail(version, AGENT_UNAVAILABLE, "the agent's answer is not HTTP", repr(response[:200]))
+    if b"\r\ntransfer-encoding: chunked" in header.lower():
+        payload = dechunk(payload)
+    status = int(status_line[1])
+    if status == 200:
+        sys.stdout.buffer.write(payload)
+        return 0
+    if payload.strip().startswith(b"{"):
+        sys.stdout.buffer.write(payload.rstrip() + b"\n")
         return 1
-    result = answer.get("result")
-    if result is not None:
-        sys.stdout.write(json.dumps(result))
-    return 0
+    return fail(
+        version,
+        AGENT_UNAVAILABLE,
+        f"the agent answered HTTP {status}",
+        payload[:200].decode("utf-8", "replace"),
+    )
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ class World:
         )
 
     def cached(self) -> list[str]:
-        return sorted(p.name for p in self.cache_dir.glob("*.json")) if self.cache_dir.exists() else []
+        return sorted(p.name for p in self.cache_dir.glob("*.jsonl")) if self.cache_dir.exists() else []
 
     def leftovers(self) -> dict[str, list[str]]:
         """Everything attachments could have left behind; all empty means nothing is left."""

@@ -188,7 +188,7 @@ async def test_the_agent_killed_between_two_delegate_adds_restarts_and_del_leave
 
     assert answer.returncode == 1 and answer.json["code"] == 102, "the runtime hears the agent went away"
     assert world.interfaces(netns) == ["eth0"], "the first delegate had attached"
-    record = json.loads((world.cache_dir / "ctr4.json").read_text())
+    record = json.loads((world.cache_dir / "ctr4.jsonl").read_text().splitlines()[-1])
     assert [(a["ifname"], a["state"]) for a in record["attachments"]] == [("eth0", "attached"), ("net1", "intent")]
 
     await world.start_agent()
@@ -277,15 +277,12 @@ CNI = "1.0.0"
 
 async def test_a_request_body_that_is_not_a_cni_request_is_refused_by_the_agent(world: World) -> None:
     def post(body: bytes) -> tuple[int, dict]:
-        conn = shim._UnixConnection(str(world.socket), 10)
-        try:
-            conn.request("POST", "/v1/cni", body=body, headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            return response.status, json.loads(response.read())
-        finally:
-            conn.close()
+        head = f"POST /v1/cni HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        response = shim.exchange(str(world.socket), head.encode() + body, 10)
+        header, _, payload = response.partition(b"\r\n\r\n")
+        return int(header.split()[1]), json.loads(payload)
 
-    for body in (b"garbage", b'{"stdin": "{}"}', b'{"env": {"CNI_COMMAND": 3}}', b"[]"):
+    for body in (b"garbage", b"CNI_COMMAND=ADD", b"NOT_CNI=1\n\n{}", b"CNI_COMMAND\n\n{}"):
         status, answer = await asyncio.to_thread(post, body)
-        assert status == 400 and answer["error"]["code"] == 6, (body, answer)
+        assert status == 400 and answer["code"] == 6 and answer["msg"] == "malformed request to the agent", (body, answer)
     assert world.leftovers() == NOTHING_LEFT

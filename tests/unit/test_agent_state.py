@@ -42,7 +42,7 @@ def test_a_cache_record_survives_a_round_trip_through_disk(tmp_path: Path) -> No
     assert c.load("abc") == record()
     assert list(c.container_ids()) == ["abc"]
     assert stat.S_IMODE(os.stat(c.path("abc")).st_mode) == 0o600
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["abc.json"], "no temporary file is left"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["abc.jsonl"]
 
 
 def test_removing_a_record_twice_is_fine_and_a_missing_one_loads_as_none(tmp_path: Path) -> None:
@@ -60,9 +60,22 @@ def test_a_container_id_that_is_not_a_safe_file_name_never_reaches_the_disk(tmp_
     assert caught.value.code == ErrorCode.INVALID_ENVIRONMENT
 
 
-def test_a_torn_record_is_reported_with_its_path(tmp_path: Path) -> None:
-    (tmp_path / "abc.json").write_text('{"container_id": ')
-    with pytest.raises(cache.CacheError, match=r"abc\.json"):
+def test_the_last_complete_line_of_the_journal_is_the_record(tmp_path: Path) -> None:
+    c = cache.Cache(tmp_path, durable=True)
+    first = record()
+    c.save(first)
+    second = record()
+    second.complete = True
+    c.save(second)
+    assert c.load("abc") == second
+    with c.path("abc").open("ab") as f:
+        f.write(b'{"container_id": "abc", "netns')  # torn by a power loss
+    assert c.load("abc") == second
+
+
+def test_a_journal_without_a_readable_line_is_reported_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "abc.jsonl").write_text('{"container_id": ')
+    with pytest.raises(cache.CacheError, match=r"abc\.jsonl"):
         cache.Cache(tmp_path).load("abc")
 
 
