@@ -138,6 +138,14 @@ def podnetwork_manifest(net: Net) -> dict[str, Any]:
     }
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def condition_summary(obj: dict[str, Any] | None) -> str:
     if obj is None:
         return "(gone)"
@@ -644,6 +652,14 @@ class Demo:
         await self._ping("web-a", "web-b", BLUE.name)
         await self._ping("web-b", "web-a", GREEN.name)
         await self._ping("db-1", "db-2", RED.name)
+        held = self._leases(RED)
+        red_ips = sorted(filter(None, (self._ip_on(p, RED.name) for p in ("db-1", "db-2"))))
+        r.say(f"host-local leases of red in {self.ipam_dirs[RED.name]}: {held}")
+        r.check(
+            held == red_ips and len(held) == 2,
+            "host-local holds exactly the red IPs of db-1 and db-2",
+            {"leases": held, "pod-ips": red_ips},
+        )
         r.say("")
         failures = {}
         for pod in pods:
@@ -656,6 +672,13 @@ class Demo:
             f"CNI CHECK of {len(pods)} pods through the shim: every delegate plugin confirms its attachment"
         )
         r.check(not failures, "CNI CHECK succeeded for every pod", failures)
+
+    def _leases(self, net: Net) -> list[str]:
+        """The addresses host-local holds for a network: one file per address in its dataDir."""
+        where = self.ipam_dirs[net.name] / f"demo-{net.name}"
+        if not where.is_dir():
+            return []
+        return sorted(p.name for p in where.iterdir() if _is_ip(p.name))
 
     def _pod_ips(self, pod: str) -> list[dict[str, Any]]:
         obj = self.api.get(*POD, pod, NS)
@@ -751,11 +774,7 @@ class Demo:
             "with the last pod gone the finalizer was removed and red's delete completed",
         )
         if self.data_plane:
-            leases = (
-                [p.name for p in (self.ipam_dirs[RED.name] / f"demo-{RED.name}").glob("198.*")]
-                if (self.ipam_dirs[RED.name] / f"demo-{RED.name}").exists()
-                else []
-            )
+            leases = self._leases(RED)
             r.check(not leases, "host-local released red's addresses (no lease files left)", leases)
             netns = host_mod.run(["ip", "netns", "list"], check=False).stdout
             r.check(

@@ -1,0 +1,82 @@
+"""Pod admission in the demo store: auto-population and static validation before anything is stored."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from embedded import admission
+from embedded.store import Invalid, Store
+from podnetwork import constants
+
+
+def pod(name: str = "p", nets: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "demo"}
+    if nets is not None:
+        meta["annotations"] = {constants.NETWORKS_ANNOTATION: json.dumps(nets)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
+    }
+
+
+@pytest.fixture
+def api() -> Store:
+    api = Store()
+    admission.register(api)
+    return api
+
+
+def networks_of(obj: dict[str, Any]) -> Any:
+    text = (obj["metadata"].get("annotations") or {}).get(constants.NETWORKS_ANNOTATION)
+    return None if text is None else json.loads(text)
+
+
+def test_a_pod_without_networks_gets_the_default_podnetwork(api: Store) -> None:
+    assert networks_of(api.create(pod())) == [{"podNetworkName": "default"}]
+
+
+def test_the_namespace_default_list_wins_over_the_cluster_default(api: Store) -> None:
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": "demo",
+                "annotations": {
+                    constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: '[{"podNetworkName": "blue"}]'
+                },
+            },
+        }
+    )
+    assert networks_of(api.create(pod())) == [{"podNetworkName": "blue"}]
+
+
+def test_host_network_pods_are_left_without_networks(api: Store) -> None:
+    assert networks_of(api.create(pod(hostNetwork=True))) is None
+
+
+def test_a_statically_invalid_pod_is_refused_with_field_errors_and_not_stored(api: Store) -> None:
+    bad = pod(nets=[{"podNetworkName": "blue", "podNetworkAttachmentName": "port"}])
+    with pytest.raises(Invalid, match=r"spec\.networks\[0\]: Forbidden"):
+        api.create(bad)
+    assert api.find("v1", "Pod", "p", "demo") is None
+
+
+def test_the_networks_of_an_existing_pod_cannot_change(api: Store) -> None:
+    api.create(pod(nets=[{"podNetworkName": "default"}]))
+    with pytest.raises(Invalid, match="cannot change"):
+        api.patch(
+            "v1",
+            "Pod",
+            "p",
+            {"metadata": {"annotations": {constants.NETWORKS_ANNOTATION: '[{"podNetworkName": "blue"}]'}}},
+            "demo",
+        )
+    # Other annotations still change freely.
+    api.patch("v1", "Pod", "p", {"metadata": {"annotations": {"note": "x"}}}, "demo")
+    assert networks_of(api.get("v1", "Pod", "p", "demo")) == [{"podNetworkName": "default"}]
