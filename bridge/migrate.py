@@ -172,6 +172,8 @@ class Workload:
     """Path of the pod template's `metadata` inside the object."""
     annotations: Mapping[str, str]
     host_network: bool = False
+    finished: bool = False
+    """A Pod in phase Succeeded or Failed: nothing will attach it again."""
     owner: ObjectRef | None = None
     """The controller that manages this object, when it is itself a workload kind."""
     resource_version: str | None = None
@@ -220,7 +222,8 @@ def workload_of(
         name=str(meta.get("name") or ""),
         template_path=template_path,
         annotations={str(k): str(v) for k, v in annotations.items()},
-        host_network=bool(_get(obj, spec_path) and (_get(obj, spec_path) or {}).get("hostNetwork")),
+        host_network=bool(_get(obj, (*spec_path, "hostNetwork"))),
+        finished=kind == WorkloadKind.POD and _get(obj, ("status", "phase")) in ("Succeeded", "Failed"),
         owner=owner,
         resource_version=meta.get("resourceVersion"),
         source=source,
@@ -558,6 +561,9 @@ def plan(inventory: Inventory) -> Plan:
             result.skipped.append(
                 Skipped(wl.ref, f"managed by {wl.owner}: migrate that instead", wl.source)
             )
+            continue
+        if wl.finished:
+            result.skipped.append(Skipped(wl.ref, "finished pod: nothing will attach it again", wl.source))
             continue
         # Stage into a scratch plan so a workload that fails half-way claims no names.
         touched = [

@@ -513,6 +513,8 @@ def _run(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -
     print(migrate_offline.summary(p), file=err)
     ok = True
     if args.apply:
+        if not args.output and not p.empty:
+            print("note: no plan file (-o PLAN) is kept, so --rollback will not be possible", file=err)
         if p.empty:
             print("nothing to apply", file=err)
         else:

@@ -377,3 +377,11 @@ def test_rewrite_changes_only_the_template_annotations(cluster_plan: migrate.Pla
     assert out["spec"]["schedule"] == cron["spec"]["schedule"]
     assert NPWG in cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]  # input untouched
     assert yaml.safe_load(migrate.dump_yaml([out]))["kind"] == "CronJob"
+
+
+def test_finished_pods_are_skipped() -> None:
+    done = pod("ns", "p", "a")
+    done["status"] = {"phase": "Succeeded"}
+    p = plan_of([nad("ns", "a"), done])
+    assert p.workloads == [] and p.unmigratable == []
+    assert [s.message for s in p.skipped] == ["finished pod: nothing will attach it again"]

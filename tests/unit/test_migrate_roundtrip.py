@@ -148,3 +148,44 @@ def test_distinct_nads_and_uses_never_share_a_natural_podnetwork_name(
     assume(a != b)
     assert migrate.network_name(*a) != migrate.network_name(*b)
     assert validation.dns1123_subdomain_errors("metadata.name", migrate.network_name(*a)) == []
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+annotation_texts = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["a", "a,b", "app/a@net1", "[]", "[{}]", '[{"name": "a"}]', "{", ",", "a,,b"]),
+    st.lists(st.dictionaries(st.sampled_from(["name", "namespace", "ips", "interface", "x.y"]), json_values), max_size=3).map(json.dumps),
+)
+
+
+@st.composite
+def manifests_objects(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from([*(str(k) for k in migrate.WorkloadKind), "NetworkAttachmentDefinition", "Service"]))
+    api = {"Pod": "v1", "Job": "batch/v1", "CronJob": "batch/v1", "NetworkAttachmentDefinition": "k8s.cni.cncf.io/v1", "Service": "v1"}.get(kind, "apps/v1")
+    annotations = {migrate.NPWG_NETWORKS_ANNOTATION: draw(annotation_texts)}
+    if draw(st.booleans()):
+        annotations[constants.NETWORKS_ANNOTATION] = draw(st.text(max_size=10))
+    meta: dict[str, Any] = {"name": draw(labels), "namespace": draw(st.sampled_from(POD_NAMESPACES)), "annotations": annotations}
+    template: Any = {"metadata": {"annotations": annotations}, "spec": draw(st.one_of(json_values, st.just({"hostNetwork": True})))}
+    spec: Any = {"template": template} if kind != "CronJob" else {"jobTemplate": {"spec": {"template": template}}}
+    if draw(st.integers(0, 5)) == 0:
+        spec = draw(json_values)
+    return {"apiVersion": api, "kind": kind, "metadata": meta, "spec": spec}
+
+
+@settings(max_examples=150, deadline=None)
+@given(objects=st.lists(manifests_objects(), max_size=6))
+def test_any_input_is_planned_without_crashing_and_no_workload_is_dropped(objects: list[dict[str, Any]]) -> None:
+    inventory = migrate.Inventory.of([*nads(), *objects])
+    p = migrate.plan(inventory)
+    candidates = [w.ref for w in inventory.workloads if migrate.NPWG_NETWORKS_ANNOTATION in w.annotations]
+    accounted = [c.workload.ref for c in p.workloads] + [u.ref for u in p.unmigratable] + [s.ref for s in p.skipped]
+    assert sorted(map(str, accounted)) == sorted(map(str, candidates))
+    for change in p.workloads:
+        assert validation.validate_networks(networks.parse(change.after)) == []
+    migrate.to_yaml(p)
+    migrate.diff(p)
