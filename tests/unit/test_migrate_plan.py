@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import yaml
+from foundation_support import crd, schema_errors
 
-from bridge import migrate
+from bridge import migrate, translate
 from podnetwork import constants, manifests, networks, validation
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "migrate"
@@ -385,3 +386,15 @@ def test_finished_pods_are_skipped() -> None:
     p = plan_of([nad("ns", "a"), done])
     assert p.workloads == [] and p.unmigratable == []
     assert [s.message for s in p.skipped] == ["finished pod: nothing will attach it again"]
+
+
+def test_every_planned_object_passes_its_crd_schema(cluster_plan: migrate.Plan) -> None:
+    crds = {
+        "PodNetwork": crd("podnetworks.yaml"),
+        "PodNetworkAttachment": crd("podnetworkattachments.yaml"),
+        "NetworkSelectionOptions": crd("networkselectionoptions.yaml"),
+    }
+    for planned in cluster_plan.objects():
+        assert schema_errors(crds[planned.obj["kind"]], planned.obj) == [], planned.ref
+        if planned.obj["kind"] == migrate.OPTIONS_KIND:
+            assert translate.options_problem(planned.obj["spec"]) is None
