@@ -14,11 +14,12 @@ the `bridge` package written back to the API; this module does the same against
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from bridge import npwg, params, podips, translate
+from bridge import npwg, params, pods, translate
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
 from podnetwork import conditions, constants, networks
@@ -133,55 +134,43 @@ class Bridge:
             return
         meta = pod["metadata"]
         key = store_mod.names([pod])[0]
-        annotations = meta.get("annotations") or {}
-        if constants.NETWORKS_ANNOTATION not in annotations or npwg.NETWORKS_ANNOTATION in annotations:
-            return
         try:
-            nets = networks.parse(annotations[constants.NETWORKS_ANNOTATION])
+            nets = networks.declared(pod)
         except InvalidObject:
             return  # admission refuses such pods; nothing to translate
+        if nets is None:
+            return
         objects = self._objects()
-        for net in nets:  # write only once everything the pod references is Ready
-            kind, name = net.reference
-            target = (
-                objects.podnetworks.get(name)
-                if kind == constants.PODNETWORK_KIND
-                else objects.attachments.get((meta["namespace"], name))
-            )
-            if not conditions.is_ready(target):
-                return
+        if pods.not_ready(nets, meta["namespace"], objects):
+            return  # written only once everything the pod references is Ready
         try:
-            result = translate.translate(nets, meta["namespace"], objects)
+            translation = translate.translate(nets, meta["namespace"], objects)
         except translate.TranslationError as exc:
             self.translation_errors[key] = f"{exc.reason}: {exc}"
             return
-        self.translations[key] = result
-        self.api.patch(
-            *POD,
-            meta["name"],
-            {"metadata": {"annotations": {npwg.NETWORKS_ANNOTATION: result.annotation}}},
-            meta["namespace"],
-        )
-        self._note(f"bridge: pod {key} -> {npwg.NETWORKS_ANNOTATION}: {result.annotation}")
+        self.translations[key] = translation
+        decision = pods.selection(pod, translation)
+        if decision.patch is not None:
+            try:
+                self.api.patch(*POD, meta["name"], decision.patch, meta["namespace"])
+            except store_mod.Conflict:
+                return  # the pod changed meanwhile; its own event brings us back
+            value = decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION]
+            self._note(f"bridge: pod {key} -> {npwg.NETWORKS_ANNOTATION}: {value}")
+        if decision.conflict is not None:
+            with contextlib.suppress(store_mod.AlreadyExists):
+                self.api.create(pods.event(pod, pods.CONFLICT_REASON, decision.conflict, now=self._now()))
+                self._note(f"bridge: event on pod {key}: {decision.conflict}")
 
     def _pod_ips(self, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        annotations = meta.get("annotations") or {}
-        status_text = annotations.get(npwg.NETWORK_STATUS_ANNOTATION)
         key = store_mod.names([pod])[0]
-        if not status_text or key not in self.translations:
+        translation = self.translations.get(key)
+        if translation is None:
             return
         try:
-            status = npwg.parse_status(status_text)
+            patch = pods.pod_ips_patch(pod, translation)
         except ValueError as exc:
             log.warning("pod %s: unreadable %s: %s", key, npwg.NETWORK_STATUS_ANNOTATION, exc)
             return
-        text = podips.format_pod_ips(podips.pod_ips(status, self.translations[key], meta["namespace"]))
-        if annotations.get(constants.POD_IPS_ANNOTATION) == text:
-            return
-        self.api.patch(
-            *POD,
-            meta["name"],
-            {"metadata": {"annotations": {constants.POD_IPS_ANNOTATION: text}}},
-            meta["namespace"],
-        )
+        if patch is not None:
+            self.api.patch(*POD, pod["metadata"]["name"], patch, pod["metadata"]["namespace"])

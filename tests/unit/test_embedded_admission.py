@@ -80,3 +80,30 @@ def test_the_networks_of_an_existing_pod_cannot_change(api: Store) -> None:
     # Other annotations still change freely.
     api.patch("v1", "Pod", "p", {"metadata": {"annotations": {"note": "x"}}}, "demo")
     assert networks_of(api.get("v1", "Pod", "p", "demo")) == [{"podNetworkName": "default"}]
+
+
+def test_with_the_feature_gate_off_pods_pass_unchanged() -> None:
+    api = Store()
+    admission.register(api, enabled=False)
+    created = api.create(pod(nets=[{"podNetworkName": "a", "podNetworkAttachmentName": "b"}]))
+    assert networks_of(created) == [{"podNetworkName": "a", "podNetworkAttachmentName": "b"}]
+    assert networks_of(api.create(pod("q"))) is None
+
+
+def test_json_patch_add_replace_remove_follow_rfc_6902() -> None:
+    doc = {"metadata": {"annotations": {"a/b": "1"}}, "list": [1, 2]}
+    out = admission.apply_json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/metadata/annotations/x~1y", "value": "2"},
+            {"op": "replace", "path": "/metadata/annotations/a~1b", "value": "3"},
+            {"op": "add", "path": "/list/-", "value": 3},
+            {"op": "remove", "path": "/list/0"},
+        ],
+    )
+    assert out == {"metadata": {"annotations": {"a/b": "3", "x/y": "2"}}, "list": [2, 3]}
+    assert doc == {"metadata": {"annotations": {"a/b": "1"}}, "list": [1, 2]}
+    with pytest.raises(admission.PatchError):
+        admission.apply_json_patch(doc, [{"op": "move", "from": "/a", "path": "/b"}])
+    with pytest.raises(admission.PatchError):
+        admission.apply_json_patch(doc, [{"op": "replace", "path": "/missing", "value": 1}])
