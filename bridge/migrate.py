@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from bridge import npwg, translate
+from bridge import npwg, pods, translate
 from podnetwork import constants, validation
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
@@ -530,6 +530,13 @@ def per_pod_keys(element: npwg.NetworkSelectionElement) -> dict[str, Any]:
     return {k: v for k, v in element.to_json().items() if k not in _ENTRY_KEYS}
 
 
+def written_by_bridge(annotations: Mapping[str, str]) -> bool:
+    """The NPWG selection is the bridge's translation of the pod's PodNetworks, not a
+    hand-written one (`bridge.pods` marks what it writes): nothing to migrate."""
+    text = annotations.get(NPWG_NETWORKS_ANNOTATION)
+    return text is not None and annotations.get(pods.WRITTEN_ANNOTATION) == pods.digest(text)
+
+
 def plan(inventory: Inventory) -> Plan:
     """Plan the migration of every workload in `inventory`. Pure and deterministic."""
     result = Plan()
@@ -555,7 +562,7 @@ def plan(inventory: Inventory) -> Plan:
     workloads = sorted(inventory.workloads, key=lambda w: (w.namespace, str(w.kind), w.name))
     for wl in workloads:
         text = wl.annotations.get(NPWG_NETWORKS_ANNOTATION)
-        if text is None:
+        if text is None or written_by_bridge(wl.annotations):
             continue
         if wl.owner is not None:
             result.skipped.append(

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from foundation_support import crd, schema_errors
 
-from bridge import migrate, translate
+from bridge import migrate, pods, translate
 from podnetwork import constants, manifests, networks, validation
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "migrate"
@@ -398,3 +398,17 @@ def test_every_planned_object_passes_its_crd_schema(cluster_plan: migrate.Plan) 
         assert schema_errors(crds[planned.obj["kind"]], planned.obj) == [], planned.ref
         if planned.obj["kind"] == migrate.OPTIONS_KIND:
             assert translate.options_problem(planned.obj["spec"]) is None
+
+
+def test_a_selection_the_bridge_wrote_from_podnetworks_is_not_migrated_again() -> None:
+    first = plan_of([nad("ns", "a"), pod("ns", "p", "a")])
+    text = '[{"name":"a","namespace":"ns"}]'
+    bridged = pod("ns", "p", text, **{
+        constants.NETWORKS_ANNOTATION: first.workloads[0].after,
+        pods.WRITTEN_ANNOTATION: pods.digest(text),
+    })
+    again = plan_of([nad("ns", "a"), bridged, *(o.obj for o in first.objects())])
+    assert again.empty and again.unmigratable == [] and again.skipped == []
+    # A hand-written selection beside the KEP one is still looked at.
+    hand = pod("ns", "p", "a", **{constants.NETWORKS_ANNOTATION: first.workloads[0].after})
+    assert len(plan_of([nad("ns", "a"), hand, *(o.obj for o in first.objects())]).workloads) == 1
