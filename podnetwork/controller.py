@@ -39,7 +39,9 @@ import kopf
 from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import errors as kopf_errors
 
-from podnetwork import conditions, constants, defaultnet, inuse
+from podnetwork import admission, conditions, constants, defaultnet, inuse
+from podnetwork.api import Network
+from podnetwork.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,10 @@ class ControllerSettings:
     enabled: bool = True
     """The MultiNetwork feature gate. False makes the controller and admission a no-op
     (KEP Phase I requirement 1)."""
+    namespace_profiles: bool = True
+    """Watch namespaces for the networks profile annotation (KEP Story #6), used by admission
+    and for pods admitted without auto-population. Off only where namespaces cannot be
+    listed (kmock 0.8 cannot parse the cluster-wide `/api/v1/namespaces` path)."""
     inuse_message_interval: float = 10.0
     """Seconds between flushes of InUse messages whose only change is the consumer count
     or names. Status flips and finalizers are never delayed. Default 10 s: a busy network
@@ -74,6 +80,10 @@ class Controller:
     objects: dict[Ref, dict[str, Any]] = field(default_factory=dict)
     """Latest PodNetwork and attachment bodies, from watch events and patch responses."""
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Namespaces that carry a networks profile annotation (the others are not kept)."""
+    webhook_client_config: dict[str, Any] | None = None
+    """With `--manage-webhooks`: where the API server reaches our webhooks."""
     ready_seen: dict[Ref, bool] = field(default_factory=dict)
     pending: set[Ref] = field(default_factory=set)
     """Refs whose consumers changed since the last pod event handler ran."""
@@ -222,6 +232,31 @@ class Controller:
         for ref in sorted(refs):
             await self.reconcile(ref, urgent=True)
 
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace object if it sets a networks profile (admission's lookup)."""
+        return self.namespaces.get(name)
+
+    def namespace_profile(self, name: str) -> list[Network] | None:
+        try:
+            return admission.namespace_default(self.namespaces.get(name))
+        except InvalidObject:
+            return None  # admission refuses new pods there; existing ones used `default`
+
+    async def apply_webhook_configurations(self) -> None:
+        """Create or update our webhook configurations (`--manage-webhooks`)."""
+        if self.webhook_client_config is None:
+            return
+        assert self.kopf_settings is not None
+        base = "/apis/admissionregistration.k8s.io/v1"
+        for obj in admission.webhook_configurations(self.webhook_client_config):
+            plural = obj["kind"].lower() + "s"
+            try:
+                await kopf_api.post(url=f"{base}/{plural}", payload=obj, settings=self.kopf_settings,
+                                    logger=logger)
+            except kopf_errors.APIConflictError:
+                await self.patch(f"{base}/{plural}/{obj['metadata']['name']}", obj)
+            logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
+
     async def ensure_default(self) -> None:
         if not self.config.create_default:
             return
@@ -277,6 +312,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
         # API calls wait for the login activity, which runs after startup: so in a task.
         async def flusher() -> None:
+            await ctl.apply_webhook_configurations()
             await ctl.ensure_default()
             while True:
                 await asyncio.sleep(ctl.config.inuse_message_interval)
@@ -293,8 +329,22 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
     @kopf.index("pods", registry=registry)
-    def pod_refs(body: kopf.Body, **_: Any) -> None:
-        ctl.pending |= ctl.index.set_pod(body)
+    def pod_refs(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+        ctl.pending |= ctl.index.set_pod(body, ctl.namespace_profile(namespace or ""))
+
+    if ctl.config.namespace_profiles:
+        @kopf.index("namespaces", registry=registry)
+        def namespaces(body: kopf.Body, name: str, **_: Any) -> None:
+            annotations = body.get("metadata", {}).get("annotations", {})
+            if constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION in annotations:
+                ctl.namespaces[name] = dict(body)
+            else:
+                ctl.namespaces.pop(name, None)
+
+        @kopf.on.event("namespaces", registry=registry)
+        def namespace_event(type: str, name: str, **_: Any) -> None:
+            if type == "DELETED":
+                ctl.namespaces.pop(name, None)
 
     @kopf.index(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
     def podnetworks(body: kopf.Body, **_: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any
@@ -107,6 +108,8 @@ async def running(k: kmock.KubernetesEmulator, config: controller.ControllerSett
                   ) -> AsyncIterator[controller.Controller]:
     """The operator in a task of this loop; stopped (and awaited) on exit."""
     registry = kopf.OperatorRegistry()
+    # kmock 0.8 cannot parse GET /api/v1/namespaces (it reads "namespaces" as a namespace).
+    config = dataclasses.replace(config, namespace_profiles=False)
     ctl = controller.Controller(config=config)
     controller.register(registry, ctl)
 

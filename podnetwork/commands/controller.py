@@ -1,0 +1,222 @@
+"""`podnetwork controller`: the PodNetwork controller and the pod admission webhooks.
+
+One process runs the kopf operator (`podnetwork.controller`) and, unless
+`--no-webhook`, serves the admission webhooks (`podnetwork.admission`) over
+HTTPS with uvicorn. Heavy imports (kopf, uvicorn) happen in `run` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import ipaddress
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podnetwork import cli, constants
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Run the KEP-3698 PodNetwork controller:
+
+  - Ready and InUse conditions of every PodNetwork and PodNetworkAttachment
+    (ParamsReady is the provider's), with lastTransitionTime and
+    observedGeneration, and no write while nothing changes;
+  - the finalizer multinetwork.x-k8s.io/in-use while pods or attachments
+    reference an object, released as soon as the last one goes;
+  - the `default` PodNetwork (created and re-created unless
+    --disable-default-podnetwork-creation) and the DefaultPodNetworkReady
+    condition of every node (per-node override: the node annotation
+    multinetwork.x-k8s.io/default-podnetwork);
+  - a requeue nudge for unscheduled pods when a network they wait for turns Ready;
+  - pod admission on https://HOST:PORT/mutate-pods and /validate-pods:
+    auto-population (namespace profile: multinetwork.x-k8s.io/default-networks)
+    and static validation with field errors.
+
+Credentials: --kubeconfig, else the in-cluster service account, else $KUBECONFIG
+or ~/.kube/config. Without --webhook-cert/--webhook-key a self-signed
+certificate for --webhook-host is made with openssl; --manage-webhooks then
+registers the webhook configurations with its CA bundle (development clusters;
+deploy/controller/ has static manifests for production).
+
+With --feature-gates MultiNetwork=false the controller watches nothing and
+writes nothing, and admission allows every pod unchanged (KEP Phase I req. 1).
+"""
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """`A=true,B=false` as kube components take it. Raises ValueError naming the bad part."""
+    gates: dict[str, bool] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or value.strip().lower() not in ("true", "false"):
+            raise ValueError(f"invalid feature gate {part!r}: expected NAME=true or NAME=false")
+        gates[name.strip()] = value.strip().lower() == "true"
+    return gates
+
+
+def multinetwork_enabled(gates: Mapping[str, bool]) -> bool:
+    """The MultiNetwork gate; on unless set to false (this program exists to run it)."""
+    return gates.get(constants.FEATURE_GATE, True)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    cert: Path
+    key: Path
+    ca_bundle: str
+    """Base64 PEM of the CA that signed `cert` (the cert itself when self-signed)."""
+
+
+def self_signed(directory: Path, host: str) -> Certificate:
+    """A self-signed serving certificate for `host` (DNS name or IP), made with openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl is not installed: install it, or pass --webhook-cert and --webhook-key")
+    try:
+        ipaddress.ip_address(host)
+        san = f"IP:{host}"
+    except ValueError:
+        san = f"DNS:{host}"
+    if host in ("0.0.0.0", "::"):
+        san = "IP:127.0.0.1,DNS:localhost"
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=podnetwork-admission",
+         "-addext", f"subjectAltName={san}"],
+        check=True, capture_output=True,
+    )
+    return Certificate(cert, key, base64.b64encode(cert.read_bytes()).decode())
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use (default: in-cluster, "
+                        "then $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--disable-default-podnetwork-creation", action="store_true",
+                        help="do not create the `default` PodNetwork (KEP \"Manual creation\")")
+    parser.add_argument("--default-provider", metavar="URL",
+                        help="spec.provider of the `default` PodNetwork the controller creates")
+    parser.add_argument("--feature-gates", default="", metavar="GATES",
+                        help="e.g. MultiNetwork=false to make the controller and admission a no-op")
+    parser.add_argument("--webhook-host", default="0.0.0.0", help="address to serve admission on")
+    parser.add_argument("--webhook-port", type=int, default=9443, help="port to serve admission on")
+    parser.add_argument("--webhook-cert", type=Path, help="TLS certificate (PEM) for the webhooks")
+    parser.add_argument("--webhook-key", type=Path, help="TLS key (PEM) for the webhooks")
+    parser.add_argument("--webhook-url", metavar="URL",
+                        help="URL the API server uses to reach the webhooks, for --manage-webhooks "
+                        "(default https://HOST:PORT)")
+    parser.add_argument("--manage-webhooks", action="store_true",
+                        help="create/update the Mutating- and ValidatingWebhookConfiguration")
+    parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
+    parser.add_argument("--peering", metavar="NAME",
+                        help="kopf peering object for one active controller among replicas "
+                        "(default: standalone)")
+    parser.add_argument("--inuse-message-interval", type=float, default=10.0, metavar="SECONDS",
+                        help="coalescing period of InUse message updates (default 10)")
+
+
+def _login(kubeconfig: str | None) -> Any:
+    import kopf
+
+    def login(**kwargs: Any) -> Any:
+        if kubeconfig:
+            os.environ["KUBECONFIG"] = kubeconfig
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    return login
+
+
+async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) -> int:
+    """Run what `args` asks for until `stop` is set (or SIGINT/SIGTERM)."""
+    import kopf
+    import uvicorn
+
+    from podnetwork import admission, controller
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    gates = parse_feature_gates(args.feature_gates)
+    enabled = multinetwork_enabled(gates)
+    config = controller.ControllerSettings(
+        create_default=not args.disable_default_podnetwork_creation,
+        default_provider=args.default_provider,
+        enabled=enabled,
+        inuse_message_interval=args.inuse_message_interval,
+    )
+    ctl = controller.Controller(config=config)
+    tasks: list[asyncio.Task[Any]] = []
+    server: Any = None
+    with tempfile.TemporaryDirectory(prefix="podnetwork-webhook-") as tmp:
+        if not args.no_webhook:
+            if bool(args.webhook_cert) != bool(args.webhook_key):
+                raise SystemExit("--webhook-cert and --webhook-key go together")
+            if args.webhook_cert:
+                cert = Certificate(args.webhook_cert, args.webhook_key,
+                                   base64.b64encode(args.webhook_cert.read_bytes()).decode())
+            else:
+                cert = self_signed(Path(tmp), args.webhook_host)
+            app = admission.app(ctl.namespace, enabled=enabled)
+            server = uvicorn.Server(uvicorn.Config(
+                app, host=args.webhook_host, port=args.webhook_port, log_level="warning",
+                ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key)))
+            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            tasks.append(asyncio.create_task(server.serve()))
+            if args.manage_webhooks:
+                url = args.webhook_url or f"https://{args.webhook_host}:{args.webhook_port}"
+                ctl.webhook_client_config = {"url": url, "caBundle": cert.ca_bundle}
+        if enabled:
+            registry = kopf.OperatorRegistry()
+            controller.register(registry, ctl)
+            kopf.on.login(registry=registry)(_login(args.kubeconfig))
+            tasks.append(asyncio.create_task(kopf.operator(
+                registry=registry, clusterwide=True, stop_flag=stop,
+                standalone=args.peering is None, peering_name=args.peering)))
+        else:
+            logger.warning("feature gate %s=false: the controller watches and writes nothing; "
+                           "admission allows every pod unchanged", constants.FEATURE_GATE)
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()  # whichever ended first, the others follow: kopf by its stop flag
+        if server is not None:
+            server.should_exit = True
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        stopper.cancel()
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                raise result
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        parse_feature_gates(args.feature_gates)
+    except ValueError as exc:
+        print(f"podnetwork controller: {exc}")
+        return 2
+    return asyncio.run(serve(args))
+
+
+command = cli.Command(
+    help="run the PodNetwork controller (kopf) and pod admission webhooks",
+    configure=_configure,
+    run=_run,
+    description=DESCRIPTION,
+)
