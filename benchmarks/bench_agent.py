@@ -10,7 +10,9 @@ noise hits both alike:
   plugin itself), no agent;
 - agent: the installed `multinetwork` shim executed as a runtime would, the agent
   (in this process) reading the pod, writing its cache, running the same three
-  config lists and patching network-status.
+  config lists and patching network-status;
+- in-process: the same agent called directly (`Agent.handle`), to separate the
+  shim's cost (an interpreter start per call) from the agent's.
 
 Needs root and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_agent.py [-n 30]
 Prints a Markdown table for docs/benchmarks.md. Cleans up its netns, bridges and IPAM files.
@@ -101,6 +103,14 @@ async def run(iterations: int, warmup: int) -> dict[str, Any]:
         if proc.returncode != 0:
             raise RuntimeError(f"shim {cmd} failed: {out.decode()}")
 
+    async def in_process(i: int) -> float:
+        env = {"CNI_CONTAINERID": f"inproc-{i}", "CNI_NETNS": netns, "CNI_IFNAME": "eth0",
+               "CNI_ARGS": invoke.format_cni_args(cni_args)}
+        start = time.perf_counter()
+        await a.handle({**env, "CNI_COMMAND": "ADD"}, runtime_conf)
+        await a.handle({**env, "CNI_COMMAND": "DEL"}, runtime_conf)
+        return time.perf_counter() - start
+
     async def through_agent(i: int) -> float:
         start = time.perf_counter()
         await shim_call("ADD", f"agent-{i}")
@@ -111,12 +121,13 @@ async def run(iterations: int, warmup: int) -> dict[str, Any]:
     a = agent.Agent(objects, config)
     await a.start()
     try:
-        direct_times, agent_times = [], []
+        direct_times, agent_times, inproc_times = [], [], []
         for i in range(warmup + iterations):
-            d, s = await direct(i), await through_agent(i)
+            d, s, p = await direct(i), await through_agent(i), await in_process(i)
             if i >= warmup:
                 direct_times.append(d)
                 agent_times.append(s)
+                inproc_times.append(p)
         leftovers = [p for p in ipam_dir.rglob("*") if p.is_file() and p.name != "lock" and not p.name.startswith("last_")]
         assert not leftovers, f"IPAM reservations left: {leftovers}"
     finally:
@@ -133,6 +144,8 @@ async def run(iterations: int, warmup: int) -> dict[str, Any]:
         "agent_median_ms": a_med * 1000,
         "direct_mean_ms": statistics.mean(direct_times) * 1000,
         "agent_mean_ms": statistics.mean(agent_times) * 1000,
+        "inproc_median_ms": statistics.median(inproc_times) * 1000,
+        "inproc_mean_ms": statistics.mean(inproc_times) * 1000,
         "ratio": a_med / d_med,
         "overhead_per_attachment_ms": (a_med - d_med) * 1000 / len(nets),
         "cpus": os.cpu_count(),
@@ -145,7 +158,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| path | median ADD+DEL ({r['attachments']} attachments) | mean |\n"
         "| --- | --- | --- |\n"
         f"| plugins executed directly (baseline) | {r['direct_median_ms']:.1f} ms | {r['direct_mean_ms']:.1f} ms |\n"
-        f"| shim -> agent -> plugins | {r['agent_median_ms']:.1f} ms | {r['agent_mean_ms']:.1f} ms |\n\n"
+        f"| shim -> agent -> plugins | {r['agent_median_ms']:.1f} ms | {r['agent_mean_ms']:.1f} ms |\n"
+        f"| agent in-process, no shim (`Agent.handle`) | {r['inproc_median_ms']:.1f} ms | {r['inproc_mean_ms']:.1f} ms |\n\n"
         f"Ratio agent/direct (medians): **{r['ratio']:.2f}** (target < 1.3). "
         f"Overhead per attachment: **{r['overhead_per_attachment_ms']:.1f} ms** "
         f"({r['iterations']} interleaved iterations, {r['cpus']} CPUs, Python {r['python']})."
