@@ -754,7 +754,7 @@ class Demo:
         r.section("5. Deleting: CNI DEL, finalizers released, the PodNetwork goes")
         api.delete(*PN, RED.name)
         red = api.get(*PN, RED.name)
-        r.say(f"kubectl delete podnetwork red -> {condition_summary(red)}")
+        r.say(f"delete PodNetwork red -> {condition_summary(red)}")
         r.check(
             bool(red["metadata"].get("deletionTimestamp"))
             and constants.IN_USE_FINALIZER in (red["metadata"].get("finalizers") or []),
@@ -784,7 +784,7 @@ class Demo:
             )
         api.delete(constants.API_VERSION, constants.ATTACHMENT_KIND, "green-port", NS)
         pna = api.find(*PNA, "green-port", NS)
-        r.say(f"kubectl delete podnetworkattachment green-port -> {condition_summary(pna)}")
+        r.say(f"delete PodNetworkAttachment green-port -> {condition_summary(pna)}")
         r.check(
             pna is not None and bool(pna["metadata"].get("deletionTimestamp")),
             "green-port waits for web-a and web-b (in-use finalizer)",

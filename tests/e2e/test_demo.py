@@ -60,7 +60,7 @@ def test_demo_check_passes_through_every_stage_and_leaves_nothing(cni_host: list
     assert footprint.leftovers() == []
 
 
-def test_demo_interrupted_while_attaching_pods_removes_everything(cni_host: list[Path]) -> None:
+def test_demo_interrupted_twice_while_attaching_pods_removes_everything(cni_host: list[Path]) -> None:
     proc = subprocess.Popen(
         [str(PODNETWORK), "demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -75,6 +75,8 @@ def test_demo_interrupted_while_attaching_pods_removes_everything(cni_host: list
         assert time.monotonic() < deadline, "".join(seen)
     assert any(f.startswith("netns ") for f in footprint.leftovers()), "".join(seen)
     proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # an impatient second Ctrl-C must not cut the cleanup short
     rest, _ = proc.communicate(timeout=60)
     out = "".join(seen) + rest
     assert proc.returncode == 130, out
