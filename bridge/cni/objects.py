@@ -146,14 +146,18 @@ class KubernetesObjects:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         import kubernetes  # heavy; only the real agent needs it
 
+        # A private configuration: loading one must not change the process-wide default.
+        cfg = kubernetes.client.Configuration()
         if kubeconfig or context:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context)
+            kubernetes.config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
         else:
             try:
-                kubernetes.config.load_incluster_config()
+                kubernetes.config.load_incluster_config(client_configuration=cfg)
             except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config()
-        self._client = kubernetes.client.ApiClient()
+                kubernetes.config.load_kube_config(client_configuration=cfg)
+        self._client = kubernetes.client.ApiClient(cfg)
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
         self._api_exception = kubernetes.client.ApiException
