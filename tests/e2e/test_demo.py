@@ -110,6 +110,27 @@ def test_demo_keep_leaves_its_resources_and_prints_how_to_remove_them(cni_host: 
     assert footprint.leftovers() == []
 
 
+FAILING_PLUGIN = """#!/bin/sh
+# A CNI plugin that always fails, per the CNI spec's error format.
+cat >/dev/null
+echo '{"cniVersion": "1.0.0", "code": 999, "msg": "this test plugin always fails"}'
+exit 1
+"""
+
+
+def test_demo_check_fails_and_says_why_when_the_plugins_fail(cni_host: list[Path], tmp_path: Path) -> None:
+    for name in ("bridge", "host-local", "macvlan"):
+        plugin = tmp_path / name
+        plugin.write_text(FAILING_PLUGIN)
+        plugin.chmod(0o755)
+    done, footprint = run_demo("--check", "--cni-bin-dir", str(tmp_path))
+    out = done.stdout
+    assert done.returncode == 1, out
+    assert "check(s) FAILED" in out
+    assert "this test plugin always fails" in out
+    assert footprint.leftovers() == [], out
+
+
 def test_demo_without_the_cni_plugins_says_so_and_runs_the_control_plane(tmp_path: Path) -> None:
     done, footprint = run_demo("--check", "--cni-bin-dir", str(tmp_path))
     out = done.stdout
