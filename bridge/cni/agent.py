@@ -498,8 +498,10 @@ class Agent:
             pod_namespace=request.pod_namespace,
             pod_name=request.pod_name,
         )
+        stage = "setting up"
         try:
             for p in planned:
+                stage = f"attaching {p.name} as {p.ifname}"
                 attachment = Attachment(
                     name=p.name,
                     ifname=p.ifname,
@@ -521,12 +523,12 @@ class Agent:
                     attachment.state = State.FAILED
                     raise
                 attachment.state = State.ATTACHED  # saved with the next intent, or the final record
+            stage = "moving the default route"
             await self._apply_default_routes(record)
         except BaseException as exc:
-            failed = record.attachments[-1].name if record.attachments else "?"
             problems = await self._teardown(record, args, raise_errors=False)
             if isinstance(exc, CNIError):
-                exc.msg = f"attaching {failed} failed: {exc.msg}"
+                exc.msg = f"{stage} failed: {exc.msg}"
                 if problems:
                     exc.details = f"{exc.details}; rollback also failed: {'; '.join(problems)}".lstrip("; ")
             raise

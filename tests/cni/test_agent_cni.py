@@ -158,6 +158,17 @@ async def test_a_failing_second_delegate_rolls_back_the_first_and_leaves_nothing
     assert world.objects.patches == [], "no network-status for a pod whose set-up failed"
 
 
+async def test_a_default_route_that_cannot_be_set_fails_the_add_and_leaves_nothing(world: World) -> None:
+    world.nad("blue", world.network("blue", 1))
+    world.pod("lost", {NPWG_NETWORKS: json.dumps([{"name": "blue", "default-route": ["192.0.2.1"]}])})
+    netns = world.make_netns()
+
+    added = await world.cni("ADD", "ctr7", netns, "lost")
+    assert added.returncode == 1
+    assert added.json["msg"].startswith("moving the default route failed"), added.json
+    assert world.leftovers() == NOTHING_LEFT
+
+
 async def test_the_agent_killed_between_two_delegate_adds_restarts_and_del_leaves_nothing(world: World) -> None:
     await world.stop_agent()
     world.nad("blue", world.network("blue", 1))
