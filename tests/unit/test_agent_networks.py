@@ -1,0 +1,146 @@
+"""Which networks an ADD attaches, from which source, with which configuration (no real plugins:
+a recording executor stands in for them; tests/cni runs the real ones)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.cni import agent, objects
+from bridge.cni.invoke import CNIError
+
+NAD_CONF = {"cniVersion": "1.0.0", "type": "bridge", "capabilities": {"portMappings": True, "mac": True}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        conf = json.loads(stdin)
+        self.calls.append((env["CNI_COMMAND"], env["CNI_IFNAME"], conf))
+        if env["CNI_COMMAND"] == "ADD":
+            result = {"cniVersion": conf["cniVersion"], "interfaces": [{"name": env["CNI_IFNAME"], "sandbox": "/ns"}],
+                      "ips": [{"address": f"10.0.{len(self.calls)}.2/24", "interface": 0}]}
+            return 0, json.dumps(result).encode(), b""
+        return 0, b"", b""
+
+    def adds(self) -> list[tuple[str, str]]:
+        return [(ifname, conf["name"]) for cmd, ifname, conf in self.calls if cmd == "ADD"]
+
+
+def nad(name: str, namespace: str = "ns", config: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"kind": "NetworkAttachmentDefinition", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"config": json.dumps(config or NAD_CONF)}}
+
+
+def podnetwork(name: str, nad_name: str, provider: str = "multinetwork.x-k8s.io/npwg-bridge") -> dict[str, Any]:
+    return {"kind": "PodNetwork", "metadata": {"name": name},
+            "spec": {"enabled": True, "provider": provider, "parametersRefs": [
+                {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": nad_name, "namespace": "ns"}]}}
+
+
+def pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "annotations": annotations or {}}}
+
+
+def make(tmp_path: Path, objs: list[dict[str, Any]], default: Any = None) -> tuple[agent.Agent, Recorder]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "bridge").write_text("#!/bin/sh\n")
+    (bin_dir / "bridge").chmod(0o755)
+    rec = Recorder()
+    config = agent.AgentConfig(socket_path=tmp_path / "s", cache_dir=tmp_path / "cache", bin_dirs=(bin_dir,),
+                               conf_dir=tmp_path / "net.d", default_network=default)
+    return agent.Agent(objects.MemoryObjects(objs), config, executor=rec), rec
+
+
+ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+       "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+RUNTIME = {"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
+           "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}}
+
+
+async def add(a: agent.Agent) -> dict[str, Any] | None:
+    return await a.handle(ENV, json.dumps(RUNTIME).encode())
+
+
+async def test_without_a_default_conf_the_default_podnetworks_nad_is_attached_first(tmp_path: Path) -> None:
+    a, rec = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue"}), nad("kubenet"), nad("blue"),
+                             podnetwork("default", "kubenet")])
+    await add(a)
+    assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")]
+    status = json.loads((await a.objects.get_pod("ns", "p"))["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"])
+    assert [(s["name"], s["default"]) for s in status] == [("ns/kubenet", True), ("ns/blue", False)]
+    assert await a.default_network_problem() is None
+
+
+async def test_the_runtimes_runtime_config_reaches_the_default_network_only(tmp_path: Path) -> None:
+    a, rec = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue"}), nad("blue")],
+                  default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge", "capabilities": {"portMappings": True}})
+    await add(a)
+    (_, _, default_conf), (_, _, blue_conf) = [c for c in rec.calls if c[0] == "ADD"]
+    assert default_conf["runtimeConfig"] == {"portMappings": RUNTIME["runtimeConfig"]["portMappings"]}
+    assert "runtimeConfig" not in blue_conf, "NPWG 7.5"
+
+
+async def test_spec_style_networks_win_over_the_npwg_annotation_and_go_through_the_translation(tmp_path: Path) -> None:
+    kep = [{"podNetworkName": "default"}, {"podNetworkName": "red", "interfaceName": "red0"}]
+    a, rec = make(tmp_path, [pod({"multinetwork.x-k8s.io/networks": json.dumps(kep), "k8s.v1.cni.cncf.io/networks": "blue"}),
+                             nad("red"), nad("blue"), podnetwork("red", "red")],
+                  default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    await add(a)
+    assert rec.adds() == [("eth0", "kubenet"), ("red0", "red")]
+
+
+async def test_an_attachment_with_selection_options_passes_its_per_pod_keys(tmp_path: Path) -> None:
+    kep = [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "db"}]
+    attachment = {"kind": "PodNetworkAttachment", "metadata": {"name": "db", "namespace": "ns"},
+                  "spec": {"podNetworkName": "red", "parametersRefs": [
+                      {"group": "bridge.multinetwork.x-k8s.io", "kind": "NetworkSelectionOptions", "name": "db-opts"}]}}
+    options = {"kind": "NetworkSelectionOptions", "metadata": {"name": "db-opts", "namespace": "ns"},
+               "spec": {"mac": "02:00:00:00:00:09"}}
+    a, rec = make(tmp_path, [pod({"multinetwork.x-k8s.io/networks": json.dumps(kep)}), nad("red"), podnetwork("red", "red"),
+                             attachment, options], default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    await add(a)
+    (_, _, red_conf) = [c for c in rec.calls if c[0] == "ADD"][1]
+    assert red_conf["runtimeConfig"] == {"mac": "02:00:00:00:00:09"}
+
+
+async def test_an_invalid_npwg_annotation_is_ignored_as_the_spec_says(tmp_path: Path) -> None:
+    a, rec = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": '[{"name": "Not_A_Name"}]'})],
+                  default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    await add(a)
+    assert rec.adds() == [("eth0", "kubenet")]
+
+
+@pytest.mark.parametrize(
+    ("objs", "needle"),
+    [
+        ([pod({"k8s.v1.cni.cncf.io/networks": "missing"})], "NetworkAttachmentDefinition ns/missing not found"),
+        ([pod({"multinetwork.x-k8s.io/networks": '[{"podNetworkName": "ghost"}]'})], "PodNetworkNotFound"),
+        ([pod({"multinetwork.x-k8s.io/networks": '[{"podNetworkName": "other"}]'}), podnetwork("other", "x", provider="example.com/p")],
+         "NotBridgeProvider"),
+        ([pod({"multinetwork.x-k8s.io/networks": '{"podNetworkName": "x"}'})], "must be a JSON list"),
+        ([pod({"k8s.v1.cni.cncf.io/networks": '[{"name": "blue", "mac": "02:00:00:00:00:01"}]'}),
+          nad("blue", config={"cniVersion": "1.0.0", "type": "bridge"})], "capability"),
+    ],
+)
+async def test_a_network_that_cannot_be_attached_fails_the_add_before_any_plugin_runs(
+    tmp_path: Path, objs: list[dict[str, Any]], needle: str
+) -> None:
+    a, rec = make(tmp_path, objs, default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    with pytest.raises(CNIError) as caught:
+        await add(a)
+    assert needle in str(caught.value)
+    assert rec.calls == [] and list(a.cache.container_ids()) == []
+
+
+async def test_a_default_podnetwork_from_another_provider_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    a, _ = make(tmp_path, [pod(), nad("kubenet"), podnetwork("default", "kubenet", provider="example.com/p")])
+    problem = await a.default_network_problem()
+    assert problem and "not provided by the NPWG bridge" in problem and "--default-network-conf" in problem
