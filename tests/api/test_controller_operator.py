@@ -227,3 +227,23 @@ async def test_missing_default_is_reported_on_nodes_when_creation_is_disabled(km
         cond = await eventually(lambda: condition(stored(kmock, NODES, None, "n1"), "DefaultPodNetworkReady"))
     assert (cond["status"], cond["reason"], cond["message"]) == (
         "False", "DefaultPodNetworkNotFound", "default PodNetwork not found in API")
+
+
+async def test_inuse_message_follows_new_pods_after_the_coalescing_interval(kmock):
+    declare_resources(kmock)
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
+    async with running(kmock, FAST):
+        await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["message"] == "in use by 1 pod: ns/a")
+        first = condition(stored(kmock, PN, None, "blue"), "InUse")
+        finalizer_patches = len(requests_to(kmock, "PATCH", "/podnetworks/blue"))
+        for name in ("b", "c"):
+            await http(kmock, "POST", "/api/v1/namespaces/ns/pods", pod(name, [{"podNetworkName": "blue"}]),
+                       content_type="application/json")
+        await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["message"]
+                         == "in use by 3 pods: ns/a, ns/b, ns/c")
+        later = condition(stored(kmock, PN, None, "blue"), "InUse")
+    assert later["lastTransitionTime"] == first["lastTransitionTime"]  # status stayed True
+    assert len(requests_to(kmock, "PATCH", "/podnetworks/blue")) == finalizer_patches  # no finalizer churn
+    # two new pods inside one interval: one coalesced status write, not one per pod
+    assert len(requests_to(kmock, "PATCH", "/podnetworks/blue/status")) <= 3
