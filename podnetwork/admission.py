@@ -37,6 +37,8 @@ VALIDATE_PATH = "/validate-pods"
 WEBHOOK_NAME_MUTATE = f"pods.mutate.{constants.GROUP}"
 WEBHOOK_NAME_VALIDATE = f"pods.validate.{constants.GROUP}"
 CONFIGURATION_NAME = "podnetwork"
+#: Namespaces the webhooks never see (the system ones; see `webhook_configurations`).
+EXEMPT_NAMESPACES = ("kube-system", "multinetwork-system")
 NAMESPACE_ANNOTATION_FIELD = f"metadata.annotations[{constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}]"
 
 
@@ -186,7 +188,9 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
     `client_config` is `{"url": ..., "caBundle": ...}` or `{"service": {...},
     "caBundle": ...}` without the path; failurePolicy is Fail (a pod admitted
     without auto-population would silently land on the wrong network) and
-    namespaces labelled `multinetwork.x-k8s.io/admission: disabled` are left out.
+    namespaces labelled `multinetwork.x-k8s.io/admission: disabled` are left out,
+    and so are `EXEMPT_NAMESPACES`: the controller must be able to start without
+    its own webhook, and kube-system pods stay on `default` either way.
     """
 
     def hook(name: str, path: str, operations: list[str]) -> dict[str, Any]:
@@ -205,7 +209,9 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
                        "resources": ["pods"], "scope": "Namespaced"}],
             "namespaceSelector": {"matchExpressions": [
-                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]}]},
+                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": list(EXEMPT_NAMESPACES)}]},
         }
 
     return [
