@@ -106,19 +106,25 @@ async def _parse(request: Request, settings: Settings) -> tuple[wire.ExtenderArg
 
 def _reply(args: wire.ExtenderArgs, result: decision.FilterResult) -> wire.ExtenderFilterResult:
     """Answer in the request's shape, naming only nodes the request named."""
+    # model_construct: these values are ours and already well-typed; validating
+    # thousands of node names again would double the cost of the reply.
     if args.node_names is not None:
-        return wire.ExtenderFilterResult(
+        return wire.ExtenderFilterResult.model_construct(
+            nodes=None,
             node_names=result.passed,
             failed_nodes=result.failed,
             failed_and_unresolvable_nodes=result.unresolvable,
+            error="",
         )
     by_name: dict[str, dict[str, Any]] = {}
     for node in args.node_items():
         by_name.setdefault(node["metadata"]["name"], node)
-    return wire.ExtenderFilterResult(
+    return wire.ExtenderFilterResult.model_construct(
         nodes={"metadata": {}, "items": [by_name[n] for n in result.passed]},
+        node_names=None,
         failed_nodes=result.failed,
         failed_and_unresolvable_nodes=result.unresolvable,
+        error="",
     )
 
 

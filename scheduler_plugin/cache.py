@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -65,6 +65,9 @@ class Snapshot:
     """(namespace, name) -> attachment."""
     nodes: Mapping[str, NodeOffer] = field(default_factory=lambda: _EMPTY)
     """Node name -> the networks it offers."""
+    node_lookup: Callable[[str, Any], Any] = field(default_factory=lambda: _EMPTY.get)
+    """`nodes.get` of the frozen dict behind `nodes`: the decision's per-node step, without
+    the read-only proxy's indirection (it calls this once per candidate node)."""
     synced: bool = False
     """True once every watched kind has been listed in full at least once."""
 
@@ -147,7 +150,10 @@ class Cache:
             raise ValueError(f"cannot cache kind {kind!r}; known kinds: {known}") from None
 
     def _publish(self, slot: str, mapping: dict[Any, Any]) -> None:
-        self._snapshot = replace(self._snapshot, **{slot: MappingProxyType(mapping)})
+        changes: dict[str, Any] = {slot: MappingProxyType(mapping)}
+        if slot == "nodes":
+            changes["node_lookup"] = mapping.get
+        self._snapshot = replace(self._snapshot, **changes)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Add or update one object (dispatching on `kind`)."""

@@ -23,8 +23,10 @@ FailedScheduling event aggregates them ("0/3 nodes are available: 3 podnetwork
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any
 
 from podnetwork import constants, networks, validation
@@ -98,6 +100,26 @@ def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], lis
     return needed, problems
 
 
+_UNKNOWN = InvalidOffer(UNKNOWN_NODE)
+
+
+class _Verdicts(dict[NodeOffer, str]):
+    """Offer -> why a node with it fails the pod ("" when it passes), judged on first use."""
+
+    def __init__(self, needed: Sequence[str]) -> None:
+        super().__init__()
+        self._needed = needed
+
+    def __missing__(self, offer: NodeOffer) -> str:
+        reason = ""
+        if isinstance(offer, InvalidOffer):
+            reason = offer.message
+        elif offer is not None:
+            reason = next((not_available(n) for n in self._needed if n not in offer), "")
+        self[offer] = reason
+        return reason
+
+
 def filter_nodes(
     pod: Mapping[str, Any],
     node_names: Sequence[str],
@@ -127,25 +149,12 @@ def filter_nodes(
     needed = [n for n in needed if n != constants.DEFAULT_PODNETWORK]
     if not needed:
         return FilterResult(passed=list(node_names))
-    offers = snapshot.nodes if node_offers is None else node_offers
-    passed: list[str] = []
-    failed: dict[str, str] = {}
-    missing_reason = {n: not_available(n) for n in needed}
-    unknown = object()
-    for node in node_names:
-        offer = offers.get(node, unknown)
-        if offer is None:
-            passed.append(node)
-        elif offer is unknown:
-            failed[node] = UNKNOWN_NODE
-        elif isinstance(offer, InvalidOffer):
-            failed[node] = offer.message
-        else:
-            for name in needed:
-                if name not in offer:  # type: ignore[operator]
-                    failed[node] = missing_reason[name]
-                    break
-            else:
-                passed.append(node)
+    lookup = snapshot.node_lookup if node_offers is None else node_offers.get
+    # Nodes share a handful of distinct offers (one per node pool): each offer is judged
+    # once, and the per-node steps run inside C builtins (one lookup, one verdict fetch).
+    verdicts = _Verdicts(needed)
+    reasons = list(map(verdicts.__getitem__, map(lookup, node_names, repeat(_UNKNOWN, len(node_names)))))
+    failed = dict(compress(zip(node_names, reasons, strict=True), reasons))
+    passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
     return FilterResult(passed=passed, failed=failed)
 

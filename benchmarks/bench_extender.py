@@ -1,0 +1,141 @@
+"""Benchmark: the extender's /filter against a baseline that only speaks the protocol.
+
+Both endpoints live in the same app, served by uvicorn on 127.0.0.1, and receive
+the same body: a pod with 4 networks (2 PodNetworks, 2 PodNetworkAttachments)
+and 5,000 node names (`nodeCacheCapable: true`). `/baseline/filter` parses the
+body exactly like `/filter` and passes every node; `/filter` also runs the
+decision over the cache snapshot. The ratio of their median times is the cost
+of the decision on top of the protocol; the issue asks for it to stay under 1.5.
+The cache holds 5,000 nodes: a third without the annotation, a third offering
+all four networks, a third offering two of them (so they fail).
+
+Run:  .venv/bin/python benchmarks/bench_extender.py [--nodes 5000] [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import socket
+import statistics
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+from scheduler_plugin import app as app_mod
+from scheduler_plugin import cache as cache_mod
+from scheduler_plugin.settings import Settings
+
+NETWORKS = ["blue", "green", "red", "yellow"]
+
+
+def build_cache(nodes: int) -> cache_mod.Cache:
+    c = cache_mod.Cache()
+    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": ""}]}
+    for name in ["default", *NETWORKS]:
+        c.upsert({"kind": "PodNetwork", "metadata": {"name": name}, "status": ready})
+    for name in NETWORKS[2:]:
+        c.upsert({"kind": "PodNetworkAttachment", "metadata": {"name": f"{name}-fast", "namespace": "bench"},
+                  "spec": {"podNetworkName": name}, "status": ready})
+    offers = [None, json.dumps(NETWORKS), json.dumps(NETWORKS[:2])]
+    items = []
+    for i in range(nodes):
+        offer = offers[i % 3]
+        annotations = {} if offer is None else {"multinetwork.x-k8s.io/podnetworks": offer}
+        items.append({"metadata": {"name": f"node-{i:05d}", "annotations": annotations}})
+    c.replace("Node", items)
+    c.mark_synced()
+    return c
+
+
+def build_body(nodes: int) -> bytes:
+    networks = [
+        {"podNetworkName": "blue", "interfaceName": "net1"},
+        {"podNetworkName": "green", "interfaceName": "net2"},
+        {"podNetworkAttachmentName": "red-fast", "interfaceName": "net3"},
+        {"podNetworkAttachmentName": "yellow-fast", "interfaceName": "net4"},
+    ]
+    pod = {
+        "metadata": {"name": "bench-0", "namespace": "bench",
+                     "annotations": {"multinetwork.x-k8s.io/networks": json.dumps(networks)}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], "schedulerName": "default-scheduler"},
+        "status": {"phase": "Pending"},
+    }
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"node-{i:05d}" for i in range(nodes)]}).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def measure(client: httpx.Client, path: str, body: bytes) -> float:
+    started = time.perf_counter()
+    response = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    elapsed = time.perf_counter() - started
+    response.raise_for_status()
+    return elapsed
+
+
+def run(nodes: int, rounds: int) -> dict[str, Any]:
+    cache = build_cache(nodes)
+    body = build_body(nodes)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        app_mod.create_app(cache, Settings(baseline_endpoint=True)),
+        host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off",
+    ))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            reply = client.post("/filter", content=body).json()
+            passed, failed = len(reply["NodeNames"]), len(reply["FailedNodes"])
+            for _ in range(max(5, rounds // 10)):  # warm up both paths
+                measure(client, "/filter", body)
+                measure(client, "/baseline/filter", body)
+            times: dict[str, list[float]] = {"/filter": [], "/baseline/filter": []}
+            for _ in range(rounds):  # interleaved, so drift hits both alike
+                times["/filter"].append(measure(client, "/filter", body))
+                times["/baseline/filter"].append(measure(client, "/baseline/filter", body))
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    filt, base = statistics.median(times["/filter"]), statistics.median(times["/baseline/filter"])
+    return {
+        "nodes": nodes, "rounds": rounds, "body_bytes": len(body), "passed": passed, "failed": failed,
+        "filter_median_ms": filt * 1000, "baseline_median_ms": base * 1000,
+        "filter_calls_per_s": 1 / filt, "baseline_calls_per_s": 1 / base, "ratio": filt / base,
+        "python": platform.python_version(), "machine": platform.machine(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    args = parser.parse_args()
+    result = run(args.nodes, args.rounds)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"/filter with {result['nodes']} node names, pod with 4 networks "
+          f"({result['passed']} pass, {result['failed']} fail), {result['rounds']} interleaved rounds:")
+    print("| endpoint | median ms | calls/s |")
+    print("| --- | ---: | ---: |")
+    print(f"| /baseline/filter (parse + pass all) | {result['baseline_median_ms']:.2f} | "
+          f"{result['baseline_calls_per_s']:.0f} |")
+    print(f"| /filter (parse + decision) | {result['filter_median_ms']:.2f} | {result['filter_calls_per_s']:.0f} |")
+    print(f"ratio /filter : baseline = {result['ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
