@@ -49,7 +49,7 @@ def network(name: str, bridge: str, subnet: str, ipam_dir: Path, default: bool =
     return {"cniVersion": "1.0.0", "name": name, "plugins": [{"type": "bridge", "bridge": bridge, "isGateway": True, "ipam": ipam}]}
 
 
-async def run(iterations: int, warmup: int) -> dict[str, Any]:
+async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -> dict[str, Any]:
     tag = secrets.token_hex(3)
     root = Path(tempfile.mkdtemp(prefix="pn-bench-agent-"))
     netns_name = f"pnbench-{tag}"
@@ -74,7 +74,7 @@ async def run(iterations: int, warmup: int) -> dict[str, Any]:
         socket_path=root / "agent.sock", cache_dir=root / "cache", bin_dirs=BIN_DIRS,
         conf_dir=root / "net.d", default_network=nets[0],
     )
-    shim = command.install_shim(root / "bin", sys.executable)
+    shim = command.install_shim(root / "bin", shim_python)
     runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                "socketPath": str(config.socket_path)}).encode()
     netns = f"/var/run/netns/{netns_name}"
@@ -150,6 +150,7 @@ async def run(iterations: int, warmup: int) -> dict[str, Any]:
         "overhead_per_attachment_ms": (a_med - d_med) * 1000 / len(nets),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "shim_python": shim_python,
     }
 
 
@@ -162,7 +163,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| agent in-process, no shim (`Agent.handle`) | {r['inproc_median_ms']:.1f} ms | {r['inproc_mean_ms']:.1f} ms |\n\n"
         f"Ratio agent/direct (medians): **{r['ratio']:.2f}** (target < 1.3). "
         f"Overhead per attachment: **{r['overhead_per_attachment_ms']:.1f} ms** "
-        f"({r['iterations']} interleaved iterations, {r['cpus']} CPUs, Python {r['python']})."
+        f"({r['iterations']} interleaved iterations, {r['cpus']} CPUs, Python {r['python']}, "
+        f"shim run by {r['shim_python']})."
     )
 
 
@@ -171,11 +173,17 @@ def main() -> int:
     parser.add_argument("-n", "--iterations", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
+    parser.add_argument(
+        "--shim-python",
+        default="/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable,
+        help="interpreter of the shim, as `podnetwork cni-agent --shim-python` (default: %(default)s, "
+        "what deploy/agent uses)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0 or not BIN_DIRS:
         print("bench_agent: needs root and the CNI plugins (apt-get install containernetworking-plugins)", file=sys.stderr)
         return 2
-    result = asyncio.run(run(args.iterations, args.warmup))
+    result = asyncio.run(run(args.iterations, args.warmup, args.shim_python))
     print(markdown(result))
     if args.json:
         print(json.dumps(result, indent=2))
