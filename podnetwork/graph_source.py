@@ -41,6 +41,7 @@ def from_cluster(kubeconfig: str | None = None, *, context: str | None = None) -
     from kubernetes import client, config, dynamic
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
     try:
         if kubeconfig:
@@ -59,8 +60,9 @@ def from_cluster(kubeconfig: str | None = None, *, context: str | None = None) -
     try:
         objects += _items(core.list_pod_for_all_namespaces(_preload_content=False), "Pod", "v1")
         objects += _items(core.list_node(_preload_content=False), "Node", "v1")
-    except (ApiException, OSError) as exc:
-        raise RuntimeError(f"cannot list pods and nodes: {exc}") from None
+    except (ApiException, HTTPError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise RuntimeError(f"cannot list pods and nodes: {reason}") from None
     for plural, kind in ((constants.PODNETWORK_PLURAL, constants.PODNETWORK_KIND),
                          (constants.ATTACHMENT_PLURAL, constants.ATTACHMENT_KIND)):
         try:
@@ -77,8 +79,11 @@ def from_cluster(kubeconfig: str | None = None, *, context: str | None = None) -
         dyn = dynamic.DynamicClient(api)
         for group, kind, namespace, name in sorted(wanted):
             try:
-                resource = dyn.resources.search(group=group, kind=kind)
+                # parametersRefs may name the kind or the resource (plural): try both.
+                resource = dyn.resources.search(group=group, kind=kind) or dyn.resources.search(
+                    group=group, name=kind)
                 if not resource:
+                    logger.warning("no resource %r in API group %r: is its CRD installed?", kind, group)
                     continue
                 got = resource[0].get(name=name, namespace=namespace or None)
                 objects.append(got.to_dict())
