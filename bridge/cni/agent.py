@@ -193,8 +193,9 @@ class Agent:
         from bridge.cni import server  # aiohttp: only when serving
 
         self.cache.ensure()
-        self._server = server.Server(self)
-        await self._server.start()
+        serving = server.Server(self)
+        await serving.start()
+        self._server = serving
         if self.config.conf_file is not None:
             self._readiness = asyncio.create_task(self._install_conf_when_ready(), name="cni-agent-readiness")
 

@@ -76,6 +76,8 @@ class Server:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(path).st_mode):
+                if _listening(path):
+                    raise OSError(f"another agent is already listening on {path}")
                 path.unlink()  # a previous agent's socket; nobody listens on it any more
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -102,8 +104,8 @@ class Server:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        with contextlib.suppress(FileNotFoundError):
-            self.agent.config.socket_path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                self.agent.config.socket_path.unlink()
 
     async def _ready(self, request: web.Request) -> web.Response:
         problem = await self.agent.default_network_problem()
@@ -141,6 +143,18 @@ class Server:
         if result is None:
             return web.Response(status=200)
         return web.json_response(result)
+
+
+def _listening(path: os.PathLike[str]) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1)
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def _requested_version(stdin: bytes) -> str:

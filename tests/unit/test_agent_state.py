@@ -257,3 +257,13 @@ def test_a_missing_default_network_file_is_an_error_that_names_it(tmp_path: Path
     args = parser.parse_args(["--default-network-conf", str(tmp_path / "nope"), "--objects", str(tmp_path / "o.yaml")])
     assert command.run(args) == 2
     assert "nope: no such file" in capsys.readouterr().err
+
+
+async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:
+    config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
+    async with agent.Agent(objects.MemoryObjects(), config):
+        second = agent.Agent(objects.MemoryObjects(), config)
+        with pytest.raises(OSError, match="already listening"):
+            await second.start()
+        await second.stop()
+        assert (tmp_path / "a.sock").is_socket()
