@@ -58,9 +58,14 @@ class Net:
     link: str
     """Suffix of the Linux bridge (or macvlan parent) name."""
     subnet: str
+    gateway: str | None = None
+    """Named in the IPAM range, so the bridge's translation can give `default-route` a gateway."""
 
     def config(self, link_name: str, ipam_dir: Path) -> dict[str, Any]:
-        ipam = {"type": "host-local", "ranges": [[{"subnet": self.subnet}]], "dataDir": str(ipam_dir)}
+        subnet: dict[str, Any] = {"subnet": self.subnet}
+        if self.gateway:
+            subnet["gateway"] = self.gateway
+        ipam = {"type": "host-local", "ranges": [[subnet]], "dataDir": str(ipam_dir)}
         if self.plugin == "bridge":
             # No gateway and no masquerade: the network is a plain L2 segment between pods,
             # nothing is added to the host's routing table.
@@ -77,7 +82,7 @@ class Net:
 
 
 DEFAULT = Net("default", "bridge", "d", "198.18.0.0/24")
-BLUE = Net("blue", "bridge", "b", "198.18.1.0/24")
+BLUE = Net("blue", "bridge", "b", "198.18.1.0/24", gateway="198.18.1.1")
 GREEN = Net("green", "macvlan", "m", "198.18.2.0/24")
 RED = Net("red", "bridge", "r", "198.18.3.0/24")
 SECONDARY = (BLUE, GREEN, RED)
@@ -466,7 +471,7 @@ class Demo:
 
         web = [
             {"podNetworkName": "default"},
-            {"podNetworkName": "blue", "interfaceName": "blue0"},
+            {"podNetworkName": "blue", "interfaceName": "blue0", "isDefaultGW4": True},
             {"podNetworkAttachmentName": "green-port"},
         ]
         await self._create_pod(pod_manifest("web-a", web, NODE_A))
@@ -550,11 +555,11 @@ class Demo:
         r.section(f"3. Translation to NPWG: {npwg.NETWORKS_ANNOTATION}")
         expected = {
             "web-a": [
-                {"name": "blue", "namespace": NS, "interface": "blue0"},
+                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
                 {"name": "green", "namespace": NS},
             ],
             "web-b": [
-                {"name": "blue", "namespace": NS, "interface": "blue0"},
+                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
                 {"name": "green", "namespace": NS},
             ],
             "db-1": [{"name": "red", "namespace": NS, "interface": "red0"}],
@@ -647,6 +652,20 @@ class Demo:
         for pod in pods:
             self._show_pod_networks(pod["metadata"]["name"])
         r.say("")
+        for pod in ("web-a", "web-b"):
+            netns = self._sandbox(pod).netns
+            route = host_mod.run(
+                ["ip", "-n", netns, "-4", "route", "show", "default"], check=False
+            ).stdout.strip()
+            r.say(
+                f"{pod}: isDefaultGW4 on blue -> default-route -> in the pod: {route or '(no default route)'}"
+            )
+            r.check(
+                route.startswith(f"default via {BLUE.gateway} dev blue0"),
+                f"the agent moved {pod}'s default route to blue0 via {BLUE.gateway} (isDefaultGW4)",
+                route,
+            )
+        r.say("")
         r.say("connectivity (ICMP echo from inside each pod's network namespace):")
         await self._ping("web-a", "web-b", DEFAULT.name)
         await self._ping("web-a", "web-b", BLUE.name)
@@ -673,6 +692,10 @@ class Demo:
         )
         r.check(not failures, "CNI CHECK succeeded for every pod", failures)
 
+    def _sandbox(self, pod: str) -> Any:
+        node = self.api.get(*POD, pod, NS)["spec"]["nodeName"]
+        return self.kubelets[node].sandboxes[f"{NS}/{pod}"]
+
     def _leases(self, net: Net) -> list[str]:
         """The addresses host-local holds for a network: one file per address in its dataDir."""
         where = self.ipam_dirs[net.name] / f"demo-{net.name}"
@@ -698,6 +721,7 @@ class Demo:
             r.say(
                 f"  network-status: {entry.get('name')} {entry.get('interface')} {entry.get('ips')}"
                 + (" default" if entry.get("default") else "")
+                + (f" default-route={entry['default-route']}" if entry.get("default-route") else "")
             )
         r.say(f"  {constants.POD_IPS_ANNOTATION}: {json.dumps(ips)}")
         r.detail("network-status", status)
