@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import kopf
 from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import errors as kopf_errors
@@ -47,6 +48,7 @@ from podnetwork.inuse import Ref
 logger = logging.getLogger(__name__)
 
 _BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
+NODE = "Node"
 
 
 @dataclass
@@ -95,7 +97,14 @@ class Controller:
 
     # --- I/O edge: the Kubernetes API through kopf's authenticated client -------------------
 
-    async def _request(self, method: str, url: str, payload: Any, content_type: str | None) -> Any:
+    async def _request(self, method: str, url: str, payload: Any, content_type: str | None,
+                       retry: Ref | None) -> Any:
+        """One API call; None when it did not apply.
+
+        kopf does not retry event handlers, so a write that failed is queued
+        (`retry`) for the next flush instead of waiting for an event that may
+        never come. A 404 needs no retry: the object is gone.
+        """
         assert self.kopf_settings is not None
         kwargs: dict[str, Any] = {"url": url, "payload": payload, "settings": self.kopf_settings,
                                   "logger": logger}
@@ -103,15 +112,21 @@ class Controller:
             kwargs["headers"] = {"Content-Type": content_type}
         try:
             return await getattr(kopf_api, method)(**kwargs)
-        except kopf_errors.APIConflictError:
-            logger.info("%s %s conflicted with a newer change; the next event retries", method, url)
         except kopf_errors.APINotFoundError:
             logger.debug("%s %s: object is gone", method, url)
+            return None
+        except kopf_errors.APIConflictError:
+            logger.info("%s %s conflicted with a newer change; retrying with fresh data", method, url)
+        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+            logger.warning("%s %s failed (%s); retrying in %ss", method, url, exc,
+                           self.config.inuse_message_interval)
+        if retry is not None:
+            self.deferred.add(retry)
         return None
 
-    async def patch(self, url: str, payload: Mapping[str, Any], *,
+    async def patch(self, url: str, payload: Mapping[str, Any], *, retry: Ref | None,
                     content_type: str = "application/merge-patch+json") -> Any:
-        return await self._request("patch", url, payload, content_type)
+        return await self._request("patch", url, payload, content_type, retry)
 
     # --- reconciliation ---------------------------------------------------------------------
 
@@ -141,7 +156,7 @@ class Controller:
             url = object_url(ref)
             fin = inuse.finalizer_patch(body, in_use=self.index.in_use(ref))
             if fin is not None:
-                fresh = await self.patch(url, fin)
+                fresh = await self.patch(url, fin, retry=ref)
                 if fresh is None:
                     return
                 body = self.remember(ref, fresh)
@@ -153,7 +168,7 @@ class Controller:
                 self.deferred.add(ref)
                 return
             self.deferred.discard(ref)
-            fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new))
+            fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new), retry=ref)
             if fresh is not None:
                 self.remember(ref, fresh)
         await self.after_change(ref)
@@ -198,11 +213,11 @@ class Controller:
         for key in sorted(self.index.unscheduled_pods(ref)):
             namespace, _, name = key.partition("/")
             patch = {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: stamp}}}
-            await self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", patch)
+            await self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", patch, retry=None)
             logger.info("requeued pod %s: %s turned Ready", key, ref)
 
     async def reconcile_node(self, name: str) -> None:
-        async with self.lock(Ref("Node", "", name)):
+        async with self.lock(Ref(NODE, "", name)):
             node = self.nodes.get(name)
             if node is None:
                 return
@@ -212,7 +227,7 @@ class Controller:
             patch = defaultnet.node_condition_patch(node, network, now=conditions.now())
             if patch is None:
                 return
-            fresh = await self.patch(f"/api/v1/nodes/{name}/status", patch,
+            fresh = await self.patch(f"/api/v1/nodes/{name}/status", patch, retry=Ref(NODE, "", name),
                                      content_type="application/strategic-merge-patch+json")
             if fresh is not None and name in self.nodes and not _older(fresh, self.nodes[name]):
                 self.nodes[name] = fresh
@@ -230,7 +245,10 @@ class Controller:
     async def flush_deferred(self) -> None:
         refs, self.deferred = self.deferred, set()
         for ref in sorted(refs):
-            await self.reconcile(ref, urgent=True)
+            if ref.kind == NODE:
+                await self.reconcile_node(ref.name)
+            else:
+                await self.reconcile(ref, urgent=True)
 
     def namespace(self, name: str) -> dict[str, Any] | None:
         """The Namespace object if it sets a networks profile (admission's lookup)."""
@@ -254,7 +272,7 @@ class Controller:
                 await kopf_api.post(url=f"{base}/{plural}", payload=obj, settings=self.kopf_settings,
                                     logger=logger)
             except kopf_errors.APIConflictError:
-                await self.patch(f"{base}/{plural}/{obj['metadata']['name']}", obj)
+                await self.patch(f"{base}/{plural}/{obj['metadata']['name']}", obj, retry=None)
             logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
 
     async def ensure_default(self) -> None:

@@ -38,8 +38,14 @@ class Emulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._revision = 0
+        self.failures: dict[str, int] = {}
+        """Path suffix -> how many more writes there answer 503 without storing anything."""
 
     async def _handle(self, request: Any) -> Any:
+        for suffix, left in self.failures.items():
+            if left and request.method.value != "GET" and str(request.url.path).endswith(suffix):
+                self.failures[suffix] = left - 1
+                raise kmock.KubernetesError(status=503, reason="ServiceUnavailable", message="try again")
         if request.resource is None or not isinstance(request.data, dict) or request.method.value not in (
                 "POST", "PATCH"):
             return await super()._handle(request)
