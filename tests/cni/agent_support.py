@@ -60,6 +60,8 @@ class World:
     netns: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
     octet: int = field(default_factory=lambda: secrets.randbelow(200) + 20)
+    cni_version: str = CNI_VERSION
+    """The cniVersion of every configuration this world writes, the runtime's included."""
 
     def __post_init__(self) -> None:
         self.shim = command.install_shim(self.root / "bin", sys.executable)
@@ -87,7 +89,7 @@ class World:
             **(ipam or {}),
         }
         plugin = {"type": "bridge", "bridge": self.bridge(index), "isGateway": True, "ipam": ipam_conf, **bridge}
-        return {"cniVersion": CNI_VERSION, "name": name, "plugins": [plugin]}
+        return {"cniVersion": self.cni_version, "name": name, "plugins": [plugin]}
 
     def default_network(self) -> dict[str, Any]:
         conf = self.network("kubenet", 0)
@@ -144,7 +146,7 @@ class World:
             self.agent = None
 
     def runtime_conf(self, **extra: Any) -> dict[str, Any]:
-        return {"cniVersion": CNI_VERSION, "name": "multinetwork", "type": "multinetwork", "socketPath": str(self.socket), **extra}
+        return {"cniVersion": self.cni_version, "name": "multinetwork", "type": "multinetwork", "socketPath": str(self.socket), **extra}
 
     async def cni(
         self,

@@ -121,6 +121,34 @@ async def test_add_check_del_through_the_shim_attach_the_default_network_and_eac
     assert twice.returncode == 0, "DEL of a torn-down container succeeds"
 
 
+@pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "1.0.0"])
+async def test_every_supported_cni_version_attaches_reports_and_detaches(cni_host: list[Path], version: str) -> None:
+    world = World(cni_host, cni_version=version)
+    try:
+        await world.start_agent()
+        world.nad("blue", world.network("blue", 1))
+        world.pod("web", {NPWG_NETWORKS: "blue"})
+        netns = world.make_netns()
+
+        added = await world.cni("ADD", "ctr-v", netns, "web")
+        assert added.returncode == 0, added.stdout
+        assert added.json["cniVersion"] == version
+        status = status_of(world, "web")
+        assert [(s["interface"], s["ips"]) for s in status] == [
+            ("eth0", world.addresses(netns, "eth0")),
+            ("net1", world.addresses(netns, "net1")),
+        ]
+        checked = await world.cni("CHECK", "ctr-v", netns, "web")
+        if version == "0.3.1":
+            assert checked.returncode == 1 and checked.json["code"] == 1, "0.3.1 has no CHECK"
+        else:
+            assert checked.returncode == 0, checked.stdout
+        assert (await world.cni("DEL", "ctr-v", netns, "web")).returncode == 0
+        assert world.leftovers() == NOTHING_LEFT
+    finally:
+        await world.cleanup()
+
+
 async def test_the_same_nad_selected_twice_gives_two_attachments_with_their_own_interface_and_ip(world: World) -> None:
     world.nad("blue", world.network("blue", 1))
     world.pod("twice", {NPWG_NETWORKS: "blue,default/blue"})
