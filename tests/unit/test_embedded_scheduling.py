@@ -75,13 +75,6 @@ def with_cluster(body: Callable[[Cluster], Awaitable[None]]) -> Callable[[], Non
             async with cluster() as c:
                 await body(c)
 
-        # looptime's pytest plugin makes `event_loop_policy.get_event_loop()` create a loop for
-        # sync tests and never closes it; close it here, or `asyncio.run` (which unsets the
-        # current loop) leaves it to be collected unclosed, a ResourceWarning the suite fails on.
-        with contextlib.suppress(RuntimeError):
-            stale = asyncio.get_event_loop_policy().get_event_loop()
-            if not stale.is_running() and not stale.is_closed():
-                stale.close()
         asyncio.run(main())
 
     test.__name__, test.__doc__ = body.__name__, body.__doc__
