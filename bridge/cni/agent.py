@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,13 +282,23 @@ class Agent:
             await self._gc(request)
             return None
         async with self._container_lock(request.args.container_id):
+            started = time.monotonic()
+            result: dict[str, Any] | None = None
             if command is Command.ADD:
-                return await self._add(request)
-            if command is Command.DEL:
+                result = await self._add(request)
+            elif command is Command.DEL:
                 await self._del(request)
-                return None
-            await self._check(request)
-            return None
+            else:
+                await self._check(request)
+            log.info(
+                "%s container %s (pod %s/%s) done in %.0f ms",
+                command.value,
+                request.args.container_id,
+                request.pod_namespace or "-",
+                request.pod_name or "-",
+                (time.monotonic() - started) * 1000,
+            )
+            return result
 
     @contextlib.asynccontextmanager
     async def _container_lock(self, container_id: str) -> Any:

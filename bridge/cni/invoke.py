@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -262,17 +262,12 @@ class Exec(Protocol):
         ...
 
 
-@dataclass
 class SubprocessExec:
     """Executes plugins as child processes: argv is the plugin path alone, no shell."""
-
-    started: list[str] = field(default_factory=list)
-    """Names of the plugins started, in order (for logs and tests)."""
 
     async def run(
         self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
     ) -> tuple[int, bytes, bytes]:
-        self.started.append(plugin.name)
         proc = await asyncio.create_subprocess_exec(
             str(plugin),
             stdin=asyncio.subprocess.PIPE,
