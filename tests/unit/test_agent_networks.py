@@ -144,3 +144,38 @@ async def test_a_default_podnetwork_from_another_provider_is_refused_with_the_wa
     a, _ = make(tmp_path, [pod(), nad("kubenet"), podnetwork("default", "kubenet", provider="example.com/p")])
     problem = await a.default_network_problem()
     assert problem and "not provided by the NPWG bridge" in problem and "--default-network-conf" in problem
+
+
+class FailingDel(Recorder):
+    """Fails the DEL of one interface while `broken` is set."""
+
+    def __init__(self, ifname: str) -> None:
+        super().__init__()
+        self.ifname = ifname
+        self.broken = True
+
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        if self.broken and env["CNI_COMMAND"] == "DEL" and env["CNI_IFNAME"] == self.ifname:
+            self.calls.append(("DEL", env["CNI_IFNAME"], json.loads(stdin)))
+            return 1, b'{"code": 11, "msg": "device busy"}', b""
+        return await super().run(plugin, env, stdin, timeout)
+
+
+async def test_del_tears_down_past_a_failure_reports_it_and_a_retry_finishes(tmp_path: Path) -> None:
+    a, _ = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue,red"}), nad("blue"), nad("red")],
+                default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    rec = FailingDel("net1")
+    a.executor = rec
+    await add(a)
+    with pytest.raises(CNIError) as caught:
+        await a.handle({**ENV, "CNI_COMMAND": "DEL"}, b'{"cniVersion": "1.0.0"}')
+    assert "DEL failed for 1 attachment(s)" in caught.value.msg and "ns/blue (net1)" in caught.value.details
+    assert [ifname for cmd, ifname, _ in rec.calls if cmd == "DEL"] == ["net2", "net1", "eth0"], "NPWG 7.2: all attempted"
+    record = a.cache.load("c1")
+    assert record is not None and [x.ifname for x in record.attachments] == ["net1"]
+
+    rec.broken = False
+    rec.calls.clear()
+    await a.handle({**ENV, "CNI_COMMAND": "DEL"}, b'{"cniVersion": "1.0.0"}')
+    assert [ifname for cmd, ifname, _ in rec.calls if cmd == "DEL"] == ["net1"]
+    assert a.cache.load("c1") is None
