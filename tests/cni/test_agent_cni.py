@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bridge.cni import shim
-from tests.cni.agent_support import NOTHING_LEFT, World, spawn_gated_agent
+from tests.cni.agent_support import NOTHING_LEFT, World, run, spawn_gated_agent
 
 pytestmark = pytest.mark.cni
 
@@ -147,6 +147,19 @@ async def test_every_supported_cni_version_attaches_reports_and_detaches(cni_hos
         assert world.leftovers() == NOTHING_LEFT
     finally:
         await world.cleanup()
+
+
+async def test_check_reports_an_interface_that_vanished_and_del_still_cleans_up(world: World) -> None:
+    world.nad("blue", world.network("blue", 1))
+    world.pod("web", {NPWG_NETWORKS: "blue"})
+    netns = world.make_netns()
+    assert (await world.cni("ADD", "ctr8", netns, "web")).returncode == 0
+    run("ip", "-n", Path(netns).name, "link", "del", "net1")
+
+    checked = await world.cni("CHECK", "ctr8", netns, "web")
+    assert checked.returncode == 1 and "plugin bridge" in checked.json["msg"], checked.json
+    assert (await world.cni("DEL", "ctr8", netns, "web")).returncode == 0
+    assert world.leftovers() == NOTHING_LEFT
 
 
 async def test_the_same_nad_selected_twice_gives_two_attachments_with_their_own_interface_and_ip(world: World) -> None:
