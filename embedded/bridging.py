@@ -109,6 +109,16 @@ class Bridge:
                 )
             except store_mod.Conflict:
                 continue
+            before = next(
+                (
+                    c
+                    for c in (current.get("status") or {}).get("conditions") or []
+                    if c.get("type") == constants.ConditionType.PARAMS_READY
+                ),
+                {},
+            )
+            if before.get("status") == want.status and before.get("reason") == want.reason:
+                return  # only observedGeneration moved: nothing to tell
             where = f"{current['kind']} {store_mod.names([current])[0]}"
             ok = want.status == constants.ConditionStatus.TRUE
             detail = "" if ok else f" ({want.reason}: {want.message})"

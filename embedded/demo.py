@@ -529,8 +529,46 @@ class Demo:
             f'the extender answered FailedNodes[{NODE_B}] = podnetwork "red" is not available on this node',
             last.reply,
         )
+        await self._disable_and_enable()
 
-    def _check_pending(self, pod: str, reason: str, *, unresolvable: bool) -> None:
+    async def _disable_and_enable(self) -> None:
+        """KEP "Enabled": a disabled PodNetwork takes no new pods; the pods it has keep running."""
+        r, api = self.report, self.api
+        assert self.scheduler is not None
+        r.say("")
+        r.say("disable PodNetwork blue (spec.enabled: false):")
+        api.patch(*PN, BLUE.name, {"spec": {"enabled": False}})
+        self._flush_notes()
+        blue = api.get(*PN, BLUE.name)
+        r.say(f"  PodNetwork blue: {condition_summary(blue)}")
+        r.check(
+            condition(blue, "Ready").get("reason") == "AdministrativelyDisabled",
+            "blue is not Ready: AdministrativelyDisabled",
+            condition_summary(blue),
+        )
+        r.check(
+            api.get(*POD, "web-a", NS)["spec"].get("nodeName") == NODE_A,
+            "pods already on blue keep their place (disabling stops new attachments only)",
+        )
+        await self._create_pod(
+            pod_manifest("late", [{"podNetworkName": "default"}, {"podNetworkName": "blue"}], NODE_B)
+        )
+        self._check_pending(
+            "late",
+            'podnetwork "blue" is not Ready: AdministrativelyDisabled',
+            unresolvable=True,
+            nodes={NODE_B},
+        )
+        r.say("enable it again:")
+        api.patch(*PN, BLUE.name, {"spec": {"enabled": True}})
+        await self.scheduler.settle()
+        self._flush_notes()
+        late = api.get(*POD, "late", NS)["spec"].get("nodeName")
+        r.check(late == NODE_B, f"late was nudged, retried and scheduled on {NODE_B}", late)
+
+    def _check_pending(
+        self, pod: str, reason: str, *, unresolvable: bool, nodes: set[str] = frozenset({NODE_A, NODE_B})
+    ) -> None:
         assert self.scheduler is not None
         obj = self.api.get(*POD, pod, NS)
         last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/{pod}")
@@ -538,9 +576,9 @@ class Demo:
         answers = last.reply.get(field_name) or {}
         self.report.check(
             not obj["spec"].get("nodeName")
-            and set(answers) == {NODE_A, NODE_B}
+            and set(answers) == set(nodes)
             and all(reason in msg for msg in answers.values()),
-            f"{pod} stays Pending; the extender put every node in {field_name}: {reason}",
+            f"{pod} stays Pending; the extender put every candidate node in {field_name}: {reason}",
             last.reply,
         )
         cond = condition(obj, "PodScheduled")
@@ -562,6 +600,7 @@ class Demo:
                 {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
                 {"name": "green", "namespace": NS},
             ],
+            "late": [{"name": "blue", "namespace": NS}],
             "db-1": [{"name": "red", "namespace": NS, "interface": "red0"}],
             "db-2": [{"name": "red", "namespace": NS, "interface": "red0"}],
             "plain": None,
