@@ -25,8 +25,11 @@ Runs every component's real code on this machine and narrates what happens:
 Steps 4-6 need root, iproute2 and the CNI plugins (Debian package
 containernetworking-plugins); without them the demo says so and runs 1-3.
 
-exit status: 0 when every check passed, 1 when one failed (with --check the
-failures are listed), 2 on bad arguments."""
+Every observation is checked either way; --check also prints each check and
+lists the failures at the end.
+
+exit status: 0 when every check passed, 1 when one failed, 2 on bad
+arguments, 130 when interrupted (everything made so far is still removed)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
