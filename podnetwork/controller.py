@@ -386,6 +386,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         ref = inuse.ref_of(_as_kind(body, constants.PODNETWORK_KIND))
         if type == "DELETED":
             ctl.objects.pop(ref, None)
+            ctl.locks.pop(ref, None)
             if ref.name == constants.DEFAULT_PODNETWORK:
                 await ctl.ensure_default()
             await ctl.after_change(ref)
@@ -398,6 +399,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         ref = inuse.ref_of(obj)
         if type == "DELETED":
             ctl.objects.pop(ref, None)
+            ctl.locks.pop(ref, None)
             ctl.ready_seen.pop(ref, None)
             ctl.pending |= ctl.index.remove_attachment(inuse.key_of(obj))
         else:
@@ -412,6 +414,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         name = body.get("metadata", {}).get("name") or ""
         if type == "DELETED":
             ctl.nodes.pop(name, None)
+            ctl.locks.pop(Ref(NODE, "", name), None)
             return
         cached = ctl.nodes.get(name)
         if cached is None or not _older(body, cached):
