@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
 from embedded import host as host_mod
@@ -38,6 +38,10 @@ from embedded.report import Report
 from embedded.scheduling import Decision, Extender, Scheduler
 from embedded.store import Store
 from podnetwork import constants, networks
+
+if TYPE_CHECKING:
+    from bridge.cni.agent import Agent
+    from embedded.kubelet import Kubelet
 
 NS = "demo"
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
@@ -181,11 +185,10 @@ class Demo:
         self.bridge = Bridge(self.api, on_note=self._note)
         self.extender = Extender(self.api)
         self.scheduler: Scheduler | None = None
-        self.kubelets: dict[str, Any] = {}
-        self.agents: list[Any] = []
+        self.kubelets: dict[str, Kubelet] = {}
+        self.agents: list[Agent] = []
         self.data_plane = False
         self.ipam_dirs: dict[str, Path] = {}
-        self.results: dict[str, dict[str, Any]] = {}
 
     # -- narrative helpers ----------------------------------------------------------------
 
@@ -631,7 +634,6 @@ class Demo:
         default_conf = DEFAULT.config(self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default"))
         run_dir = self.host.tempdir("run")
         objects = StoreObjects(self.api)
-        self.objects = objects
         for node in (NODE_A, NODE_B):
             config = agent_mod.AgentConfig(
                 socket_path=run_dir / f"{node}.sock",
@@ -660,7 +662,7 @@ class Demo:
             )
             self.report.say(f"agent of {node} listening on {config.socket_path}")
         self.report.say(
-            f"shim installed as {shim}; the runtime's network config for it: "
+            f"shim installed as {shim}; {NODE_A}'s runtime hands it this network config: "
             f"{json.dumps(self.kubelets[NODE_A].plugin_config)}"
         )
 
@@ -675,7 +677,6 @@ class Demo:
             name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
             kubelet = self.kubelets[node]
             result = await kubelet.start_pod(NS, name)
-            self.results[name] = result
             call = kubelet.calls[-1]
             r.say(
                 f"{node}: CNI ADD {NS}/{name} via the shim ({call.seconds * 1000:.0f} ms), "
