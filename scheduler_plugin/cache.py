@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -65,11 +65,12 @@ class Snapshot:
     """(namespace, name) -> attachment."""
     nodes: Mapping[str, NodeOffer] = field(default_factory=lambda: _EMPTY)
     """Node name -> the networks it offers."""
-    node_lookup: Callable[[str, Any], Any] = field(default_factory=lambda: _EMPTY.get)
-    """`nodes.get` of the frozen dict behind `nodes`: the decision's per-node step, without
-    the read-only proxy's indirection (it calls this once per candidate node)."""
     synced: bool = False
     """True once every watched kind has been listed in full at least once."""
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """Values derived from this snapshot by pure functions, kept for the next request
+    (the decision's per-node verdicts for one list of networks). A new snapshot starts
+    empty, so nothing derived from an older state survives a change."""
 
 
 def readiness_of(obj: Mapping[str, Any]) -> Readiness:
@@ -150,10 +151,7 @@ class Cache:
             raise ValueError(f"cannot cache kind {kind!r}; known kinds: {known}") from None
 
     def _publish(self, slot: str, mapping: dict[Any, Any]) -> None:
-        changes: dict[str, Any] = {slot: MappingProxyType(mapping)}
-        if slot == "nodes":
-            changes["node_lookup"] = mapping.get
-        self._snapshot = replace(self._snapshot, **changes)
+        self._snapshot = replace(self._snapshot, **{slot: MappingProxyType(mapping)})
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Add or update one object (dispatching on `kind`)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import compress, filterfalse, repeat
 from typing import Any
 
 from podnetwork import constants, networks, validation
@@ -120,6 +120,45 @@ class _Verdicts(dict[NodeOffer, str]):
         return reason
 
 
+@dataclass(frozen=True, slots=True)
+class _ClusterVerdicts:
+    """Every cached node judged for one list of networks."""
+
+    passing: frozenset[str]
+    reasons: Mapping[str, str]
+    """Failing node -> why."""
+
+
+#: Distinct network lists remembered per snapshot; a bound, not a tuning knob.
+_MEMO_LIMIT = 64
+
+
+def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVerdicts:
+    """The verdicts for every node of the snapshot, computed once per snapshot and list.
+
+    kube-scheduler asks about the replicas of one workload in a row, with the same
+    networks, and node annotations rarely change (heartbeats publish no new snapshot):
+    most requests find this ready, and then cost two C-level passes over the candidates.
+    """
+    key = ("node-verdicts", needed)
+    found = snapshot.memo.get(key)
+    if found is None:
+        verdicts = _Verdicts(needed)
+        passing: list[str] = []
+        reasons: dict[str, str] = {}
+        for node, offer in snapshot.nodes.items():
+            reason = verdicts[offer]
+            if reason:
+                reasons[node] = reason
+            else:
+                passing.append(node)
+        found = _ClusterVerdicts(frozenset(passing), reasons)
+        if len(snapshot.memo) >= _MEMO_LIMIT:
+            snapshot.memo.clear()
+        snapshot.memo[key] = found
+    return found
+
+
 def filter_nodes(
     pod: Mapping[str, Any],
     node_names: Sequence[str],
@@ -132,7 +171,8 @@ def filter_nodes(
 
     `node_offers`, when given, replaces the snapshot's view of the nodes: with
     `nodeCacheCapable: false` kube-scheduler sends the nodes themselves, and its
-    copy is the one it decides with. O(len(node_names)) with constant work per node.
+    copy is the one it decides with. O(len(node_names)) with constant work per node,
+    plus, once per snapshot and list of networks, O(cached nodes) to judge them all.
     """
     if not enabled or constants.NETWORKS_ANNOTATION not in networks.annotations_of(pod):
         return FilterResult(passed=list(node_names))
@@ -149,12 +189,19 @@ def filter_nodes(
     needed = [n for n in needed if n != constants.DEFAULT_PODNETWORK]
     if not needed:
         return FilterResult(passed=list(node_names))
-    lookup = snapshot.node_lookup if node_offers is None else node_offers.get
-    # Nodes share a handful of distinct offers (one per node pool): each offer is judged
-    # once, and the per-node steps run inside C builtins (one lookup, one verdict fetch).
-    verdicts = _Verdicts(needed)
-    reasons = list(map(verdicts.__getitem__, map(lookup, node_names, repeat(_UNKNOWN, len(node_names)))))
-    failed = dict(compress(zip(node_names, reasons, strict=True), reasons))
-    passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
+    if node_offers is not None:
+        verdicts = _Verdicts(needed)
+        get = node_offers.get
+        reasons = list(map(verdicts.__getitem__, map(get, node_names, repeat(_UNKNOWN, len(node_names)))))
+        failed = dict(compress(zip(node_names, reasons, strict=True), reasons))
+        passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
+        return FilterResult(passed=passed, failed=failed)
+    known = _cluster_verdicts(snapshot, tuple(needed))
+    passes = known.passing.__contains__
+    passed = list(filter(passes, node_names))
+    failed = {}
+    if len(passed) != len(node_names):
+        reason_of = known.reasons.get
+        failed = {node: reason_of(node, UNKNOWN_NODE) for node in filterfalse(passes, node_names)}
     return FilterResult(passed=passed, failed=failed)
 

@@ -104,6 +104,34 @@ def test_first_missing_network_in_the_pods_order_is_the_reason() -> None:
                              "n2": 'podnetwork "y" is not available on this node'}
 
 
+def test_a_node_that_starts_offering_a_network_passes_on_the_next_call() -> None:
+    c = cache_mod.Cache()
+    c.upsert(ready("blue"))
+    c.upsert(a_node("n1", []))
+    c.mark_synced()
+    pod = a_pod([{"podNetworkName": "blue"}])
+    first = decision.filter_nodes(pod, ["n1"], c.snapshot())
+    again = decision.filter_nodes(pod, ["n1"], c.snapshot())  # answered from the snapshot's memo
+    c.upsert(a_node("n1", ["blue"]))
+    after = decision.filter_nodes(pod, ["n1"], c.snapshot())
+    assert first == again == decision.FilterResult(failed={"n1": 'podnetwork "blue" is not available on this node'})
+    assert after == decision.FilterResult(passed=["n1"])
+
+
+def test_the_memo_of_a_snapshot_stays_bounded() -> None:
+    c = cache_mod.Cache()
+    names = [f"net{i}" for i in range(decision._MEMO_LIMIT + 5)]
+    for name in names:
+        c.upsert(ready(name))
+    c.upsert(a_node("n1", names[:3]))
+    c.mark_synced()
+    snap = c.snapshot()
+    for name in names:
+        result = decision.filter_nodes(a_pod([{"podNetworkName": name}]), ["n1"], snap)
+        assert (result.passed == ["n1"]) == (name in names[:3])
+    assert 0 < len(snap.memo) <= decision._MEMO_LIMIT
+
+
 NAMES = st.sampled_from(["a", "b", "c", "d", "default"])
 
 
