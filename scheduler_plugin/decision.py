@@ -199,9 +199,9 @@ def filter_nodes(
     known = _cluster_verdicts(snapshot, tuple(needed))
     passes = known.passing.__contains__
     passed = list(filter(passes, node_names))
-    failed = {}
+    failed: dict[str, str] = {}
     if len(passed) != len(node_names):
-        reason_of = known.reasons.get
-        failed = {node: reason_of(node, UNKNOWN_NODE) for node in filterfalse(passes, node_names)}
+        failing = list(filterfalse(passes, node_names))
+        failed = dict(zip(failing, map(known.reasons.get, failing, repeat(UNKNOWN_NODE)), strict=True))
     return FilterResult(passed=passed, failed=failed)
 
