@@ -505,6 +505,7 @@ class Demo:
         await self.scheduler.settle()
         self._flush_notes()
         self._check_pending("db-1", 'podnetwork "red" is not Ready: ParamsNotReady', unresolvable=True)
+        self._explain("pod", f"{NS}/db-1", expect="PodNetwork red", root=f"{NS}/red")
 
         r.say("")
         r.say(f"create NetworkAttachmentDefinition {NS}/red:")
@@ -564,6 +565,22 @@ class Demo:
         self._flush_notes()
         late = api.get(*POD, "late", NS)["spec"].get("nodeName")
         r.check(late == NODE_B, f"late was nudged, retried and scheduled on {NODE_B}", late)
+
+    def _explain(self, kind: str, name: str, *, expect: str, root: str) -> None:
+        """`podnetwork explain`, over the store's objects: the chain and its first broken link."""
+        from podnetwork import explain, graph
+
+        objects = [obj for res in self.api.resources() for obj in self.api.list(res.api_version, res.kind)]
+        result = explain.explain(graph.build(objects), explain.subject_key(kind, name))
+        self.report.say(f"podnetwork explain {kind} {name}:")
+        for line in result.render().strip().splitlines():
+            self.report.say(f"  | {line}")
+        broken, cause = result.first_broken, result.root_cause
+        self.report.check(
+            broken is not None and expect in str(broken) and root in str(cause),
+            f"explain finds the first broken link of {name} at {expect}, and the root cause at {root}",
+            {"first broken": str(broken), "root cause": str(cause)},
+        )
 
     def _check_pending(
         self, pod: str, reason: str, *, unresolvable: bool, nodes: set[str] = frozenset({NODE_A, NODE_B})

@@ -225,6 +225,10 @@ class Store:
                 f'is registered for version "{api_version}"'
             ) from None
 
+    def resources(self) -> list[Resource]:
+        """Every registered kind."""
+        return list(self._resources.values())
+
     def add_admission(
         self, api_version: str, kind: str, *, mutate: Mutator | None = None, validate: Validator | None = None
     ) -> None:
