@@ -113,6 +113,9 @@ class Resource:
     kind: str
     plural: str
     namespaced: bool
+    unconditional_update: bool = True
+    """Whether an update may omit `metadata.resourceVersion` (true for core kinds; custom
+    resources require it, as the API server's custom-resource strategy does)."""
 
     @property
     def group(self) -> str:
@@ -130,11 +133,17 @@ BUILTIN_RESOURCES: tuple[Resource, ...] = (
     Resource("v1", "Node", "nodes", False),
     Resource("v1", "Namespace", "namespaces", False),
     Resource("v1", "Event", "events", True),
-    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetwork", "podnetworks", False),
-    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetworkAttachment", "podnetworkattachments", True),
-    Resource("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "network-attachment-definitions", True),
+    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetwork", "podnetworks", False, False),
+    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetworkAttachment", "podnetworkattachments", True, False),
     Resource(
-        "bridge.multinetwork.x-k8s.io/v1alpha1", "NetworkSelectionOptions", "networkselectionoptions", True
+        "k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "network-attachment-definitions", True, False
+    ),
+    Resource(
+        "bridge.multinetwork.x-k8s.io/v1alpha1",
+        "NetworkSelectionOptions",
+        "networkselectionoptions",
+        True,
+        False,
     ),
 )
 
@@ -309,6 +318,7 @@ class Store:
     def update(self, obj: Mapping[str, Any]) -> Obj:
         """Replace an object (PUT). `status` in the body is ignored (status subresource)."""
         res, name, namespace = self._identify(obj)
+        self._require_version(res, name, obj)
         with self._lock:
             current = self._existing(res, name, namespace)
             self._check_version(res, obj, current)
@@ -320,6 +330,7 @@ class Store:
     def update_status(self, obj: Mapping[str, Any]) -> Obj:
         """Replace only `status` (PUT on the status subresource)."""
         res, name, namespace = self._identify(obj)
+        self._require_version(res, name, obj)
         with self._lock:
             current = self._existing(res, name, namespace)
             self._check_version(res, obj, current)
@@ -438,6 +449,14 @@ class Store:
         if obj is None:
             raise NotFound(f'{res.qualified} "{name}" not found')
         return obj
+
+    @staticmethod
+    def _require_version(res: Resource, name: str, body: Mapping[str, Any]) -> None:
+        if not res.unconditional_update and not (body.get("metadata") or {}).get("resourceVersion"):
+            raise Invalid(
+                f'{res.qualified} "{name}" is invalid: metadata.resourceVersion: Invalid value: 0: '
+                "must be specified for an update"
+            )
 
     @staticmethod
     def _check_version(res: Resource, body: Mapping[str, Any], current: Obj) -> None:

@@ -434,3 +434,33 @@ def test_concurrent_patches_from_threads_lose_no_write(api: Store) -> None:
 
 def test_names_formats_namespaced_and_cluster_objects() -> None:
     assert store_mod.names([pod("a", "ns"), podnetwork("blue")]) == ["ns/a", "blue"]
+
+
+def test_an_empty_finalizer_list_also_completes_the_delete(api: Store) -> None:
+    obj = podnetwork()
+    obj["metadata"]["finalizers"] = [FIN]
+    api.create(obj)
+    api.delete(*PN, "blue")
+    seen: list[Event] = []
+    api.subscribe(seen.append, *PN, replay=False)
+    api.patch(*PN, "blue", {"metadata": {"finalizers": []}})
+    assert api.find(*PN, "blue") is None
+    assert [e.type for e in seen] == [EventType.DELETED]
+
+
+def test_an_update_without_resource_version_is_unconditional_for_core_kinds_only(api: Store) -> None:
+    api.create(pod())
+    api.patch("v1", "Pod", "a", {"metadata": {"labels": {"x": "1"}}}, "demo")
+    body = pod()
+    body["metadata"]["labels"] = {"x": "2"}
+    assert api.update(body)["metadata"]["labels"] == {"x": "2"}
+    # Custom resources require it (the API server's custom-resource strategy).
+    api.create(podnetwork())
+    with pytest.raises(Invalid, match="must be specified for an update"):
+        api.update(podnetwork(provider="two"))
+
+
+def test_resources_lists_the_registered_kinds(api: Store) -> None:
+    kinds = {(r.api_version, r.kind) for r in api.resources()}
+    assert PN in kinds and ("v1", "Pod") in kinds
+    assert ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition") in kinds
