@@ -25,6 +25,7 @@ import socket
 import statistics
 import threading
 import time
+import timeit
 from typing import Any
 
 import httpx
@@ -32,6 +33,7 @@ import uvicorn
 
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
+from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import Settings
 
 NETWORKS = ["blue", "green", "red", "yellow"]
@@ -86,6 +88,27 @@ def measure(client: httpx.Client, path: str, body: bytes) -> float:
     return elapsed
 
 
+def breakdown(cache: cache_mod.Cache, body: bytes) -> dict[str, float]:
+    """In-process milliseconds of each step, best of several: where the difference comes from."""
+    args = wire.ExtenderArgs.model_validate_json(body)
+    names = args.candidate_names()
+    snap = cache.snapshot()
+    result = decision.filter_nodes(args.pod, names, snap)
+    everything = decision.FilterResult(passed=names)
+
+    def best(fn: Any) -> float:
+        return min(timeit.repeat(fn, number=50, repeat=7)) / 50 * 1000
+
+    return {
+        "parse_ms": best(lambda: wire.ExtenderArgs.model_validate_json(body).candidate_names()),
+        "decision_ms": best(lambda: decision.filter_nodes(args.pod, names, snap)),
+        "reply_ms": best(lambda: app_mod._reply(args, result).to_json()),
+        "baseline_reply_ms": best(lambda: app_mod._reply(args, everything).to_json()),
+        "reply_bytes": len(app_mod._reply(args, result).to_json()),
+        "baseline_reply_bytes": len(app_mod._reply(args, everything).to_json()),
+    }
+
+
 def run(nodes: int, rounds: int, some_fail: bool) -> dict[str, Any]:
     cache = build_cache(nodes, some_fail)
     body = build_body(nodes)
@@ -113,11 +136,13 @@ def run(nodes: int, rounds: int, some_fail: bool) -> dict[str, Any]:
         server.should_exit = True
         thread.join(10)
     filt, base = statistics.median(times["/filter"]), statistics.median(times["/baseline/filter"])
+    parts = breakdown(cache, body)
     return {
         "scenario": "one third lack a network" if some_fail else "every node offers them",
         "nodes": nodes, "rounds": rounds, "body_bytes": len(body), "passed": passed, "failed": failed,
         "filter_median_ms": filt * 1000, "baseline_median_ms": base * 1000,
         "filter_calls_per_s": 1 / filt, "baseline_calls_per_s": 1 / base, "ratio": filt / base,
+        **parts,
         "python": platform.python_version(), "machine": platform.machine(),
     }
 
@@ -146,6 +171,14 @@ def main() -> None:
     for r in results:
         print(f"| {r['scenario']} | {r['passed']} / {r['failed']} | {r['baseline_calls_per_s']:.0f} | "
               f"{r['filter_calls_per_s']:.0f} | {r['ratio']:.2f} | {', '.join(map(str, r['ratios']))} |")
+    print()
+    print("In-process, best of 7 (ms): where the difference comes from")
+    print()
+    print("| scenario | parse | decision | reply (bytes) | baseline reply (bytes) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print(f"| {r['scenario']} | {r['parse_ms']:.3f} | {r['decision_ms']:.3f} | "
+              f"{r['reply_ms']:.3f} ({r['reply_bytes']}) | {r['baseline_reply_ms']:.3f} ({r['baseline_reply_bytes']}) |")
 
 
 if __name__ == "__main__":
