@@ -162,21 +162,32 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _load_objects(path: Path) -> Any:
+    """The objects of a YAML/JSON file (documents, lists, or `kind: List`); ValueError says what is wrong."""
     import yaml
 
     from bridge.cni.objects import MemoryObjects
 
-    docs: list[dict[str, Any]] = []
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc is None:
-            continue
+    try:
+        loaded = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML/JSON: {exc}") from None
+    docs: list[Any] = []
+    for doc in loaded:
         if isinstance(doc, dict) and doc.get("kind") == "List":
             docs.extend(doc.get("items") or [])
         elif isinstance(doc, list):
             docs.extend(doc)
         else:
             docs.append(doc)
-    return MemoryObjects(docs)
+    store = MemoryObjects()
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise ValueError(f"object {i} is not a mapping")
+        try:
+            store.put(doc)
+        except ValueError as exc:
+            raise ValueError(f"object {i}: {exc}") from None
+    return store
 
 
 async def serve(agent: agent_mod.Agent, stop: asyncio.Event) -> None:
@@ -210,19 +221,24 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"installed {shim}", file=sys.stderr)
         config.conf_file = (args.agent_conf_dir or config.conf_dir) / agent_mod.DEFAULT_CONF_FILE_NAME
-    try:
-        if args.objects is not None:
+    if args.objects is not None:
+        try:
             objects = _load_objects(args.objects)
-        else:
-            from bridge.cni.objects import KubernetesObjects
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot read --objects {args.objects}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        from bridge.cni.objects import KubernetesObjects
 
+        try:
             objects = KubernetesObjects(args.kubeconfig, args.context)
-    except Exception as exc:
-        print(
-            f"error: cannot reach the cluster's objects: {exc}; give --kubeconfig or --objects FILE",
-            file=sys.stderr,
-        )
-        return 1
+        except Exception as exc:
+            print(
+                f"error: cannot reach the cluster: {exc}; give --kubeconfig (or run in a pod), "
+                "or --objects FILE to serve without a cluster",
+                file=sys.stderr,
+            )
+            return 1
     agent = agent_mod.Agent(objects, config)
 
     async def main() -> None:

@@ -267,3 +267,14 @@ async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_
             await second.start()
         await second.stop()
         assert (tmp_path / "a.sock").is_socket()
+
+
+def test_an_unreadable_objects_file_is_an_error_that_says_which_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    (tmp_path / "o.yaml").write_text("kind: Pod\nmetadata: {}\n")
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
+    assert "object 0: an object needs a kind and metadata.name" in capsys.readouterr().err
+    (tmp_path / "o.yaml").write_text("a: [\n")
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
+    assert "not YAML/JSON" in capsys.readouterr().err
