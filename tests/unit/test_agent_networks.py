@@ -179,3 +179,14 @@ async def test_del_tears_down_past_a_failure_reports_it_and_a_retry_finishes(tmp
     await a.handle({**ENV, "CNI_COMMAND": "DEL"}, b'{"cniVersion": "1.0.0"}')
     assert [ifname for cmd, ifname, _ in rec.calls if cmd == "DEL"] == ["net1"]
     assert a.cache.load("c1") is None
+
+
+async def test_gc_tears_down_the_containers_the_runtime_no_longer_lists(tmp_path: Path) -> None:
+    a, rec = make(tmp_path, [pod()], default={"cniVersion": "1.1.0", "name": "kubenet", "type": "bridge"})
+    for cid in ("keep", "gone"):
+        await a.handle({**ENV, "CNI_CONTAINERID": cid}, b'{"cniVersion": "1.1.0"}')
+    rec.calls.clear()
+    gc_conf = {"cniVersion": "1.1.0", "name": "multinetwork", "cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]}
+    await a.handle({"CNI_COMMAND": "GC"}, json.dumps(gc_conf).encode())
+    assert [(cmd, conf["name"]) for cmd, _, conf in rec.calls] == [("DEL", "kubenet")]
+    assert list(a.cache.container_ids()) == ["keep"]
