@@ -55,7 +55,9 @@ def not_found(kind: str, name: str) -> str:
 
 
 def not_ready(kind: str, name: str, reason: str, message: str) -> str:
-    return f'{kind.lower()} "{name}" is not Ready: {reason}: {message}'
+    """The object's Ready condition, copied: `<reason>: <message>` (no dangling colon)."""
+    detail = f"{reason}: {message}" if message else reason or "no reason given"
+    return f'{kind.lower()} "{name}" is not Ready: {detail}'
 
 
 def not_available(name: str) -> str:

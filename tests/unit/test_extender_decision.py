@@ -76,6 +76,12 @@ def test_terminating_podnetwork_is_not_ready() -> None:
     assert result.unresolvable == {"n1": 'podnetwork "blue" is not Ready: Terminating: the object is being deleted'}
 
 
+def test_a_ready_condition_without_message_is_copied_without_a_dangling_colon() -> None:
+    snap = synced(ready("blue", False, "AdministrativelyDisabled"))
+    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"], snap)
+    assert result.unresolvable == {"n1": 'podnetwork "blue" is not Ready: AdministrativelyDisabled'}
+
+
 def test_podnetwork_without_a_ready_condition_is_not_ready() -> None:
     result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"],
                                    synced({"kind": "PodNetwork", "metadata": {"name": "blue"}}))
