@@ -41,6 +41,29 @@ class ExtenderArgs(BaseModel):
     )
     """Candidate node names, when `nodeCacheCapable: true`."""
 
+    @pydantic.field_validator("pod")
+    @classmethod
+    def _pod_shape(cls, pod: dict[str, Any]) -> dict[str, Any]:
+        # Only what the decision reads is checked; the rest of the pod is kube-scheduler's.
+        meta = pod.get("metadata", {})
+        if meta is not None and not isinstance(meta, dict):
+            raise ValueError("metadata must be an object")
+        annotations = (meta or {}).get("annotations")
+        if annotations is not None and not (
+            isinstance(annotations, dict) and all(isinstance(v, str) for v in annotations.values())
+        ):
+            raise ValueError("metadata.annotations must be a map of strings")
+        for key in ("spec", "status"):
+            if pod.get(key) is not None and not isinstance(pod[key], dict):
+                raise ValueError(f"{key} must be an object")
+        os_ = (pod.get("spec") or {}).get("os")
+        if os_ is not None and not (isinstance(os_, dict) and isinstance(os_.get("name", ""), str)):
+            raise ValueError('spec.os must be an object such as {"name": "linux"}')
+        namespace = (meta or {}).get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise ValueError("metadata.namespace must be a string")
+        return pod
+
     @pydantic.model_validator(mode="after")
     def _one_shape(self) -> ExtenderArgs:
         if (self.nodes is None) == (self.node_names is None):

@@ -24,11 +24,15 @@ from extender_support import (
     podnetwork,
     world,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin.settings import Settings
 
+NETWORKS_KEY = "multinetwork.x-k8s.io/networks"
+NODE_NETWORKS_KEY = "multinetwork.x-k8s.io/podnetworks"
 REPLY_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 NAMES = ["node-a", "node-b", "node-c"]
 
@@ -259,6 +263,10 @@ async def test_pod_waits_while_the_cache_is_not_synced_but_others_pass() -> None
         (b'{"Pod": {}, "NodeNames": ["a"], "Nodes": {"items": []}}', "exactly one of Nodes"),
         (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0].metadata.name: Required value"),
         (b'{"Pod": {}, "Nodes": {"items": [7]}}', "Nodes.items[0]: Input should be an object"),
+        (b'{"Pod": {"metadata": []}, "NodeNames": []}', "Pod: Value error, metadata must be an object"),
+        (b'{"Pod": {"metadata": {"annotations": {"a": 1}}}, "NodeNames": []}', "metadata.annotations must be a map of strings"),
+        (b'{"Pod": {"spec": 1}, "NodeNames": []}', "Pod: Value error, spec must be an object"),
+        (b'{"Pod": {"spec": {"os": "linux"}}, "NodeNames": []}', "spec.os must be an object"),
     ],
 )
 @pytest.mark.parametrize("verb", ["/filter", "/prioritize"])
@@ -270,6 +278,32 @@ async def test_malformed_body_gets_400_with_a_message(
     message = response.json()["message"]
     assert message.startswith("not an extender v1 ExtenderArgs body: ")
     assert fragment in message
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["Pod", "pod", "Nodes", "nodes", "NodeNames", "nodeNames", "items", "metadata",
+                         "name", "annotations", NETWORKS_KEY, NODE_NETWORKS_KEY]),
+        inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(body=JSON_VALUES | st.binary(max_size=64).map(lambda b: b.decode("latin-1")))
+def test_no_body_makes_the_extender_answer_500(body: Any) -> None:
+    content = body if isinstance(body, str) else json.dumps(body)
+    application = app_mod.create_app(world(), Settings())
+
+    async def call() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://x") as c:
+            return [await c.post(verb, content=content) for verb in ("/filter", "/prioritize")]
+
+    filtered, prioritized = asyncio.run(call())
+    assert filtered.status_code in (200, 400) and prioritized.status_code == filtered.status_code
+    if filtered.status_code == 200:
+        assert filtered.json()["Error"] == ""  # a readable body never fails the decision
 
 
 async def test_body_over_16_mib_is_refused_with_413_before_parsing(client: httpx.AsyncClient) -> None:
