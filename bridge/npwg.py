@@ -698,9 +698,14 @@ def status_entry(
     ips: list[str] = []
     result: Mapping[str, Any] = cni_result or {}
     if result:
-        legacy = _version_tuple(result.get("cniVersion", "0.1.0")) < (0, 3, 0) or (
-            "ips" not in result and ("ip4" in result or "ip6" in result)
-        )
+        # The shape decides, the version only when the shape is silent: some plugins
+        # omit cniVersion, some echo a config version their result does not follow.
+        if "ips" in result or "interfaces" in result:
+            legacy = False
+        elif "ip4" in result or "ip6" in result:
+            legacy = True
+        else:
+            legacy = _version_tuple(result.get("cniVersion", "0.1.0")) < (0, 3, 0)
         if legacy:
             for block in (result.get("ip4"), result.get("ip6")):
                 if isinstance(block, dict) and block.get("ip"):

@@ -498,6 +498,19 @@ def test_spec_5_3_3_1_pre_0_3_results_give_ips_from_ip4_and_ip6(version: str) ->
                      "default": True, "dns": {"nameservers": ["1.1.1.1"]}, "default-route": ["10.0.0.1"]}
 
 
+@pytest.mark.parametrize(
+    ("result", "ips"),
+    [
+        pytest.param({k: v for k, v in RESULT_1_0.items() if k != "cniVersion"}, ["10.1.0.5/24", "fd00::5/64"],
+                     id="5.3.3.1 a current result without cniVersion is read by its shape"),
+        pytest.param({"cniVersion": "1.0.0", "ip4": {"ip": "10.0.0.5/24"}}, ["10.0.0.5/24"],
+                     id="5.3.3.1 an ip4 block under a newer version is read as pre-0.3"),
+    ],
+)
+def test_spec_5_3_3_1_the_result_shape_decides_how_it_is_read(result: dict, ips: list[str]) -> None:
+    assert npwg.status_entry("ns/n", result, default=False)["ips"] == ips
+
+
 def test_spec_5_1_1_an_add_without_result_gives_a_minimal_map() -> None:
     assert npwg.status_entry("ns/n", None, default=False) == {"name": "ns/n", "default": False}
     assert npwg.status_entry("ns/n", None, default=False, interface="net1") == {
