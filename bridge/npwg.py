@@ -124,15 +124,38 @@ class InvalidSelection(ValueError):
     """
 
     def __init__(
-        self, message: str, *, index: int | None = None, key: str | None = None, section: str = "4.1"
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        key: str | None = None,
+        section: str = "4.1",
+        element: str | None = None,
     ) -> None:
         self.index = index
         self.key = key
         self.section = section
-        where = NETWORKS_ANNOTATION if index is None else f"{NETWORKS_ANNOTATION}[{index}]"
-        if key is not None:
-            where += f".{key}"
-        super().__init__(f"{where}: {message} (NPWG multi-net spec {section})")
+        self.detail = message
+        """What is wrong, without the location."""
+        self.element = element
+        """The element's `name`, when it has a readable one."""
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = NETWORKS_ANNOTATION if self.index is None else f"{NETWORKS_ANNOTATION}[{self.index}]"
+        if self.key is not None:
+            where += f".{self.key}"
+        named = f"element {self.element!r}; " if self.element else ""
+        return f"{where}: {self.detail} ({named}NPWG multi-net spec {self.section})"
+
+    def naming(self, element: str) -> InvalidSelection:
+        """The same error, naming the element it is about."""
+        self.element = element
+        self.args = (self._text(),)
+        return self
+
+    def __str__(self) -> str:
+        return self._text()
 
 
 class DelegationError(ValueError):
@@ -354,6 +377,15 @@ def _element(index: int, raw: Any, pod_namespace: str) -> NetworkSelectionElemen
     if problem := name_problem(name):
         raise _fail(index, "name", f"{json.dumps(name)} {problem}")
     kwargs["name"] = name
+    try:
+        return _element_keys(index, raw, pod_namespace, kwargs)
+    except InvalidSelection as exc:
+        raise exc.naming(name) from None
+
+
+def _element_keys(
+    index: int, raw: dict[str, Any], pod_namespace: str, kwargs: dict[str, Any]
+) -> NetworkSelectionElement:
     namespace = _string(index, "namespace", raw["namespace"]) if "namespace" in raw else ""
     namespace = namespace or pod_namespace  # 4.1.2.1.1: missing or empty means the pod's
     if problem := name_problem(namespace, max_length=NAMESPACE_MAX):

@@ -282,7 +282,7 @@ def options_problem(spec: Mapping[str, Any]) -> str | None:
     try:
         npwg.parse_selection(json.dumps([{"name": "options", **spec}]), "default")
     except npwg.InvalidSelection as exc:
-        return f"spec.{exc.key}: {str(exc).split(': ', 1)[1]}"
+        return f"spec.{exc.key}: {exc.detail} (NPWG multi-net spec {exc.section})"
     except (TypeError, ValueError) as exc:
         return f"spec is not JSON: {exc}"
     return None

@@ -205,6 +205,16 @@ def test_spec_4_1_2_1_invalid_values_make_the_annotation_invalid(raw: dict, key:
     assert f"[1].{key}:" in str(exc.value)
 
 
+def test_spec_4_1_2_1_errors_name_the_element_by_index_key_and_name() -> None:
+    with pytest.raises(InvalidSelection) as exc:
+        npwg.parse_selection('[{"name": "net-a"}, {"name": "net-b", "mac": "zz"}]', NS)
+    assert str(exc.value) == (
+        'k8s.v1.cni.cncf.io/networks[1].mac: "zz" is not a 6-byte Ethernet MAC address '
+        "(element 'net-b'; NPWG multi-net spec 4.1.2.1.4)"
+    )
+    assert (exc.value.element, exc.value.detail) == ("net-b", '"zz" is not a 6-byte Ethernet MAC address')
+
+
 @pytest.mark.parametrize(
     ("annotation", "section"),
     [
