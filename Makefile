@@ -43,8 +43,12 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# Benchmarks report ratios against a baseline measured in the same run
+# (docs/benchmarks.md). The agent's needs root and the CNI plugins.
 bench: setup
-	$(VENV)/bin/python -m benchmarks
+	$(PY) benchmarks/bench_controller_inuse.py
+	$(PY) benchmarks/bench_extender.py --repeats 3
+	$(PY) benchmarks/bench_agent.py -n 40
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks
