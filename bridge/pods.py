@@ -24,7 +24,9 @@ from typing import Any
 from bridge import npwg, podips, translate
 from bridge.translate import Translation
 from podnetwork import conditions, constants
+from podnetwork import networks as kep_networks
 from podnetwork.api import Network
+from podnetwork.fielderrors import InvalidObject
 
 #: Pod annotation: digest of the selection value the bridge wrote.
 WRITTEN_ANNOTATION = f"{translate.OPTIONS_GROUP}/networks-written"
@@ -164,6 +166,48 @@ def event(
     }
 
 
+def _pointer(key: str) -> str:
+    """A JSON Pointer token (RFC 6901) for an annotation key."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def admission_patch(
+    pod: Mapping[str, Any], objects: translate.Objects, namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """JSON Patch operations (RFC 6902) a mutating admission webhook can return for a new pod.
+
+    Writing the selection at admission closes the window a controller leaves between
+    pod creation and the annotation (an NPWG implementation reads it at sandbox
+    creation). The same rules as `selection` apply; nothing is added unless every
+    object the pod names is Ready and the translation succeeds. Never raises for
+    bad input: a pod whose networks cannot be read or translated gets no patch
+    (validation is admission's other half). `namespace` is the admission request's,
+    for pods whose metadata does not carry one yet.
+    """
+    try:
+        nets = kep_networks.declared(pod)
+    except InvalidObject:
+        return []
+    namespace = (pod.get("metadata") or {}).get("namespace") or namespace or ""
+    if nets is None or (pod.get("spec") or {}).get("hostNetwork") or not namespace:
+        return []
+    try:
+        translation = translate.translate(nets, namespace, objects)
+    except (translate.TranslationError, ValueError):
+        return []
+    if not_ready(nets, namespace, objects):
+        return []
+    with_namespace = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
+    decision = selection(with_namespace, translation)
+    if decision.patch is None:
+        return []
+    # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
+    return [
+        {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+        for key, value in decision.patch["metadata"]["annotations"].items()
+    ]
+
+
 def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str], set[tuple[str, str]]]:
     """(PodNetwork names, attachment keys) the pod names directly."""
     pns = {n.pod_network_name for n in networks if n.pod_network_name}
@@ -175,6 +219,7 @@ __all__ = [
     "CONFLICT_REASON",
     "WRITTEN_ANNOTATION",
     "SelectionDecision",
+    "admission_patch",
     "attached",
     "digest",
     "event",

@@ -134,3 +134,45 @@ def test_events_are_named_from_pod_and_message_so_each_is_posted_once() -> None:
     assert (a["type"], a["reason"], a["count"]) == ("Warning", "SelectionDisagrees", 1)
     long = {"metadata": {"name": "x" * 253, "namespace": NS, "uid": "u"}}
     assert len(pods.event(long, "R", "m", now="t")["metadata"]["name"]) == 253
+
+
+def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
+    """Enough of RFC 6902 `add` for annotation paths (with RFC 6901 unescaping)."""
+    out = json.loads(json.dumps(obj))
+    for op in ops:
+        assert op["op"] == "add"
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = out
+        for part in parents:
+            node = node[part]
+        node[last] = op["value"]
+    return out
+
+
+def test_admission_patch_adds_the_selection_to_a_new_pod_with_escaped_annotation_paths() -> None:
+    new_pod = {"metadata": {"name": "p", "annotations": {constants.NETWORKS_ANNOTATION: json.dumps(NETS)}}}
+    ops = pods.admission_patch(new_pod, WORLD, namespace=NS)
+    assert all("~1" in op["path"] for op in ops)
+    patched = apply_json_patch(new_pod, ops)
+    assert patched["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
+    assert patched["metadata"]["annotations"][pods.WRITTEN_ANNOTATION] == pods.digest(WANTED)
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        pytest.param(json.dumps([{"podNetworkName": "storage"}]), id="a network not Ready"),
+        pytest.param(json.dumps([{"podNetworkName": "nope"}]), id="a missing network"),
+        pytest.param("[oops", id="an unreadable networks annotation"),
+        pytest.param(json.dumps([{"podNetworkName": "default"}]), id="the default network only"),
+    ],
+)
+def test_admission_patch_adds_nothing_it_cannot_stand_behind(annotation: str) -> None:
+    new_pod = {"metadata": {"name": "p", "namespace": NS, "annotations": {constants.NETWORKS_ANNOTATION: annotation}}}
+    assert pods.admission_patch(new_pod, WORLD) == []
+
+
+def test_admission_patch_keeps_a_hand_written_selection() -> None:
+    new_pod = {"metadata": {"name": "p", "annotations": {constants.NETWORKS_ANNOTATION: json.dumps(NETS),
+                                                         npwg.NETWORKS_ANNOTATION: "nets/storage"}}}
+    assert pods.admission_patch(new_pod, WORLD, namespace=NS) == []
