@@ -6,7 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from controller_support import NODES, PN, PNA, PODS, attachment, declare_resources, node, pod, podnetwork
+from controller_support import attachment, node, pod, podnetwork
+from kube_emulator import NODES, PN, PNA, PODS, declare_resources
 
 from podnetwork import explain, graph, graph_source
 

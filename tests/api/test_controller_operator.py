@@ -12,22 +12,18 @@ import asyncio
 from typing import Any
 
 import pytest
-from controller_support import (
+from controller_support import attachment, node, pod, podnetwork, running
+from kube_emulator import (
     NODES,
     PN,
     PNA,
     PODS,
     Emulator,
-    attachment,
     condition,
     content_types,
     declare_resources,
     eventually,
-    node,
-    pod,
-    podnetwork,
     requests_to,
-    running,
 )
 
 from podnetwork import constants, controller

@@ -1,0 +1,170 @@
+"""kmock's Kubernetes emulator made closer to a real API server, and a kopf operator to run against it.
+
+kmock stores objects as given: no resourceVersion, no conflicts, lists replaced on
+merge. `Emulator` adds what the operators rely on, as a real API server does it:
+every create or patch bumps `metadata.resourceVersion` (a counter, as etcd's
+revision is), a patch carrying a stale `resourceVersion` gets 409 Conflict, and a
+test can make writes to a path answer 503. `operator` runs a kopf registry in a
+task of the test's loop, logged in to the emulator over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from typing import Any
+
+import kmock
+import kopf
+
+from podnetwork import constants
+
+PN = f"{constants.GROUP}/{constants.VERSION}/{constants.PODNETWORK_PLURAL}"
+PNA = f"{constants.GROUP}/{constants.VERSION}/{constants.ATTACHMENT_PLURAL}"
+PODS = "v1/pods"
+NODES = "v1/nodes"
+EVENTS = "v1/events"
+ALL_VERBS = frozenset({"list", "watch", "get", "create", "patch", "delete"})
+
+
+class Emulator(kmock.KubernetesEmulator):
+    """kmock's emulator with resourceVersion counting, 409 on stale patches and injected 503s."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._revision = 0
+        self.failures: dict[str, int] = {}
+        """Path suffix -> how many more writes there answer 503 without storing anything."""
+
+    async def _handle(self, request: Any) -> Any:
+        for suffix, left in self.failures.items():
+            if left and request.method.value != "GET" and str(request.url.path).endswith(suffix):
+                self.failures[suffix] = left - 1
+                raise kmock.KubernetesError(status=503, reason="ServiceUnavailable", message="try again")
+        if request.resource is None or not isinstance(request.data, dict) or request.method.value not in (
+                "POST", "PATCH"):
+            return await super()._handle(request)
+        sent = copy.deepcopy(request.data)
+        meta = request.data.setdefault("metadata", {})
+        if request.method.value == "PATCH" and meta.get("resourceVersion"):
+            key = (request.resource, request.namespace, request.name)
+            stored = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
+            current = (stored or {}).get("metadata", {}).get("resourceVersion")
+            if current and current != meta["resourceVersion"]:
+                request.data.clear()
+                request.data.update(sent)
+                raise kmock.KubernetesError(status=409, reason="Conflict", message="the object has been modified")
+        self._revision += 1
+        meta["resourceVersion"] = str(self._revision)
+        try:
+            return await super()._handle(request)
+        finally:
+            # kmock records the request as sent, and the tests assert on that.
+            request.data.clear()
+            request.data.update(sent)
+
+
+def declare_resources(k: kmock.KubernetesEmulator) -> None:
+    """The KEP resources, pods and nodes, and the (empty) ones kopf's observers watch."""
+    k.resources[PN] = kmock.ResourceInfo(
+        kind=constants.PODNETWORK_KIND, namespaced=False, shortnames={"pn"}, subresources={"status"},
+        verbs=set(ALL_VERBS))
+    k.resources[PNA] = kmock.ResourceInfo(
+        kind=constants.ATTACHMENT_KIND, namespaced=True, shortnames={"pna"}, subresources={"status"},
+        verbs=set(ALL_VERBS))
+    k.resources[PODS] = kmock.ResourceInfo(kind="Pod", namespaced=True, subresources={"status"}, verbs=set(ALL_VERBS))
+    k.resources[NODES] = kmock.ResourceInfo(
+        kind="Node", namespaced=False, subresources={"status"}, verbs={"list", "watch", "get", "patch"})
+    k.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch"})
+    k.resources["v1/namespaces"] = kmock.ResourceInfo(
+        kind="Namespace", namespaced=False, verbs={"list", "watch", "get"})
+
+
+class _ForeignTasks(Collection[asyncio.Task[Any]]):
+    """Tasks that kopf must not wait for at exit: kmock's server and the test's own.
+
+    kopf treats every task created after its start as its own and waits for them
+    at exit; kmock's connection handlers are among them.
+    """
+
+    def __contains__(self, task: object) -> bool:
+        coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+        filename = getattr(getattr(coro, "cr_code", None), "co_filename", "")
+        return not any(part in filename for part in ("/kopf/", "/podnetwork/", "/bridge/"))
+
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+@contextlib.asynccontextmanager
+async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry) -> AsyncIterator[None]:
+    """The handlers of `registry` in an operator task of this loop; stopped (and awaited) on exit."""
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=str(k.url).rstrip("/"), insecure=True)
+
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0.1
+    settings.networking.error_backoffs = [0.1]
+    # Per-object workers linger `idle_timeout` s; at exit they get `exit_timeout` s.
+    settings.batching.idle_timeout = 0.5
+    settings.batching.exit_timeout = 0.5
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+
+    async def run() -> None:
+        tasks = await kopf.spawn_tasks(registry=registry, settings=settings, standalone=True,
+                                       clusterwide=True, stop_flag=stop, ready_flag=ready)
+        await kopf.run_tasks(tasks, ignored=_ForeignTasks())
+
+    task = asyncio.create_task(run())
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 8.0) -> Any:
+    """Poll `check` until it returns a truthy value or None; at the deadline re-raise its last error."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            result = check()
+            if result or result is None:
+                return result
+        except (AssertionError, KeyError, IndexError, TypeError):
+            if loop.time() > deadline:
+                raise
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met in {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def requests_to(k: kmock.KubernetesEmulator, method: str, path_suffix: str) -> list[Any]:
+    """Bodies of the requests sent with `method` to a path ending in `path_suffix` (or equal to it)."""
+    return [req.data for req in list(k)
+            if req.method.value == method and str(req.url.path).endswith(path_suffix)]
+
+
+def content_types(k: kmock.KubernetesEmulator, method: str, path_suffix: str) -> list[str]:
+    return [req.headers.get("Content-Type", "") for req in list(k)
+            if req.method.value == method and str(req.url.path).endswith(path_suffix)]
+
+
+def condition(obj: Any, type_: str) -> dict[str, Any]:
+    """The condition `type_` of a stored object; KeyError (retried by `eventually`) while absent."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    raise KeyError(type_)
