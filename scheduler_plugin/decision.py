@@ -23,10 +23,11 @@ FailedScheduling event aggregates them ("0/3 nodes are available: 3 podnetwork
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, filterfalse, repeat
+from itertools import compress, repeat
 from typing import Any
 
 from podnetwork import constants, networks, validation
@@ -127,12 +128,17 @@ class _ClusterVerdicts:
     """Every cached node judged for one list of networks."""
 
     passing: frozenset[str]
-    reasons: Mapping[str, str]
-    """Failing node -> why."""
+    codes: Mapping[str, int]
+    """Node -> index of its reason in `reasons`; 0 (the empty reason) passes."""
+    reasons: tuple[str, ...]
+    """The distinct reasons, `""` first: a handful (one per missing network or bad
+    annotation), each one string object shared by every node it applies to."""
 
 
 #: Distinct network lists remembered per snapshot; a bound, not a tuning knob.
 _MEMO_LIMIT = 64
+#: Reason codes travel as bytes (below), so at most 256 distinct reasons take the fast path.
+_BYTE_CODES = 256
 
 
 def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVerdicts:
@@ -140,25 +146,67 @@ def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVe
 
     kube-scheduler asks about the replicas of one workload in a row, with the same
     networks, and node annotations rarely change (heartbeats publish no new snapshot):
-    most requests find this ready, and then cost two C-level passes over the candidates.
+    most requests find this ready, and then cost a few C-level passes over the candidates.
     """
     key = ("node-verdicts", needed)
     found = snapshot.memo.get(key)
     if found is None:
         verdicts = _Verdicts(needed)
-        passing: list[str] = []
-        reasons: dict[str, str] = {}
+        code_of: dict[str, int] = {"": 0}
+        codes: dict[str, int] = {}
         for node, offer in snapshot.nodes.items():
             reason = verdicts[offer]
-            if reason:
-                reasons[node] = reason
-            else:
-                passing.append(node)
-        found = _ClusterVerdicts(frozenset(passing), reasons)
+            codes[node] = code_of.setdefault(reason, len(code_of))
+        passing = frozenset(node for node, code in codes.items() if not code)
+        found = _ClusterVerdicts(passing, codes, tuple(code_of))
         if len(snapshot.memo) >= _MEMO_LIMIT:
             snapshot.memo.clear()
         snapshot.memo[key] = found
     return found
+
+
+@functools.lru_cache(maxsize=_BYTE_CODES)
+def _selector(code: int) -> bytes:
+    """A `bytes.translate` table that turns `code` into 1 and every other byte into 0."""
+    return bytes(int(i == code) for i in range(256))
+
+
+def _split(known: _ClusterVerdicts, names: Sequence[str]) -> FilterResult:
+    """Sort the candidates into passed and failed, with constant work per candidate.
+
+    The per-node work stays in C: one dict lookup per candidate gives its reason code,
+    the codes become one byte each, and `compress` with a translated copy of those
+    bytes picks the passing names, then the names failing for each reason, which share
+    one message string. Python-level work is per distinct reason, not per node.
+    """
+    if len(known.reasons) > _BYTE_CODES:
+        return _split_one_by_one(known, names)
+    try:
+        found = operator.itemgetter(*names)(known.codes)
+    except KeyError:  # a candidate the cache does not know (yet)
+        return _split_one_by_one(known, names)
+    verdicts = bytes(found) if len(names) > 1 else bytes((found,))
+    passed = list(compress(names, verdicts.translate(_selector(0))))
+    failed: dict[str, str] = {}
+    for code in range(1, len(known.reasons)):
+        if code in verdicts:
+            failing = compress(names, verdicts.translate(_selector(code)))
+            failed.update(dict.fromkeys(failing, known.reasons[code]))
+    return FilterResult(passed=passed, failed=failed)
+
+
+def _split_one_by_one(known: _ClusterVerdicts, names: Sequence[str]) -> FilterResult:
+    """`_split` for the rare request that names a node the cache lacks, or brings >256 reasons."""
+    code_of, reasons = known.codes.get, known.reasons
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for name in names:
+        code = code_of(name)
+        if code == 0:
+            passed.append(name)
+        else:
+            failed[name] = UNKNOWN_NODE if code is None else reasons[code]
+    return FilterResult(passed=passed, failed=failed)
 
 
 def filter_nodes(
@@ -199,11 +247,6 @@ def filter_nodes(
         passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
         return FilterResult(passed=passed, failed=failed)
     known = _cluster_verdicts(snapshot, tuple(needed))
-    passes = known.passing.__contains__
-    passed = list(filter(passes, node_names))
-    failed: dict[str, str] = {}
-    if len(passed) != len(node_names):
-        failing = list(filterfalse(passes, node_names))
-        failed = dict(zip(failing, map(known.reasons.get, failing, repeat(UNKNOWN_NODE)), strict=True))
-    return FilterResult(passed=passed, failed=failed)
-
+    if known.passing.issuperset(node_names):  # C loop, stops at the first node that fails
+        return FilterResult(passed=list(node_names))
+    return _split(known, node_names)

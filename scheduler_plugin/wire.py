@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pydantic
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -104,7 +105,22 @@ class ExtenderFilterResult(BaseModel):
     error: str = Field("", serialization_alias="Error")
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
+        """The reply as kube-scheduler reads it: every field, under its Go name.
+
+        orjson writes the same bytes as pydantic's serializer (the fields are plain
+        strings, lists and dicts, and echoed nodes are plain JSON) about four times
+        faster; with thousands of candidates the reply is a large part of a call.
+        """
+        try:
+            return orjson.dumps({
+                "Nodes": self.nodes,
+                "NodeNames": self.node_names,
+                "FailedNodes": self.failed_nodes,
+                "FailedAndUnresolvableNodes": self.failed_and_unresolvable_nodes,
+                "Error": self.error,
+            })
+        except orjson.JSONEncodeError:  # what orjson refuses (an echoed integer over 64 bits)
+            return self.__pydantic_serializer__.to_json(self, by_alias=True)
 
 
 class HostPriority(BaseModel):
