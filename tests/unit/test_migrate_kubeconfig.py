@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import ssl
 import stat
 import sys
@@ -13,6 +15,8 @@ import pytest
 import yaml
 
 from bridge import migrate_kubeconfig
+
+EXEC_V1 = "client.authentication.k8s.io/v1"
 
 
 def write(path: Path, config: dict[str, Any]) -> Path:
@@ -64,16 +68,45 @@ def test_an_exec_credential_plugin_supplies_the_token(tmp_path: Path) -> None:
         "                  'status': {'token': os.environ['PLUGIN_TOKEN']}}))\n"
     )
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
-    user = {"exec": {"command": sys.executable, "args": [str(plugin)], "env": [{"name": "PLUGIN_TOKEN", "value": "xyz"}]}}
+    user = {"exec": {"apiVersion": EXEC_V1, "command": sys.executable, "args": [str(plugin)],
+                     "env": [{"name": "PLUGIN_TOKEN", "value": "xyz"}]}}
     conn = migrate_kubeconfig.load(str(write(tmp_path / "k", config(user=user))))
     assert conn.headers["Authorization"] == "Bearer xyz"
     conn.close()
 
 
-def test_a_failing_exec_plugin_is_reported(tmp_path: Path) -> None:
-    user = {"exec": {"command": sys.executable, "args": ["-c", "import sys; sys.exit('no login')"]}}
-    with pytest.raises(migrate_kubeconfig.KubeconfigError, match="failed \\(exit 1\\): no login"):
-        migrate_kubeconfig.load(str(write(tmp_path / "k", config(user=user))))
+def test_an_expired_exec_token_is_renewed_for_the_next_request(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        f"count = pathlib.Path({str(tmp_path / 'count')!r})\n"
+        "n = int(count.read_text()) + 1 if count.exists() else 1\n"
+        "count.write_text(str(n))\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',\n"
+        "                  'status': {'token': f't{n}', 'expirationTimestamp': '2000-01-01T00:00:00Z'}}))\n"
+    )
+    user = {"exec": {"apiVersion": EXEC_V1, "command": sys.executable, "args": [str(plugin)]}}
+    conn = migrate_kubeconfig.load(str(write(tmp_path / "k", config(user=user))))
+    with conn.client() as client:
+        request = client.build_request("GET", "/api")
+        sent = next(client.auth.auth_flow(request))
+    assert sent.headers["Authorization"] == "Bearer t2"
+    assert conn.headers["Authorization"] == "Bearer t3"
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("exec_", "message"),
+    [
+        ({"apiVersion": EXEC_V1, "command": sys.executable, "args": ["-c", "import sys; sys.exit('no login')"]},
+         "credential plugin (exec) failed: exec: process returned 1. no login"),
+        # kubectl, too, refuses an exec section without apiVersion.
+        ({"command": sys.executable}, "credential plugin (exec) failed: exec: malformed request. missing key 'apiVersion'"),
+    ],
+)
+def test_a_failing_exec_plugin_is_reported(tmp_path: Path, exec_: dict[str, Any], message: str) -> None:
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match=re.escape(message)):
+        migrate_kubeconfig.load(str(write(tmp_path / "k", config(user={"exec": exec_}))))
 
 
 def test_insecure_https_skips_verification(tmp_path: Path) -> None:
@@ -86,7 +119,7 @@ def test_insecure_https_skips_verification(tmp_path: Path) -> None:
 
 def test_basic_auth_when_there_is_no_token(tmp_path: Path) -> None:
     conn = migrate_kubeconfig.load(str(write(tmp_path / "k", config(user={"username": "a", "password": "b"}))))
-    assert conn.auth == ("a", "b") and "Authorization" not in conn.headers
+    assert conn.headers == {"Authorization": "Basic " + base64.b64encode(b"a:b").decode()}
     conn.close()
 
 
@@ -96,12 +129,13 @@ def test_basic_auth_when_there_is_no_token(tmp_path: Path) -> None:
         (lambda c: c.pop("current-context"), "sets no current-context; pass --context NAME"),
         (lambda c: c["clusters"][0]["cluster"].pop("server"), "names cluster 'c', which has no server"),
         (lambda c: c.update({"contexts": [{"context": {}}]}), "every entry of `contexts` needs a `name`"),
+        (lambda c: c.update({"current-context": "nope"}), "context 'nope' is not in the kubeconfig (contexts: ctx)"),
     ],
 )
 def test_unusable_kubeconfigs_say_what_to_fix(tmp_path: Path, mutate: Any, message: str) -> None:
     data = config()
     mutate(data)
-    with pytest.raises(migrate_kubeconfig.KubeconfigError, match=message.replace("(", "\\(").replace(")", "\\)")):
+    with pytest.raises(migrate_kubeconfig.KubeconfigError, match=re.escape(message)):
         migrate_kubeconfig.load(str(write(tmp_path / "k", data)))
 
 
