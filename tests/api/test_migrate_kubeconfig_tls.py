@@ -1,0 +1,170 @@
+"""A kubeconfig's certificates in use: HTTPS on loopback that requires a client certificate.
+
+bridge.migrate_kubeconfig reads the kubeconfig through the kubernetes client;
+these tests check that the resulting httpx client verifies the server with the
+kubeconfig's CA and presents its client certificate (as data, as files, or from
+an exec plugin).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from bridge import migrate_kubeconfig
+
+
+def self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make test certificates"
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "1", "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True)
+    return cert, key
+
+
+class Server:
+    """HTTPS on 127.0.0.1 that accepts only the client certificate it was given."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path) -> None:
+        self.seen: list[dict[str, Any]] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                peer = self.connection.getpeercert() or {}  # type: ignore[attr-defined]
+                subject = dict(item for rdn in peer.get("subject", ()) for item in rdn)
+                seen.append({"client": subject.get("commonName"), "authorization": self.headers["Authorization"]})
+                body = json.dumps({"kind": "APIVersions"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_cert_chain(str(cert), str(key))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("pki")
+    self_signed(directory, "server", "apiserver")
+    self_signed(directory, "client", "alice")
+    return directory
+
+
+@pytest.fixture()
+def server(pki: Path) -> Iterator[Server]:
+    srv = Server(pki / "server.pem", pki / "server.key", client_ca=pki / "client.pem")
+    yield srv
+    srv.stop()
+
+
+def b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def kubeconfig(path: Path, server: str, cluster: dict[str, Any], user: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "ctx",
+    }))
+    return str(path)
+
+
+def get(conn: migrate_kubeconfig.Connection) -> int:
+    with conn.client(timeout=10) as client:
+        return client.get("/api").status_code
+
+
+def test_certificate_data_verifies_the_server_and_authenticates_the_client(
+    pki: Path, server: Server, tmp_path: Path
+) -> None:
+    path = kubeconfig(tmp_path / "k", server.url, {"certificate-authority-data": b64(pki / "server.pem")},
+                      {"client-certificate-data": b64(pki / "client.pem"),
+                       "client-key-data": b64(pki / "client.key"), "token": "abc"})
+    conn = migrate_kubeconfig.load(path)
+    assert get(conn) == 200
+    written = conn.configuration.cert_file
+    conn.close()
+    assert server.seen == [{"client": "alice", "authorization": "Bearer abc"}]
+    assert not Path(written).exists()  # the key material written from *-data is removed on close
+
+
+def test_certificate_files_are_relative_to_the_kubeconfig(pki: Path, server: Server) -> None:
+    path = kubeconfig(pki / "k", server.url, {"certificate-authority": "server.pem"},
+                      {"client-certificate": "client.pem", "client-key": "client.key"})
+    conn = migrate_kubeconfig.load(path)
+    assert get(conn) == 200
+    conn.close()
+    assert server.seen == [{"client": "alice", "authorization": None}]
+
+
+def test_a_server_the_kubeconfig_does_not_vouch_for_is_refused(pki: Path, server: Server, tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "k", server.url, {},
+                      {"client-certificate-data": b64(pki / "client.pem"), "client-key-data": b64(pki / "client.key")})
+    conn = migrate_kubeconfig.load(path)
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        get(conn)
+    conn.close()
+    assert server.seen == []
+
+
+def test_insecure_skip_tls_verify_still_presents_the_client_certificate(
+    pki: Path, server: Server, tmp_path: Path
+) -> None:
+    path = kubeconfig(tmp_path / "k", server.url, {"insecure-skip-tls-verify": True},
+                      {"client-certificate-data": b64(pki / "client.pem"), "client-key-data": b64(pki / "client.key")})
+    conn = migrate_kubeconfig.load(path)
+    assert get(conn) == 200
+    conn.close()
+    assert server.seen[0]["client"] == "alice"
+
+
+def test_an_exec_plugin_may_answer_with_a_client_certificate(pki: Path, server: Server, tmp_path: Path) -> None:
+    status = {"clientCertificateData": (pki / "client.pem").read_text(),
+              "clientKeyData": (pki / "client.key").read_text()}
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("import json\nprint(json.dumps(" + repr({
+        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": status}) + "))\n")
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                     "args": [str(plugin)]}}
+    path = kubeconfig(tmp_path / "k", server.url, {"certificate-authority-data": b64(pki / "server.pem")}, user)
+    conn = migrate_kubeconfig.load(path)
+    assert get(conn) == 200
+    conn.close()
+    assert server.seen == [{"client": "alice", "authorization": None}]
