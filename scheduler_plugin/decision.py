@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Any
+from typing import Any, TypeVar
 
 from podnetwork import constants, networks, validation
 from podnetwork.fielderrors import InvalidObject
@@ -135,10 +135,32 @@ class _ClusterVerdicts:
     annotation), each one string object shared by every node it applies to."""
 
 
-#: Distinct network lists remembered per snapshot; a bound, not a tuning knob.
+#: Entries remembered per snapshot in each family (node verdicts per list of networks,
+#: pod verdicts per networks annotation); a bound, not a tuning knob.
 _MEMO_LIMIT = 64
+#: Longest networks annotation whose verdict is remembered (the API server allows 256 KiB).
+_MEMO_TEXT_LIMIT = 4096
 #: Reason codes travel as bytes (below), so at most 256 distinct reasons take the fast path.
 _BYTE_CODES = 256
+
+_T = TypeVar("_T")
+
+
+def _remembered(snapshot: Snapshot, family: str, key: Hashable, compute: Callable[[], _T]) -> _T:
+    """`compute()`, kept in the snapshot's memo under (family, key) for the next request.
+
+    Each family is bounded on its own, so many distinct pods never evict the node verdicts.
+    """
+    memo: dict[Hashable, _T] | None = snapshot.memo.get(family)
+    if memo is None:
+        memo = snapshot.memo.setdefault(family, {})
+    found = memo.get(key)
+    if found is None:
+        found = compute()
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = found
+    return found
 
 
 def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVerdicts:
@@ -148,21 +170,17 @@ def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVe
     networks, and node annotations rarely change (heartbeats publish no new snapshot):
     most requests find this ready, and then cost a few C-level passes over the candidates.
     """
-    key = ("node-verdicts", needed)
-    found = snapshot.memo.get(key)
-    if found is None:
-        verdicts = _Verdicts(needed)
-        code_of: dict[str, int] = {"": 0}
-        codes: dict[str, int] = {}
-        for node, offer in snapshot.nodes.items():
-            reason = verdicts[offer]
-            codes[node] = code_of.setdefault(reason, len(code_of))
-        passing = frozenset(node for node, code in codes.items() if not code)
-        found = _ClusterVerdicts(passing, codes, tuple(code_of))
-        if len(snapshot.memo) >= _MEMO_LIMIT:
-            snapshot.memo.clear()
-        snapshot.memo[key] = found
-    return found
+    return _remembered(snapshot, "node-verdicts", needed, lambda: _judge_nodes(snapshot, needed))
+
+
+def _judge_nodes(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVerdicts:
+    verdicts = _Verdicts(needed)
+    code_of: dict[str, int] = {"": 0}
+    codes: dict[str, int] = {}
+    for node, offer in snapshot.nodes.items():
+        codes[node] = code_of.setdefault(verdicts[offer], len(code_of))
+    passing = frozenset(node for node, code in codes.items() if not code)
+    return _ClusterVerdicts(passing, codes, tuple(code_of))
 
 
 @functools.lru_cache(maxsize=_BYTE_CODES)
@@ -209,6 +227,54 @@ def _split_one_by_one(known: _ClusterVerdicts, names: Sequence[str]) -> FilterRe
     return FilterResult(passed=passed, failed=failed)
 
 
+@dataclass(frozen=True, slots=True)
+class _PodVerdict:
+    """What the pod's networks mean on every node, before looking at any node."""
+
+    unresolvable: str = ""
+    """Why no node can take the pod (invalid networks, unresolved references)."""
+    failed: str = ""
+    """Why no node can take it yet (the cache is not synced)."""
+    needed: tuple[str, ...] = ()
+    """The PodNetworks each node must offer (never `default`)."""
+
+
+def _judge_pod(pod: Mapping[str, Any], snapshot: Snapshot) -> _PodVerdict:
+    errors = validation.validate_pod(pod)
+    if errors:
+        return _PodVerdict(unresolvable=str(InvalidObject(errors)))
+    if not snapshot.synced:
+        return _PodVerdict(failed=NOT_SYNCED)
+    needed, problems = _resolve(pod, snapshot)
+    if problems:
+        return _PodVerdict(unresolvable="; ".join(problems))
+    # Phase II req. 18: per-node availability does not apply to the default PodNetwork.
+    return _PodVerdict(needed=tuple(n for n in needed if n != constants.DEFAULT_PODNETWORK))
+
+
+def _pod_verdict(pod: Mapping[str, Any], annotations: Mapping[str, Any], snapshot: Snapshot) -> _PodVerdict:
+    """`_judge_pod`, remembered per snapshot for the fields it reads.
+
+    The replicas of one workload differ in name only. The verdict is computed from a
+    pod made of the key's fields alone, so nothing outside the key can change it: the
+    networks annotation, the namespace (attachments are namespaced), and the
+    `hostNetwork` and `os` the static rules read.
+    """
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    spec = spec if isinstance(spec, Mapping) else {}
+    text = annotations[constants.NETWORKS_ANNOTATION]
+    host_network, os_ = spec.get("hostNetwork"), spec.get("os")
+    essentials = {
+        "metadata": {"namespace": namespace, "annotations": {constants.NETWORKS_ANNOTATION: text}},
+        "spec": {"hostNetwork": host_network, "os": os_},
+    }
+    if type(text) is not str or len(text) > _MEMO_TEXT_LIMIT or not isinstance(namespace, str | None):
+        return _judge_pod(essentials, snapshot)  # odd or huge: judged afresh, never kept
+    key = (text, namespace, repr(host_network), repr(os_))
+    return _remembered(snapshot, "pod-verdicts", key, lambda: _judge_pod(essentials, snapshot))
+
+
 def filter_nodes(
     pod: Mapping[str, Any],
     node_names: Sequence[str],
@@ -224,19 +290,15 @@ def filter_nodes(
     copy is the one it decides with. O(len(node_names)) with constant work per node,
     plus, once per snapshot and list of networks, O(cached nodes) to judge them all.
     """
-    if not enabled or constants.NETWORKS_ANNOTATION not in networks.annotations_of(pod):
+    annotations = networks.annotations_of(pod)
+    if not enabled or constants.NETWORKS_ANNOTATION not in annotations:
         return FilterResult(passed=list(node_names))
-    errors = validation.validate_pod(pod)
-    if errors:
-        message = str(InvalidObject(errors))
-        return FilterResult(unresolvable=dict.fromkeys(node_names, message))
-    if not snapshot.synced:
-        return FilterResult(failed=dict.fromkeys(node_names, NOT_SYNCED))
-    needed, problems = _resolve(pod, snapshot)
-    if problems:
-        return FilterResult(unresolvable=dict.fromkeys(node_names, "; ".join(problems)))
-    # Phase II req. 18: per-node availability does not apply to the default PodNetwork.
-    needed = [n for n in needed if n != constants.DEFAULT_PODNETWORK]
+    verdict = _pod_verdict(pod, annotations, snapshot)
+    if verdict.unresolvable:
+        return FilterResult(unresolvable=dict.fromkeys(node_names, verdict.unresolvable))
+    if verdict.failed:
+        return FilterResult(failed=dict.fromkeys(node_names, verdict.failed))
+    needed = verdict.needed
     if not needed:
         return FilterResult(passed=list(node_names))
     if node_offers is not None:
@@ -246,7 +308,7 @@ def filter_nodes(
         failed = dict(compress(zip(node_names, reasons, strict=True), reasons))
         passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
         return FilterResult(passed=passed, failed=failed)
-    known = _cluster_verdicts(snapshot, tuple(needed))
+    known = _cluster_verdicts(snapshot, needed)
     if known.passing.issuperset(node_names):  # C loop, stops at the first node that fails
         return FilterResult(passed=list(node_names))
     return _split(known, node_names)
