@@ -135,7 +135,7 @@ def test_the_memo_of_a_snapshot_stays_bounded() -> None:
     for name in names:
         result = decision.filter_nodes(a_pod([{"podNetworkName": name}]), ["n1"], snap)
         assert (result.passed == ["n1"]) == (name in names[:3])
-    assert 0 < len(snap.memo) <= decision._MEMO_LIMIT
+    assert snap.memo and all(0 < len(family) <= decision._MEMO_LIMIT for family in snap.memo.values())
 
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "default"])
@@ -168,6 +168,113 @@ def test_a_node_passes_exactly_when_it_offers_every_needed_network_but_default(
     required = set(needed) - {"default"}
     for node, offer in offers.items():
         assert (node in result.passed) == (offer is None or required <= offer)
+
+
+
+def reference_filter(needed: list[str], offers: dict[str, Any], candidates: list[str]) -> decision.FilterResult:
+    """The rules applied one node at a time, as the docstring of `decision` states them."""
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for name in candidates:
+        if name not in offers:
+            failed[name] = decision.UNKNOWN_NODE
+            continue
+        offer = cache_mod.parse_node_offer(offers[name])
+        if isinstance(offer, cache_mod.InvalidOffer):
+            failed[name] = offer.message
+            continue
+        missing = [n for n in needed if n != "default" and offer is not None and n not in offer]
+        if missing:
+            failed[name] = decision.not_available(missing[0])
+        else:
+            passed.append(name)
+    return decision.FilterResult(passed=passed, failed=failed)
+
+
+NODE_NAMES = st.from_regex(r"node-[0-9]{1,2}", fullmatch=True)
+OFFER_TEXTS = st.none() | st.sampled_from(["a,b", '{"a": 1}', "[1]"]) | st.lists(NAMES, max_size=5).map(json.dumps)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    needed=st.lists(NAMES, min_size=1, max_size=4, unique=True),
+    offers=st.dictionaries(NODE_NAMES, OFFER_TEXTS, max_size=15),
+    extra=st.lists(NODE_NAMES, max_size=6),
+    data=st.data(),
+)
+def test_every_candidate_gets_the_verdict_of_the_rules_applied_node_by_node(
+    needed: list[str], offers: dict[str, str | None], extra: list[str], data: st.DataObject
+) -> None:
+    c = cache_mod.Cache()
+    for name in ["a", "b", "c", "d", "default"]:
+        c.upsert(ready(name))
+    for node, text in offers.items():
+        annotations = {} if text is None else {NODE_NETWORKS: text}
+        c.upsert({"kind": "Node", "metadata": {"name": node, "annotations": annotations}})
+    c.mark_synced()
+    # Candidates in any order, some unknown to the cache, some named twice.
+    candidates = data.draw(st.permutations(list(offers) + extra))
+    pod = a_pod([{"podNetworkName": n, "interfaceName": f"net{i}"} for i, n in enumerate(needed)])
+    snap = c.snapshot()
+    first = decision.filter_nodes(pod, candidates, snap)
+    again = decision.filter_nodes(pod, candidates, snap)  # from the snapshot's memo
+    expected = reference_filter(needed, offers, candidates)
+    assert first == again == expected
+    assert set(first.passed) | set(first.failed) <= set(candidates)
+
+
+def test_more_distinct_reasons_than_a_byte_holds_still_name_each_node_s_own() -> None:
+    nets = [f"net{i}" for i in range(300)]
+    c = cache_mod.Cache()
+    for name in nets:
+        c.upsert(ready(name))
+    # node-i lacks only net-i, so every node fails for a reason of its own.
+    for i in range(300):
+        c.upsert(a_node(f"node-{i}", nets[:i] + nets[i + 1:]))
+    c.upsert(a_node("node-all", nets))
+    c.mark_synced()
+    pod = a_pod([{"podNetworkName": n} for n in nets])
+    candidates = ["node-all", *(f"node-{i}" for i in range(300))]
+    result = decision.filter_nodes(pod, candidates, c.snapshot())
+    assert result.passed == ["node-all"]
+    assert result.failed == {f"node-{i}": decision.not_available(f"net{i}") for i in range(300)}
+
+
+def test_pods_that_differ_in_name_only_share_one_pod_verdict() -> None:
+    snap = synced(ready("blue"), a_node("n1", ["blue"]), a_node("n2", []))
+    for i in range(5):
+        pod = a_pod([{"podNetworkName": "blue"}])
+        pod["metadata"]["name"] = f"replica-{i}"
+        assert decision.filter_nodes(pod, ["n1", "n2"], snap).passed == ["n1"]
+    assert len(snap.memo["pod-verdicts"]) == 1
+
+
+def test_the_pod_verdict_depends_on_host_network_os_and_namespace() -> None:
+    attachment = {"kind": "PodNetworkAttachment", "metadata": {"name": "fast", "namespace": "ns"},
+                  "spec": {"podNetworkName": "blue"},
+                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}}
+    snap = synced(ready("blue"), attachment, a_node("n1"))
+    nets = [{"podNetworkAttachmentName": "fast", "interfaceName": "eth1"}]
+    assert decision.filter_nodes(a_pod(nets), ["n1"], snap).passed == ["n1"]
+    host = decision.filter_nodes(a_pod(nets, hostNetwork=True), ["n1"], snap)
+    assert host.unresolvable == {"n1": "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true"}
+    other_ns = a_pod(nets)
+    other_ns["metadata"]["namespace"] = "elsewhere"
+    assert decision.filter_nodes(other_ns, ["n1"], snap).unresolvable == {
+        "n1": 'podnetworkattachment "fast" not found'
+    }
+    windows = decision.filter_nodes(a_pod(nets, os={"name": "windows"}), ["n1"], snap)
+    assert windows.passed == ["n1"]  # eth1 is a valid name on both; the verdict was judged afresh
+    assert len(snap.memo["pod-verdicts"]) == 4
+
+
+def test_a_huge_networks_annotation_is_judged_but_not_remembered() -> None:
+    snap = synced(ready("blue"), a_node("n1", ["blue"]))
+    padding = " " * (decision._MEMO_TEXT_LIMIT + 1)
+    pod = a_pod(None)
+    pod["metadata"]["annotations"][NETWORKS] = json.dumps([{"podNetworkName": "blue"}]) + padding
+    assert decision.filter_nodes(pod, ["n1"], snap).passed == ["n1"]
+    assert "pod-verdicts" not in snap.memo
 
 
 # --- cache ------------------------------------------------------------------------------------
