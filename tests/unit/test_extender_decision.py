@@ -175,6 +175,8 @@ def reference_filter(needed: list[str], offers: dict[str, Any], candidates: list
     """The rules applied one node at a time, as the docstring of `decision` states them."""
     passed: list[str] = []
     failed: dict[str, str] = {}
+    if set(needed) <= {"default"}:  # available on every node, known or not
+        return decision.FilterResult(passed=list(candidates))
     for name in candidates:
         if name not in offers:
             failed[name] = decision.UNKNOWN_NODE
