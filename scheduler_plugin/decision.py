@@ -123,16 +123,46 @@ class _Verdicts(dict[NodeOffer, str]):
         return reason
 
 
-@dataclass(frozen=True, slots=True)
 class _ClusterVerdicts:
-    """Every cached node judged for one list of networks."""
+    """Every cached node judged for one list of networks.
 
-    passing: frozenset[str]
-    codes: Mapping[str, int]
-    """Node -> index of its reason in `reasons`; 0 (the empty reason) passes."""
-    reasons: tuple[str, ...]
-    """The distinct reasons, `""` first: a handful (one per missing network or bad
-    annotation), each one string object shared by every node it applies to."""
+    The tables are keyed by node name. A lookup whose key is the very object it
+    looks for skips comparing characters, and that comparison (with a key object
+    far away in memory) is most of a lookup's cost. pydantic's JSON parser hands
+    out one str object per repeated short string (`cache_strings`, see
+    `wire.ExtenderArgs`), so kube-scheduler's node names come back as the same
+    objects request after request: `adopt` re-keys both tables by the objects of a
+    request, and later requests match on identity. The tables' contents never
+    change, so a lookup is right whichever objects it meets.
+    """
+
+    __slots__ = ("_adopted", "codes", "passing", "reasons")
+
+    def __init__(self, passing: frozenset[str], codes: dict[str, int], reasons: tuple[str, ...]) -> None:
+        self.passing = passing
+        self.codes: Mapping[str, int] = codes
+        """Node -> index of its reason in `reasons`; 0 (the empty reason) passes."""
+        self.reasons = reasons
+        """The distinct reasons, `""` first: a handful (one per missing network or bad
+        annotation), each one string object shared by every node it applies to."""
+        self._adopted = 0
+
+    def adopt(self, names: Sequence[str]) -> None:
+        """Key the tables by the objects of `names` where they name cached nodes.
+
+        O(cached nodes), so it runs only when a request is at least twice as large
+        as the last one adopted: a handful of times per table.
+        """
+        if len(names) < 2 * self._adopted or len(names) < 2:
+            return
+        rekeyed: dict[str, int] = dict.fromkeys(filter(self.codes.__contains__, names), 0)
+        # update() keeps a key's first object and sets every value: the request's objects,
+        # the cache's facts, and the cache's objects for nodes this request did not name.
+        rekeyed.update(self.codes)
+        # A reader may meet the new set and the old map (or the reverse): both hold the same facts.
+        self.passing = frozenset(name for name, code in rekeyed.items() if not code)
+        self.codes = rekeyed
+        self._adopted = len(names)
 
 
 #: Entries remembered per snapshot in each family (node verdicts per list of networks,
@@ -309,6 +339,7 @@ def filter_nodes(
         passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
         return FilterResult(passed=passed, failed=failed)
     known = _cluster_verdicts(snapshot, needed)
+    known.adopt(node_names)
     if known.passing.issuperset(node_names):  # C loop, stops at the first node that fails
         return FilterResult(passed=list(node_names))
     return _split(known, node_names)

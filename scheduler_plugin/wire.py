@@ -31,7 +31,10 @@ class NodeList(BaseModel):
 class ExtenderArgs(BaseModel):
     """The body of `filter` and `prioritize` calls."""
 
-    model_config = ConfigDict(extra="ignore")
+    # cache_strings (pydantic's default, stated because the decision relies on it for
+    # speed, never for correctness): a node name seen before comes back as the same
+    # str object, so the decision's tables find it by identity.
+    model_config = ConfigDict(extra="ignore", cache_strings="all")
 
     pod: dict[str, Any] = Field(validation_alias=AliasChoices("Pod", "pod"))
     """The pod being scheduled (`*v1.Pod`), kept as a plain dict."""

@@ -225,6 +225,28 @@ def test_every_candidate_gets_the_verdict_of_the_rules_applied_node_by_node(
     assert set(first.passed) | set(first.failed) <= set(candidates)
 
 
+def fresh(name: str) -> str:
+    """An equal str that is a different object (as from another parse)."""
+    return "".join(list(name))
+
+
+def test_tables_keyed_by_one_request_s_objects_judge_any_other_request_alike() -> None:
+    offers: dict[str, str | None] = {f"node-{i}": json.dumps(["a"] if i % 3 else ["a", "b"]) for i in range(40)}
+    offers["node-plain"] = None
+    snap = synced(ready("a"), ready("b"),
+                  *({"kind": "Node", "metadata": {"name": n, "annotations": {} if t is None else {NODE_NETWORKS: t}}}
+                    for n, t in offers.items()))
+    pod = a_pod([{"podNetworkName": "a"}, {"podNetworkName": "b", "interfaceName": "net2"}])
+    small = ["node-0", "node-1"]
+    large = [fresh(n) for n in reversed(list(offers))] + ["node-new"]
+    for candidates in (small, large, [fresh(n) for n in large], small, ["node-3", "node-6"]):
+        result = decision.filter_nodes(pod, candidates, snap)
+        assert result == reference_filter(["a", "b"], offers, candidates)
+    # The large request was adopted: its own objects now key the table.
+    codes = decision._cluster_verdicts(snap, ("a", "b")).codes
+    assert any(key is large[0] for key in codes) and len(codes) == len(offers)
+
+
 def test_more_distinct_reasons_than_a_byte_holds_still_name_each_node_s_own() -> None:
     nets = [f"net{i}" for i in range(300)]
     c = cache_mod.Cache()
