@@ -12,14 +12,18 @@ Two scenarios, each against its own baseline in the same run:
   reply also carries 1,667 FailedNodes messages the baseline never writes;
 - "every node offers them": half without the annotation, half listing all four,
   so both replies have the same size and the ratio is the decision's own cost.
+As kube-scheduler does (it starts each search at a rotating node index), the
+candidates come in a different rotation from one round to the next: nothing may
+depend on a request repeating the last one's list.
 
-Run:  .venv/bin/python benchmarks/bench_extender.py [--nodes 5000] [--rounds 300]
+Run:  .venv/bin/python benchmarks/bench_extender.py [--nodes 5000] [--rounds 300] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import socket
 import statistics
@@ -37,6 +41,8 @@ from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import Settings
 
 NETWORKS = ["blue", "green", "red", "yellow"]
+#: Distinct orders of the candidate list, used in turn.
+ROTATIONS = 7
 
 
 def build_cache(nodes: int, some_fail: bool = True) -> cache_mod.Cache:
@@ -58,7 +64,7 @@ def build_cache(nodes: int, some_fail: bool = True) -> cache_mod.Cache:
     return c
 
 
-def build_body(nodes: int) -> bytes:
+def build_body(nodes: int, rotation: int = 0) -> bytes:
     networks = [
         {"podNetworkName": "blue", "interfaceName": "net1"},
         {"podNetworkName": "green", "interfaceName": "net2"},
@@ -71,7 +77,9 @@ def build_body(nodes: int) -> bytes:
         "spec": {"containers": [{"name": "c", "image": "busybox"}], "schedulerName": "default-scheduler"},
         "status": {"phase": "Pending"},
     }
-    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"node-{i:05d}" for i in range(nodes)]}).encode()
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    names = names[rotation:] + names[:rotation]
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
 
 
 def free_port() -> int:
@@ -112,6 +120,7 @@ def breakdown(cache: cache_mod.Cache, body: bytes) -> dict[str, float]:
 def run(nodes: int, rounds: int, some_fail: bool) -> dict[str, Any]:
     cache = build_cache(nodes, some_fail)
     body = build_body(nodes)
+    bodies = [build_body(nodes, nodes * k // ROTATIONS) for k in range(ROTATIONS)]
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(
         app_mod.create_app(cache, Settings(baseline_endpoint=True)),
@@ -125,13 +134,13 @@ def run(nodes: int, rounds: int, some_fail: bool) -> dict[str, Any]:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             reply = client.post("/filter", content=body).json()
             passed, failed = len(reply["NodeNames"]), len(reply["FailedNodes"])
-            for _ in range(max(5, rounds // 10)):  # warm up both paths
-                measure(client, "/filter", body)
-                measure(client, "/baseline/filter", body)
+            for i in range(max(5, rounds // 10)):  # warm up both paths
+                measure(client, "/filter", bodies[i % ROTATIONS])
+                measure(client, "/baseline/filter", bodies[i % ROTATIONS])
             times: dict[str, list[float]] = {"/filter": [], "/baseline/filter": []}
-            for _ in range(rounds):  # interleaved, so drift hits both alike
-                times["/filter"].append(measure(client, "/filter", body))
-                times["/baseline/filter"].append(measure(client, "/baseline/filter", body))
+            for i in range(rounds):  # interleaved, so drift hits both alike
+                times["/filter"].append(measure(client, "/filter", bodies[i % ROTATIONS]))
+                times["/baseline/filter"].append(measure(client, "/baseline/filter", bodies[i % ROTATIONS]))
     finally:
         server.should_exit = True
         thread.join(10)
@@ -155,6 +164,7 @@ def main() -> None:
                         help="whole runs per scenario; the run with the median ratio is reported")
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     results = []
     for some_fail in (True, False):
         runs = sorted((run(args.nodes, args.rounds, some_fail) for _ in range(args.repeats)),
@@ -164,7 +174,8 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(f"POST /filter, {args.nodes} node names, a pod with 4 networks, {args.rounds} interleaved rounds, "
-          f"uvicorn on 127.0.0.1 (Python {results[0]['python']}, {results[0]['machine']})")
+          f"uvicorn on 127.0.0.1 (Python {results[0]['python']}, {results[0]['machine']}, "
+          f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after)")
     print()
     print("| scenario | nodes passed / failed | baseline calls/s | /filter calls/s | ratio | ratios of all runs |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
