@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +124,46 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="create/update the Mutating- and ValidatingWebhookConfiguration")
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
     parser.add_argument("--peering", metavar="NAME",
-                        help="kopf peering object for one active controller among replicas "
-                        "(default: standalone)")
+                        help="ClusterKopfPeering object for one active controller among replicas "
+                        "(default: standalone; deploy/peering/ has the CRDs and the objects)")
+    parser.add_argument("--priority", type=parse_priority, metavar="INT|start-time",
+                        help="peering priority (needs --peering): the live replica with the highest "
+                        "reconciles, the others pause; equal priorities pause all of them. "
+                        "`start-time` makes it minus the start time in microseconds, so replicas of "
+                        "one Deployment differ and the longest-running one stays active (default 0)")
     parser.add_argument("--inuse-message-interval", type=float, default=10.0, metavar="SECONDS",
                         help="coalescing period of InUse message updates (default 10)")
+
+
+START_TIME = "start-time"
+
+
+def parse_priority(text: str) -> int:
+    """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
+
+    kopf pauses every replica that sees a live peer of higher priority, and all
+    of them when two share the highest one (kopf docs "Peering", "Priorities"),
+    so the replicas of one Deployment, which share their arguments, need a value
+    that differs per process. An earlier start gives a higher priority: a new
+    replica waits behind the running one instead of taking over from it.
+    """
+    if text == START_TIME:
+        return -(time.time_ns() // 1_000)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid priority {text!r}: expected an integer or {START_TIME!r}") from None
+
+
+def peering_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `kopf.operator` that select standalone mode or peering.
+
+    A peering name makes kopf's peering mandatory: without the ClusterKopfPeering
+    object the operator stays paused rather than running unpeered beside another.
+    """
+    return {"standalone": args.peering is None, "peering_name": args.peering,
+            "priority": args.priority}
 
 
 def _login(kubeconfig: str | None) -> Any:
@@ -187,8 +224,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             controller.register(registry, ctl)
             kopf.on.login(registry=registry)(_login(args.kubeconfig))
             tasks.append(asyncio.create_task(kopf.operator(
-                registry=registry, clusterwide=True, stop_flag=stop,
-                standalone=args.peering is None, peering_name=args.peering)))
+                registry=registry, clusterwide=True, stop_flag=stop, **peering_options(args))))
         else:
             logger.warning("feature gate %s=false: the controller watches and writes nothing; "
                            "admission allows every pod unchanged", constants.FEATURE_GATE)
@@ -210,6 +246,10 @@ def _run(args: argparse.Namespace) -> int:
         parse_feature_gates(args.feature_gates)
     except ValueError as exc:
         print(f"podnetwork controller: {exc}")
+        return 2
+    if args.priority is not None and args.peering is None:
+        print("podnetwork controller: --priority only matters among peers: add --peering NAME "
+              "(a ClusterKopfPeering object), or drop --priority")
         return 2
     return asyncio.run(serve(args))
 

@@ -1,7 +1,12 @@
-"""`podnetwork controller` arguments: feature gates and usage errors."""
+"""`podnetwork controller` arguments: feature gates, peering and priority, usage errors."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import time
+
+import kopf
 import pytest
 
 from podnetwork import cli
@@ -19,3 +24,63 @@ def test_feature_gates_parse_like_kube_components():
 def test_bad_feature_gate_is_a_usage_error(capsys):
     assert cli.main(["controller", "--feature-gates", "MultiNetwork=maybe"]) == 2
     assert "expected NAME=true or NAME=false" in capsys.readouterr().out
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.command.configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_priority_takes_an_integer_and_is_absent_by_default():
+    assert parse("--peering", "p", "--priority", "-7").priority == -7
+    assert parse("--peering", "p").priority is None
+
+
+def test_start_time_priority_is_higher_for_the_replica_that_started_first():
+    before = time.time_ns() // 1_000
+    first = command.parse_priority("start-time")
+    time.sleep(0.002)
+    second = command.parse_priority("start-time")
+    after = time.time_ns() // 1_000
+    assert -after <= second < first <= -before
+
+
+def test_bad_priority_is_a_usage_error_naming_the_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["controller", "--peering", "p", "--priority", "high"])
+    assert exc.value.code == 2
+    assert "invalid priority 'high': expected an integer or 'start-time'" in capsys.readouterr().err
+
+
+def test_priority_without_peering_is_refused(capsys):
+    assert cli.main(["controller", "--priority", "5"]) == 2
+    assert "add --peering NAME" in capsys.readouterr().out
+
+
+async def spawned_settings(args: argparse.Namespace) -> kopf.OperatorSettings:
+    """The settings kopf derives from the options `serve` passes to `kopf.operator`."""
+    settings = kopf.OperatorSettings()
+    tasks = await kopf.spawn_tasks(registry=kopf.OperatorRegistry(), settings=settings,
+                                   clusterwide=True, stop_flag=asyncio.Event(),
+                                   **command.peering_options(args))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return settings
+
+
+async def test_peering_name_and_priority_reach_kopfs_settings():
+    settings = await spawned_settings(parse("--peering", "podnetwork-controller", "--priority", "42"))
+    assert settings.peering.name == "podnetwork-controller"
+    assert settings.peering.priority == 42
+    assert settings.peering.mandatory is True
+    assert settings.peering.standalone is False
+    assert settings.peering.clusterwide is True
+
+
+async def test_without_peering_the_operator_is_standalone_at_kopfs_default_priority():
+    settings = await spawned_settings(parse())
+    assert settings.peering.standalone is True
+    assert settings.peering.mandatory is False
+    assert settings.peering.priority == 0
