@@ -12,6 +12,13 @@
   at sandbox creation, and rewriting it afterwards would misreport.
 - The reverse status: `multinetwork.x-k8s.io/pod-ips` from `network-status`
   (see `bridge.podips`).
+- The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (Pod
+  spec.schedulingGates, GA in Kubernetes 1.30): admission (`admission_patch`)
+  adds it to a new pod that names a bridge network whose selection cannot be
+  written yet; the bridge removes it in the same write that sets the selection
+  (`selection`), or alone once it knows it will write nothing (`release_patch`),
+  so kube-scheduler binds the pod, and kubelet runs CNI ADD, only after the
+  selection is on the pod. See docs/bridge.md "The scheduling gate".
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ WRITTEN_ANNOTATION = f"{translate.OPTIONS_GROUP}/networks-written"
 CONFLICT_REASON = "SelectionDisagrees"
 #: The component name events carry.
 COMPONENT = "podnetwork-bridge"
+#: Pod scheduling gate (spec.schedulingGates): the pod's NPWG selection is not written yet.
+SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
 
 
 def digest(value: str) -> str:
@@ -90,32 +99,74 @@ def _same(text: str, translation: Translation, pod_namespace: str) -> bool:
 
 
 def selection(pod: Mapping[str, Any], translation: Translation) -> SelectionDecision:
-    """Write, keep, or report the pod's `k8s.v1.cni.cncf.io/networks` (module docstring)."""
+    """Write, keep, or report the pod's `k8s.v1.cni.cncf.io/networks` (module docstring).
+
+    Call it once every object the pod names is Ready. A pod carrying
+    `SCHEDULING_GATE` loses it in the same patch that writes the selection, and
+    in a patch of its own when there is nothing to write (the selection agrees,
+    a hand-written one disagrees, the pod is attached): the decision is final then.
+    """
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     annotations = annotations_of(pod)
     have = annotations.get(npwg.NETWORKS_ANNOTATION)
     wanted = translation.annotation
     if have is None and not translation.elements:
-        return SelectionDecision()
+        return SelectionDecision(patch=release_patch(pod))
     if have is not None and _same(have, translation, namespace):
-        return SelectionDecision()
+        return SelectionDecision(patch=release_patch(pod))
     if have is not None and annotations.get(WRITTEN_ANNOTATION) != digest(have):
         return SelectionDecision(
+            patch=release_patch(pod),
             conflict=(
                 f"{npwg.NETWORKS_ANNOTATION} was not written by the bridge and disagrees with "
                 f"{constants.NETWORKS_ANNOTATION}: the pod has {have}, its PodNetworks translate to "
                 f"{wanted}; the bridge leaves it as it is (remove it to let the bridge write it)"
-            )
+            ),
         )
     if attached(pod):
-        return SelectionDecision()
+        return SelectionDecision(patch=release_patch(pod))
     patch: dict[str, Any] = {
         "metadata": {"annotations": {npwg.NETWORKS_ANNOTATION: wanted, WRITTEN_ANNOTATION: digest(wanted)}}
     }
     if meta.get("resourceVersion"):
         patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+    if gated(pod):
+        patch["spec"] = _gates_without_ours(pod)
     return SelectionDecision(patch=patch)
+
+
+def scheduling_gates(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    """The pod carries the bridge's scheduling gate."""
+    return any(gate.get("name") == SCHEDULING_GATE for gate in scheduling_gates(pod))
+
+
+def _gates_without_ours(pod: Mapping[str, Any]) -> dict[str, Any]:
+    # A merge patch (RFC 7386) replaces a list whole, so it carries the gates that
+    # remain (other controllers' own), and null when none do (deleting the field).
+    # The resourceVersion sent with it turns a concurrent change of the list into
+    # a 409, never into a gate lost or restored.
+    rest = [dict(gate) for gate in scheduling_gates(pod) if gate.get("name") != SCHEDULING_GATE]
+    return {"schedulingGates": rest or None}
+
+
+def release_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Merge patch removing the bridge's scheduling gate (keeping any other), or None if ungated.
+
+    For pods the bridge will write nothing for; `selection` removes the gate
+    together with the selection it writes.
+    """
+    if not gated(pod):
+        return None
+    patch: dict[str, Any] = {"spec": _gates_without_ours(pod)}
+    rv = (pod.get("metadata") or {}).get("resourceVersion")
+    if rv:
+        patch["metadata"] = {"resourceVersion": rv}
+    return patch
 
 
 def pod_ips_patch(pod: Mapping[str, Any], translation: Translation) -> dict[str, Any] | None:
@@ -171,35 +222,76 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def may_be_bridged(networks: Sequence[Network], pod_namespace: str, objects: translate.Objects) -> bool:
+    """The pod names a network the bridge provides, or one it cannot tell yet (missing object).
+
+    The `default` PodNetwork is the cluster-wide default network, never in a
+    selection (NPWG 4). A missing PodNetwork or attachment counts: it may be
+    created as a bridge network after the pod, and the controller releases the
+    gate of a pod that turns out to name none.
+    """
+    for net in networks:
+        pn_name = net.pod_network_name
+        if net.pod_network_attachment_name:
+            pna = objects.attachments.get((pod_namespace, net.pod_network_attachment_name))
+            if pna is None:
+                return True
+            pn_name = (pna.get("spec") or {}).get("podNetworkName")
+        if pn_name == constants.DEFAULT_PODNETWORK:
+            continue
+        podnetwork = objects.podnetworks.get(pn_name or "")
+        if podnetwork is None or translate.is_bridge(podnetwork):
+            return True
+    return False
+
+
+def _gate_ops(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    gates = (pod.get("spec") or {}).get("schedulingGates")
+    if gated(pod):
+        return []
+    if gates:
+        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": SCHEDULING_GATE}}]
+    return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": SCHEDULING_GATE}]}]
+
+
 def admission_patch(
     pod: Mapping[str, Any], objects: translate.Objects, namespace: str | None = None
 ) -> list[dict[str, Any]]:
-    """JSON Patch operations (RFC 6902) a mutating admission webhook can return for a new pod.
+    """JSON Patch operations (RFC 6902) the bridge's mutating webhook returns for a new pod.
 
-    Writing the selection at admission closes the window a controller leaves between
-    pod creation and the annotation (an NPWG implementation reads it at sandbox
-    creation). The same rules as `selection` apply; nothing is added unless every
-    object the pod names is Ready and the translation succeeds. Never raises for
-    bad input: a pod whose networks cannot be read or translated gets no patch
-    (validation is admission's other half). `namespace` is the admission request's,
-    for pods whose metadata does not carry one yet.
+    For a pod that names a bridge network (`may_be_bridged`): the selection, when
+    every object the pod names is Ready and the translation succeeds (the same
+    rules as `selection`); otherwise `SCHEDULING_GATE` in spec.schedulingGates,
+    which the controller removes when it writes the selection. Nothing for other
+    pods, for a pod that already has a selection (the bridge never overwrites
+    one it did not write), for a pod created with spec.nodeName (the API server
+    refuses gates on a bound pod) and for one naming a network of another
+    provider (the bridge can never translate it). Never raises for bad input: a
+    pod whose networks cannot be read gets no patch (validation is admission's
+    other half). `namespace` is the admission request's, for pods whose metadata
+    does not carry one yet.
     """
     try:
         nets = kep_networks.declared(pod)
     except InvalidObject:
         return []
     namespace = (pod.get("metadata") or {}).get("namespace") or namespace or ""
-    if nets is None or (pod.get("spec") or {}).get("hostNetwork") or not namespace:
+    spec = pod.get("spec") or {}
+    if nets is None or spec.get("hostNetwork") or not namespace:
+        return []
+    if npwg.NETWORKS_ANNOTATION in annotations_of(pod) or not may_be_bridged(nets, namespace, objects):
+        return []
+    if spec.get("nodeName"):
         return []
     try:
         translation = translate.translate(nets, namespace, objects)
-    except (translate.TranslationError, ValueError):
-        return []
+    except translate.TranslationError as exc:
+        return [] if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER else _gate_ops(pod)
     if not_ready(nets, namespace, objects):
-        return []
+        return _gate_ops(pod)
     with_namespace = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
     decision = selection(with_namespace, translation)
-    if decision.patch is None:
+    if decision.patch is None or "annotations" not in decision.patch.get("metadata", {}):
         return []
     # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
     return [
@@ -217,14 +309,19 @@ def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str
 
 __all__ = [
     "CONFLICT_REASON",
+    "SCHEDULING_GATE",
     "WRITTEN_ANNOTATION",
     "SelectionDecision",
     "admission_patch",
     "attached",
     "digest",
     "event",
+    "gated",
+    "may_be_bridged",
     "not_ready",
     "pod_ips_patch",
     "referenced",
+    "release_patch",
+    "scheduling_gates",
     "selection",
 ]

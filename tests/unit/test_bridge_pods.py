@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonpatch
 import pytest
 from bridge_support import NS, attachment, nad, podnetwork
 
@@ -136,43 +137,155 @@ def test_events_are_named_from_pod_and_message_so_each_is_posted_once() -> None:
     assert len(pods.event(long, "R", "m", now="t")["metadata"]["name"]) == 253
 
 
-def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
-    """Enough of RFC 6902 `add` for annotation paths (with RFC 6901 unescaping)."""
-    out = json.loads(json.dumps(obj))
-    for op in ops:
-        assert op["op"] == "add"
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        node = out
-        for part in parents:
-            node = node[part]
-        node[last] = op["value"]
-    return out
+GATE = {"name": pods.SCHEDULING_GATE}
+OTHER_GATE = {"name": "example.com/quota"}
+
+
+def new_pod(nets: Any = NETS, *, gates: list | None = None, extra: dict[str, str] | None = None,
+            **spec: Any) -> dict[str, Any]:
+    """A pod as a mutating webhook sees it at CREATE: no namespace in metadata yet."""
+    text = nets if isinstance(nets, str) else json.dumps(nets)
+    body: dict[str, Any] = {"metadata": {"name": "p", "annotations": {constants.NETWORKS_ANNOTATION: text,
+                                                                        **(extra or {})}},
+                            "spec": {"containers": [{"name": "c", "image": "x"}], **spec}}
+    if gates is not None:
+        body["spec"]["schedulingGates"] = gates
+    return body
+
+
+def admitted(pod_: dict[str, Any]) -> dict[str, Any]:
+    """The pod after the webhook's JSON Patch, applied by an RFC 6902 implementation."""
+    return jsonpatch.apply_patch(pod_, pods.admission_patch(pod_, WORLD, namespace=NS))
 
 
 def test_admission_patch_adds_the_selection_to_a_new_pod_with_escaped_annotation_paths() -> None:
-    new_pod = {"metadata": {"name": "p", "annotations": {constants.NETWORKS_ANNOTATION: json.dumps(NETS)}}}
-    ops = pods.admission_patch(new_pod, WORLD, namespace=NS)
-    assert all("~1" in op["path"] for op in ops)
-    patched = apply_json_patch(new_pod, ops)
+    ops = pods.admission_patch(new_pod(), WORLD, namespace=NS)
+    assert ops and all("~1" in op["path"] for op in ops)
+    patched = admitted(new_pod())
     assert patched["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
     assert patched["metadata"]["annotations"][pods.WRITTEN_ANNOTATION] == pods.digest(WANTED)
+    assert "schedulingGates" not in patched["spec"]
 
 
 @pytest.mark.parametrize(
-    "annotation",
+    ("nets", "gates", "expected"),
     [
-        pytest.param(json.dumps([{"podNetworkName": "storage"}]), id="a network not Ready"),
-        pytest.param(json.dumps([{"podNetworkName": "nope"}]), id="a missing network"),
-        pytest.param("[oops", id="an unreadable networks annotation"),
-        pytest.param(json.dumps([{"podNetworkName": "default"}]), id="the default network only"),
+        pytest.param([{"podNetworkName": "storage"}], None, [GATE], id="a bridge network not Ready"),
+        pytest.param([{"podNetworkName": "nope"}], None, [GATE], id="a missing network may be a bridge one"),
+        pytest.param([{"podNetworkAttachmentName": "pna-new"}], None, [GATE],
+                     id="an attachment not Ready"),
+        pytest.param([{"podNetworkAttachmentName": "gone"}], None, [GATE], id="a missing attachment"),
+        pytest.param([{"podNetworkName": "storage"}], [OTHER_GATE], [OTHER_GATE, GATE],
+                     id="appended after another controller's gate"),
+        pytest.param([{"podNetworkName": "storage"}], [GATE], [GATE], id="never twice"),
+        pytest.param([{"podNetworkName": "storage"}], [], [GATE], id="an empty gate list"),
     ],
 )
-def test_admission_patch_adds_nothing_it_cannot_stand_behind(annotation: str) -> None:
-    new_pod = {"metadata": {"name": "p", "namespace": NS, "annotations": {constants.NETWORKS_ANNOTATION: annotation}}}
-    assert pods.admission_patch(new_pod, WORLD) == []
+def test_admission_gates_a_pod_whose_bridge_selection_cannot_be_written_yet(
+    nets: list, gates: list | None, expected: list
+) -> None:
+    patched = admitted(new_pod(nets, gates=gates))
+    assert patched["spec"]["schedulingGates"] == expected
+    assert npwg.NETWORKS_ANNOTATION not in patched["metadata"]["annotations"]
 
 
-def test_admission_patch_keeps_a_hand_written_selection() -> None:
-    new_pod = {"metadata": {"name": "p", "annotations": {constants.NETWORKS_ANNOTATION: json.dumps(NETS),
-                                                         npwg.NETWORKS_ANNOTATION: "nets/storage"}}}
-    assert pods.admission_patch(new_pod, WORLD, namespace=NS) == []
+VENDOR_WORLD = translate.Objects.from_objects([
+    ready(podnetwork("dataplane")), nad("dataplane"), podnetwork("storage"), nad("storage"),
+    ready(podnetwork("vendor", nads=[], provider="example.com/vendor")),
+    ready(attachment("pna-vendor", "vendor")), ready(attachment("pna-default", "default")),
+])
+
+
+@pytest.mark.parametrize(
+    "nets",
+    [
+        pytest.param([{"podNetworkName": "default"}], id="the default network only"),
+        pytest.param([{"podNetworkName": "vendor"}], id="another provider's network"),
+        pytest.param([{"podNetworkAttachmentName": "pna-vendor"}], id="an attachment of another provider's network"),
+        pytest.param([{"podNetworkAttachmentName": "pna-default"}], id="an attachment of the default network"),
+        pytest.param([{"podNetworkName": "vendor"}, {"podNetworkName": "storage"}],
+                     id="a mix the bridge can never translate"),
+    ],
+)
+def test_admission_leaves_pods_naming_no_bridge_network_untouched(nets: list) -> None:
+    assert pods.admission_patch(new_pod(nets), VENDOR_WORLD, namespace=NS) == []
+
+
+@pytest.mark.parametrize(
+    "pod_",
+    [
+        pytest.param(new_pod("[oops"), id="an unreadable networks annotation"),
+        pytest.param({"metadata": {"name": "p"}, "spec": {}}, id="no networks annotation"),
+        pytest.param(new_pod([{"podNetworkName": "storage"}], hostNetwork=True), id="a hostNetwork pod"),
+        pytest.param(new_pod([{"podNetworkName": "storage"}], nodeName="n1"),
+                     id="a pod created bound (the API server refuses gates with nodeName)"),
+        pytest.param(new_pod([{"podNetworkName": "storage"}], extra={npwg.NETWORKS_ANNOTATION: "nets/storage"}),
+                     id="a hand-written selection"),
+        pytest.param(new_pod(extra={npwg.NETWORKS_ANNOTATION: "nets/storage"}),
+                     id="a hand-written selection while everything is Ready"),
+    ],
+)
+def test_admission_patch_adds_nothing_it_cannot_stand_behind(pod_: dict) -> None:
+    assert pods.admission_patch(pod_, WORLD, namespace=NS) == []
+
+
+def test_admission_needs_a_namespace_from_the_pod_or_the_request() -> None:
+    assert pods.admission_patch(new_pod([{"podNetworkName": "storage"}]), WORLD) == []
+    with_ns = new_pod([{"podNetworkName": "storage"}])
+    with_ns["metadata"]["namespace"] = NS
+    assert pods.admission_patch(with_ns, WORLD) != []
+
+
+def gated_pod(annotations: dict[str, str] | None = None, gates: list | None = None) -> dict[str, Any]:
+    body = pod(annotations)
+    body["spec"] = {"schedulingGates": [GATE] if gates is None else gates}
+    return body
+
+
+def test_the_selection_write_removes_the_gate_in_the_same_patch() -> None:
+    decision = pods.selection(gated_pod(), tr())
+    assert decision.patch == {
+        "metadata": {"resourceVersion": "7", "annotations": {
+            npwg.NETWORKS_ANNOTATION: WANTED, pods.WRITTEN_ANNOTATION: pods.digest(WANTED)}},
+        "spec": {"schedulingGates": None},
+    }
+
+
+def test_the_selection_write_keeps_other_controllers_gates() -> None:
+    decision = pods.selection(gated_pod(gates=[OTHER_GATE, GATE]), tr())
+    assert decision.patch is not None
+    assert decision.patch["spec"] == {"schedulingGates": [OTHER_GATE]}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "nets", "conflict"),
+    [
+        pytest.param({}, [{"podNetworkName": "default"}], False, id="NPWG 4 nothing to select"),
+        pytest.param({npwg.NETWORKS_ANNOTATION: WANTED}, NETS, False, id="the selection already agrees"),
+        pytest.param({npwg.NETWORKS_ANNOTATION: "nets/storage"}, NETS, True, id="a hand-written one disagrees"),
+        pytest.param({npwg.NETWORK_STATUS_ANNOTATION: "[]"}, NETS, False, id="NPWG 5 already attached"),
+    ],
+)
+def test_a_final_decision_without_a_write_still_releases_the_gate(
+    annotations: dict, nets: list, conflict: bool
+) -> None:
+    decision = pods.selection(gated_pod(annotations), tr(nets))
+    assert decision.patch == {"metadata": {"resourceVersion": "7"}, "spec": {"schedulingGates": None}}
+    assert (decision.conflict is not None) is conflict
+
+
+def test_release_patch_is_none_for_an_ungated_pod_and_keeps_other_gates() -> None:
+    assert pods.release_patch(pod()) is None
+    assert pods.release_patch(gated_pod(gates=[OTHER_GATE])) is None
+    assert pods.release_patch(gated_pod(gates=[GATE, OTHER_GATE])) == {
+        "metadata": {"resourceVersion": "7"}, "spec": {"schedulingGates": [OTHER_GATE]}}
+
+
+def test_the_real_api_servers_rule_holds_gates_are_only_ever_removed() -> None:
+    """Pod update validation: after creation a gate may be removed, never added."""
+    for gates in ([GATE], [OTHER_GATE, GATE], [GATE, OTHER_GATE]):
+        before = gated_pod(gates=gates)
+        decision = pods.selection(before, tr())
+        assert decision.patch is not None
+        after = decision.patch["spec"]["schedulingGates"] or []
+        assert [g for g in gates if g in after] == after and GATE not in after
