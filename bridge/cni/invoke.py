@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -275,6 +276,9 @@ class SubprocessExec:
             stderr=asyncio.subprocess.PIPE,
             env=dict(env),
             close_fds=True,
+            # Its own process group, so a timeout also kills the plugins it runs (IPAM):
+            # a surviving child would hold the pipes open and outlive the timeout.
+            start_new_session=True,
         )
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
@@ -292,6 +296,8 @@ class SubprocessExec:
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     await proc.wait()
