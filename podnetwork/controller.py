@@ -93,6 +93,9 @@ class Controller:
     """Refs with only an InUse message change waiting for the next flush."""
     locks: dict[Ref, asyncio.Lock] = field(default_factory=dict)
     kopf_settings: kopf.OperatorSettings | None = None
+    setup_pending: bool = True
+    """The webhook configurations or the `default` PodNetwork still need writing: an API
+    error (kopf gives up after its own retries) is retried at the next flush, not fatal."""
     _flusher: asyncio.Task[None] | None = None
 
     # --- I/O edge: the Kubernetes API through kopf's authenticated client -------------------
@@ -243,6 +246,8 @@ class Controller:
             await self.reconcile(ref, urgent=False)
 
     async def flush_deferred(self) -> None:
+        if self.setup_pending:
+            await self.setup()
         refs, self.deferred = self.deferred, set()
         for ref in sorted(refs):
             if ref.kind == NODE:
@@ -287,6 +292,21 @@ class Controller:
         except kopf_errors.APIConflictError:
             logger.debug("the default PodNetwork exists")
 
+    async def setup(self) -> None:
+        """Webhook configurations, then the `default` PodNetwork; on an API error, again next flush.
+
+        Called from the flusher task and on the deletion of `default`: an exception
+        there would end the flusher (and with it every retry) or lose the re-creation.
+        """
+        self.setup_pending = True
+        try:
+            await self.apply_webhook_configurations()
+            await self.ensure_default()
+        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+            logger.warning("set-up failed (%s); retrying in %ss", exc, self.config.inuse_message_interval)
+            return
+        self.setup_pending = False
+
 
 def _unevaluated(network: Mapping[str, Any]) -> bool:
     """A PodNetwork this controller has not written Ready on yet (just created)."""
@@ -330,8 +350,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
         # API calls wait for the login activity, which runs after startup: so in a task.
         async def flusher() -> None:
-            await ctl.apply_webhook_configurations()
-            await ctl.ensure_default()
+            await ctl.setup()
             while True:
                 await asyncio.sleep(ctl.config.inuse_message_interval)
                 await ctl.flush_deferred()
@@ -388,7 +407,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             ctl.objects.pop(ref, None)
             ctl.locks.pop(ref, None)
             if ref.name == constants.DEFAULT_PODNETWORK:
-                await ctl.ensure_default()
+                await ctl.setup()
             await ctl.after_change(ref)
             return
         await ctl.reconcile(ref)
