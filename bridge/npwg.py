@@ -661,7 +661,14 @@ def delegate_config(
         if runtime:
             plugin["runtimeConfig"] = {**(plugin.get("runtimeConfig") or {}), **runtime}
         if element is not None and element.cni_args:
-            args = dict(plugin.get("args") or {})
+            args = plugin.get("args") or {}
+            if not isinstance(args, dict) or not isinstance(args.get("cni") or {}, dict):
+                raise DelegationError(
+                    f"{source}: the selection sets 'cni-args' but the configuration's \"args\" "
+                    "(and its \"cni\") must be JSON objects to merge them into (CNI CONVENTIONS; "
+                    "NPWG multi-net spec 4.1.2.1.6.2)"
+                )
+            args = dict(args)
             args["cni"] = {**(args.get("cni") or {}), **element.cni_args}
             plugin["args"] = args
     return config
