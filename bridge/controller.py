@@ -9,6 +9,10 @@
   Ready. Pods waiting for that are kept in memory and retried when a PodNetwork,
   attachment, NAD or options object changes. A hand-written selection that
   disagrees gets a Warning Event, once.
+- The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (added at pod
+  creation by the bridge's webhook, `bridge.admission`): removed in the same
+  merge patch that writes the selection, or alone when the bridge will write
+  none (`bridge.pods.release_patch`), so the pod is scheduled only with it.
 - Reverse status (`bridge.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
   from `k8s.v1.cni.cncf.io/network-status`.
 
@@ -225,18 +229,25 @@ class Bridge:
         except InvalidObject as exc:
             logger.debug("pod %s/%s: networks annotation is invalid (admission reports it): %s", *key, exc)
             self.waiting.pop(key, None)
+            await self.release(key, body, "its networks annotation is invalid")
             return
         if nets is None:
             self.waiting.pop(key, None)
+            await self.release(key, body, "it names no networks")
             return
         objects = self.objects()
         try:
             translation = translate.translate(nets, key[0], objects)
         except translate.TranslationError as exc:
             logger.info("pod %s/%s waits: %s", *key, exc)
+            if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
+                # Providers do not change: the bridge will never write this pod's selection.
+                body = await self.release(key, body, str(exc))
             self.waiting[key] = dict(body)
             return
-        if self.config.write_selection:
+        if not self.config.write_selection:
+            await self.release(key, body, "the bridge runs with --no-selection")
+        else:
             blockers = pods.not_ready(nets, key[0], objects)
             if blockers and not pods.attached(body):
                 logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
@@ -248,9 +259,14 @@ class Bridge:
                     fresh = await self.patch(_pod_url(key), decision.patch)
                     if fresh:
                         body = fresh
-                        logger.info("pod %s/%s: wrote %s", *key, npwg.NETWORKS_ANNOTATION)
-                        for warning in translation.warnings:
-                            logger.warning("pod %s/%s: %s", *key, warning)
+                        wrote = "annotations" in decision.patch.get("metadata", {})
+                        logger.info("pod %s/%s: %s%s", *key,
+                                    f"wrote {npwg.NETWORKS_ANNOTATION}" if wrote else "nothing to write",
+                                    f", removed scheduling gate {pods.SCHEDULING_GATE}"
+                                    if "spec" in decision.patch else "")
+                        if wrote:
+                            for warning in translation.warnings:
+                                logger.warning("pod %s/%s: %s", *key, warning)
                 if decision.conflict is not None:
                     await self.post_event(body, pods.CONFLICT_REASON, decision.conflict)
         if self.config.write_pod_ips:
@@ -261,6 +277,19 @@ class Bridge:
                 return
             if patch is not None and await self.patch(_pod_url(key), patch):
                 logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
+
+    async def release(self, key: Key, body: Mapping[str, Any], why: str) -> Mapping[str, Any]:
+        """Remove the bridge's scheduling gate from a pod it will write no selection for.
+
+        Returns the pod as it is now (the API's answer when a patch was made).
+        """
+        patch = pods.release_patch(body)
+        fresh = None if patch is None else await self.patch(_pod_url(key), patch)
+        if not fresh:
+            return body
+        logger.warning("pod %s/%s: removed scheduling gate %s without a selection: %s",
+                       *key, pods.SCHEDULING_GATE, why)
+        return dict(fresh)
 
     async def retry_waiting(self) -> None:
         """Re-evaluate the pods waiting for objects; called when one of those objects changes."""
