@@ -661,8 +661,8 @@ def delegate_config(
         if runtime:
             plugin["runtimeConfig"] = {**(plugin.get("runtimeConfig") or {}), **runtime}
         if element is not None and element.cni_args:
-            args = plugin.get("args") or {}
-            if not isinstance(args, dict) or not isinstance(args.get("cni") or {}, dict):
+            args = plugin.get("args", {})
+            if not isinstance(args, dict) or not isinstance(args.get("cni", {}), dict):
                 raise DelegationError(
                     f"{source}: the selection sets 'cni-args' but the configuration's \"args\" "
                     "(and its \"cni\") must be JSON objects to merge them into (CNI CONVENTIONS; "
