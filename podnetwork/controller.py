@@ -150,6 +150,21 @@ class Controller:
             return conditions.attachment_conditions(body, network, usage, now=now)
         return conditions.podnetwork_conditions(body, usage, now=now)
 
+    def _only_inuse_message_may_change(self, ref: Ref, body: Mapping[str, Any]) -> bool:
+        """Whether Ready and InUse's status are right, in O(1): only InUse's message may be stale."""
+        want = "True" if self.index.in_use(ref) else "False"
+        inuse_cond = conditions.find(body, constants.ConditionType.IN_USE)
+        if inuse_cond is None or inuse_cond.get("status") != want:
+            return False
+        if ref.kind == constants.ATTACHMENT_KIND:
+            pn_name = (body.get("spec") or {}).get("podNetworkName") or ""
+            ready = conditions.attachment_ready(body, self.objects.get(inuse.podnetwork_ref(pn_name)))
+        else:
+            ready = conditions.podnetwork_ready(body)
+        existing = conditions.find(body, constants.ConditionType.READY)
+        return existing is not None and conditions.merge(
+            [existing], [ready], now="", generation=_generation(body)) is None
+
     async def reconcile(self, ref: Ref, *, urgent: bool = True) -> None:
         """Bring one PodNetwork or attachment's finalizer and conditions in line."""
         async with self.lock(ref):
@@ -163,12 +178,14 @@ class Controller:
                 if fresh is None:
                     return
                 body = self.remember(ref, fresh)
+            if not urgent and self._only_inuse_message_may_change(ref, body):
+                # A pod event changes consumers only. Their names for the message cost
+                # O(consumers) (every pod, for `default`): the next flush writes them.
+                self.deferred.add(ref)
+                return
             new = self.desired_conditions(ref, body)
             if new is None:
                 self.deferred.discard(ref)
-                return
-            if not urgent and _only_inuse_message_changed(body, new):
-                self.deferred.add(ref)
                 return
             self.deferred.discard(ref)
             fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new), retry=ref)
@@ -319,18 +336,9 @@ def _older(body: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
     return a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
-def _only_inuse_message_changed(body: Mapping[str, Any], new: list[dict[str, Any]]) -> bool:
-    old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
-    for cond in new:
-        before = old.get(cond["type"])
-        if before is None:
-            return False
-        if cond["type"] == constants.ConditionType.IN_USE:
-            if before.get("status") != cond["status"]:
-                return False
-        elif before != cond:
-            return False
-    return True
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    gen = (obj.get("metadata") or {}).get("generation")
+    return gen if isinstance(gen, int) else None
 
 
 def object_url(ref: Ref) -> str:

@@ -6,13 +6,16 @@ server can break: transient errors at startup, failed re-creation of `default`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import kopf
+import kube_emulator
 import pytest
-from controller_support import node, running
-from kube_emulator import NODES, PN, Emulator, condition, declare_resources, eventually, requests_to
+from controller_support import node, pod, podnetwork, running
+from kube_emulator import NODES, PN, PODS, Emulator, condition, declare_resources, eventually, requests_to
 
-from podnetwork import constants, controller
+from podnetwork import conditions, constants, controller, inuse
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(60)]
 
@@ -52,3 +55,43 @@ async def test_deferred_status_writes_still_retry_after_a_failed_default_creatio
     async with running(kmock, FAST):
         cond = await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "Ready"))
     assert cond["status"] == "True"
+
+
+class CountingIndex(inuse.Index):
+    """The real index, counting how often the InUse message's O(consumers) sample is built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage_calls: dict[inuse.Ref, int] = {}
+
+    def usage(self, ref: inuse.Ref) -> conditions.Usage:
+        self.usage_calls[ref] = self.usage_calls.get(ref, 0) + 1
+        return super().usage(ref)
+
+
+async def test_a_pod_event_on_a_busy_network_does_not_rebuild_the_inuse_message(kmock):
+    # Issue #3 item 2: one pod event costs O(networks of that pod). Building the InUse
+    # message sorts the network's consumers (all pods, for `default`), so a pod event that
+    # changes only the count must leave it to the coalesced flush.
+    declare_resources(kmock)
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
+    index = CountingIndex()
+    registry = kopf.OperatorRegistry()
+    ctl = controller.Controller(
+        config=controller.ControllerSettings(inuse_message_interval=30, namespace_profiles=False), index=index)
+    controller.register(registry, ctl)
+    blue = inuse.podnetwork_ref("blue")
+    async with kube_emulator.operator(kmock, registry):
+        await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["status"] == "True")
+        await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "Ready")["status"] == "True")
+        await asyncio.sleep(0.3)
+        before = index.usage_calls.get(blue, 0)
+        for name in ("b", "c", "d", "e"):
+            async with kmock.request("POST", "/api/v1/namespaces/ns/pods",
+                                     json=pod(name, [{"podNetworkName": "blue"}])) as resp:
+                assert resp.status < 300
+        await eventually(lambda: len(ctl.index.pods_of(blue)) == 5)
+        await asyncio.sleep(0.3)  # the pod event handlers have run
+        assert blue in ctl.deferred  # the new count is written by the next flush
+        assert index.usage_calls.get(blue, 0) == before
