@@ -1,0 +1,167 @@
+"""The bridge's mutating admission webhook for pods: AdmissionReview v1 in and out, and its HTTP app.
+
+On pod CREATE the decision is `bridge.pods.admission_patch`: a pod naming a
+network the bridge provides gets its NPWG selection (`k8s.v1.cni.cncf.io/networks`)
+at once when every object it names is Ready, and otherwise the scheduling gate
+`multinetwork.x-k8s.io/npwg-selection`, which the bridge controller removes in
+the write that adds the selection. Either way kube-scheduler cannot bind the pod,
+so kubelet cannot run CNI ADD, before the selection is there: with Multus as the
+NPWG implementation a pod created before its networks were Ready would otherwise
+be attached to the default network only (docs/bridge.md "The scheduling gate").
+
+The webhook never refuses a pod (validation is the PodNetwork controller's
+webhook) and never calls the API: it reads the bridge controller's watch-fed
+memory. Its answer is idempotent (a pod that already has the selection or the
+gate gets nothing more), so the configuration uses reinvocationPolicy IfNeeded
+and still sees the networks the PodNetwork controller's webhook auto-populates,
+whichever runs first.
+
+A separate module from `podnetwork.admission` because the KEP layer must not
+import the bridge (.importlinter); the FastAPI/uvicorn stack is the same.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route functions' annotations
+# at runtime, and `Request` is imported inside `app`.
+import base64
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bridge import pods, translate
+from podnetwork import constants
+
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+MUTATE_PATH = "/mutate-pods"
+WEBHOOK_NAME = f"pods.npwg.{constants.GROUP}"
+#: Sorts after the PodNetwork controller's `podnetwork`, so on a first pass the API server
+#: usually calls the bridge after auto-population; IfNeeded covers the other order.
+CONFIGURATION_NAME = "podnetwork-bridge"
+#: Namespaces the webhook never sees: the system ones, where the bridge itself runs.
+EXEMPT_NAMESPACES = ("kube-system", "multinetwork-system")
+GATE_WARNING = (
+    f"scheduling gate {pods.SCHEDULING_GATE} added: the pod is scheduled once the NPWG bridge "
+    "has written its k8s.v1.cni.cncf.io/networks (its PodNetworks must be Ready)"
+)
+
+
+def _response(uid: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": REVIEW_API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": True, **extra},
+    }
+
+
+def mutate(request: Mapping[str, Any], objects: translate.Objects) -> dict[str, Any]:
+    """The webhook's answer to one AdmissionRequest: always allowed, with a JSON Patch or none."""
+    uid = str(request.get("uid") or "")
+    kind = request.get("kind") or {}
+    if (
+        kind.get("kind") != "Pod"
+        or kind.get("group")
+        or request.get("subResource")
+        or request.get("operation") != "CREATE"
+    ):
+        return _response(uid)
+    pod = request.get("object")
+    if not isinstance(pod, Mapping):
+        return _response(uid)
+    ops = pods.admission_patch(pod, objects, namespace=request.get("namespace") or None)
+    if not ops:
+        return _response(uid)
+    extra: dict[str, Any] = {
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
+    }
+    if any(op["path"].startswith("/spec/schedulingGates") for op in ops):
+        extra["warnings"] = [GATE_WARNING]
+    return _response(uid, **extra)
+
+
+def review(body: Any, objects: translate.Objects) -> dict[str, Any]:
+    """AdmissionReview v1 in, AdmissionReview v1 out.
+
+    Raises ValueError for a body that is not an AdmissionReview with a request
+    (the server answers 400).
+    """
+    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview" or not isinstance(
+        body.get("request"), Mapping
+    ):
+        raise ValueError("expected an AdmissionReview (admission.k8s.io/v1) with a request")
+    return mutate(body["request"], objects)
+
+
+def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration for a clientConfig without the path.
+
+    `client_config` is `{"url": ..., "caBundle": ...}` or `{"service": {...}}`.
+    failurePolicy Fail: while the bridge cannot answer, pods in the namespaces
+    it covers are refused at creation rather than admitted without gate or
+    selection, which with Multus would attach them to the default network only,
+    silently (docs/bridge.md discusses Ignore). Namespaces labelled
+    `multinetwork.x-k8s.io/admission: disabled` and `EXEMPT_NAMESPACES` are left
+    out, so the bridge's own pods never wait for the bridge.
+    """
+    cfg = dict(client_config)
+    if "url" in cfg:
+        cfg["url"] = str(cfg["url"]).rstrip("/") + MUTATE_PATH
+    else:
+        cfg["service"] = {**cfg["service"], "path": MUTATE_PATH}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "clientConfig": cfg,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": list(EXEMPT_NAMESPACES)}]},
+        }],
+    }
+
+
+def app(objects: Callable[[], translate.Objects]) -> Any:
+    """The FastAPI application serving the webhook on `MUTATE_PATH` (and `/healthz`).
+
+    `objects()` returns what the bridge controller knows now (its watch-fed memory).
+    """
+    from fastapi import FastAPI, HTTPException, Request
+
+    api = FastAPI(title="podnetwork bridge admission", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @api.post(MUTATE_PATH)
+    async def mutating(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=f"the body is not JSON: {exc}") from None
+        try:
+            return review(body, objects())
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+
+    @api.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return api
+
+
+__all__ = [
+    "CONFIGURATION_NAME",
+    "MUTATE_PATH",
+    "WEBHOOK_NAME",
+    "app",
+    "mutate",
+    "review",
+    "webhook_configuration",
+]
