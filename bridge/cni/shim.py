@@ -48,26 +48,54 @@ def json_string(text: str) -> str:
 
 
 def string_field(data: bytes, key: str) -> str | None:
-    """The value of the first `"key": "value"` in a JSON text, or None (not found, or escaped)."""
-    at = data.find(b'"' + key.encode() + b'"')
-    if at < 0:
-        return None
-    i = at + len(key) + 2
+    """The value of the top-level `"key": "value"` of a JSON object text, or None (not found,
+    not a plain string, or escaped).
+
+    Only keys of the outermost object count: nested objects may hold any key, e.g. the
+    pod annotations containerd passes in `runtimeConfig`, which Go's sorted keys put
+    before `socketPath`, so a pod could otherwise point the shim at another socket.
+    """
+    want = key.encode()
     n = len(data)
-    while i < n and data[i] in b" \t\r\n":
+    depth = 0
+    i = 0
+    while i < n:
+        c = data[i]
+        if c == 0x22:  # a string: find its closing quote (one not escaped by a backslash)
+            start = j = i + 1
+            while True:
+                j = data.find(b'"', j)
+                if j < 0:
+                    return None
+                b = j - 1
+                while b >= start and data[b] == 0x5C:
+                    b -= 1
+                if (j - 1 - b) % 2 == 0:
+                    break
+                j += 1
+            if depth == 1 and data[start:j] == want:
+                k = j + 1
+                while k < n and data[k] in b" \t\r\n":
+                    k += 1
+                if k < n and data[k] == 0x3A:  # ':' -- it is a key, not a value
+                    k += 1
+                    while k < n and data[k] in b" \t\r\n":
+                        k += 1
+                    if k >= n or data[k] != 0x22:
+                        return None
+                    end = data.find(b'"', k + 1)
+                    value = data[k + 1 : end] if end > 0 else b""
+                    if end < 0 or b"\\" in value:
+                        return None
+                    return value.decode("utf-8", "replace")
+            i = j + 1
+            continue
+        if c == 0x7B or c == 0x5B:  # { [
+            depth += 1
+        elif c == 0x7D or c == 0x5D:  # } ]
+            depth -= 1
         i += 1
-    if i >= n or data[i : i + 1] != b":":
-        return None
-    i += 1
-    while i < n and data[i] in b" \t\r\n":
-        i += 1
-    if i >= n or data[i : i + 1] != b'"':
-        return None
-    end = data.find(b'"', i + 1)
-    value = data[i + 1 : end] if end > 0 else b""
-    if end < 0 or b"\\" in value:
-        return None
-    return value.decode("utf-8", "replace")
+    return None
 
 
 def fail(version: str, code: int, msg: str, details: str = "") -> int:
