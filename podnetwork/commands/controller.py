@@ -19,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +166,71 @@ def peering_options(args: argparse.Namespace) -> dict[str, Any]:
             "priority": args.priority}
 
 
+def has_profile(body: Mapping[str, Any]) -> bool:
+    """A Namespace admission needs to know: it sets a networks profile (KEP Story #6)."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    return constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION in annotations
+
+
+async def mirror(settings: Any, resource: Any, cache: dict[str, dict[str, Any]],
+                 keep: Callable[[Mapping[str, Any]], bool]) -> None:
+    """Keep `cache` (name -> body) equal to the objects of the cluster-scoped `resource`
+    that `keep` accepts, from a list+watch of its own (kopf's watch client, reconnects
+    and 410 re-lists included) that peering never pauses.
+
+    A replica paused by peering closes all of kopf's watches, so its controller
+    never sees a namespace; admission, which every replica serves, still needs the
+    profiles. After each (re-)listing the cache is replaced as a whole, so objects
+    deleted while no watch was open leave it too; until then the old cache serves.
+    """
+    from kopf._cogs.clients import watching
+
+    listing: dict[str, dict[str, Any]] = {}
+    async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=None):
+        if event is watching.Bookmark.LISTED:
+            for name in set(cache) - set(listing):
+                del cache[name]
+            cache.update(listing)
+            listing = {}
+            continue
+        assert not isinstance(event, watching.Bookmark)
+        kind, body = event["type"], dict(event["object"])
+        name = (body.get("metadata") or {}).get("name")
+        if kind == "BOOKMARK" or not name:
+            continue
+        if kind is None:
+            if keep(body):
+                listing[name] = body
+        elif kind != "DELETED" and keep(body):
+            cache[name] = body
+        else:
+            cache.pop(name, None)
+
+
+def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: str = "namespaces",
+                    keep: Callable[[Mapping[str, Any]], bool] = has_profile) -> None:
+    """Mirror the core/v1 cluster-scoped objects `keep` accepts (by default the profiled
+    Namespaces) into `cache` while the operator of `registry` runs, paused or not: the
+    watch starts from kopf's startup activity, which peering does not gate."""
+    import kopf
+    from kopf._cogs.structs import references
+
+    resource = references.Resource(group="", version="v1", plural=plural, namespaced=False,
+                                   verbs=frozenset({"list", "watch"}))
+    task: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_namespace_mirror(settings: kopf.OperatorSettings, **_: Any) -> None:
+        task.append(asyncio.create_task(mirror(settings, resource, cache, keep)))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_namespace_mirror(**_: Any) -> None:
+        for t in task:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
 def _login(kubeconfig: str | None) -> Any:
     import kopf
 
@@ -222,6 +287,8 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         if enabled:
             registry = kopf.OperatorRegistry()
             controller.register(registry, ctl)
+            if args.peering is not None and not args.no_webhook and config.namespace_profiles:
+                register_mirror(registry, ctl.namespaces)
             kopf.on.login(registry=registry)(_login(args.kubeconfig))
             tasks.append(asyncio.create_task(kopf.operator(
                 registry=registry, clusterwide=True, stop_flag=stop, **peering_options(args))))

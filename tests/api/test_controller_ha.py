@@ -1,0 +1,114 @@
+"""High availability (docs/controller.md "High availability"): a replica that kopf
+peering keeps paused writes nothing, yet the cache its admission reads still
+follows the cluster, over real HTTP against kmock's Kubernetes emulator.
+
+kmock 0.8 cannot list `/api/v1/namespaces`, so the mirror under test follows
+nodes with the same filter (the profile annotation); only the plural differs
+from what `podnetwork controller --peering` mirrors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+import kube_emulator
+import pytest
+from controller_support import node, podnetwork
+from kube_emulator import NODES, PN, Emulator, declare_resources, eventually
+
+from podnetwork import constants, controller
+from podnetwork.commands import controller as command
+
+pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(60)]
+
+PROFILE = {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: '[{"podNetworkName":"blue"}]'}
+
+
+def arguments(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.command.configure(parser)
+    return parser.parse_args(argv)
+
+
+@contextlib.asynccontextmanager
+async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namespace) -> AsyncIterator[None]:
+    """One replica's operator with the command's peering options, logged in to `k`."""
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=str(k.url).rstrip("/"), insecure=True)
+
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0.1
+    settings.batching.idle_timeout = 0.5
+    settings.batching.exit_timeout = 0.5
+    stop, ready = asyncio.Event(), asyncio.Event()
+
+    async def run() -> None:
+        # What `kopf.operator` does, minus waiting at exit for kmock's own connection tasks.
+        tasks = await kopf.spawn_tasks(registry=registry, settings=settings, clusterwide=True,
+                                       stop_flag=stop, ready_flag=ready, **command.peering_options(args))
+        await kopf.run_tasks(tasks, ignored=kube_emulator._ForeignTasks())
+
+    task = asyncio.create_task(run())
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+async def patch(k: Any, path: str, body: Any) -> None:
+    async with k.request("PATCH", path, json=body,
+                         headers={"Content-Type": "application/merge-patch+json"}) as resp:
+        assert resp.status < 300, await resp.text()
+
+
+def writes(k: Any) -> list[str]:
+    return [f"{r.method.value} {r.url.path}" for r in list(k) if r.method.value in ("PATCH", "POST", "PUT", "DELETE")]
+
+
+async def test_paused_replica_writes_nothing_while_its_admission_cache_follows_the_cluster(kmock):
+    declare_resources(kmock)  # no ClusterKopfPeering resource: mandatory peering keeps kopf paused
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[NODES, None, "n1"] = {**node("n1"), "metadata": {**node("n1")["metadata"], "annotations": PROFILE}}
+    kmock.objects[NODES, None, "n2"] = node("n2")
+    ctl = controller.Controller(config=controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                                                     namespace_profiles=False))
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, ctl)
+    cache: dict[str, dict[str, Any]] = {}
+    command.register_mirror(registry, cache, plural="nodes")
+
+    async with replica(kmock, registry, arguments("--peering", "podnetwork-controller", "--priority", "1")):
+        await eventually(lambda: set(cache) == {"n1"})
+        await patch(kmock, "/api/v1/nodes/n2", {"metadata": {"annotations": PROFILE}})
+        await eventually(lambda: set(cache) == {"n1", "n2"})
+        await patch(kmock, "/api/v1/nodes/n1", {"metadata": {"annotations": {
+            constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: None}}})
+        await eventually(lambda: set(cache) == {"n2"})
+        assert cache["n2"]["metadata"]["annotations"] == PROFILE
+        await asyncio.sleep(0.5)  # time in which an active controller writes Ready and node conditions
+
+    # Only the test's own two patches: no status, finalizer or node condition from the paused one.
+    assert writes(kmock) == ["PATCH /api/v1/nodes/n2", "PATCH /api/v1/nodes/n1"]
+    assert "conditions" not in dict(kmock.objects[PN, None, "blue"]).get("status", {})
+
+
+async def test_standalone_replica_reconciles_so_the_paused_one_is_paused_by_peering(kmock):
+    # The control for the test above: the same objects and handlers without --peering.
+    declare_resources(kmock)
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    ctl = controller.Controller(config=controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                                                     namespace_profiles=False))
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, ctl)
+    async with replica(kmock, registry, arguments()):
+        await eventually(lambda: dict(kmock.objects[PN, None, "blue"]).get("status", {}).get("conditions"))
