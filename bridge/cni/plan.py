@@ -67,12 +67,16 @@ def result_gateways(result: Mapping[str, Any] | None) -> list[str]:
     """The gateways a CNI result offers for a default route: its IPs' gateways, else its default routes."""
     if not result:
         return []
+    # Pre-0.3.0 results (CNI 0.1.0/0.2.0) carry the same data in "ip4"/"ip6" blocks.
+    legacy = [b for b in (result.get("ip4"), result.get("ip6")) if isinstance(b, Mapping)]
+    entries = [*(result.get("ips") or []), *legacy]
+    routes = [*(result.get("routes") or []), *(r for b in legacy for r in b.get("routes") or [])]
     found: list[str] = []
-    for entry in result.get("ips") or []:
+    for entry in entries:
         if isinstance(entry, Mapping) and entry.get("gateway"):
             found.append(str(entry["gateway"]))
     if not found:
-        for route in result.get("routes") or []:
+        for route in routes:
             if isinstance(route, Mapping) and route.get("dst") in ("0.0.0.0/0", "::/0") and route.get("gw"):
                 found.append(str(route["gw"]))
     return list(dict.fromkeys(found))
