@@ -475,7 +475,18 @@ class Agent:
             route = tuple(element.default_route) if element.default_route is not None else None
             planned.append(plan.Planned(element.ref, ifname, config, default=False, default_route=route))
         for p in planned:  # all configs valid and all plugins present, before the first exec
-            conflist.resolve(conflist.load(p.config, what=f"network {p.name!r}"), self.config.bin_dirs)
+            loaded = conflist.load(p.config, what=f"network {p.name!r}")
+            if any(plugin.get("type") == PLUGIN_TYPE for plugin in loaded.plugins):
+                # The agent's own shim as a delegate would call back into this ADD and wait
+                # for the container's lock it holds; killed by the timeout, it would still
+                # run later as an ADD of its own that nothing deletes.
+                raise CNIError(
+                    ErrorCode.DELEGATION_FAILED,
+                    f"cannot attach {p.name}: its plugin {PLUGIN_TYPE!r} is this agent itself",
+                    "a network's configuration must name the plugins to run (bridge, macvlan, ...), "
+                    f"not the {PLUGIN_TYPE!r} shim",
+                )
+            conflist.resolve(loaded, self.config.bin_dirs)
         return planned
 
     async def _add(self, request: _Request) -> dict[str, Any] | None:
