@@ -7,7 +7,13 @@ Heavy imports (kopf, the kubernetes client) stay inside `run`, so
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import signal
+import socket
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from podnetwork.cli import Command
@@ -27,6 +33,14 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 selection that disagrees is left alone and reported in an Event.
   pod IPs       writes multinetwork.x-k8s.io/pod-ips from
                 k8s.v1.cni.cncf.io/network-status.
+  admission     with --webhook, serves the mutating webhook for pod CREATE on
+                https://HOST:PORT/mutate-pods: a pod naming a bridge network gets
+                its selection at once when everything is Ready, else the
+                scheduling gate multinetwork.x-k8s.io/npwg-selection, removed in
+                the write that adds the selection, so Multus never attaches the
+                pod before its selection exists (Kubernetes >= 1.30;
+                deploy/bridge/ registers it). Without --webhook-cert/--webhook-key
+                a self-signed certificate for --webhook-host is made with openssl.
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
@@ -57,6 +71,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="do not write k8s.v1.cni.cncf.io/networks on pods")
     p.add_argument("--no-pod-ips", dest="write_pod_ips", action="store_false",
                    help="do not write multinetwork.x-k8s.io/pod-ips on pods")
+    p.add_argument("--webhook", action="store_true",
+                   help="serve the mutating admission webhook for pods (selection or scheduling gate)")
+    p.add_argument("--webhook-host", default="0.0.0.0", help="address to serve the webhook on")
+    p.add_argument("--webhook-port", type=int, default=9444,
+                   help="port to serve the webhook on (default 9444; the controller's is 9443)")
+    p.add_argument("--webhook-cert", type=Path, help="TLS certificate (PEM) for the webhook")
+    p.add_argument("--webhook-key", type=Path, help="TLS key (PEM) for the webhook")
 
 
 def _login_from(kubeconfig: str | None, context: str | None) -> Any:
@@ -108,11 +129,92 @@ def _login_problem(kubeconfig: str | None, context: str | None) -> str | None:
     return None
 
 
+def _webhook_problem(args: argparse.Namespace) -> str | None:
+    if not args.webhook:
+        if args.webhook_cert or args.webhook_key:
+            return "--webhook-cert/--webhook-key need --webhook"
+        return None
+    if bool(args.webhook_cert) != bool(args.webhook_key):
+        return "--webhook-cert and --webhook-key go together"
+    for path in (args.webhook_cert, args.webhook_key):
+        if path is not None and not path.is_file():
+            return f"{path} is not a readable file"
+    if not 0 < args.webhook_port < 65536:
+        return f"--webhook-port {args.webhook_port} is not a TCP port"
+    return None
+
+
+async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
+    """kopf's operator and, with --webhook, uvicorn serving the webhook, until SIGINT/SIGTERM."""
+    import base64
+
+    import kopf
+    import uvicorn
+
+    from bridge import admission
+    from podnetwork.commands.controller import Certificate, self_signed
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    tasks: list[asyncio.Task[Any]] = []
+    server: Any = None
+    with tempfile.TemporaryDirectory(prefix="podnetwork-bridge-webhook-") as tmp:
+        if args.webhook:
+            if args.webhook_cert:
+                cert = Certificate(args.webhook_cert, args.webhook_key,
+                                   base64.b64encode(args.webhook_cert.read_bytes()).decode())
+            else:
+                cert = self_signed(Path(tmp), args.webhook_host)
+            # Bound here, not by uvicorn, which exits the process when the port is taken.
+            family = socket.AF_INET6 if ":" in args.webhook_host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((args.webhook_host, args.webhook_port))
+            except OSError as exc:
+                sock.close()
+                print(f"error: cannot serve the webhook on {args.webhook_host}:{args.webhook_port}: "
+                      f"{exc.strerror or exc}; pick another --webhook-host/--webhook-port", file=sys.stderr)
+                return 2
+            server = uvicorn.Server(uvicorn.Config(
+                admission.app(bridge.objects), log_level="warning",
+                ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key)))
+            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+        tasks.append(asyncio.create_task(kopf.operator(
+            registry=registry,
+            standalone=args.peering is None,
+            peering_name=args.peering,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness,
+            stop_flag=stop,
+        )))
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()  # whichever ended first, the others follow: kopf by its stop flag
+        if server is not None:
+            server.should_exit = True
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        stopper.cancel()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from bridge import controller
 
+    problem = _webhook_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     problem = _login_problem(args.kubeconfig, args.context)
     if problem is not None:
         print(f"error: cannot reach a cluster: {problem}; pass --kubeconfig FILE (and --context) "
@@ -130,15 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         kopf.on.login(registry=registry, id="bridge_login")(_login_from(args.kubeconfig, args.context))
     else:
         kopf.on.login(registry=registry, id="bridge_login")(kopf.login_via_client)
-    kopf.run(
-        registry=registry,
-        standalone=args.peering is None,
-        peering_name=args.peering,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness,
-    )
-    return 0
+    return asyncio.run(_serve(args, registry, bridge))
 
 
 command = Command(

@@ -1,0 +1,102 @@
+"""`podnetwork bridge --webhook` as a process: the webhook over real HTTPS (self-signed), fed by the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import bridge_api_support as bs
+import httpx
+import pytest
+from test_bridge_command import kubeconfig
+
+from bridge import admission, pods
+
+pytestmark = pytest.mark.kmock(cls=bs.Emulator)
+
+PODNETWORK = [sys.executable, "-m", "podnetwork"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signed_certificate(
+    kmock: bs.Emulator, tmp_path: Path
+) -> None:
+    bs.declare_resources(kmock)
+    kmock.objects[bs.PN, None, "dataplane"] = bs.podnetwork("dataplane", ready=False)
+    kmock.objects[bs.NAD, "nets", "dataplane"] = bs.nad("dataplane")
+    config = kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook",
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": ""},
+    )
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-9", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": bs.NS,
+        "operation": "CREATE", "object": bs.pod("web", [{"podNetworkName": "dataplane"}])}}
+    try:
+        async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=False) as client:
+            async def answered() -> httpx.Response:
+                for _ in range(300):
+                    try:
+                        return await client.post(admission.MUTATE_PATH, json=review)
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.1)
+                raise AssertionError("the webhook never answered")
+            resp = await answered()
+        assert resp.status_code == 200
+        response = resp.json()["response"]
+        ops = json.loads(base64.b64decode(response["patch"]))
+        assert ops == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": pods.SCHEDULING_GATE}]}]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--webhook", "--webhook-cert", "c.pem"], "go together", id="a certificate without a key"),
+        pytest.param(["--webhook-cert", "c.pem", "--webhook-key", "k.pem"], "need --webhook",
+                     id="certificates without --webhook"),
+        pytest.param(["--webhook", "--webhook-cert", "/nonexistent.pem", "--webhook-key", "/nonexistent.key"],
+                     "not a readable file", id="a missing certificate file"),
+    ],
+)
+async def test_podnetwork_bridge_refuses_unusable_webhook_flags_before_touching_the_cluster(
+    args: list[str], message: str
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert message in err.decode()
+
+
+async def test_podnetwork_bridge_says_which_webhook_port_is_taken(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook", "--webhook-host", "127.0.0.1",
+            "--webhook-port", str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "KUBECONFIG": ""})
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert f"cannot serve the webhook on 127.0.0.1:{port}" in err.decode()
