@@ -134,6 +134,9 @@ def _webhook_problem(args: argparse.Namespace) -> str | None:
         if args.webhook_cert or args.webhook_key:
             return "--webhook-cert/--webhook-key need --webhook"
         return None
+    if not args.write_selection:
+        return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
+                "turns off: drop one of them")
     if bool(args.webhook_cert) != bool(args.webhook_key):
         return "--webhook-cert and --webhook-key go together"
     for path in (args.webhook_cert, args.webhook_key):

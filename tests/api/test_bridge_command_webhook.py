@@ -75,6 +75,7 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
                      id="certificates without --webhook"),
         pytest.param(["--webhook", "--webhook-cert", "/nonexistent.pem", "--webhook-key", "/nonexistent.key"],
                      "not a readable file", id="a missing certificate file"),
+        pytest.param(["--webhook", "--no-selection"], "drop one of them", id="a gate nobody would remove"),
     ],
 )
 async def test_podnetwork_bridge_refuses_unusable_webhook_flags_before_touching_the_cluster(
