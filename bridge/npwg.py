@@ -97,6 +97,8 @@ NAME_MAX = 253
 NAMESPACE_MAX = 63
 #: Linux IFNAMSIZ is 16 including the terminating NUL.
 IFNAME_MAX_BYTES = 15
+#: Bytes the kernel's dev_valid_name() refuses: '/', ':', NUL and its isspace() set.
+_IFNAME_BAD_BYTES = frozenset(b"/:\0 \t\n\v\f\r\xa0")
 _MAC_RES = (
     re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"),
     re.compile(r"^[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2}){5}$"),
@@ -253,7 +255,11 @@ def interface_problem(value: str) -> str | None:
         return f"must be at most {IFNAME_MAX_BYTES} bytes (Linux IFNAMSIZ)"
     if value in (".", ".."):
         return "must not be '.' or '..'"
-    bad = sorted({c for c in value if c in "/:\0" or c.isspace()})
+    # The kernel tests bytes with its own isspace(), which counts 0xA0 (a UTF-8
+    # continuation byte, as in "à") and not Unicode spaces such as U+2003.
+    bad = sorted(
+        {c for c in value if any(b in _IFNAME_BAD_BYTES for b in c.encode("utf-8", "surrogatepass"))}
+    )
     if bad:
         return "a Linux interface name may not contain " + ", ".join(repr(c) for c in bad)
     return None

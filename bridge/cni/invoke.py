@@ -20,6 +20,8 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from bridge import npwg
+
 #: Versions of the CNI specification this project speaks, oldest first.
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 #: The version the agent answers in when the caller names none.
@@ -32,8 +34,6 @@ DEFAULT_BIN_DIRS: tuple[Path, ...] = (Path("/opt/cni/bin"), Path("/usr/lib/cni")
 _PLUGIN_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")
 # CNI spec "CNI_CONTAINERID": alphanumeric, then alphanumerics, underscore, dot, hyphen.
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,1023}$")
-# Linux interface names: 1..15 bytes, no '/', no ':', no whitespace, not '.' or '..'.
-_IFNAME = re.compile(r"^[^/:\s]{1,15}$")
 
 
 class Command(StrEnum):
@@ -117,12 +117,9 @@ def check_container_id(container_id: str) -> str:
 
 
 def check_ifname(ifname: str) -> str:
-    if not isinstance(ifname, str) or not _IFNAME.match(ifname) or ifname in (".", ".."):
-        raise CNIError(
-            ErrorCode.INVALID_ENVIRONMENT,
-            "invalid interface name",
-            f"{ifname!r}: must be 1 to 15 characters without '/', ':' or whitespace",
-        )
+    problem = npwg.interface_problem(ifname) if isinstance(ifname, str) else "must be a string"
+    if problem:
+        raise CNIError(ErrorCode.INVALID_ENVIRONMENT, "invalid interface name", f"{ifname!r}: {problem}")
     return ifname
 
 

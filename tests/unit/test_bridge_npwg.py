@@ -252,7 +252,11 @@ ipv6 = st.ip_addresses(v=6).map(str)
 ifnames = st.text(
     alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc"), blacklist_characters="/:"),
     min_size=1, max_size=15,
-).filter(lambda s: s not in (".", "..") and len(s.encode()) <= 15 and not any(c.isspace() for c in s))
+).filter(
+    # the kernel's isspace() also refuses byte 0xA0, found inside UTF-8 characters such as "à"
+    lambda s: s not in (".", "..") and len(s.encode()) <= 15 and not any(c.isspace() for c in s)
+    and 0xA0 not in s.encode()
+)
 ports = st.integers(1, 65535)
 hexbyte = st.integers(0, 255).map(lambda b: f"{b:02x}")
 
