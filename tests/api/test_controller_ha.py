@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import kmock
 import kopf
 import kube_emulator
 import pytest
@@ -45,6 +47,7 @@ async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namesp
 
     settings = kopf.OperatorSettings()
     settings.watching.reconnect_backoff = 0.1
+    settings.networking.error_backoffs = [0.1]
     settings.batching.idle_timeout = 0.5
     settings.batching.exit_timeout = 0.5
     stop, ready = asyncio.Event(), asyncio.Event()
@@ -62,7 +65,7 @@ async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namesp
     finally:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(task, 30)
 
 
 async def patch(k: Any, path: str, body: Any) -> None:
@@ -111,4 +114,92 @@ async def test_standalone_replica_reconciles_so_the_paused_one_is_paused_by_peer
     registry = kopf.OperatorRegistry()
     controller.register(registry, ctl)
     async with replica(kmock, registry, arguments()):
-        await eventually(lambda: dict(kmock.objects[PN, None, "blue"]).get("status", {}).get("conditions"))
+        await eventually(lambda: has_conditions(kmock, "blue"))
+
+
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+PN_URL = f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.PODNETWORK_PLURAL}"
+
+
+def declare_peering(k: Any, name: str) -> None:
+    """deploy/peering/ on the emulator: the ClusterKopfPeering resource and one object."""
+    k.resources[PEERINGS] = kmock.ResourceInfo(kind="ClusterKopfPeering", namespaced=False,
+                                               verbs={"list", "watch", "get", "patch"})
+    k.objects[PEERINGS, None, name] = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
+                                       "metadata": {"name": name, "resourceVersion": "0"}}
+
+
+@contextlib.asynccontextmanager
+async def replica_in_thread(k: Any, ctl: controller.Controller, args: argparse.Namespace
+                            ) -> AsyncIterator[None]:
+    """A second replica on its own event loop: kopf cancels every task of its loop at exit,
+    so two operators sharing one loop would take each other down."""
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    stopping: list[asyncio.Event] = []
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        registry = kopf.OperatorRegistry()
+        controller.register(registry, ctl)
+        async with replica(k, registry, args):
+            ready.set()
+            await stopping[0].wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        assert await asyncio.to_thread(ready.wait, 15)
+        yield
+    finally:
+        # Joined without blocking this loop: it serves kmock, and the replica's
+        # last keep-alive removal is a request to it.
+        loop.call_soon_threadsafe(stopping[0].set)
+        await asyncio.to_thread(thread.join, 20)
+        assert not thread.is_alive()
+        loop.close()
+
+
+def peers(k: Any) -> dict[str, Any]:
+    return dict(dict(k.objects[PEERINGS, None, "podnetwork-controller"]).get("status") or {})
+
+
+def has_conditions(k: Any, name: str) -> bool:
+    return bool(dict(k.objects[PN, None, name]).get("status", {}).get("conditions"))
+
+
+async def test_lower_priority_replica_waits_then_takes_over_when_the_active_one_stops(kmock):
+    declare_resources(kmock)
+    declare_peering(kmock, "podnetwork-controller")
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                           namespace_profiles=False)
+    first, second = controller.Controller(config=config), controller.Controller(config=config)
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, first)
+    older = command.parse_priority("start-time")
+    await asyncio.sleep(0.001)
+    newer = command.parse_priority("start-time")
+
+    active: Any = replica(kmock, registry, arguments("--peering", "podnetwork-controller",
+                                                     "--priority", str(older)))
+    await active.__aenter__()
+    try:
+        await eventually(lambda: has_conditions(kmock, "blue"))
+        async with replica_in_thread(kmock, second, arguments("--peering", "podnetwork-controller",
+                                                        "--priority", str(newer))):
+            await eventually(lambda: sorted(p["priority"] for p in peers(kmock).values()) == [newer, older])
+            await asyncio.sleep(1)
+            assert first.objects and not second.objects  # the newer replica has not even listed
+
+            # The active replica stops (rollout, drain): kopf drops its keep-alive on the way out.
+            await active.__aexit__(None, None, None)
+            active = None
+            await eventually(lambda: [p["priority"] for p in peers(kmock).values()] == [newer])
+            async with kmock.request("POST", PN_URL, json=podnetwork("green")) as resp:
+                assert resp.status < 300, await resp.text()
+            await eventually(lambda: has_conditions(kmock, "green"))
+            assert {ref.name for ref in second.objects} == {"blue", "green"}
+    finally:
+        if active is not None:
+            await active.__aexit__(None, None, None)
