@@ -14,13 +14,23 @@ from pathlib import Path
 import bridge_api_support as bs
 import httpx
 import pytest
-from test_bridge_command import kubeconfig
+import yaml
 
 from bridge import admission, pods
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "nobody"}}],
+    }))
+    return path
 
 
 def free_port() -> int:
