@@ -53,6 +53,11 @@ deploy/controller/ has static manifests for production).
 
 With --feature-gates MultiNetwork=false the controller watches nothing and
 writes nothing, and admission allows every pod unchanged (KEP Phase I req. 1).
+
+High availability: replicas started with --peering NAME --priority start-time
+elect one active controller through kopf peering (the ClusterKopfPeering NAME;
+deploy/peering/ has the CRDs and objects); the others pause but keep serving
+admission (docs/controller.md "High availability").
 """
 
 
