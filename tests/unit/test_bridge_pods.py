@@ -8,6 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 from bridge_support import NS, attachment, nad, podnetwork
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge import npwg, pods, translate
 from podnetwork import constants
@@ -289,3 +291,32 @@ def test_the_real_api_servers_rule_holds_gates_are_only_ever_removed() -> None:
         assert decision.patch is not None
         after = decision.patch["spec"]["schedulingGates"] or []
         assert [g for g in gates if g in after] == after and GATE not in after
+
+
+GATE_NAMES = st.lists(st.from_regex(r"example\.com/[a-z]{1,8}", fullmatch=True), unique=True, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(others=GATE_NAMES, ready_at_creation=st.booleans())
+def test_admission_then_the_controller_leaves_the_pod_ungated_by_the_bridge_with_its_selection(
+    others: list[str], ready_at_creation: bool
+) -> None:
+    """Whatever other gates a pod has: one bridge gate at most, removed with the selection, the rest kept in order."""
+    nets = [{"podNetworkName": "dataplane"}] if ready_at_creation else [{"podNetworkName": "storage"}]
+    created = new_pod(nets, gates=[{"name": n} for n in others] or None)
+    created = jsonpatch.apply_patch(created, pods.admission_patch(created, WORLD, namespace=NS))
+    names = [g["name"] for g in created["spec"].get("schedulingGates") or []]
+    assert names == others + ([] if ready_at_creation else [pods.SCHEDULING_GATE])
+    assert (npwg.NETWORKS_ANNOTATION in created["metadata"]["annotations"]) is ready_at_creation
+    if ready_at_creation:
+        return
+    # The network turns Ready; the controller decides on the stored pod.
+    stored = {**created, "metadata": {**created["metadata"], "namespace": NS, "resourceVersion": "9"}}
+    world = translate.Objects.from_objects([ready(podnetwork("storage")), nad("storage")])
+    translation = translate.translate([Network.model_validate(n) for n in nets], NS, world)
+    decision = pods.selection(stored, translation)
+    assert decision.patch is not None and decision.conflict is None
+    assert decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == '[{"name":"storage","namespace":"nets"}]'
+    remaining = decision.patch["spec"]["schedulingGates"]
+    assert [g["name"] for g in remaining or []] == others
+    assert (remaining is None) is (not others)
