@@ -19,7 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,6 +212,20 @@ async def mirror(settings: Any, resource: Any, cache: dict[str, dict[str, Any]],
             cache.pop(name, None)
 
 
+async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float = 10.0) -> None:
+    """Run `run` again after an error: a side watch that ended on, say, a 403 would
+    otherwise leave its cache or guard silently stale while the operator runs on."""
+    while True:
+        try:
+            await run()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # logged, then retried: the operator must go on
+            logger.error("%s failed (%s: %s); retrying in %ss", what, type(exc).__name__, exc, backoff)
+            await asyncio.sleep(backoff)
+
+
 def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: str = "namespaces",
                     keep: Callable[[Mapping[str, Any]], bool] = has_profile) -> None:
     """Mirror the core/v1 cluster-scoped objects `keep` accepts (by default the profiled
@@ -226,10 +240,71 @@ def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: 
 
     @kopf.on.startup(registry=registry)
     async def start_namespace_mirror(settings: kopf.OperatorSettings, **_: Any) -> None:
-        task.append(asyncio.create_task(mirror(settings, resource, cache, keep)))
+        task.append(asyncio.create_task(retrying(
+            f"watching {plural} for admission", lambda: mirror(settings, resource, cache, keep))))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_namespace_mirror(**_: Any) -> None:
+        for t in task:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
+def outranked(status: Mapping[str, Any], identity: str, priority: int) -> bool:
+    """kopf's pausing rule over a peering object's `status`: some live peer other than
+    `identity` has the same or a higher priority (kopf._core.engines.peering)."""
+    from kopf._core.engines import peering
+
+    for ident, info in status.items():
+        if ident == identity or not isinstance(info, Mapping):
+            continue
+        peer = peering.Peer(identity=peering.Identity(ident), **info)
+        if not peer.is_dead and peer.priority >= priority:
+            return True
+    return False
+
+
+async def guard_demotion(settings: Any, identity: str, on_demoted: Callable[[], None]) -> None:
+    """Call `on_demoted` when kopf pauses this replica after it has been the active one.
+
+    A resumed replica keeps what it had in memory when it paused, and kopf's
+    re-listing does not report the objects deleted meanwhile: the in-use index
+    would keep pods that are gone, and their finalizers. A clean restart avoids
+    that, and it comes back as a paused standby.
+    """
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    resource = references.Resource(group="kopf.dev", version="v1", plural="clusterkopfpeerings",
+                                   namespaced=False, verbs=frozenset({"list", "watch"}))
+    active = False
+    async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=None):
+        if isinstance(event, watching.Bookmark) or event["type"] in ("BOOKMARK", "DELETED"):
+            continue
+        body = event["object"]
+        if (body.get("metadata") or {}).get("name") != settings.peering.name:
+            continue
+        if not outranked(body.get("status") or {}, identity, settings.peering.priority):
+            active = True
+        elif active:
+            on_demoted()
+            return
+
+
+def register_demotion_guard(registry: Any, identity: str, on_demoted: Callable[[], None]) -> None:
+    """Run `guard_demotion` beside the operator of `registry` (which must use `identity`)."""
+    import kopf
+
+    task: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_demotion_guard(settings: kopf.OperatorSettings, **_: Any) -> None:
+        task.append(asyncio.create_task(retrying(
+            "watching the peering object", lambda: guard_demotion(settings, identity, on_demoted))))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_demotion_guard(**_: Any) -> None:
         for t in task:
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -256,6 +331,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     from podnetwork import admission, controller
 
     stop = stop or asyncio.Event()
+    demoted = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -294,9 +370,24 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             controller.register(registry, ctl)
             if args.peering is not None and not args.no_webhook and config.namespace_profiles:
                 register_mirror(registry, ctl.namespaces)
+            identity = None
+            if args.peering is not None:
+                from kopf._core.engines import peering
+
+                identity = peering.detect_own_id(manual=False)  # as kopf would, but known here
+
+                def demote() -> None:
+                    logger.error("another replica of peering %r outranks this one, which was "
+                                 "active: exiting, to restart as a standby with a clean memory",
+                                 args.peering)
+                    demoted.set()
+                    stop.set()
+
+                register_demotion_guard(registry, identity, demote)
             kopf.on.login(registry=registry)(_login(args.kubeconfig))
             tasks.append(asyncio.create_task(kopf.operator(
-                registry=registry, clusterwide=True, stop_flag=stop, **peering_options(args))))
+                registry=registry, clusterwide=True, stop_flag=stop, identity=identity,
+                **peering_options(args))))
         else:
             logger.warning("feature gate %s=false: the controller watches and writes nothing; "
                            "admission allows every pod unchanged", constants.FEATURE_GATE)
@@ -310,7 +401,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
-    return 0
+    return 1 if demoted.is_set() else 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -38,7 +38,8 @@ def arguments(*argv: str) -> argparse.Namespace:
 
 
 @contextlib.asynccontextmanager
-async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namespace) -> AsyncIterator[None]:
+async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namespace,
+                  identity: str | None = None) -> AsyncIterator[None]:
     """One replica's operator with the command's peering options, logged in to `k`."""
 
     @kopf.on.login(registry=registry)
@@ -55,7 +56,8 @@ async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namesp
     async def run() -> None:
         # What `kopf.operator` does, minus waiting at exit for kmock's own connection tasks.
         tasks = await kopf.spawn_tasks(registry=registry, settings=settings, clusterwide=True,
-                                       stop_flag=stop, ready_flag=ready, **command.peering_options(args))
+                                       stop_flag=stop, ready_flag=ready, identity=identity,
+                                       **command.peering_options(args))
         await kopf.run_tasks(tasks, ignored=kube_emulator._ForeignTasks())
 
     task = asyncio.create_task(run())
@@ -130,8 +132,8 @@ def declare_peering(k: Any, name: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def replica_in_thread(k: Any, ctl: controller.Controller, args: argparse.Namespace
-                            ) -> AsyncIterator[None]:
+async def replica_in_thread(k: Any, ctl: controller.Controller, args: argparse.Namespace,
+                            demoted: threading.Event) -> AsyncIterator[None]:
     """A second replica on its own event loop: kopf cancels every task of its loop at exit,
     so two operators sharing one loop would take each other down."""
     ready = threading.Event()
@@ -142,7 +144,8 @@ async def replica_in_thread(k: Any, ctl: controller.Controller, args: argparse.N
         stopping.append(asyncio.Event())
         registry = kopf.OperatorRegistry()
         controller.register(registry, ctl)
-        async with replica(k, registry, args):
+        command.register_demotion_guard(registry, "replica-in-thread", demoted.set)
+        async with replica(k, registry, args, "replica-in-thread"):
             ready.set()
             await stopping[0].wait()
 
@@ -177,17 +180,19 @@ async def test_lower_priority_replica_waits_then_takes_over_when_the_active_one_
     first, second = controller.Controller(config=config), controller.Controller(config=config)
     registry = kopf.OperatorRegistry()
     controller.register(registry, first)
+    first_demoted, second_demoted = threading.Event(), threading.Event()
+    command.register_demotion_guard(registry, "first", first_demoted.set)
     older = command.parse_priority("start-time")
     await asyncio.sleep(0.001)
     newer = command.parse_priority("start-time")
 
     active: Any = replica(kmock, registry, arguments("--peering", "podnetwork-controller",
-                                                     "--priority", str(older)))
+                                                     "--priority", str(older)), "first")
     await active.__aenter__()
     try:
         await eventually(lambda: has_conditions(kmock, "blue"))
         async with replica_in_thread(kmock, second, arguments("--peering", "podnetwork-controller",
-                                                        "--priority", str(newer))):
+                                                              "--priority", str(newer)), second_demoted):
             await eventually(lambda: sorted(p["priority"] for p in peers(kmock).values()) == [newer, older])
             await asyncio.sleep(1)
             assert first.objects and not second.objects  # the newer replica has not even listed
@@ -200,6 +205,32 @@ async def test_lower_priority_replica_waits_then_takes_over_when_the_active_one_
                 assert resp.status < 300, await resp.text()
             await eventually(lambda: has_conditions(kmock, "green"))
             assert {ref.name for ref in second.objects} == {"blue", "green"}
+        # A newer peer outranks nobody, and taking over is no demotion.
+        assert not first_demoted.is_set() and not second_demoted.is_set()
     finally:
         if active is not None:
             await active.__aexit__(None, None, None)
+
+
+async def test_active_replica_outranked_by_a_reappearing_older_peer_is_told_to_restart(kmock):
+    declare_resources(kmock)
+    declare_peering(kmock, "podnetwork-controller")
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                           namespace_profiles=False)
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, controller.Controller(config=config))
+    demoted, other_demoted = threading.Event(), threading.Event()
+    command.register_demotion_guard(registry, "active", demoted.set)
+    priority = command.parse_priority("start-time")
+
+    async with replica(kmock, registry, arguments("--peering", "podnetwork-controller",
+                                                  "--priority", str(priority)), "active"):
+        await eventually(lambda: has_conditions(kmock, "blue"))
+        assert not demoted.is_set()
+        # An older replica (higher priority) whose keep-alive had expired comes back.
+        async with replica_in_thread(kmock, controller.Controller(config=config),
+                                     arguments("--peering", "podnetwork-controller",
+                                               "--priority", str(priority + 1)), other_demoted):
+            await eventually(demoted.is_set)
+        assert not other_demoted.is_set()

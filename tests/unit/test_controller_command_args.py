@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import time
+from typing import Any
 
 import kopf
 import pytest
@@ -84,3 +86,33 @@ async def test_without_peering_the_operator_is_standalone_at_kopfs_default_prior
     assert settings.peering.standalone is True
     assert settings.peering.mandatory is False
     assert settings.peering.priority == 0
+
+
+def keepalive(priority: int, *, age: float = 0.0, lifetime: int = 60) -> dict[str, Any]:
+    seen = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)
+    return {"priority": priority, "lifetime": lifetime, "lastseen": seen.isoformat()}
+
+
+def test_a_live_peer_with_the_same_or_a_higher_priority_outranks_as_kopf_pauses():
+    assert command.outranked({"me": keepalive(5), "b": keepalive(6)}, "me", 5)
+    assert command.outranked({"me": keepalive(5), "b": keepalive(5)}, "me", 5)
+    assert not command.outranked({"me": keepalive(5), "b": keepalive(4)}, "me", 5)
+
+
+def test_dead_peers_own_entry_and_removed_entries_outrank_nobody():
+    assert not command.outranked({"b": keepalive(9, age=61)}, "me", 5)
+    assert not command.outranked({"me": keepalive(9)}, "me", 5)
+    assert not command.outranked({"b": None}, "me", 5)
+
+
+async def test_a_side_watch_that_fails_is_logged_and_run_again(caplog):
+    calls: list[int] = []
+
+    async def run() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("403 Forbidden")
+
+    await asyncio.wait_for(command.retrying("watching namespaces", run, backoff=0), 5)
+    assert calls == [0, 1]
+    assert "watching namespaces failed (RuntimeError: 403 Forbidden); retrying in 0s" in caplog.text
