@@ -642,11 +642,18 @@ class Agent:
         if invoke.version_tuple(request.cni_version) < (0, 4, 0):
             raise CNIError(ErrorCode.INCOMPATIBLE_VERSION, f"cniVersion {request.cni_version} has no CHECK")
         record = self.cache.load(request.args.container_id)
-        if record is None or not record.complete:
+        if record is None:
             raise CNIError(
                 ErrorCode.UNKNOWN_CONTAINER,
                 f"container {request.args.container_id} is not attached",
-                "no completed ADD is recorded for it",
+                "no ADD is recorded for it",
+            )
+        if not record.complete:
+            # Not code 3: that tells the runtime no DEL is needed, and these attachments need one.
+            raise CNIError(
+                ErrorCode.ATTACHMENT_INCOMPLETE,
+                f"container {request.args.container_id} is only partly attached",
+                "its ADD was cut short or a DEL failed for some attachment; DEL it, then ADD again",
             )
         for attachment in record.attachments:
             cl = conflist.load(attachment.config, what=f"network {attachment.name!r}")

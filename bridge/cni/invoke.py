@@ -70,6 +70,8 @@ class ErrorCode(IntEnum):
     """ADD for a pod the agent cannot read from the API."""
     DELEGATION_FAILED = 105
     """A selected network cannot be turned into a delegate configuration."""
+    ATTACHMENT_INCOMPLETE = 106
+    """CHECK of a container whose attachments are partly set up or torn down: DEL it."""
 
 
 class CNIError(Exception):
