@@ -178,6 +178,8 @@ class Controller:
                 if fresh is None:
                     return
                 body = self.remember(ref, fresh)
+                if ref not in self.objects:
+                    return  # deleted by this write; its DELETED event does the follow-ups
             if not urgent and self._only_inuse_message_may_change(ref, body):
                 # A pod event changes consumers only. Their names for the message cost
                 # O(consumers) (every pod, for `default`): the next flush writes them.
@@ -202,7 +204,14 @@ class Controller:
         revision, a counter, wherever Kubernetes runs on etcd; when either side
         is not a number the later arrival wins.
         """
-        if (body.get("metadata") or {}).get("name"):
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # The API server's answer to the write that dropped the last finalizer: the
+            # object is gone. Its DELETED event may already have been handled; do not
+            # bring it back (attachments would go on reading it as a Ready PodNetwork).
+            self.objects.pop(ref, None)
+            return dict(body)
+        if meta.get("name"):
             cached = self.objects.get(ref)
             if cached is None or not _older(body, cached):
                 self.objects[ref] = dict(body)
