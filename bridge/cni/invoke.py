@@ -268,17 +268,20 @@ class SubprocessExec:
     async def run(
         self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
     ) -> tuple[int, bytes, bytes]:
-        proc = await asyncio.create_subprocess_exec(
-            str(plugin),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env),
-            close_fds=True,
-            # Its own process group, so a timeout also kills the plugins it runs (IPAM):
-            # a surviving child would hold the pipes open and outlive the timeout.
-            start_new_session=True,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                str(plugin),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(env),
+                close_fds=True,
+                # Its own process group, so a timeout also kills the plugins it runs (IPAM):
+                # a surviving child would hold the pipes open and outlive the timeout.
+                start_new_session=True,
+            )
+        except OSError as exc:  # e.g. ENOEXEC, or the file vanished since find_plugin
+            raise CNIError(ErrorCode.IO_FAILURE, f"cannot execute plugin {plugin.name}", str(exc)) from None
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
         except TimeoutError:

@@ -38,3 +38,16 @@ async def test_a_timed_out_plugin_is_killed_with_its_children_within_the_timeout
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, 9)
+
+
+async def test_a_plugin_the_kernel_cannot_execute_is_a_cni_error_not_an_oserror(tmp_path: Path) -> None:
+    # No "#!" line: execve() fails with ENOEXEC. As a CNIError, DEL goes on with the
+    # next attachment (NPWG 7.2) instead of stopping at a Python exception.
+    plugin = tmp_path / "bridge"
+    plugin.write_text("echo not a real plugin\n")
+    plugin.chmod(0o755)
+    args = invoke.RuntimeArgs(invoke.Command.DEL, "c1", "", "eth0")
+    with pytest.raises(invoke.CNIError) as caught:
+        await invoke.call(invoke.SubprocessExec(), "bridge", {"cniVersion": "1.0.0", "name": "n", "type": "bridge"},
+                          args, [tmp_path], 5.0)
+    assert "bridge" in str(caught.value)
