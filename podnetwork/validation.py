@@ -34,6 +34,8 @@ _DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
 LINUX_IFNAME_MAX_BYTES = 15
 #: Windows interface aliases: IF_MAX_STRING_SIZE is 256 including the NUL.
 WINDOWS_IFNAME_MAX_CHARS = 255
+#: Bytes `dev_valid_name()` refuses: '/', ':', NUL and what lib/ctype.c calls space.
+_LINUX_IFNAME_BAD_BYTES = frozenset(b"/:\0\t\n\v\f\r \xa0")
 
 
 def dns1123_subdomain_errors(path: str, name: str) -> list[FieldError]:
@@ -63,7 +65,11 @@ def linux_ifname_errors(path: str, name: str) -> list[FieldError]:
         return [too_long(path, LINUX_IFNAME_MAX_BYTES)]
     if name in (".", ".."):
         return [invalid(path, name, "must not be '.' or '..'")]
-    bad = sorted({c for c in name if c in "/:" or c.isspace() or c == "\0"})
+    # The kernel tests bytes, with its own isspace(): 0xA0 (a UTF-8 continuation
+    # byte, as in "à") is a space to it, Unicode spaces such as U+2003 are not.
+    bad = sorted(
+        {c for c in name if any(b in _LINUX_IFNAME_BAD_BYTES for b in c.encode("utf-8", "surrogatepass"))}
+    )
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         return [invalid(path, name, f"a Linux interface name may not contain {shown}")]

@@ -159,3 +159,17 @@ def test_effective_networks_auto_populate_default():
     assert networks.effective({"metadata": {}, "spec": {"hostNetwork": True}}) == []
     ns_default = networks.parse('[{"podNetworkName":"blue"}]')
     assert networks.effective({"metadata": {}, "spec": {}}, ns_default) == ns_default
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        ("netà", False),  # "à" is C3 A0 in UTF-8; the kernel's isspace() counts 0xA0
+        ("net\u2003x", True),  # a Unicode space is no space to the kernel's byte test
+        ("net\tx", False),
+        ("net\u00e9", True),  # "é" is C3 A9: fine
+    ],
+)
+def test_linux_interface_names_follow_the_kernels_byte_rule(name: str, valid: bool):
+    errors = messages(pod([{"podNetworkName": "a", "interfaceName": name}]))
+    assert (errors == []) is valid, errors
