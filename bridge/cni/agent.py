@@ -489,9 +489,23 @@ class Agent:
             conflist.resolve(loaded, self.config.bin_dirs)
         return planned
 
+    def _load(self, container_id: str) -> Record | None:
+        """The container's record, for ADD and CHECK; an unreadable one is a CNI error.
+
+        Only DEL moves an unreadable record aside: the runtime DELs after a failed ADD.
+        """
+        try:
+            return self.cache.load(container_id)
+        except cache.CacheError as exc:
+            raise CNIError(
+                ErrorCode.IO_FAILURE,
+                f"the agent's record of container {container_id} is unreadable",
+                f"{exc}; DEL this container: the agent then moves the file aside and starts afresh",
+            ) from None
+
     async def _add(self, request: _Request) -> dict[str, Any] | None:
         args = request.args
-        record = self.cache.load(args.container_id)
+        record = self._load(args.container_id)
         if record is not None and record.complete:
             if record.ifname != args.ifname:
                 raise CNIError(
@@ -633,7 +647,29 @@ class Agent:
         return problems
 
     async def _del(self, request: _Request) -> None:
-        record = self.cache.load(request.args.container_id)
+        container_id = request.args.container_id
+        try:
+            record = self.cache.load(container_id)
+        except cache.CacheError as exc:
+            # The record names no attachment to DEL; refusing every DEL would keep the pod
+            # forever (CRI: tear-down must eventually succeed). Keep the file for a human,
+            # report it to this DEL, and let the runtime's retry succeed.
+            aside = self.cache.move_aside(container_id)
+            log.error(
+                "container %s: its cache record is unreadable (%s); moved it to %s. Inspect that file for "
+                "the attachments it held (interfaces in netns %s, IPAM reservations such as host-local's "
+                "files under /var/lib/cni/networks) and remove them by hand",
+                container_id,
+                exc,
+                aside,
+                request.args.netns or "unknown",
+            )
+            raise CNIError(
+                ErrorCode.IO_FAILURE,
+                f"the agent's record of container {container_id} is unreadable; "
+                "its attachments may be left behind",
+                f"moved to {aside} for inspection (see the agent's log); the next DEL succeeds",
+            ) from None
         if record is None:
             return  # CRI: tear-down of a torn-down pod succeeds
         await self._teardown(record, request.args)
@@ -641,7 +677,7 @@ class Agent:
     async def _check(self, request: _Request) -> None:
         if invoke.version_tuple(request.cni_version) < (0, 4, 0):
             raise CNIError(ErrorCode.INCOMPATIBLE_VERSION, f"cniVersion {request.cni_version} has no CHECK")
-        record = self.cache.load(request.args.container_id)
+        record = self._load(request.args.container_id)
         if record is None:
             raise CNIError(
                 ErrorCode.UNKNOWN_CONTAINER,

@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,23 @@ class Cache:
             os.close(fd)
         if created:
             self._sync_dir()
+
+    def move_aside(self, container_id: str) -> Path:
+        """Renames a container's unreadable record to `<file>.corrupt-<UTC time>`; the new path.
+
+        The file is kept for a human to inspect, and no longer counts as a record
+        (`container_ids` and `load` only see `<ID>.jsonl`).
+        """
+        path = self.path(container_id)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():  # never rename over an earlier one
+            aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+            n += 1
+        path.rename(aside)
+        self._sync_dir()
+        return aside
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
