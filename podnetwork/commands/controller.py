@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,10 @@ admission (docs/controller.md "High availability").
 """
 
 
+#: Listen addresses that name no host the API server could dial.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
 def parse_feature_gates(text: str) -> dict[str, bool]:
     """`A=true,B=false` as kube components take it. Raises ValueError naming the bad part."""
     gates: dict[str, bool] = {}
@@ -87,18 +92,22 @@ class Certificate:
     """Base64 PEM of the CA that signed `cert` (the cert itself when self-signed)."""
 
 
-def self_signed(directory: Path, host: str) -> Certificate:
-    """A self-signed serving certificate for `host` (DNS name or IP), made with openssl."""
+def _san(host: str) -> str:
+    if host in WILDCARD_HOSTS:
+        return "IP:127.0.0.1,DNS:localhost"
+    try:
+        return f"IP:{ipaddress.ip_address(host.strip('[]'))}"
+    except ValueError:
+        return f"DNS:{host}"
+
+
+def self_signed(directory: Path, host: str, *also: str) -> Certificate:
+    """A self-signed serving certificate for `host` and the hosts `also` (DNS names or IPs),
+    made with openssl. The API server checks the name it dials (--webhook-url's host)."""
     openssl = shutil.which("openssl")
     if openssl is None:
         raise RuntimeError("openssl is not installed: install it, or pass --webhook-cert and --webhook-key")
-    try:
-        ipaddress.ip_address(host)
-        san = f"IP:{host}"
-    except ValueError:
-        san = f"DNS:{host}"
-    if host in ("0.0.0.0", "::"):
-        san = "IP:127.0.0.1,DNS:localhost"
+    san = ",".join(dict.fromkeys(_san(h) for h in (host, *also) if h))
     cert, key = directory / "tls.crt", directory / "tls.key"
     subprocess.run(
         [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
@@ -355,7 +364,8 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
                 cert = Certificate(args.webhook_cert, args.webhook_key,
                                    base64.b64encode(args.webhook_cert.read_bytes()).decode())
             else:
-                cert = self_signed(Path(tmp), args.webhook_host)
+                url_host = urllib.parse.urlsplit(args.webhook_url or "").hostname or ""
+                cert = self_signed(Path(tmp), args.webhook_host, url_host)
             app = admission.app(ctl.namespace, enabled=enabled)
             server = uvicorn.Server(uvicorn.Config(
                 app, host=args.webhook_host, port=args.webhook_port, log_level="warning",
@@ -409,6 +419,13 @@ def _run(args: argparse.Namespace) -> int:
         parse_feature_gates(args.feature_gates)
     except ValueError as exc:
         print(f"podnetwork controller: {exc}")
+        return 2
+    if (args.manage_webhooks and not args.no_webhook and not args.webhook_url
+            and args.webhook_host in WILDCARD_HOSTS):
+        print(f"podnetwork controller: --manage-webhooks registers https://{args.webhook_host}:"
+              f"{args.webhook_port}, which the API server cannot call (and the webhooks fail closed: "
+              "every pod would be refused); pass --webhook-url https://NAME:PORT with a name the API "
+              "server reaches, or --webhook-host with such an address")
         return 2
     if args.priority is not None and args.peering is None:
         print("podnetwork controller: --priority only matters among peers: add --peering NAME "
