@@ -20,6 +20,8 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from bridge.cni.invoke import CNIError, ErrorCode
+
 # The API coordinates of the objects the agent reads. They are the wire names of
 # the KEP API and of the NPWG standard; the KEP layer's own constants are not
 # importable from here (.importlinter: the agent sees PodNetworks only through
@@ -55,7 +57,8 @@ class NotFound(LookupError):
 
 
 class ObjectSource(Protocol):
-    """What the agent needs from the cluster. Every getter raises `NotFound` when absent."""
+    """What the agent needs from the cluster. Every getter raises `NotFound` when absent;
+    other failures are `CNIError`s (11, "try again later", for transient ones)."""
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -143,8 +146,11 @@ class MemoryObjects:
 class KubernetesObjects:
     """ObjectSource over the Kubernetes API (in-cluster config, or a kubeconfig)."""
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+    def __init__(
+        self, kubeconfig: str | None = None, context: str | None = None, *, request_timeout: float = 10.0
+    ) -> None:
         import kubernetes  # heavy; only the real agent needs it
+        import urllib3
 
         # A private configuration: loading one must not change the process-wide default.
         cfg = kubernetes.client.Configuration()
@@ -161,14 +167,33 @@ class KubernetesObjects:
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
         self._api_exception = kubernetes.client.ApiException
+        self._transport_errors: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+        # Without it a call to an unresponsive API server waits forever (per attempt:
+        # the client's urllib3 retries a failed connection or read up to 3 times).
+        self.request_timeout = request_timeout
 
     async def _call(self, kind: str, namespace: str | None, name: str, fn: Any, *args: Any) -> Any:
+        where = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.to_thread(fn, *args, _request_timeout=self.request_timeout)
         except self._api_exception as exc:
-            if exc.status == 404:
+            status = exc.status or 0
+            if status == 404:
                 raise NotFound(kind, namespace, name) from None
-            raise
+            answer = f"the API server answered {status} {exc.reason or ''}".rstrip()
+            body = str(exc.body or "")[:500]
+            if status == 429 or status >= 500:
+                # Throttled or failing for now: CNI well-known error 11 tells the runtime to retry.
+                raise CNIError(
+                    ErrorCode.TRY_AGAIN_LATER, f"cannot reach {where} now: {answer}", body
+                ) from None
+            raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {answer}", body) from None
+        except self._transport_errors as exc:
+            raise CNIError(
+                ErrorCode.TRY_AGAIN_LATER,
+                f"cannot reach {where} now: the API server did not answer (connection failed or timed out)",
+                str(exc)[:500],
+            ) from None
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         pod = await self._call(POD, namespace, name, self._core.read_namespaced_pod, name, namespace)
