@@ -40,7 +40,9 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 the write that adds the selection, so Multus never attaches the
                 pod before its selection exists (Kubernetes >= 1.30;
                 deploy/bridge/ registers it). Without --webhook-cert/--webhook-key
-                a self-signed certificate for --webhook-host is made with openssl.
+                a self-signed certificate for --webhook-host is made with openssl;
+                --manage-webhooks registers the MutatingWebhookConfiguration with
+                its CA bundle (development clusters).
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
@@ -78,6 +80,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="port to serve the webhook on (default 9444; the controller's is 9443)")
     p.add_argument("--webhook-cert", type=Path, help="TLS certificate (PEM) for the webhook")
     p.add_argument("--webhook-key", type=Path, help="TLS key (PEM) for the webhook")
+    p.add_argument("--webhook-url", metavar="URL",
+                   help="URL the API server uses to reach the webhook, for --manage-webhooks "
+                   "(default https://HOST:PORT)")
+    p.add_argument("--manage-webhooks", action="store_true",
+                   help="create/update the MutatingWebhookConfiguration at startup, with the serving "
+                   "certificate as its CA bundle (development; deploy/bridge/ registers it statically)")
 
 
 def _login_from(kubeconfig: str | None, context: str | None) -> Any:
@@ -131,8 +139,8 @@ def _login_problem(kubeconfig: str | None, context: str | None) -> str | None:
 
 def _webhook_problem(args: argparse.Namespace) -> str | None:
     if not args.webhook:
-        if args.webhook_cert or args.webhook_key:
-            return "--webhook-cert/--webhook-key need --webhook"
+        if args.webhook_cert or args.webhook_key or args.manage_webhooks or args.webhook_url:
+            return "--webhook-cert/--webhook-key/--webhook-url/--manage-webhooks need --webhook"
         return None
     if not args.write_selection:
         return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
@@ -171,6 +179,9 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                                    base64.b64encode(args.webhook_cert.read_bytes()).decode())
             else:
                 cert = self_signed(Path(tmp), args.webhook_host)
+            if args.manage_webhooks:
+                url = args.webhook_url or f"https://{args.webhook_host}:{args.webhook_port}"
+                bridge.config.webhook_client_config = {"url": url, "caBundle": cert.ca_bundle}
             # Bound here, not by uvicorn, which exits the process when the port is taken.
             family = socket.AF_INET6 if ":" in args.webhook_host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)

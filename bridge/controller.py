@@ -63,6 +63,9 @@ class BridgeSettings:
     CNI agent translates on its own and nothing else needs the annotation."""
     write_pod_ips: bool = True
     """Write `multinetwork.x-k8s.io/pod-ips` from `network-status`. Default on."""
+    webhook_client_config: dict[str, Any] | None = None
+    """With `--manage-webhooks` (development clusters): where the API server reaches the
+    bridge's webhook; the MutatingWebhookConfiguration is created or updated at startup."""
 
 
 @dataclass
@@ -83,6 +86,8 @@ class Bridge:
     """Names of the Events already posted (each disagreement is reported once)."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
     kopf_settings: kopf.OperatorSettings | None = None
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    """Tasks started by the startup handler (kept referenced until the operator stops)."""
 
     # --- memory ----------------------------------------------------------------------------
 
@@ -164,6 +169,25 @@ class Bridge:
         except kopf_errors.APIError as exc:
             logger.warning("event %s not posted: %s", name, exc)
         logger.warning("pod %s/%s: %s", namespace, pod.get("metadata", {}).get("name"), message)
+
+    async def register_webhook(self) -> None:
+        """Create or update the MutatingWebhookConfiguration (`bridge.admission`), if asked to."""
+        if self.config.webhook_client_config is None:
+            return
+        from bridge import admission
+
+        assert self.kopf_settings is not None
+        obj = admission.webhook_configuration(self.config.webhook_client_config)
+        url = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+        try:
+            await kopf_api.post(url=url, payload=obj, settings=self.kopf_settings, logger=logger)
+        except kopf_errors.APIConflictError:
+            await self.patch(f"{url}/{obj['metadata']['name']}", obj)
+        except kopf_errors.APIError as exc:
+            logger.error("cannot register MutatingWebhookConfiguration %s: %s (register it yourself, "
+                         "see deploy/bridge/webhooks.yaml)", obj["metadata"]["name"], exc)
+            return
+        logger.info("registered MutatingWebhookConfiguration %s", obj["metadata"]["name"])
 
     # --- ParamsReady -----------------------------------------------------------------------
 
@@ -358,6 +382,16 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
         # kopf would post an Event for every warning logged about a handled pod.
         settings.posting.enabled = False
         bridge.kopf_settings = settings
+        if bridge.config.webhook_client_config is not None:
+            # In a task: kopf's API client waits for the login, which runs after startup.
+            bridge.background.add(asyncio.create_task(bridge.register_webhook()))
+
+    @kopf.on.cleanup(registry=registry, id="bridge_cleanup")
+    async def bridge_cleanup(**_: Any) -> None:
+        for task in bridge.background:
+            task.cancel()
+        await asyncio.gather(*bridge.background, return_exceptions=True)
+        bridge.background.clear()
 
     nad = (npwg.NAD_GROUP, npwg.NAD_VERSION, npwg.NAD_PLURAL)
     opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)

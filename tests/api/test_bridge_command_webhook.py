@@ -1,4 +1,5 @@
-"""`podnetwork bridge --webhook` as a process: the webhook over real HTTPS (self-signed), fed by the controller."""
+"""`podnetwork bridge --webhook` as a process: the webhook over real HTTPS (self-signed), fed by the controller,
+registered with --manage-webhooks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import bridge_api_support as bs
 import httpx
+import kmock as kmock_lib
 import pytest
 import yaml
 
@@ -21,6 +23,7 @@ from bridge import admission, pods
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
+MWC = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
 def kubeconfig(path: Path, server: str) -> Path:
@@ -43,13 +46,15 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
     kmock: bs.Emulator, tmp_path: Path
 ) -> None:
     bs.declare_resources(kmock)
+    kmock.resources[MWC] = kmock_lib.ResourceInfo(
+        kind="MutatingWebhookConfiguration", namespaced=False, verbs={"create", "get", "list", "patch"})
     kmock.objects[bs.PN, None, "dataplane"] = bs.podnetwork("dataplane", ready=False)
     kmock.objects[bs.NAD, "nets", "dataplane"] = bs.nad("dataplane")
     config = kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook",
-        "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--manage-webhooks",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "KUBECONFIG": ""},
     )
@@ -70,6 +75,11 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
         response = resp.json()["response"]
         ops = json.loads(base64.b64decode(response["patch"]))
         assert ops == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": pods.SCHEDULING_GATE}]}]
+        # --manage-webhooks registered the configuration with the serving certificate as CA bundle.
+        registered = await bs.eventually(lambda: kmock.objects[MWC, None, admission.CONFIGURATION_NAME].raw)
+        client_config = registered["webhooks"][0]["clientConfig"]
+        assert client_config["url"] == f"https://127.0.0.1:{port}{admission.MUTATE_PATH}"
+        assert b"BEGIN CERTIFICATE" in base64.b64decode(client_config["caBundle"])
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -83,6 +93,7 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
         pytest.param(["--webhook", "--webhook-cert", "c.pem"], "go together", id="a certificate without a key"),
         pytest.param(["--webhook-cert", "c.pem", "--webhook-key", "k.pem"], "need --webhook",
                      id="certificates without --webhook"),
+        pytest.param(["--manage-webhooks"], "need --webhook", id="registering a webhook not served"),
         pytest.param(["--webhook", "--webhook-cert", "/nonexistent.pem", "--webhook-key", "/nonexistent.key"],
                      "not a readable file", id="a missing certificate file"),
         pytest.param(["--webhook", "--no-selection"], "drop one of them", id="a gate nobody would remove"),

@@ -70,7 +70,12 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     source = (ROOT / "bridge" / "controller.py").read_text()
     # The writes in the code: merge patches (pods, status subresources) and Event creation.
-    assert re.findall(r"kopf_api\.(\w+)\(", source) == ["post"]
+    # The first post registers the webhook configuration, only with --manage-webhooks, which
+    # the Deployment does not pass (cert-manager and the static configuration do that job).
+    assert re.findall(r"kopf_api\.(\w+)\(", source) == ["post", "post"]
+    assert "mutatingwebhookconfigurations" in source
+    deployment, _ = documents("deployment.yaml")
+    assert "--manage-webhooks" not in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert re.findall(r'self\._call\("(\w+)"', source) == ["patch"]
     assert set(re.findall(r"self\.patch\((_pod_url|f\"\{_object_url\(ref\)\}/status)", source)) == {
         "_pod_url", 'f"{_object_url(ref)}/status'}
