@@ -231,6 +231,16 @@ class Agent:
             conflist.resolve(conflist.load(config, what=f"default network {name!r}"), self.config.bin_dirs)
         except CNIError as exc:
             return str(exc)
+        version = str(config.get("cniVersion") or invoke.LATEST_VERSION)
+        if version not in invoke.SUPPORTED_VERSIONS:
+            # The agent's conflist speaks the default network's version (own_conflist), and
+            # parse_request refuses a version it does not speak: every pod would fail.
+            return (
+                f"the default network {name!r} has cniVersion {version!r}, which this agent does not speak "
+                f"(it speaks {', '.join(invoke.SUPPORTED_VERSIONS)}); set the cniVersion of the default "
+                "network's configuration (--default-network-conf or the default PodNetwork's "
+                "NetworkAttachmentDefinition) to one of those that its plugins also support"
+            )
         return None
 
     def own_conflist(self, default_config: Mapping[str, Any]) -> dict[str, Any]:
