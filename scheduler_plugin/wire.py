@@ -90,6 +90,9 @@ class ExtenderArgs(BaseModel):
             name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str) or not name:
                 raise ValueError(f"Nodes.items[{i}].metadata.name: Required value")
+            # The decision reads each node's annotations (the networks it offers).
+            if not isinstance(meta.get("annotations") or {}, dict):
+                raise ValueError(f"Nodes.items[{i}].metadata.annotations: must be a map of strings")
             names.append(name)
         return names
 
