@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -182,6 +183,10 @@ class Agent:
         self.cache = cache.Cache(config.cache_dir, durable=config.durable_cache)
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiters: dict[str, int] = {}
+        self._arrivals = itertools.count()
+        """Orders requests as they arrive (a counter: no clock can go backwards)."""
+        self._add_arrival: dict[str, int] = {}
+        """When the latest ADD of each container arrived, for GC (CNI 1.1); dropped by its DEL."""
         self._server: Any = None
         self._readiness: asyncio.Task[None] | None = None
         self.conf_written = asyncio.Event()
@@ -281,6 +286,9 @@ class Agent:
         """One CNI request; returns the result (None when the command has none), raises CNIError."""
         request = parse_request(env, stdin)
         command = request.args.command
+        arrival = next(self._arrivals)
+        if command is Command.ADD:
+            self._add_arrival[request.args.container_id] = arrival
         if command is Command.VERSION:
             return {"cniVersion": request.cni_version, "supportedVersions": list(invoke.SUPPORTED_VERSIONS)}
         if command is Command.STATUS:
@@ -289,7 +297,7 @@ class Agent:
                 raise CNIError(50, "the cluster default network is not available", problem)
             return None
         if command is Command.GC:
-            await self._gc(request)
+            await self._gc(request, arrival)
             return None
         async with self._container_lock(request.args.container_id):
             started = time.monotonic()
@@ -298,6 +306,7 @@ class Agent:
                 result = await self._add(request)
             elif command is Command.DEL:
                 await self._del(request)
+                self._add_arrival.pop(request.args.container_id, None)
             else:
                 await self._check(request)
             log.info(
@@ -714,8 +723,12 @@ class Agent:
                 attachment.result,
             )
 
-    async def _gc(self, request: _Request) -> None:
-        """CNI 1.1 GC: tear down recorded containers the runtime no longer lists as valid."""
+    async def _gc(self, request: _Request, arrival: int) -> None:
+        """CNI 1.1 GC: tear down recorded containers the runtime no longer lists as valid.
+
+        The runtime built its list before sending GC; an ADD that arrived after the GC
+        request is missing from it without being stale, so its container is kept.
+        """
         valid = request.conf.get("cni.dev/valid-attachments")
         if not isinstance(valid, list):
             return
@@ -724,9 +737,18 @@ class Agent:
             if container_id in keep:
                 continue
             async with self._container_lock(container_id):
-                record = self.cache.load(container_id)
+                if self._add_arrival.get(container_id, -1) > arrival:
+                    log.info("GC: keeping container %s, whose ADD arrived after the GC request", container_id)
+                    continue
+                try:
+                    record = self.cache.load(container_id)
+                except cache.CacheError as exc:
+                    aside = self.cache.move_aside(container_id)
+                    log.error("GC: container %s: %s; moved it to %s, inspect it", container_id, exc, aside)
+                    continue
                 if record is not None:
                     await self._teardown(record, RuntimeArgs(Command.DEL, container_id), raise_errors=False)
+                    self._add_arrival.pop(container_id, None)
 
 
 async def _run_in_netns(netns: str, argv: list[str], timeout: float) -> None:
