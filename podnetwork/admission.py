@@ -241,6 +241,8 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True) -> Any:
         try:
             body = await request.json()
             ns = ((body.get("request") or {}).get("namespace") or "") if isinstance(body, dict) else ""
+            if not isinstance(ns, str):
+                raise ValueError(f"request.namespace must be a string, not {type(ns).__name__}")
             return review(body, webhook, enabled=enabled, namespace=namespace_of(ns) if ns else None)
         except (ValueError, AttributeError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None

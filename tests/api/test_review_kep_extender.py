@@ -53,3 +53,4 @@ async def test_a_node_list_whose_nodes_have_no_annotations_still_passes():
     reply = resp.json()
     assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n1", "n2"]
     assert reply["Error"] == ""
+
