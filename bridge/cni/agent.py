@@ -187,6 +187,10 @@ class Agent:
         """Orders requests as they arrive (a counter: no clock can go backwards)."""
         self._add_arrival: dict[str, int] = {}
         """When the latest ADD of each container arrived, for GC (CNI 1.1); dropped by its DEL."""
+        self._gate = asyncio.Condition()
+        self._adds_running = 0
+        self._gc_forwarding = False
+        """While GC runs in the delegates, no delegate ADD may reserve what they would free."""
         self._server: Any = None
         self._readiness: asyncio.Task[None] | None = None
         self.conf_written = asyncio.Event()
@@ -303,7 +307,8 @@ class Agent:
             started = time.monotonic()
             result: dict[str, Any] | None = None
             if command is Command.ADD:
-                result = await self._add(request)
+                async with self._add_slot():
+                    result = await self._add(request)
             elif command is Command.DEL:
                 await self._del(request)
                 self._add_arrival.pop(request.args.container_id, None)
@@ -331,6 +336,33 @@ class Agent:
             if not self._waiters[container_id]:
                 del self._waiters[container_id]
                 del self._locks[container_id]
+
+    @contextlib.asynccontextmanager
+    async def _add_slot(self) -> Any:
+        """Held by each ADD; none starts while GC is forwarded to the delegates."""
+        async with self._gate:
+            await self._gate.wait_for(lambda: not self._gc_forwarding)
+            self._adds_running += 1
+        try:
+            yield
+        finally:
+            async with self._gate:
+                self._adds_running -= 1
+                self._gate.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def _no_adds(self) -> Any:
+        """Waits for running ADDs to finish and holds new ones back (one GC at a time)."""
+        async with self._gate:
+            await self._gate.wait_for(lambda: not self._gc_forwarding)
+            self._gc_forwarding = True
+            await self._gate.wait_for(lambda: self._adds_running == 0)
+        try:
+            yield
+        finally:
+            async with self._gate:
+                self._gc_forwarding = False
+                self._gate.notify_all()
 
     async def _default_network(self, k8s_runtime_config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """(status name, delegate config) of the cluster default network."""
@@ -749,6 +781,52 @@ class Agent:
                 if record is not None:
                     await self._teardown(record, RuntimeArgs(Command.DEL, container_id), raise_errors=False)
                     self._add_arrival.pop(container_id, None)
+        async with self._no_adds():
+            await self._forward_gc()
+
+    async def _forward_gc(self) -> None:
+        """GC of every delegate network the cache knows, with that network's attachments to keep.
+
+        A delegating plugin must pass GC on to its delegates (CNI spec 1.1 "GC"), but the
+        runtime's list names the agent's attachments (container, eth0), not the delegates'
+        (container, net1, ...). The agent's records, after the stale ones are gone, are
+        that list per delegate. Networks are grouped by CNI network name: plugins such as
+        host-local keep their state per name, so a GC must list every attachment of that
+        name, whichever NetworkAttachmentDefinition made it. Attachments still recorded
+        (kept, a DEL that failed, an ADD cut short) all count as valid: a DEL frees them.
+        """
+        keep: dict[str, list[dict[str, str]]] = {}
+        configs: dict[str, dict[str, conflist.ConfList]] = {}
+        for container_id in self.cache.container_ids():
+            try:
+                record = self.cache.load(container_id)
+            except cache.CacheError as exc:
+                log.warning("GC: skipping container %s: %s", container_id, exc)
+                continue
+            if record is None:
+                continue
+            for attachment in record.attachments:
+                try:
+                    cl = conflist.load(attachment.config, what=f"network {attachment.name!r}")
+                except CNIError as exc:
+                    log.warning("GC: container %s: %s", container_id, exc)
+                    continue
+                entry = {"containerID": container_id, "ifname": attachment.ifname}
+                if entry not in keep.setdefault(cl.name, []):
+                    keep[cl.name].append(entry)
+                configs.setdefault(cl.name, {})[json.dumps(cl.to_json(), sort_keys=True)] = cl
+        problems: list[str] = []
+        timeout = self.config.plugin_timeout
+        for name, variants in configs.items():
+            for cl in variants.values():
+                try:
+                    await conflist.gc(self.executor, cl, keep[name], self.config.bin_dirs, timeout)
+                except CNIError as exc:
+                    problems.append(str(exc))
+        if problems:
+            raise CNIError(
+                ErrorCode.PLUGIN_FAILED, "GC failed in some delegate networks", "; ".join(problems)
+            )
 
 
 async def _run_in_netns(netns: str, argv: list[str], timeout: float) -> None:

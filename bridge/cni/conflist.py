@@ -4,8 +4,9 @@
 A single plugin configuration is treated as a list of one. For each plugin call the
 list's `name` and `cniVersion` are injected (NPWG spec 7.1), `runtimeConfig` carries
 only the capabilities that plugin declares (CNI CONVENTIONS "capabilities"), ADD
-chains `prevResult` forward, DEL runs in reverse with the cached result, and CHECK
-runs only for 0.4.0 and later and not when `disableCheck` is set.
+chains `prevResult` forward, DEL runs in reverse with the cached result, CHECK
+runs only for 0.4.0 and later and not when `disableCheck` is set, and GC only for
+1.1.0 and later and not when `disableGC` is set.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ConfList:
     disable_check: bool = False
     runtime_config: Mapping[str, Any] | None = None
     """List-level runtimeConfig, handed to each plugin per its declared capabilities."""
+    disable_gc: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -44,6 +46,8 @@ class ConfList:
             out["disableCheck"] = True
         if self.runtime_config:
             out["runtimeConfig"] = dict(self.runtime_config)
+        if self.disable_gc:
+            out["disableGC"] = True
         return out
 
 
@@ -67,10 +71,12 @@ def load(conf: Any, *, what: str = "network configuration") -> ConfList:
             f"unsupported cniVersion {version!r} in {what}",
             f"supported: {', '.join(invoke.SUPPORTED_VERSIONS)}",
         )
-    disable_check = conf.get("disableCheck", False)
+    disable_check, disable_gc = (conf.get(key, False) for key in ("disableCheck", "disableGC"))
+    # Some runtimes accept the string "true"; the spec says boolean.
     if not isinstance(disable_check, bool):
-        # Some runtimes accept the string "true"; the spec says boolean.
         disable_check = str(disable_check).lower() == "true"
+    if not isinstance(disable_gc, bool):
+        disable_gc = str(disable_gc).lower() == "true"
     runtime_config = conf.get("runtimeConfig")
     if runtime_config is not None and not isinstance(runtime_config, Mapping):
         raise bad('"runtimeConfig" must be an object')
@@ -86,7 +92,12 @@ def load(conf: Any, *, what: str = "network configuration") -> ConfList:
             except CNIError as exc:
                 raise bad(f"plugins[{i}].type: {exc.details}") from None
         return ConfList(
-            name, version, tuple(copy.deepcopy(dict(p)) for p in plugins), disable_check, runtime_config
+            name,
+            version,
+            tuple(copy.deepcopy(dict(p)) for p in plugins),
+            disable_check,
+            runtime_config,
+            disable_gc,
         )
     try:
         invoke.check_plugin_type(conf.get("type"))
@@ -94,7 +105,7 @@ def load(conf: Any, *, what: str = "network configuration") -> ConfList:
         raise bad(f"type: {exc.details}") from None
     # A single configuration is its own only plugin; its own runtimeConfig stays in it.
     plugin = copy.deepcopy(dict(conf))
-    return ConfList(name, version, (plugin,), disable_check, None)
+    return ConfList(name, version, (plugin,), disable_check, None, disable_gc)
 
 
 def plugin_config(
@@ -187,4 +198,38 @@ async def check(
     for plugin in conflist.plugins:
         conf = plugin_config(conflist, plugin, prev_result, runtime_config)
         await invoke.call(executor, plugin["type"], conf, args, bin_dirs, timeout)
+    return True
+
+
+#: The key of a GC request's configuration that lists the attachments to keep (CNI 1.1).
+VALID_ATTACHMENTS = "cni.dev/valid-attachments"
+
+
+async def gc(
+    executor: invoke.Exec,
+    conflist: ConfList,
+    valid: Sequence[Mapping[str, str]],
+    bin_dirs: Sequence[Path],
+    timeout: float,
+) -> bool:
+    """GC through the list in order, each plugin told the attachments to keep (CNI spec 1.1 "GC").
+
+    False when skipped: lists older than 1.1.0 have no GC, and `disableGC` turns it off.
+    Every plugin is called even when one fails; then a CNIError names each failure.
+    """
+    if invoke.version_tuple(conflist.cni_version) < (1, 1, 0) or conflist.disable_gc:
+        return False
+    args = RuntimeArgs(Command.GC)
+    problems: list[str] = []
+    for plugin in conflist.plugins:
+        conf = plugin_config(conflist, plugin, None)
+        conf[VALID_ATTACHMENTS] = [dict(v) for v in valid]
+        try:
+            await invoke.call(executor, plugin.get("type"), conf, args, bin_dirs, timeout)
+        except CNIError as exc:
+            problems.append(f"{plugin.get('type')}: {exc}")
+    if problems:
+        raise CNIError(
+            ErrorCode.PLUGIN_FAILED, f"GC failed in network {conflist.name!r}", "; ".join(problems)
+        )
     return True
