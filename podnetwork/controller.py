@@ -190,10 +190,14 @@ class Controller:
                 self.deferred.discard(ref)
                 return
             self.deferred.discard(ref)
+            ready_before = _ready_of(body)
             fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new), retry=ref)
             if fresh is not None:
                 self.remember(ref, fresh)
-        await self.after_change(ref)
+        # Attachments, nodes and the nudge read only Ready: an InUse-only write (a busy
+        # network's consumer count, every flush) must not walk every node and attachment.
+        if ref not in self.ready_seen or _ready_of(self.objects.get(ref)) != ready_before:
+            await self.after_change(ref)
 
     def remember(self, ref: Ref, body: Mapping[str, Any]) -> dict[str, Any]:
         """Cache a body unless the cache already holds a newer one; returns the cached body.
@@ -343,6 +347,12 @@ def _older(body: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
     a = str((body.get("metadata") or {}).get("resourceVersion") or "")
     b = str((than.get("metadata") or {}).get("resourceVersion") or "")
     return a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+def _ready_of(obj: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """What dependents read of an object's Ready condition."""
+    ready = conditions.find(obj, constants.ConditionType.READY)
+    return None if ready is None else (ready.get("status"), ready.get("reason"), ready.get("message"))
 
 
 def _generation(obj: Mapping[str, Any]) -> int | None:

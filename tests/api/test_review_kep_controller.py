@@ -7,6 +7,7 @@ server can break: transient errors at startup, failed re-creation of `default`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import kopf
@@ -95,3 +96,46 @@ async def test_a_pod_event_on_a_busy_network_does_not_rebuild_the_inuse_message(
         await asyncio.sleep(0.3)  # the pod event handlers have run
         assert blue in ctl.deferred  # the new count is written by the next flush
         assert index.usage_calls.get(blue, 0) == before
+
+
+@dataclasses.dataclass
+class CountingController(controller.Controller):
+    """The real controller, counting how often it walks the nodes for a PodNetwork."""
+
+    node_walks: list[str] = dataclasses.field(default_factory=list)
+
+    async def reconcile_nodes(self, podnetwork_name: str) -> None:
+        self.node_walks.append(podnetwork_name)
+        await super().reconcile_nodes(podnetwork_name)
+
+
+async def test_an_inuse_only_status_write_does_not_walk_the_nodes(kmock):
+    # Nodes and attachments read a PodNetwork's Ready only; the InUse message of a busy
+    # network is rewritten every flush and must not cost O(nodes) each time.
+    declare_resources(kmock)
+    kmock.objects[NODES, None, "n1"] = node("n1")
+    kmock.objects[PODS, "ns", "a"] = pod("a")  # on `default`
+    ctl = CountingController(config=controller.ControllerSettings(
+        inuse_message_interval=0.2, namespace_profiles=False))
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, ctl)
+    async with kube_emulator.operator(kmock, registry):
+        await eventually(lambda: condition(stored(kmock, PN, None, "default"), "InUse")["message"]
+                         == "in use by 1 pod: ns/a")
+        await eventually(lambda: condition(stored(kmock, NODES, None, "n1"), "DefaultPodNetworkReady"))
+        await asyncio.sleep(0.5)
+        walks = len(ctl.node_walks)
+        for name in ("b", "c"):
+            async with kmock.request("POST", "/api/v1/namespaces/ns/pods", json=pod(name)) as resp:
+                assert resp.status < 300
+        await eventually(lambda: condition(stored(kmock, PN, None, "default"), "InUse")["message"]
+                         == "in use by 3 pods: ns/a, ns/b, ns/c")
+        await asyncio.sleep(0.3)
+        assert len(ctl.node_walks) == walks
+        # a Ready change still reaches the nodes at once
+        async with kmock.request("PATCH", f"{PN_URL}/default", json={"spec": {"enabled": False}},
+                                 headers={"Content-Type": "application/merge-patch+json"}) as resp:
+            assert resp.status < 300
+        await eventually(lambda: condition(stored(kmock, NODES, None, "n1"), "DefaultPodNetworkReady")["status"]
+                         == "False")
+    assert len(ctl.node_walks) > walks
