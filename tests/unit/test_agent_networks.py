@@ -22,7 +22,7 @@ class Recorder:
 
     async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
         conf = json.loads(stdin)
-        self.calls.append((env["CNI_COMMAND"], env["CNI_IFNAME"], conf))
+        self.calls.append((env["CNI_COMMAND"], env.get("CNI_IFNAME", ""), conf))
         if env["CNI_COMMAND"] == "ADD":
             result = {"cniVersion": conf["cniVersion"], "interfaces": [{"name": env["CNI_IFNAME"], "sandbox": "/ns"}],
                       "ips": [{"address": f"10.0.{len(self.calls)}.2/24", "interface": 0}]}
@@ -188,5 +188,6 @@ async def test_gc_tears_down_the_containers_the_runtime_no_longer_lists(tmp_path
     rec.calls.clear()
     gc_conf = {"cniVersion": "1.1.0", "name": "multinetwork", "cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]}
     await a.handle({"CNI_COMMAND": "GC"}, json.dumps(gc_conf).encode())
-    assert [(cmd, conf["name"]) for cmd, _, conf in rec.calls] == [("DEL", "kubenet")]
+    assert [(cmd, conf["name"]) for cmd, _, conf in rec.calls] == [("DEL", "kubenet"), ("GC", "kubenet")]
+    assert rec.calls[1][2]["cni.dev/valid-attachments"] == [{"containerID": "keep", "ifname": "eth0"}]
     assert list(a.cache.container_ids()) == ["keep"]
