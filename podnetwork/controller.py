@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 _BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
 NODE = "Node"
+#: GETs per flush spent checking that the consumers keeping a deletion waiting still exist.
+GHOST_CHECKS = 20
 
 
 @dataclass
@@ -285,6 +287,47 @@ class Controller:
             else:
                 await self.reconcile(ref, urgent=True)
 
+    async def sweep_ghosts(self) -> None:
+        """Forget consumers the API no longer has, where a deletion waits on them.
+
+        After a watch expires (410 Gone) kopf relists and reports what it lists,
+        never DELETED for what vanished in the gap (kopf's `continuous_watch`), so
+        the index can keep a deleted pod and its finalizer forever. Only objects
+        being deleted are checked, with at most `GHOST_CHECKS` GETs per flush.
+        """
+        assert self.kopf_settings is not None
+        budget = GHOST_CHECKS
+        for ref, body in list(self.objects.items()):
+            if budget <= 0:
+                break
+            if not (body.get("metadata") or {}).get("deletionTimestamp") or not self.index.in_use(ref):
+                continue
+            attachments, pods = self.index.some_consumers(ref, budget)
+            for kind, keys in ((constants.ATTACHMENT_KIND, attachments), ("Pod", pods)):
+                for key in keys:
+                    budget -= 1
+                    namespace, _, name = key.partition("/")
+                    url = (object_url(inuse.attachment_ref(namespace, name)) if kind != "Pod"
+                           else f"/api/v1/namespaces/{namespace}/pods/{name}")
+                    try:
+                        obj = await kopf_api.get(url=url, settings=self.kopf_settings, logger=logger)
+                    except kopf_errors.APINotFoundError:
+                        obj = None
+                    except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+                        logger.warning("cannot check %s %s (%s); next flush", kind, key, exc)
+                        return
+                    if kind == "Pod":
+                        self.pending |= (self.index.remove_pod(key) if obj is None
+                                         else self.index.set_pod(obj, self.namespace_profile(namespace)))
+                    else:
+                        self.pending |= (self.index.remove_attachment(key) if obj is None
+                                         else self.index.set_attachment(_as_kind(obj, kind)))
+                    if obj is None:
+                        logger.info("forgot %s %s: gone from the API without a DELETED event", kind, key)
+        refs, self.pending = self.pending, set()
+        for changed in sorted(refs):
+            await self.reconcile(changed)
+
     def namespace(self, name: str) -> dict[str, Any] | None:
         """The Namespace object if it sets a networks profile (admission's lookup)."""
         return self.namespaces.get(name)
@@ -381,6 +424,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             while True:
                 await asyncio.sleep(ctl.config.inuse_message_interval)
                 await ctl.flush_deferred()
+                await ctl.sweep_ghosts()
 
         ctl._flusher = asyncio.create_task(flusher())
 

@@ -17,6 +17,7 @@ Everything here is pure data and decisions; nothing talks to an API.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -217,6 +218,14 @@ class Index:
         return conditions.Usage(
             pods=len(slot.pods), attachments=len(slot.attachments), sample=tuple(names)
         )
+
+    def some_consumers(self, ref: Ref, limit: int) -> tuple[list[str], list[str]]:
+        """Up to `limit` consumers of `ref`, attachments then pods, in O(limit)."""
+        slot = self._by_ref.get(ref)
+        if not slot or limit <= 0:
+            return [], []
+        attachments = list(itertools.islice(slot.attachments, limit))
+        return attachments, list(itertools.islice(slot.pods, limit - len(attachments)))
 
     def pods_of(self, ref: Ref) -> frozenset[str]:
         slot = self._by_ref.get(ref)
