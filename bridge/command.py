@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,11 @@ def _webhook_problem(args: argparse.Namespace) -> str | None:
             return f"{path} is not a readable file"
     if not 0 < args.webhook_port < 65536:
         return f"--webhook-port {args.webhook_port} is not a TCP port"
+    if args.manage_webhooks and not args.webhook_url and args.webhook_host in ("0.0.0.0", "::", ""):
+        return (f"--manage-webhooks would register https://{args.webhook_host}:{args.webhook_port}, which "
+                "the API server cannot call (and the webhook fails closed: every pod it covers would be "
+                "refused); pass --webhook-url https://NAME:PORT with a name the API server reaches, or "
+                "--webhook-host with such an address")
     return None
 
 
@@ -178,7 +184,9 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                 cert = Certificate(args.webhook_cert, args.webhook_key,
                                    base64.b64encode(args.webhook_cert.read_bytes()).decode())
             else:
-                cert = self_signed(Path(tmp), args.webhook_host)
+                # The API server checks the name it dials: --webhook-url's host goes in too.
+                url_host = urllib.parse.urlsplit(args.webhook_url or "").hostname or ""
+                cert = self_signed(Path(tmp), args.webhook_host, url_host)
             if args.manage_webhooks:
                 url = args.webhook_url or f"https://{args.webhook_host}:{args.webhook_port}"
                 bridge.config.webhook_client_config = {"url": url, "caBundle": cert.ca_bundle}

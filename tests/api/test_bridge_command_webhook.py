@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -55,6 +56,7 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
     proc = await asyncio.create_subprocess_exec(
         *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook",
         "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--manage-webhooks",
+        "--webhook-url", f"https://localhost:{port}",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "KUBECONFIG": ""},
     )
@@ -78,8 +80,13 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
         # --manage-webhooks registered the configuration with the serving certificate as CA bundle.
         registered = await bs.eventually(lambda: kmock.objects[MWC, None, admission.CONFIGURATION_NAME].raw)
         client_config = registered["webhooks"][0]["clientConfig"]
-        assert client_config["url"] == f"https://127.0.0.1:{port}{admission.MUTATE_PATH}"
-        assert b"BEGIN CERTIFICATE" in base64.b64decode(client_config["caBundle"])
+        assert client_config["url"] == f"https://localhost:{port}{admission.MUTATE_PATH}"
+        # The certificate is valid for the name the API server dials: verify with the registered CA bundle.
+        ca = tmp_path / "ca.pem"
+        ca.write_bytes(base64.b64decode(client_config["caBundle"]))
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(ca))) as client:
+            health = await client.get(f"https://localhost:{port}/healthz")
+        assert health.json() == {"status": "ok"}
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -97,6 +104,8 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
         pytest.param(["--webhook", "--webhook-cert", "/nonexistent.pem", "--webhook-key", "/nonexistent.key"],
                      "not a readable file", id="a missing certificate file"),
         pytest.param(["--webhook", "--no-selection"], "drop one of them", id="a gate nobody would remove"),
+        pytest.param(["--webhook", "--manage-webhooks"], "the API server cannot call",
+                     id="registering the wildcard listen address"),
     ],
 )
 async def test_podnetwork_bridge_refuses_unusable_webhook_flags_before_touching_the_cluster(
