@@ -438,7 +438,10 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
     @kopf.index("pods", registry=registry)
     def pod_refs(body: kopf.Body, namespace: str | None, **_: Any) -> None:
-        ctl.pending |= ctl.index.set_pod(body, ctl.namespace_profile(namespace or ""))
+        # The profile fills in only pods that name no networks (after admission: none).
+        names_them = constants.NETWORKS_ANNOTATION in (body.get("metadata", {}).get("annotations") or {})
+        profile = None if names_them else ctl.namespace_profile(namespace or "")
+        ctl.pending |= ctl.index.set_pod(body, profile)
 
     if ctl.config.namespace_profiles:
         @kopf.index("namespaces", registry=registry)

@@ -17,6 +17,7 @@ from controller_support import node, pod, podnetwork, running
 from kube_emulator import NODES, PN, PODS, Emulator, condition, declare_resources, eventually, requests_to
 
 from podnetwork import conditions, constants, controller, inuse
+from podnetwork.api import Network
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(60)]
 
@@ -168,3 +169,36 @@ def gone(kmock: Any, resource: str, ns: str | None, name: str) -> bool:
     except KeyError:
         return True
     return False
+
+
+@dataclasses.dataclass
+class ProfileCountingController(controller.Controller):
+    """The real controller, counting how often a namespace profile is parsed for a pod event."""
+
+    profile_reads: list[str] = dataclasses.field(default_factory=list)
+
+    def namespace_profile(self, name: str) -> list[Network] | None:
+        self.profile_reads.append(name)
+        return super().namespace_profile(name)
+
+
+async def test_pods_that_name_their_networks_do_not_parse_their_namespace_profile(kmock):
+    # The profile (KEP Story #6) only fills in pods without the networks annotation; after
+    # admission that is none of them, so a pod event must not parse and validate it.
+    declare_resources(kmock)
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
+    kmock.objects[PODS, "other", "b"] = pod("b", ns="other")  # no annotation: the profile applies
+    ctl = ProfileCountingController(config=controller.ControllerSettings(
+        inuse_message_interval=0.2, namespace_profiles=False))
+    for ns in ("ns", "other"):
+        ctl.namespaces[ns] = {"metadata": {"name": ns, "annotations": {
+            constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: '[{"podNetworkName": "blue"}]'}}}
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, ctl)
+    async with kube_emulator.operator(kmock, registry):
+        await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["message"]
+                         == "in use by 2 pods: ns/a, other/b")
+    assert ctl.index.references_of_pod("other/b") == frozenset({inuse.podnetwork_ref("blue")})
+    assert ctl.profile_reads
+    assert set(ctl.profile_reads) == {"other"}  # never for pod a, which names its networks
