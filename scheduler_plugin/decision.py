@@ -88,8 +88,9 @@ def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], lis
         suffix = "" if kind == constants.PODNETWORK_KIND else f" (referenced by {via})"
         if pn is None:
             problems.append(not_found(constants.PODNETWORK_KIND, pn_name) + suffix)
-        elif not pn.ready and kind == constants.PODNETWORK_KIND:
-            # An attachment's own Ready already says PodNetworkNotReady; say it once.
+        elif not pn.ready and (kind == constants.PODNETWORK_KIND or attachment.readiness.ready):
+            # A not-Ready attachment already says PodNetworkNotReady: say it once. A Ready one
+            # over a not-Ready network is stale (the controller has not caught up): hold the pod.
             problems.append(not_ready(constants.PODNETWORK_KIND, pn_name, pn.reason, pn.message))
         if pn_name in referrer:
             # KEP "Active validations": a pod references a given PodNetwork only once,

@@ -54,3 +54,26 @@ async def test_a_node_list_whose_nodes_have_no_annotations_still_passes():
     assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n1", "n2"]
     assert reply["Error"] == ""
 
+
+
+async def test_a_pod_is_held_when_its_attachment_is_still_ready_but_its_podnetwork_no_longer_is():
+    # Between a PodNetwork turning not Ready (e.g. enabled: false) and the controller
+    # rewriting its attachments' Ready, the cache holds a Ready attachment over a network
+    # that takes no new pods (KEP "Enabled"); the pod must not be placed in that window.
+    cache = ready_cache()
+    cache.upsert({"kind": "PodNetwork", "metadata": {"name": "blue"}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "AdministrativelyDisabled",
+         "message": "spec.enabled is false"}]}})
+    cache.upsert({"kind": "PodNetworkAttachment", "metadata": {"name": "a", "namespace": "ns"},
+                  "spec": {"podNetworkName": "blue"},
+                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}})
+    pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {
+        constants.NETWORKS_ANNOTATION: json.dumps([{"podNetworkAttachmentName": "a"}])}}, "spec": {}}
+    app = app_mod.create_app(cache, Settings())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as client:
+        resp = await client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": ["n1", "n2"]})
+    reply = resp.json()
+    assert reply["NodeNames"] == []
+    assert set(reply["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert reply["FailedAndUnresolvableNodes"]["n1"] == (
+        'podnetwork "blue" is not Ready: AdministrativelyDisabled: spec.enabled is false')
