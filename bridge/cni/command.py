@@ -15,26 +15,17 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bridge.cni import agent as agent_mod
 from bridge.cni import invoke
+from podnetwork.cli import Command
 
 log = logging.getLogger(__name__)
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
 DEFAULT_SHIM_PYTHON = "/usr/bin/python3"
-
-
-@dataclass(frozen=True)
-class _Command:
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    description: str = ""
 
 
 def install_shim(bin_dir: Path, python: str = DEFAULT_SHIM_PYTHON, name: str = agent_mod.PLUGIN_TYPE) -> Path:
@@ -256,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-command = _Command(
+command = Command(
     help="run the CNI agent (the NPWG delegating plugin) on this node",
     configure=configure,
     run=run,
