@@ -23,7 +23,7 @@ FastAPI/uvicorn stack serves the scheduler extender.
 
 import base64
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -224,18 +224,63 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
     ]
 
 
-NamespaceLookup = Callable[[str], Mapping[str, Any] | None]
+class Unseen(StrEnum):
+    """What a namespace lookup answers for a namespace its cache has never seen."""
+
+    UNSEEN = "unseen"
 
 
-def app(namespace_of: NamespaceLookup, *, enabled: bool = True) -> Any:
+UNSEEN = Unseen.UNSEEN
+
+
+class NamespaceUnavailable(Exception):
+    """The pod's namespace could not be read; the message says why (shown to the user)."""
+
+
+NamespaceLookup = Callable[[str], "Mapping[str, Any] | Unseen | None"]
+NamespaceFetch = Callable[[str], Awaitable[Mapping[str, Any]]]
+
+
+def needs_namespace(body: Any, webhook: Webhook) -> bool:
+    """Whether deciding this review reads the pod's namespace: only auto-population does."""
+    request = body.get("request") if isinstance(body, Mapping) else None
+    if webhook is not Webhook.MUTATING or not isinstance(request, Mapping):
+        return False
+    pod = request.get("object") or {}
+    return (_is_pod(request) and request.get("operation") == "CREATE" and isinstance(pod, Mapping)
+            and _declared_text(pod) is None and not (pod.get("spec") or {}).get("hostNetwork"))
+
+
+def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
+        fetch_namespace: NamespaceFetch | None = None) -> Any:
     """The FastAPI application serving both webhooks (and `/healthz`).
 
-    `namespace_of(name)` returns the Namespace object from the caller's
-    watch-fed cache: admission never calls the API per request.
+    `namespace_of(name)` answers from the caller's watch-fed cache: the
+    Namespace object, or None when it sets no profile, or `UNSEEN` when the
+    cache has never seen that namespace. A namespace created by the same
+    `kubectl apply` as its pods can reach admission before its watch event, so
+    an unseen namespace is read once with `fetch_namespace(name)` (which caches
+    it; it raises `NamespaceUnavailable` when it cannot). When that read fails,
+    the request fails with 503 and the reason, and the webhook's failurePolicy
+    decides: defaulting to `default` instead would pin the pods to the wrong
+    networks for good (their networks annotation is immutable).
     """
     from fastapi import FastAPI, HTTPException, Request
 
     api = FastAPI(title="podnetwork admission", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def namespace(name: str) -> Mapping[str, Any] | None:
+        found = namespace_of(name)
+        if found is not UNSEEN:
+            return found  # type: ignore[return-value]
+        if fetch_namespace is None:
+            return None
+        try:
+            return await fetch_namespace(name)
+        except NamespaceUnavailable as exc:
+            raise HTTPException(status_code=503, detail=(
+                f'cannot read namespace "{name}" to apply its networks profile '
+                f"({constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}): {exc}; retry the request")) from None
 
     async def handle(request: Request, webhook: Webhook) -> dict[str, Any]:
         try:
@@ -243,7 +288,8 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True) -> Any:
             ns = ((body.get("request") or {}).get("namespace") or "") if isinstance(body, dict) else ""
             if not isinstance(ns, str):
                 raise ValueError(f"request.namespace must be a string, not {type(ns).__name__}")
-            return review(body, webhook, enabled=enabled, namespace=namespace_of(ns) if ns else None)
+            found = await namespace(ns) if ns and enabled and needs_namespace(body, webhook) else None
+            return review(body, webhook, enabled=enabled, namespace=found)
         except (ValueError, AttributeError) as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
 
@@ -264,11 +310,14 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True) -> Any:
 
 __all__ = [
     "MUTATE_PATH",
+    "UNSEEN",
     "VALIDATE_PATH",
+    "NamespaceUnavailable",
     "Webhook",
     "app",
     "mutate",
     "namespace_default",
+    "needs_namespace",
     "review",
     "validate",
     "webhook_configurations",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ _BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
 NODE = "Node"
 #: GETs per flush spent checking that the consumers keeping a deletion waiting still exist.
 GHOST_CHECKS = 20
+#: Seconds admission waits for its GET of an unseen namespace (the webhook times out at 5).
+NAMESPACE_GET_TIMEOUT = 3.0
 
 
 @dataclass
@@ -69,6 +72,10 @@ class ControllerSettings:
     """Watch namespaces for the networks profile annotation (KEP Story #6), used by admission
     and for pods admitted without auto-population. Off only where namespaces cannot be
     listed (kmock 0.8 cannot parse the cluster-wide `/api/v1/namespaces` path)."""
+    resync_interval: float = 300.0
+    """Seconds between re-listings of PodNetworks and attachments that drop from memory what
+    the API no longer has (kopf's re-list after 410 Gone sends no DELETED for objects removed
+    in the gap); 0 disables. Pods are never listed: see `sweep_ghosts`."""
     inuse_message_interval: float = 10.0
     """Seconds between flushes of InUse messages whose only change is the consumer count
     or names. Status flips and finalizers are never delayed. Default 10 s: a busy network
@@ -85,7 +92,9 @@ class Controller:
     """Latest PodNetwork and attachment bodies, from watch events and patch responses."""
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Namespaces that carry a networks profile annotation (the others are not kept)."""
+    """Every namespace seen (watch, mirror or admission's GET), by name: its name and, when it
+    sets one, its networks profile annotation. Admission tells an unseen namespace (read it
+    once) from one without a profile (none to apply)."""
     webhook_client_config: dict[str, Any] | None = None
     """With `--manage-webhooks`: where the API server reaches our webhooks."""
     ready_seen: dict[Ref, bool] = field(default_factory=dict)
@@ -99,6 +108,8 @@ class Controller:
     """The webhook configurations or the `default` PodNetwork still need writing: an API
     error (kopf gives up after its own retries) is retried at the next flush, not fatal."""
     _flusher: asyncio.Task[None] | None = None
+    _resyncer: asyncio.Task[None] | None = None
+    _kopf_context: contextvars.Context | None = None
 
     # --- I/O edge: the Kubernetes API through kopf's authenticated client -------------------
 
@@ -328,9 +339,85 @@ class Controller:
         for changed in sorted(refs):
             await self.reconcile(changed)
 
-    def namespace(self, name: str) -> dict[str, Any] | None:
-        """The Namespace object if it sets a networks profile (admission's lookup)."""
-        return self.namespaces.get(name)
+    async def forget_podnetwork(self, ref: Ref) -> None:
+        """A PodNetwork is gone: its attachments and nodes re-evaluate; `default` comes back."""
+        self.objects.pop(ref, None)
+        self.locks.pop(ref, None)
+        if ref.name == constants.DEFAULT_PODNETWORK:
+            await self.setup()
+        await self.after_change(ref)
+
+    def forget_attachment(self, ref: Ref) -> None:
+        """An attachment is gone: its PodNetwork loses a consumer (queued in `pending`)."""
+        self.objects.pop(ref, None)
+        self.locks.pop(ref, None)
+        self.ready_seen.pop(ref, None)
+        self.pending |= self.index.remove_attachment(f"{ref.namespace}/{ref.name}")
+
+    async def resync(self) -> None:
+        """Drop PodNetworks and attachments the API no longer has (`--resync-interval`).
+
+        kopf re-lists after a watch expires (410 Gone) and reports what it lists,
+        never DELETED for what vanished in the gap, so a deleted PodNetwork could
+        stay in memory (its attachments Ready) and a deleted attachment stay a
+        consumer. Both kinds are small, so one list each is cheap. Pods are not
+        listed (issue #3: no full pod lists); a ghost pod only matters where it
+        holds up a deletion, and `sweep_ghosts` checks exactly those.
+        """
+        assert self.kopf_settings is not None
+        gone: list[Ref] = []
+        for kind, plural in ((constants.PODNETWORK_KIND, constants.PODNETWORK_PLURAL),
+                             (constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL)):
+            try:
+                listing = await kopf_api.get(url=f"{_BASE}/{plural}", settings=self.kopf_settings,
+                                             logger=logger)
+            except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+                logger.warning("cannot list %s for the resync (%s); next resync", plural, exc)
+                return
+            present = {inuse.ref_of(_as_kind(item, kind)) for item in listing.get("items") or []}
+            gone += [ref for ref, body in list(self.objects.items())
+                     if ref.kind == kind and ref not in present and not _newer_than_list(body, listing)]
+        for ref in gone:
+            logger.info("forgot %s %s: gone from the API without a DELETED event", ref.kind, ref)
+            if ref.kind == constants.PODNETWORK_KIND:
+                await self.forget_podnetwork(ref)
+            else:
+                self.forget_attachment(ref)
+        refs, self.pending = self.pending, set()
+        for changed in sorted(refs):
+            await self.reconcile(changed)
+
+    def namespace(self, name: str) -> dict[str, Any] | admission.Unseen | None:
+        """Admission's lookup: the namespace as cached, or `admission.UNSEEN` when never seen.
+
+        Without `namespace_profiles` (no watch) a namespace is read once, when first
+        needed, and its later changes are not seen.
+        """
+        return self.namespaces.get(name, admission.UNSEEN)
+
+    async def fetch_namespace(self, name: str) -> dict[str, Any]:
+        """Read a namespace admission has not seen yet, once, and cache it.
+
+        A namespace and its pods applied together can reach admission before the
+        namespace's watch event. Raises `admission.NamespaceUnavailable` with the reason.
+        """
+        if self.kopf_settings is None or self._kopf_context is None:
+            raise admission.NamespaceUnavailable("the controller has not connected to the API yet")
+        # kopf's client finds its credentials in a context variable of kopf's own tasks;
+        # admission runs in uvicorn's, so the GET runs in a copy of kopf's context.
+        get = asyncio.get_running_loop().create_task(kopf_api.get(
+            url=f"/api/v1/namespaces/{name}", settings=self.kopf_settings, logger=logger),
+            context=self._kopf_context.copy())
+        try:
+            body = await asyncio.wait_for(get, NAMESPACE_GET_TIMEOUT)
+        except kopf_errors.APINotFoundError:
+            raise admission.NamespaceUnavailable("it does not exist") from None
+        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+            raise admission.NamespaceUnavailable(
+                f"GET /api/v1/namespaces/{name} failed: {exc or type(exc).__name__}") from None
+        slim = namespace_entry(body)
+        # A watch event that arrived meanwhile is at least as new: keep it.
+        return self.namespaces.setdefault(name, slim)
 
     def namespace_profile(self, name: str) -> list[Network] | None:
         try:
@@ -381,6 +468,21 @@ class Controller:
         self.setup_pending = False
 
 
+def namespace_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the namespace cache keeps of a Namespace: its name and its networks profile."""
+    meta = body.get("metadata") or {}
+    entry: dict[str, Any] = {"metadata": {"name": meta.get("name")}}
+    profile = (meta.get("annotations") or {}).get(constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION)
+    if profile is not None:
+        entry["metadata"]["annotations"] = {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: profile}
+    return entry
+
+
+def _newer_than_list(body: Mapping[str, Any], listing: Mapping[str, Any]) -> bool:
+    """Whether a cached object changed after the list was taken (created since: keep it)."""
+    return _older(listing, body)
+
+
 def _unevaluated(network: Mapping[str, Any]) -> bool:
     """A PodNetwork this controller has not written Ready on yet (just created)."""
     return conditions.find(network, constants.ConditionType.READY) is None
@@ -417,6 +519,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         # Event handlers post no Kubernetes Events of their own; keep it so.
         settings.posting.enabled = False
         ctl.kopf_settings = settings
+        ctl._kopf_context = contextvars.copy_context()
 
         # API calls wait for the login activity, which runs after startup: so in a task.
         async def flusher() -> None:
@@ -427,13 +530,21 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
                 await ctl.sweep_ghosts()
 
         ctl._flusher = asyncio.create_task(flusher())
+        if ctl.config.resync_interval > 0:
+            ctl._resyncer = asyncio.create_task(resyncer())
+
+    async def resyncer() -> None:
+        while True:
+            await asyncio.sleep(ctl.config.resync_interval)
+            await ctl.resync()
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
-        if ctl._flusher is not None:
-            ctl._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ctl._flusher
+        for task in (ctl._flusher, ctl._resyncer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
     @kopf.index("pods", registry=registry)
@@ -446,11 +557,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     if ctl.config.namespace_profiles:
         @kopf.index("namespaces", registry=registry)
         def namespaces(body: kopf.Body, name: str, **_: Any) -> None:
-            annotations = body.get("metadata", {}).get("annotations", {})
-            if constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION in annotations:
-                ctl.namespaces[name] = dict(body)
-            else:
-                ctl.namespaces.pop(name, None)
+            ctl.namespaces[name] = namespace_entry(body)
 
         @kopf.on.event("namespaces", registry=registry)
         def namespace_event(type: str, name: str, **_: Any) -> None:
@@ -478,11 +585,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     async def podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
         ref = inuse.ref_of(_as_kind(body, constants.PODNETWORK_KIND))
         if type == "DELETED":
-            ctl.objects.pop(ref, None)
-            ctl.locks.pop(ref, None)
-            if ref.name == constants.DEFAULT_PODNETWORK:
-                await ctl.setup()
-            await ctl.after_change(ref)
+            await ctl.forget_podnetwork(ref)
             return
         await ctl.reconcile(ref)
 
@@ -491,10 +594,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         obj = _as_kind(body, constants.ATTACHMENT_KIND)
         ref = inuse.ref_of(obj)
         if type == "DELETED":
-            ctl.objects.pop(ref, None)
-            ctl.locks.pop(ref, None)
-            ctl.ready_seen.pop(ref, None)
-            ctl.pending |= ctl.index.remove_attachment(inuse.key_of(obj))
+            ctl.forget_attachment(ref)
         else:
             await ctl.reconcile(ref)
         # Its PodNetwork gained or lost a consumer: that flips InUse, so no deferral.

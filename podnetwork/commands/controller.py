@@ -147,6 +147,22 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         "one Deployment differ and the longest-running one stays active (default 0)")
     parser.add_argument("--inuse-message-interval", type=float, default=10.0, metavar="SECONDS",
                         help="coalescing period of InUse message updates (default 10)")
+    parser.add_argument("--resync-interval", type=non_negative, default=300.0, metavar="SECONDS",
+                        help="period of the re-listing of PodNetworks and attachments that forgets "
+                        "objects deleted while a watch was down (kopf sends no DELETED for them); "
+                        "0 disables (default 300)")
+
+
+def non_negative(text: str) -> float:
+    """A number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid interval {text!r}: expected a number of seconds, 0 or more")
+    return value
 
 
 START_TIME = "start-time"
@@ -181,9 +197,14 @@ def peering_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def has_profile(body: Mapping[str, Any]) -> bool:
-    """A Namespace admission needs to know: it sets a networks profile (KEP Story #6)."""
+    """A Namespace that sets a networks profile (KEP Story #6)."""
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     return constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION in annotations
+
+
+def any_object(_: Mapping[str, Any]) -> bool:
+    """Keep every object: admission must tell an unseen namespace from one without a profile."""
+    return True
 
 
 async def mirror(settings: Any, resource: Any, cache: dict[str, dict[str, Any]],
@@ -238,8 +259,9 @@ async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float
 def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: str = "namespaces",
                     keep: Callable[[Mapping[str, Any]], bool] = has_profile) -> None:
     """Mirror the core/v1 cluster-scoped objects `keep` accepts (by default the profiled
-    Namespaces) into `cache` while the operator of `registry` runs, paused or not: the
-    watch starts from kopf's startup activity, which peering does not gate."""
+    Namespaces; the controller passes `any_object`) into `cache` while the operator of
+    `registry` runs, paused or not: the watch starts from kopf's startup activity, which
+    peering does not gate."""
     import kopf
     from kopf._cogs.structs import references
 
@@ -352,6 +374,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         default_provider=args.default_provider,
         enabled=enabled,
         inuse_message_interval=args.inuse_message_interval,
+        resync_interval=args.resync_interval,
     )
     ctl = controller.Controller(config=config)
     tasks: list[asyncio.Task[Any]] = []
@@ -366,7 +389,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             else:
                 url_host = urllib.parse.urlsplit(args.webhook_url or "").hostname or ""
                 cert = self_signed(Path(tmp), args.webhook_host, url_host)
-            app = admission.app(ctl.namespace, enabled=enabled)
+            app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
             server = uvicorn.Server(uvicorn.Config(
                 app, host=args.webhook_host, port=args.webhook_port, log_level="warning",
                 ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key)))
@@ -379,7 +402,8 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             registry = kopf.OperatorRegistry()
             controller.register(registry, ctl)
             if args.peering is not None and not args.no_webhook and config.namespace_profiles:
-                register_mirror(registry, ctl.namespaces)
+                # Every namespace, not only profiled ones: admission reads an unseen one once.
+                register_mirror(registry, ctl.namespaces, keep=any_object)
             identity = None
             if args.peering is not None:
                 from kopf._core.engines import peering
