@@ -536,7 +536,10 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     async def resyncer() -> None:
         while True:
             await asyncio.sleep(ctl.config.resync_interval)
-            await ctl.resync()
+            try:
+                await ctl.resync()
+            except Exception:  # logged; the next interval tries again, the operator goes on
+                logger.exception("resync failed; next one in %ss", ctl.config.resync_interval)
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:

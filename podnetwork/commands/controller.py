@@ -42,9 +42,13 @@ Run the KEP-3698 PodNetwork controller:
     condition of every node (per-node override: the node annotation
     multinetwork.x-k8s.io/default-podnetwork);
   - a requeue nudge for unscheduled pods when a network they wait for turns Ready;
+  - a re-listing of PodNetworks and attachments every --resync-interval seconds
+    that forgets objects deleted while a watch was down (pods are never listed);
   - pod admission on https://HOST:PORT/mutate-pods and /validate-pods:
-    auto-population (namespace profile: multinetwork.x-k8s.io/default-networks)
-    and static validation with field errors.
+    auto-population (namespace profile: multinetwork.x-k8s.io/default-networks;
+    a namespace not seen yet is read once, and when that read fails the webhook
+    answers 503 so its failurePolicy decides) and static validation with field
+    errors.
 
 Credentials: --kubeconfig, else the in-cluster service account, else $KUBECONFIG
 or ~/.kube/config. Without --webhook-cert/--webhook-key a self-signed
