@@ -83,7 +83,7 @@ def test_rbac_allows_every_write_the_controller_makes():
                  ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
                  ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"),
                  ("", "pods", "watch"), ("", "pods", "patch"), ("", "nodes/status", "patch"),
-                 ("", "namespaces", "watch")]:
+                 ("", "namespaces", "watch"), ("", "namespaces", "get")]:
         assert need in allowed(role), need
 
 
