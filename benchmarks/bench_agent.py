@@ -1,18 +1,22 @@
 """ADD then DEL of a pod through shim -> agent -> plugins, against the same plugin configs executed directly.
 
 The pod has the cluster default network and two bridge networks (three
-`bridge` + `host-local` attachments). Both paths run in the same process, on
-the same bridges and namespace, interleaved iteration by iteration, so machine
-noise hits both alike:
+`bridge` + `host-local` attachments). The three paths run on the same bridges
+and namespace, interleaved iteration by iteration, so machine noise hits them alike:
 
 - direct: the three config lists executed the way a runtime's libcni does
   (`bridge.cni.conflist.add`/`delete`: one exec per plugin, IPAM chained by the
   plugin itself), no agent;
-- agent: the installed `multinetwork` shim executed as a runtime would, the agent
-  (in this process) reading the pod, writing its cache, running the same three
-  config lists and patching network-status;
-- in-process: the same agent called directly (`Agent.handle`), to separate the
-  shim's cost (an interpreter start per call) from the agent's.
+- agent: the installed `multinetwork` shim executed as a runtime would, talking to
+  the agent running as in production: its own process, `podnetwork cni-agent`
+  (served from an `--objects` file instead of a cluster), reading the pod, writing
+  its cache, running the same three config lists and patching network-status;
+- in-process: an agent inside this process called directly (`Agent.handle`), to
+  separate the shim's cost (an interpreter start per call) from the agent's.
+
+The agent used to run inside this process too, sharing the event loop that spawns
+and reaps the shim: that charged the harness's own child-process bookkeeping (and
+the GIL) to the shim path only, a few ms per call that no runtime would see.
 
 Needs root and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_agent.py [-n 30]
 Prints a Markdown table for docs/benchmarks.md. Cleans up its netns, bridges and IPAM files.
@@ -61,7 +65,7 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         network("blue", bridges[1], f"10.{octet}.1.0/24", ipam_dir),
         network("red", bridges[2], f"10.{octet}.2.0/24", ipam_dir),
     ]
-    objects = MemoryObjects(
+    objects_list = (
         [
             {"kind": "NetworkAttachmentDefinition", "metadata": {"name": n["name"], "namespace": "default"},
              "spec": {"config": json.dumps(n)}}
@@ -70,11 +74,24 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         + [{"kind": "Pod", "metadata": {"name": "bench", "namespace": "default",
                                          "annotations": {"k8s.v1.cni.cncf.io/networks": "blue,red"}}}]
     )
+    objects = MemoryObjects(json.loads(json.dumps(objects_list)))
+    # The in-process agent's own socket and cache; the shim talks to the separate process.
     config = agent.AgentConfig(
         socket_path=root / "agent.sock", cache_dir=root / "cache", bin_dirs=BIN_DIRS,
         conf_dir=root / "net.d", default_network=nets[0],
     )
     shim = command.install_shim(root / "bin", shim_python)
+    # The agent as deployed: its own process, `podnetwork cni-agent`, same objects and config.
+    objects_file = root / "objects.json"
+    objects_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects_list}))
+    default_conf = root / "default.conflist"
+    default_conf.write_text(json.dumps(nets[0]))
+    agent_cmd = [
+        str(Path(sys.executable).with_name("podnetwork")), "cni-agent", "--objects", str(objects_file),
+        "--socket", str(config.socket_path), "--cache-dir", str(root / "cache-agent"),
+        "--cni-conf-dir", str(config.conf_dir), "--default-network-conf", str(default_conf),
+        "--cni-bin-dir", os.pathsep.join(map(str, BIN_DIRS)),
+    ]
     runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                "socketPath": str(config.socket_path)}).encode()
     netns = f"/var/run/netns/{netns_name}"
@@ -118,9 +135,16 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         return time.perf_counter() - start
 
     subprocess.run(["ip", "netns", "add", netns_name], check=True)
-    a = agent.Agent(objects, config)
+    inproc_config = agent.AgentConfig(
+        socket_path=root / "inproc.sock", cache_dir=root / "cache-inproc", bin_dirs=BIN_DIRS,
+        conf_dir=root / "net.d", default_network=nets[0],
+    )
+    a = agent.Agent(objects, inproc_config)
+    with open(root / "agent.log", "wb") as agent_log:
+        server = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=agent_log)
     await a.start()
     try:
+        await wait_for_socket(config.socket_path, server, root / "agent.log")
         direct_times, agent_times, inproc_times = [], [], []
         for i in range(warmup + iterations):
             d, s, p = await direct(i), await through_agent(i), await in_process(i)
@@ -131,6 +155,12 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         leftovers = [p for p in ipam_dir.rglob("*") if p.is_file() and p.name != "lock" and not p.name.startswith("last_")]
         assert not leftovers, f"IPAM reservations left: {leftovers}"
     finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
         await a.stop()
         subprocess.run(["ip", "netns", "del", netns_name], check=False)
         for br in bridges:
@@ -154,12 +184,29 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
     }
 
 
+async def wait_for_socket(path: Path, server: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the agent process accepts connections (it binds, chmods, then listens)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"podnetwork cni-agent exited {server.returncode}: {log.read_text()[-2000:]}")
+        try:
+            _, writer = await asyncio.open_unix_connection(str(path))
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise RuntimeError(f"podnetwork cni-agent did not listen on {path} within 30 s")
+
+
 def markdown(r: dict[str, Any]) -> str:
     return (
         f"| path | median ADD+DEL ({r['attachments']} attachments) | mean |\n"
         "| --- | --- | --- |\n"
         f"| plugins executed directly (baseline) | {r['direct_median_ms']:.1f} ms | {r['direct_mean_ms']:.1f} ms |\n"
-        f"| shim -> agent -> plugins | {r['agent_median_ms']:.1f} ms | {r['agent_mean_ms']:.1f} ms |\n"
+        f"| shim -> agent (`podnetwork cni-agent` process) -> plugins | {r['agent_median_ms']:.1f} ms | {r['agent_mean_ms']:.1f} ms |\n"
         f"| agent in-process, no shim (`Agent.handle`) | {r['inproc_median_ms']:.1f} ms | {r['inproc_mean_ms']:.1f} ms |\n\n"
         f"Ratio agent/direct (medians): **{r['ratio']:.2f}** (target < 1.3). "
         f"Overhead per attachment: **{r['overhead_per_attachment_ms']:.1f} ms** "
