@@ -205,4 +205,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Once stdout is flushed the shim holds nothing that needs cleaning up, so it skips the
+    # interpreter's finalization (module teardown, a GC pass): ~1.5 ms of every CNI call.
+    # An exception above still ends the normal way, with its traceback and status 1.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    posix._exit(status)

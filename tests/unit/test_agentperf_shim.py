@@ -117,3 +117,17 @@ def test_version_is_answered_from_the_environment_without_the_agent(tmp_path: Pa
     done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"VERSION"})
     assert done.returncode == 0
     assert json.loads(done.stdout)["supportedVersions"] == list(shim.SUPPORTED_VERSIONS)
+
+
+def test_a_large_result_is_printed_whole_although_the_shim_skips_interpreter_finalization(tmp_path: Path) -> None:
+    result = json.dumps({"cniVersion": "1.0.0", "dns": {"search": ["s" * 60] * 4000}}).encode()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(result), result)
+    rec = _Recorder(tmp_path / "big.sock", answer)
+    try:
+        conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(rec.path)})
+        done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1"})
+    finally:
+        rec.close()
+    assert done.returncode == 0
+    assert len(result) > 200_000
+    assert done.stdout == result
