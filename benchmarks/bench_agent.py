@@ -14,9 +14,10 @@ and namespace, interleaved iteration by iteration, so machine noise hits them al
 - in-process: an agent inside this process called directly (`Agent.handle`), to
   separate the shim's cost (an interpreter start per call) from the agent's.
 
-The agent used to run inside this process too, sharing the event loop that spawns
-and reaps the shim: that charged the harness's own child-process bookkeeping (and
-the GIL) to the shim path only, a few ms per call that no runtime would see.
+The agent used to run inside this process too, on the event loop that spawns and
+reaps the shim, so the harness's own child-process bookkeeping (and the GIL) could
+be charged to the shim path only. Measured, that made no visible difference, but
+the agent now runs the way it is deployed so the question does not arise.
 
 Needs root and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_agent.py [-n 30]
 Prints a Markdown table for docs/benchmarks.md. Cleans up its netns, bridges and IPAM files.
