@@ -13,10 +13,10 @@ import signal
 import socket
 import sys
 import tempfile
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from podnetwork import webhookserver
 from podnetwork.cli import Command
 
 DESCRIPTION = """\
@@ -153,7 +153,7 @@ def _webhook_problem(args: argparse.Namespace) -> str | None:
             return f"{path} is not a readable file"
     if not 0 < args.webhook_port < 65536:
         return f"--webhook-port {args.webhook_port} is not a TCP port"
-    if args.manage_webhooks and not args.webhook_url and args.webhook_host in ("0.0.0.0", "::", ""):
+    if webhookserver.unreachable_registration(args.manage_webhooks, args.webhook_url, args.webhook_host):
         return (f"--manage-webhooks would register https://{args.webhook_host}:{args.webhook_port}, which "
                 "the API server cannot call (and the webhook fails closed: every pod it covers would be "
                 "refused); pass --webhook-url https://NAME:PORT with a name the API server reaches, or "
@@ -163,13 +163,9 @@ def _webhook_problem(args: argparse.Namespace) -> str | None:
 
 async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
     """kopf's operator and, with --webhook, uvicorn serving the webhook, until SIGINT/SIGTERM."""
-    import base64
-
     import kopf
-    import uvicorn
 
     from bridge import admission
-    from podnetwork.commands.controller import Certificate, self_signed
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -180,16 +176,11 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
     server: Any = None
     with tempfile.TemporaryDirectory(prefix="podnetwork-bridge-webhook-") as tmp:
         if args.webhook:
-            if args.webhook_cert:
-                cert = Certificate(args.webhook_cert, args.webhook_key,
-                                   base64.b64encode(args.webhook_cert.read_bytes()).decode())
-            else:
-                # The API server checks the name it dials: --webhook-url's host goes in too.
-                url_host = urllib.parse.urlsplit(args.webhook_url or "").hostname or ""
-                cert = self_signed(Path(tmp), args.webhook_host, url_host)
+            cert = webhookserver.certificate(args.webhook_cert, args.webhook_key, Path(tmp),
+                                             args.webhook_host, args.webhook_url)
             if args.manage_webhooks:
-                url = args.webhook_url or f"https://{args.webhook_host}:{args.webhook_port}"
-                bridge.config.webhook_client_config = {"url": url, "caBundle": cert.ca_bundle}
+                bridge.config.webhook_client_config = webhookserver.client_config(
+                    args.webhook_url, args.webhook_host, args.webhook_port, cert)
             # Bound here, not by uvicorn, which exits the process when the port is taken.
             family = socket.AF_INET6 if ":" in args.webhook_host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -201,10 +192,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                 print(f"error: cannot serve the webhook on {args.webhook_host}:{args.webhook_port}: "
                       f"{exc.strerror or exc}; pick another --webhook-host/--webhook-port", file=sys.stderr)
                 return 2
-            server = uvicorn.Server(uvicorn.Config(
-                admission.app(bridge.objects), log_level="warning",
-                ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key)))
-            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            server = webhookserver.server(admission.app(bridge.objects), cert)
             tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
         tasks.append(asyncio.create_task(kopf.operator(
             registry=registry,

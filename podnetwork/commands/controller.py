@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import ipaddress
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podnetwork import cli, constants
+from podnetwork import cli, constants, webhookserver
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +60,10 @@ admission (docs/controller.md "High availability").
 """
 
 
-#: Listen addresses that name no host the API server could dial.
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# Kept here too for callers of this module; they live in podnetwork.webhookserver.
+WILDCARD_HOSTS = webhookserver.WILDCARD_HOSTS
+Certificate = webhookserver.Certificate
+self_signed = webhookserver.self_signed
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
@@ -86,40 +82,6 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
 def multinetwork_enabled(gates: Mapping[str, bool]) -> bool:
     """The MultiNetwork gate; on unless set to false (this program exists to run it)."""
     return gates.get(constants.FEATURE_GATE, True)
-
-
-@dataclass(frozen=True)
-class Certificate:
-    cert: Path
-    key: Path
-    ca_bundle: str
-    """Base64 PEM of the CA that signed `cert` (the cert itself when self-signed)."""
-
-
-def _san(host: str) -> str:
-    if host in WILDCARD_HOSTS:
-        return "IP:127.0.0.1,DNS:localhost"
-    try:
-        return f"IP:{ipaddress.ip_address(host.strip('[]'))}"
-    except ValueError:
-        return f"DNS:{host}"
-
-
-def self_signed(directory: Path, host: str, *also: str) -> Certificate:
-    """A self-signed serving certificate for `host` and the hosts `also` (DNS names or IPs),
-    made with openssl. The API server checks the name it dials (--webhook-url's host)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RuntimeError("openssl is not installed: install it, or pass --webhook-cert and --webhook-key")
-    san = ",".join(dict.fromkeys(_san(h) for h in (host, *also) if h))
-    cert, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=podnetwork-admission",
-         "-addext", f"subjectAltName={san}"],
-        check=True, capture_output=True,
-    )
-    return Certificate(cert, key, base64.b64encode(cert.read_bytes()).decode())
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -361,7 +323,6 @@ def _login(kubeconfig: str | None) -> Any:
 async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) -> int:
     """Run what `args` asks for until `stop` is set (or SIGINT/SIGTERM)."""
     import kopf
-    import uvicorn
 
     from podnetwork import admission, controller
 
@@ -387,21 +348,14 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         if not args.no_webhook:
             if bool(args.webhook_cert) != bool(args.webhook_key):
                 raise SystemExit("--webhook-cert and --webhook-key go together")
-            if args.webhook_cert:
-                cert = Certificate(args.webhook_cert, args.webhook_key,
-                                   base64.b64encode(args.webhook_cert.read_bytes()).decode())
-            else:
-                url_host = urllib.parse.urlsplit(args.webhook_url or "").hostname or ""
-                cert = self_signed(Path(tmp), args.webhook_host, url_host)
+            cert = webhookserver.certificate(args.webhook_cert, args.webhook_key, Path(tmp),
+                                             args.webhook_host, args.webhook_url)
             app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
-            server = uvicorn.Server(uvicorn.Config(
-                app, host=args.webhook_host, port=args.webhook_port, log_level="warning",
-                ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key)))
-            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            server = webhookserver.server(app, cert, host=args.webhook_host, port=args.webhook_port)
             tasks.append(asyncio.create_task(server.serve()))
             if args.manage_webhooks:
-                url = args.webhook_url or f"https://{args.webhook_host}:{args.webhook_port}"
-                ctl.webhook_client_config = {"url": url, "caBundle": cert.ca_bundle}
+                ctl.webhook_client_config = webhookserver.client_config(
+                    args.webhook_url, args.webhook_host, args.webhook_port, cert)
         if enabled:
             registry = kopf.OperatorRegistry()
             controller.register(registry, ctl)
@@ -448,8 +402,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"podnetwork controller: {exc}")
         return 2
-    if (args.manage_webhooks and not args.no_webhook and not args.webhook_url
-            and args.webhook_host in WILDCARD_HOSTS):
+    if not args.no_webhook and webhookserver.unreachable_registration(
+            args.manage_webhooks, args.webhook_url, args.webhook_host):
         print(f"podnetwork controller: --manage-webhooks registers https://{args.webhook_host}:"
               f"{args.webhook_port}, which the API server cannot call (and the webhooks fail closed: "
               "every pod would be refused); pass --webhook-url https://NAME:PORT with a name the API "
