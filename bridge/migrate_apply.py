@@ -500,16 +500,8 @@ def _run(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -
     namespaces = None if args.all_namespaces else [args.namespace]
     inventory = read_inventory(cluster, namespaces)
     p = migrate.plan(inventory)
-    diff_to = err if args.output == "-" else out
-    if not args.quiet:
-        diff_to.write(migrate.diff(p))
-    err.write(migrate.problems(p))
-    if args.output:
-        # Written before applying, so a half-applied plan can still be rolled back.
-        if args.output == "-":
-            out.write(migrate.to_yaml(p))
-        else:
-            Path(args.output).write_text(migrate.to_yaml(p), encoding="utf-8")
+    # The plan file is written before applying, so a half-applied plan can still be rolled back.
+    migrate_offline.report(p, args, out, err)
     print(migrate_offline.summary(p), file=err)
     ok = True
     if args.apply:

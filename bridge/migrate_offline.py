@@ -61,6 +61,20 @@ def write_manifests(
     return written
 
 
+def report(p: migrate.Plan, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    """The diff of `p` (unless --quiet), its problems, and with -o the plan file, to stdout
+    when -o is `-` (the diff then goes to stderr, so stdout stays one YAML stream)."""
+    diff_to = err if args.output == "-" else out
+    if not args.quiet:
+        diff_to.write(migrate.diff(p))
+    err.write(migrate.problems(p))
+    if args.output:
+        if args.output == "-":
+            out.write(migrate.to_yaml(p))
+        else:
+            Path(args.output).write_text(migrate.to_yaml(p), encoding="utf-8")
+
+
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     loaded = manifests.scan(args.filename, recursive=args.recursive)
     if loaded.errors:
@@ -73,15 +87,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for doc in loaded.documents:
         inventory.add(doc.obj, default_namespace=namespace, source=doc.source)
     p = migrate.plan(inventory)
-    diff_to = err if args.output == "-" else out
-    if not args.quiet:
-        diff_to.write(migrate.diff(p))
-    err.write(migrate.problems(p))
-    if args.output:
-        if args.output == "-":
-            out.write(migrate.to_yaml(p))
-        else:
-            Path(args.output).write_text(migrate.to_yaml(p), encoding="utf-8")
+    report(p, args, out, err)
     if args.write_manifests:
         written = write_manifests(Path(args.write_manifests), p, loaded.documents)
         print(f"wrote {len(written)} file(s) to {args.write_manifests}", file=err)
@@ -89,4 +95,4 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_INCOMPLETE if p.unmigratable else EXIT_OK
 
 
-__all__ = ["run", "summary", "write_manifests"]
+__all__ = ["report", "run", "summary", "write_manifests"]
