@@ -14,10 +14,12 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 import kmock
 import kopf
+import yaml
 
 from podnetwork import constants
 
@@ -81,6 +83,19 @@ def declare_resources(k: kmock.KubernetesEmulator) -> None:
         kind="CustomResourceDefinition", namespaced=False, verbs={"list", "watch"})
     k.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", namespaced=False, verbs={"list", "watch", "get"})
+
+
+def write_kubeconfig(path: Path, server: str, *, token: str | None = None, name: str = "kmock") -> Path:
+    """A kubeconfig at `path` whose current context `name` reaches `server` (plain HTTP needs
+    no CA), as a user with this bearer `token`, or with no credentials at all."""
+    user: dict[str, str] = {} if token is None else {"token": token}
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+    }))
+    return path
 
 
 class _ForeignTasks(Collection[asyncio.Task[Any]]):

@@ -9,7 +9,7 @@ from typing import Any
 
 import kmock
 import pytest
-import yaml
+from kube_emulator import write_kubeconfig
 
 from bridge.cni import objects
 
@@ -42,15 +42,7 @@ def cluster(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
 
 @pytest.fixture()
 def kubeconfig(tmp_path: Path, kmock: kmock.KubernetesEmulator) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "emu", "cluster": {"server": str(kmock.url)}}],
-        "users": [{"name": "agent", "user": {"token": "t0ken"}}],
-        "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "agent"}}],
-        "current-context": "emu",
-    }))
-    return path
+    return write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url), token="t0ken")
 
 
 async def test_the_agent_reads_each_object_by_name_and_a_missing_one_is_not_found(cluster: kmock.KubernetesEmulator, kubeconfig: Path) -> None:

@@ -10,21 +10,11 @@ from pathlib import Path
 
 import bridge_api_support as bs
 import pytest
-import yaml
+from kube_emulator import write_kubeconfig
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "nobody", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "nobody"}}],
-    }))
-    return path
 
 
 async def test_podnetwork_bridge_runs_the_handlers_against_the_cluster_of_its_kubeconfig(
@@ -33,7 +23,7 @@ async def test_podnetwork_bridge_runs_the_handlers_against_the_cluster_of_its_ku
     bs.declare_resources(kmock)
     kmock.objects[bs.PN, None, "dataplane"] = bs.podnetwork("dataplane")
     kmock.objects[bs.NAD, "nets", "dataplane"] = bs.nad("dataplane")
-    config = kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
     proc = await asyncio.create_subprocess_exec(
         *PODNETWORK, "bridge", "--kubeconfig", str(config),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

@@ -17,7 +17,7 @@ import bridge_api_support as bs
 import httpx
 import kmock as kmock_lib
 import pytest
-import yaml
+from kube_emulator import write_kubeconfig
 
 from bridge import admission, pods
 
@@ -25,16 +25,6 @@ pytestmark = pytest.mark.kmock(cls=bs.Emulator)
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
 MWC = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "nobody", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "nobody"}}],
-    }))
-    return path
 
 
 def free_port() -> int:
@@ -51,7 +41,7 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
         kind="MutatingWebhookConfiguration", namespaced=False, verbs={"create", "get", "list", "patch"})
     kmock.objects[bs.PN, None, "dataplane"] = bs.podnetwork("dataplane", ready=False)
     kmock.objects[bs.NAD, "nets", "dataplane"] = bs.nad("dataplane")
-    config = kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook",
@@ -119,7 +109,7 @@ async def test_podnetwork_bridge_refuses_unusable_webhook_flags_before_touching_
 
 
 async def test_podnetwork_bridge_says_which_webhook_port_is_taken(tmp_path: Path) -> None:
-    config = kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    config = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

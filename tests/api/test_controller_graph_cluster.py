@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from controller_support import attachment, node, pod, podnetwork
-from kube_emulator import NODES, PN, PNA, PODS, declare_resources
+from kube_emulator import NODES, PN, PNA, PODS, declare_resources, write_kubeconfig
 
 from podnetwork import explain, graph, graph_source
 
@@ -15,13 +14,7 @@ NAD = "k8s.cni.cncf.io/v1/network-attachment-definitions"
 
 
 def kubeconfig(tmp_path: Path, server: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
-    return str(path)
+    return str(write_kubeconfig(tmp_path / "kubeconfig", server, token="t"))
 
 
 async def test_cluster_objects_and_parameters_feed_the_explanation(kmock, tmp_path):

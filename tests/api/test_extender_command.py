@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import kmock
 import pytest
-import yaml
 from extender_support import by_names, node, pod, podnetwork
+from kube_emulator import write_kubeconfig
 
 from podnetwork import constants
 
@@ -25,16 +25,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": server}}],
-        "users": [{"name": "kmock", "user": {}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
-    }))
-    return path
 
 
 async def run_cli(*args: str) -> tuple[int, str]:
@@ -56,7 +46,7 @@ async def test_the_command_serves_decisions_from_the_cluster_it_watches(
     kmock.objects[PN, None, "blue"] = podnetwork("blue")
     kmock.objects[NODES, None, "node-a"] = {**node("node-a", ["blue"]), "apiVersion": "v1", "kind": "Node"}
     kmock.objects[NODES, None, "node-b"] = {**node("node-b", []), "apiVersion": "v1", "kind": "Node"}
-    config = kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podnetwork", "scheduler-extender",

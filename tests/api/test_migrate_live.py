@@ -18,6 +18,7 @@ import aiohttp.web
 import kmock
 import pytest
 import yaml
+from kube_emulator import write_kubeconfig
 
 from bridge import migrate
 from podnetwork import cli, constants, manifests
@@ -91,20 +92,7 @@ def stored(emulator: kmock.KubernetesEmulator, kind: str, namespace: str | None,
 
 @pytest.fixture()
 def kubeconfig(tmp_path: Path, kmock: kmock.KubernetesEmulator) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emu", "cluster": {"server": str(kmock.url)}}],
-                "users": [{"name": "me", "user": {"token": "t0ken"}}],
-                "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "me"}}],
-                "current-context": "emu",
-            }
-        )
-    )
-    return path
+    return write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url), token="t0ken", name="emu")
 
 
 async def migrate_cli(*argv: str) -> int:
