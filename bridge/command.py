@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import socket
 import sys
 import tempfile
@@ -168,10 +166,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
     from bridge import admission
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    webhookserver.stop_on_signals(stop)
     tasks: list[asyncio.Task[Any]] = []
     server: Any = None
     with tempfile.TemporaryDirectory(prefix="podnetwork-bridge-webhook-") as tmp:
@@ -203,16 +198,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
             liveness_endpoint=args.liveness,
             stop_flag=stop,
         )))
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-        stop.set()  # whichever ended first, the others follow: kopf by its stop flag
-        if server is not None:
-            server.should_exit = True
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        stopper.cancel()
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-            raise result
+        await webhookserver.run_until_stopped(tasks, stop, server)
     return 0
 
 

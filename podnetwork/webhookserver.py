@@ -7,9 +7,12 @@ so importing this module stays cheap for `podnetwork --help`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import ipaddress
 import shutil
+import signal
 import subprocess
 import urllib.parse
 from dataclasses import dataclass
@@ -85,3 +88,26 @@ def server(app: Any, cert: Certificate, **config: Any) -> Any:
         app, log_level="warning", ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key), **config))
     served.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     return served
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """Set `stop` on SIGINT/SIGTERM (where this loop can take signals: not off the main thread)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def run_until_stopped(tasks: list[asyncio.Task[Any]], stop: asyncio.Event, server: Any) -> None:
+    """Wait for `stop` or the end of any task, then end them all (kopf by its stop flag, the
+    uvicorn `server`, if any, by `should_exit`) and re-raise the first task's failure."""
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    stop.set()  # whichever ended first, the others follow
+    if server is not None:
+        server.should_exit = True
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    stopper.cancel()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result

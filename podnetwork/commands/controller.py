@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -328,10 +327,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
 
     stop = stop or asyncio.Event()
     demoted = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    webhookserver.stop_on_signals(stop)
     gates = parse_feature_gates(args.feature_gates)
     enabled = multinetwork_enabled(gates)
     config = controller.ControllerSettings(
@@ -383,16 +379,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         else:
             logger.warning("feature gate %s=false: the controller watches and writes nothing; "
                            "admission allows every pod unchanged", constants.FEATURE_GATE)
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-        stop.set()  # whichever ended first, the others follow: kopf by its stop flag
-        if server is not None:
-            server.should_exit = True
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        stopper.cancel()
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+        await webhookserver.run_until_stopped(tasks, stop, server)
     return 1 if demoted.is_set() else 0
 
 
