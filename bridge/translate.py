@@ -36,8 +36,12 @@ The rules (KEP-3698 "PodNetwork", "PodNetworkAttachment"; NPWG multi-net spec v1
   gateways of the requested families named by the NAD's IPAM configuration
   (`gateway`, `ranges[][].gateway`, `routes[]` to 0.0.0.0/0 or ::/0, static
   `addresses[].gateway`), else `[]`, which this project's agent reads as "the
-  gateway of this attachment's own CNI result". Multus needs a gateway IP, so an
-  empty list is reported as a warning.
+  gateway of this attachment's own CNI result". Multus needs a gateway IP, so a
+  requested family without one is reported as a warning. When the families of
+  that list are not the requested ones (`[]` for one family only; gateways of one
+  family for both), the element also carries the implementation extension
+  `multinetwork.x-k8s.io/default-route-families` (NPWG 4.1.2.1: keys with a dot),
+  e.g. `["ipv4"]`: this project's agent moves only those families' default routes.
 
 `translate` checks shape and references, not readiness: the caller (the bridge
 controller) writes the annotation only once every object it names is Ready.
@@ -63,6 +67,14 @@ OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
 OPTIONS_KIND = "NetworkSelectionOptions"
 OPTIONS_PLURAL = "networkselectionoptions"
 OPTIONS_SINGULAR = "networkselectionoption"
+
+#: Implementation extension of a selection element (NPWG 4.1.2.1: keys with a dot are
+#: implementation-specific and kept): the address families, `ipv4`/`ipv6`, whose default
+#: route the element's `default-route` (4.1.2.1.9) moves. KEP-3698 asks per family
+#: (`isDefaultGW4`/`isDefaultGW6`); NPWG's list of gateway IPs cannot say "IPv4 only"
+#: when it is empty, nor "IPv6 from the CNI result" when it holds only IPv4 gateways.
+DEFAULT_ROUTE_FAMILIES_KEY = f"{constants.GROUP}/default-route-families"
+FAMILY_NAMES = {4: "ipv4", 6: "ipv6"}
 
 #: Kind spellings accepted in parametersRefs (the KEP's example uses the plural resource name).
 NAD_KINDS = frozenset({npwg.NAD_KIND, npwg.NAD_PLURAL, npwg.NAD_SINGULAR})
@@ -175,11 +187,14 @@ class Translation:
 
 
 def _spec(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("spec") or {}
+    # Objects may come from files (podnetwork migrate): a non-object spec reads as empty.
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def describe(kind: str, name: str, namespace: str | None = None) -> str:
@@ -201,6 +216,8 @@ def is_bridge(podnetwork: Obj) -> bool:
 
 def nad_config_problem(nad: Obj) -> str | None:
     """Why a NAD's `spec.config` cannot be executed, or None (an absent config is fine, 3.2.4)."""
+    if not isinstance(nad.get("spec") or {}, Mapping):
+        return "spec must be an object (NPWG 3.1)"
     config = _spec(nad).get("config")
     if config is None or (isinstance(config, str) and not config.strip()):
         return None
@@ -458,7 +475,10 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
                 )
             else:
                 gw_claimed_by = index
-                raw["default-route"] = _gateways(label, params, nad, wants4, wants6, out.warnings)
+                gateways, families = _gateways(label, params, nad, wants4, wants6, out.warnings)
+                raw["default-route"] = gateways
+                if families is not None:
+                    raw[DEFAULT_ROUTE_FAMILIES_KEY] = families
         elif "default-route" in params.options:
             out.warnings.append(
                 f"{label}: the NetworkSelectionOptions' default-route is ignored because the pod "
@@ -486,23 +506,39 @@ def _gateways(
     wants4: bool,
     wants6: bool,
     warnings: list[str],
-) -> list[str]:
-    if "default-route" in params.options:
-        return list(params.options["default-route"])
+) -> tuple[list[str], list[str] | None]:
+    """The element's `default-route`, and the families extension when the list alone misleads.
+
+    An NPWG agent moves the default route of each family of the listed gateways, and,
+    for `[]`, of every family in the attachment's CNI result. The extension is written
+    only when that differs from what the pod asked for, so a selection that NPWG alone
+    expresses (and a migrated one, `bridge.migrate`) carries no extension.
+    """
     families = {4} if wants4 and not wants6 else {6} if wants6 and not wants4 else {4, 6}
-    gateways = [gw for gw in ipam_gateways(nad) if _family(gw) in families]
-    gateways.sort(key=_family)
-    if not gateways:
-        warnings.append(
-            f"{label}: the NetworkAttachmentDefinition's IPAM configuration names no IPv"
-            f"{'/IPv'.join(str(f) for f in sorted(families))} gateway, so \"default-route\" is []: "
-            "this project's agent then uses the gateway of the attachment's own CNI result, but "
-            "implementations such as Multus need a gateway IP (set it in a NetworkSelectionOptions)"
-        )
-    return gateways
+    if "default-route" in params.options:
+        gateways = list(params.options["default-route"])
+    else:
+        gateways = [gw for gw in ipam_gateways(nad) if _family(gw) in families]
+        gateways.sort(key=_family)
+        missing = families - {_family(gw) for gw in gateways}
+        if missing:
+            warnings.append(
+                f"{label}: the NetworkAttachmentDefinition's IPAM configuration names no IPv"
+                f"{'/IPv'.join(str(f) for f in sorted(missing))} gateway, so \"default-route\" "
+                f"is {json.dumps(gateways)}: this project's agent takes the missing gateway from "
+                "the attachment's own CNI result, but implementations such as Multus need a "
+                "gateway IP (set it in a NetworkSelectionOptions)"
+            )
+    listed = {_family(gw) for gw in gateways}
+    implied = listed if gateways else {4, 6}
+    if implied == families:
+        return gateways, None
+    return gateways, [FAMILY_NAMES[f] for f in sorted(families)]
 
 
 __all__ = [
+    "DEFAULT_ROUTE_FAMILIES_KEY",
+    "FAMILY_NAMES",
     "NAD_KINDS",
     "OPTIONS_API_VERSION",
     "OPTIONS_GROUP",

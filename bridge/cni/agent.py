@@ -524,7 +524,21 @@ class Agent:
                     ErrorCode.DELEGATION_FAILED, f"cannot attach {element.ref}", str(exc)
                 ) from None
             route = tuple(element.default_route) if element.default_route is not None else None
-            planned.append(plan.Planned(element.ref, ifname, config, default=False, default_route=route))
+            families = (
+                plan.route_families(element.extensions.get(translate.DEFAULT_ROUTE_FAMILIES_KEY))
+                if route is not None
+                else None
+            )
+            planned.append(
+                plan.Planned(
+                    element.ref,
+                    ifname,
+                    config,
+                    default=False,
+                    default_route=route,
+                    default_route_families=families,
+                )
+            )
         for p in planned:  # all configs valid and all plugins present, before the first exec
             loaded = conflist.load(p.config, what=f"network {p.name!r}")
             if any(plugin.get("type") == PLUGIN_TYPE for plugin in loaded.plugins):
@@ -612,7 +626,7 @@ class Agent:
                     raise
                 attachment.state = State.ATTACHED  # saved with the next intent, or the final record
             stage = "moving the default route"
-            await self._apply_default_routes(record)
+            await self._apply_default_routes(record, planned)
         except BaseException as exc:
             problems = await self._teardown(record, args, raise_errors=False)
             if isinstance(exc, CNIError):
@@ -628,17 +642,18 @@ class Agent:
             await self._write_status(record)
         return record.result
 
-    async def _apply_default_routes(self, record: Record) -> None:
-        for attachment in record.attachments:
+    async def _apply_default_routes(self, record: Record, planned: list[plan.Planned]) -> None:
+        for attachment, p in zip(record.attachments, planned, strict=True):
             if attachment.default_route is None:
                 continue
-            gateways = attachment.default_route or plan.result_gateways(attachment.result)
-            if not gateways:
-                raise CNIError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"{attachment.name} should carry the default route but has no gateway",
-                    "its CNI result names no gateway; give one in default-route or in the IPAM config",
+            try:
+                gateways = plan.route_gateways(
+                    attachment.default_route, p.default_route_families, attachment.result
                 )
+            except CNIError as exc:
+                exc.msg = f"{attachment.name} should carry the default route: {exc.msg}"
+                raise
+            # Only the families that move: the status then reports what was applied (5.3.6.4).
             attachment.default_route = list(gateways)
             for cmd in plan.default_route_commands(attachment.ifname, gateways):
                 await _run_in_netns(record.netns, cmd, self.config.plugin_timeout)

@@ -1,4 +1,4 @@
-"""Pure decisions of an ADD: which interface each attachment gets, and its default route.
+"""Pure decisions of an ADD: which interface each attachment gets, and its default routes.
 
 NPWG spec 4.2.1: an attachment is the tuple [container ID, network name, CNI_IFNAME];
 a selection that names no interface gets one generated, unique in the pod
@@ -30,6 +30,9 @@ class Planned:
     default: bool = False
     default_route: tuple[str, ...] | None = None
     """Gateways for the pod's default route; () means "from this attachment's result"."""
+    default_route_families: tuple[int, ...] | None = None
+    """The IP versions whose default route moves here (the selection's families extension);
+    None: the families of `default_route`, or of the result's gateways when that is ()."""
 
 
 def interface_names(primary: str, requested: Sequence[str | None]) -> list[str]:
@@ -82,6 +85,78 @@ def result_gateways(result: Mapping[str, Any] | None) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+FAMILY_NAMES = {"ipv4": 4, "ipv6": 6}
+
+
+def route_families(value: Any) -> tuple[int, ...] | None:
+    """The IP versions named by the families extension key (`["ipv4"]`, ...); None when absent."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(not isinstance(v, str) or v not in FAMILY_NAMES for v in value)
+    ):
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG,
+            "invalid default-route families",
+            f"{value!r} must be a non-empty list of {sorted(FAMILY_NAMES)}",
+        )
+    return tuple(sorted({FAMILY_NAMES[v] for v in value}))
+
+
+def _by_family(gateways: Sequence[str]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for gw in gateways:
+        try:
+            out.setdefault(ipaddress.ip_address(gw).version, []).append(gw)
+        except ValueError:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG, "invalid default-route gateway", f"{gw!r} is not an IP address"
+            ) from None
+    return out
+
+
+def route_gateways(
+    listed: Sequence[str],
+    families: Sequence[int] | None,
+    result: Mapping[str, Any] | None,
+) -> list[str]:
+    """The gateways whose default routes an attachment takes over, IPv4 first (4.1.2.1.9).
+
+    Only the families that move are in the answer, so `default_route_commands` leaves
+    the other families' default routes (those of the default network) alone. With
+    `families` given, each family takes the listed gateways of that family, else the
+    gateways of that family in the attachment's own CNI result; a family with neither
+    fails. Without it (a plain NPWG selection), the families are those of the listed
+    gateways, or, when the list is empty, those of the result's gateways.
+    """
+    given = _by_family(listed)
+    from_result = _by_family(result_gateways(result))
+    if families is None:
+        chosen = given or from_result
+        if not chosen:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                "no gateway for the default route",
+                "its CNI result names no gateway; give one in default-route or in the IPAM config",
+            )
+        return [gw for _, gws in sorted(chosen.items()) for gw in gws]
+    out: list[str] = []
+    for family in sorted(set(families)):
+        gws = given.get(family) or from_result.get(family)
+        if not gws:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                f"no IPv{family} gateway for the default route",
+                f"the pod asks for the IPv{family} default route here, but neither default-route nor "
+                f"the CNI result names an IPv{family} gateway; give one in the IPAM config or in "
+                "default-route",
+            )
+        out.extend(gws)
+    return out
+
+
 def default_route_commands(ifname: str, gateways: Sequence[str]) -> list[list[str]]:
     """`ip` argument lists that move the pod's default route(s) to `ifname` (4.1.2.1.9).
 
@@ -89,14 +164,7 @@ def default_route_commands(ifname: str, gateways: Sequence[str]) -> list[list[st
     family, then add one via each gateway, in order, with rising metrics.
     """
     commands: list[list[str]] = []
-    by_family: dict[int, list[str]] = {}
-    for gw in gateways:
-        try:
-            by_family.setdefault(ipaddress.ip_address(gw).version, []).append(gw)
-        except ValueError:
-            raise CNIError(
-                ErrorCode.INVALID_CONFIG, "invalid default-route gateway", f"{gw!r} is not an IP address"
-            ) from None
+    by_family = _by_family(gateways)
     for family, gws in sorted(by_family.items()):
         flag = f"-{family}"
         everything = "0.0.0.0/0" if family == 4 else "::/0"
