@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from podnetwork import webhookserver
+from podnetwork import credentials, webhookserver
 from podnetwork.cli import Command
 
 DESCRIPTION = """\
@@ -116,26 +116,6 @@ def _login_from(kubeconfig: str | None, context: str | None) -> Any:
     return login
 
 
-def _login_problem(kubeconfig: str | None, context: str | None) -> str | None:
-    """Why the cluster cannot be reached with these credentials, checked before kopf starts
-    (kopf would retry a failing login every minute without saying how to fix it)."""
-    from kubernetes import client, config
-
-    if not kubeconfig and not context:
-        try:
-            config.load_incluster_config(client_configuration=client.Configuration())
-            return None
-        except config.ConfigException:
-            pass
-    try:
-        config.load_kube_config(config_file=kubeconfig, context=context,
-                                client_configuration=client.Configuration())
-    except (config.ConfigException, OSError) as exc:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster account; kubeconfig"
-        return f"{where}: {exc}"
-    return None
-
-
 def _webhook_problem(args: argparse.Namespace) -> str | None:
     if not args.webhook:
         if args.webhook_cert or args.webhook_key or args.manage_webhooks or args.webhook_url:
@@ -211,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    problem = _login_problem(args.kubeconfig, args.context)
+    problem = credentials.login_problem(args.kubeconfig, args.context)
     if problem is not None:
         print(f"error: cannot reach a cluster: {problem}; pass --kubeconfig FILE (and --context) "
               "or run in a pod with a service account", file=sys.stderr)

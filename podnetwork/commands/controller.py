@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from podnetwork import cli, constants, webhookserver
+from podnetwork import cli, constants, credentials, webhookserver
 
 logger = logging.getLogger(__name__)
 
@@ -400,6 +401,12 @@ def _run(args: argparse.Namespace) -> int:
         print("podnetwork controller: --priority only matters among peers: add --peering NAME "
               "(a ClusterKopfPeering object), or drop --priority")
         return 2
+    if multinetwork_enabled(parse_feature_gates(args.feature_gates)):
+        problem = credentials.login_problem(args.kubeconfig)
+        if problem is not None:
+            print(f"podnetwork controller: cannot reach a cluster: {problem}; pass --kubeconfig FILE "
+                  "or run in a pod with a service account", file=sys.stderr)
+            return 2
     return asyncio.run(serve(args))
 
 
