@@ -118,8 +118,13 @@ class _ForeignTasks(Collection[asyncio.Task[Any]]):
 
 
 @contextlib.asynccontextmanager
-async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry) -> AsyncIterator[None]:
-    """The handlers of `registry` in an operator task of this loop; stopped (and awaited) on exit."""
+async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry, *,
+                   exit_timeout: float = 10, **spawn_options: Any) -> AsyncIterator[None]:
+    """The handlers of `registry` in an operator task of this loop; stopped (and awaited) on exit.
+
+    `spawn_options` go to `kopf.spawn_tasks` (default: standalone, no peering), e.g. the
+    controller command's `peering_options(args)` and an `identity`.
+    """
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -135,8 +140,10 @@ async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry)
     ready = asyncio.Event()
 
     async def run() -> None:
-        tasks = await kopf.spawn_tasks(registry=registry, settings=settings, standalone=True,
-                                       clusterwide=True, stop_flag=stop, ready_flag=ready)
+        # What `kopf.operator` does, minus waiting at exit for kmock's own connection tasks.
+        options = {"standalone": True, **spawn_options}
+        tasks = await kopf.spawn_tasks(registry=registry, settings=settings, clusterwide=True,
+                                       stop_flag=stop, ready_flag=ready, **options)
         await kopf.run_tasks(tasks, ignored=_ForeignTasks())
 
     task = asyncio.create_task(run())
@@ -146,7 +153,7 @@ async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry)
     finally:
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(task, exit_timeout)
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 8.0) -> Any:

@@ -37,37 +37,11 @@ def arguments(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.asynccontextmanager
-async def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namespace,
-                  identity: str | None = None) -> AsyncIterator[None]:
+def replica(k: Any, registry: kopf.OperatorRegistry, args: argparse.Namespace,
+            identity: str | None = None) -> contextlib.AbstractAsyncContextManager[None]:
     """One replica's operator with the command's peering options, logged in to `k`."""
-
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=str(k.url).rstrip("/"), insecure=True)
-
-    settings = kopf.OperatorSettings()
-    settings.watching.reconnect_backoff = 0.1
-    settings.networking.error_backoffs = [0.1]
-    settings.batching.idle_timeout = 0.5
-    settings.batching.exit_timeout = 0.5
-    stop, ready = asyncio.Event(), asyncio.Event()
-
-    async def run() -> None:
-        # What `kopf.operator` does, minus waiting at exit for kmock's own connection tasks.
-        tasks = await kopf.spawn_tasks(registry=registry, settings=settings, clusterwide=True,
-                                       stop_flag=stop, ready_flag=ready, identity=identity,
-                                       **command.peering_options(args))
-        await kopf.run_tasks(tasks, ignored=kube_emulator._ForeignTasks())
-
-    task = asyncio.create_task(run())
-    try:
-        await asyncio.wait_for(ready.wait(), 10)
-        yield
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+    return kube_emulator.operator(k, registry, exit_timeout=30, identity=identity,
+                                  **command.peering_options(args))
 
 
 async def patch(k: Any, path: str, body: Any) -> None:
