@@ -241,6 +241,24 @@ class World:
 NOTHING_LEFT = {"interfaces": [], "bridge ports": [], "IPAM reservations": [], "cache records": []}
 
 
+def bridge_podnetwork(world: World, name: str, nad: str) -> None:
+    """A PodNetwork of the bridge provider whose parameters are NAD default/`nad`."""
+    world.objects.put(
+        {
+            "apiVersion": "multinetwork.x-k8s.io/v1alpha1",
+            "kind": "PodNetwork",
+            "metadata": {"name": name},
+            "spec": {
+                "enabled": True,
+                "provider": "multinetwork.x-k8s.io/npwg-bridge",
+                "parametersRefs": [
+                    {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": nad, "namespace": "default"}
+                ],
+            },
+        }
+    )
+
+
 # --- the agent in its own process, for the SIGKILL test ------------------------------------
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bridge.cni import shim
-from tests.cni.agent_support import NOTHING_LEFT, World, run, spawn_gated_agent
+from tests.cni.agent_support import NOTHING_LEFT, World, bridge_podnetwork, run, spawn_gated_agent
 
 pytestmark = pytest.mark.cni
 
@@ -36,23 +36,6 @@ async def world(cni_host: list[Path]) -> AsyncIterator[World]:
         yield w
     finally:
         await w.cleanup()
-
-
-def bridge_podnetwork(world: World, name: str, nad: str) -> None:
-    world.objects.put(
-        {
-            "apiVersion": "multinetwork.x-k8s.io/v1alpha1",
-            "kind": "PodNetwork",
-            "metadata": {"name": name},
-            "spec": {
-                "enabled": True,
-                "provider": "multinetwork.x-k8s.io/npwg-bridge",
-                "parametersRefs": [
-                    {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": nad, "namespace": "default"}
-                ],
-            },
-        }
-    )
 
 
 def status_of(world: World, pod: str) -> list[dict]:

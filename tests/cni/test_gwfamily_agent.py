@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.cni.agent_support import NOTHING_LEFT, World, run
+from tests.cni.agent_support import NOTHING_LEFT, World, bridge_podnetwork, run
 
 pytestmark = pytest.mark.cni
 
@@ -71,30 +71,13 @@ def default_routes(netns: str, family: int) -> list[tuple[str, str]]:
     return sorted((r.get("dev", ""), r.get("gateway", "")) for r in routes)
 
 
-def podnetwork(world: World, name: str, nad: str) -> None:
-    world.objects.put(
-        {
-            "apiVersion": "multinetwork.x-k8s.io/v1alpha1",
-            "kind": "PodNetwork",
-            "metadata": {"name": name},
-            "spec": {
-                "enabled": True,
-                "provider": "multinetwork.x-k8s.io/npwg-bridge",
-                "parametersRefs": [
-                    {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": nad, "namespace": "default"}
-                ],
-            },
-        }
-    )
-
-
 @pytest.mark.parametrize("nad_names_gateways", [False, True], ids=["gateways-from-result", "gateways-in-nad"])
 @pytest.mark.parametrize("flag", ["isDefaultGW4", "isDefaultGW6"])
 async def test_one_family_default_route_moves_to_the_secondary_network_and_the_other_stays(
     world: World, flag: str, nad_names_gateways: bool
 ) -> None:
     world.nad("blue", dual_stack(world, "blue", 1, gateways=nad_names_gateways))
-    podnetwork(world, "blue", "blue")
+    bridge_podnetwork(world, "blue", "blue")
     world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "blue", flag: True}])})
     netns = world.make_netns()
 
@@ -131,7 +114,7 @@ async def test_a_plain_npwg_empty_default_route_still_moves_every_family_of_the_
 
 async def test_asking_for_a_family_the_secondary_network_lacks_fails_the_add_and_leaves_nothing(world: World) -> None:
     world.nad("red", world.network("red", 2))  # IPv4 only
-    podnetwork(world, "red", "red")
+    bridge_podnetwork(world, "red", "red")
     world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "red", "isDefaultGW6": True}])})
     netns = world.make_netns()
 
