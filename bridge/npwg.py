@@ -239,9 +239,23 @@ def name_problem(value: str, *, max_length: int = NAME_MAX) -> str | None:
         return "must not be empty"
     if len(value) > max_length:
         return f"must be at most {max_length} characters"
-    if not _LABEL_RE.match(value):
+    if not _LABEL_RE.fullmatch(value):
         return (
             "must be a DNS-1123 label: lower case alphanumeric characters or '-', "
+            "starting and ending with an alphanumeric character"
+        )
+    return None
+
+
+def subdomain_problem(value: str, *, max_length: int = NAME_MAX) -> str | None:
+    """A Kubernetes object name, such as a pod's: a DNS-1123 subdomain."""
+    if not value:
+        return "must not be empty"
+    if len(value) > max_length:
+        return f"must be at most {max_length} characters"
+    if not _SUBDOMAIN_RE.fullmatch(value):
+        return (
+            "must be a DNS-1123 subdomain: lower case alphanumeric characters, '-' or '.', "
             "starting and ending with an alphanumeric character"
         )
     return None

@@ -7,8 +7,9 @@ the cluster default network first (6.2), then each selected network in order
 before executing it (`bridge.cni.cache`), moves the default route when a
 selection asks for it (4.1.2.1.9), writes `k8s.v1.cni.cncf.io/network-status`
 (5) and returns the default network's result to the runtime. DEL needs only the
-cache. Operations for one container are serialized; different containers run in
-parallel (7.3).
+cache; before it tears down a record an earlier agent process wrote, it stops the
+delegates that process may have left running (`bridge.cni.orphans`). Operations
+for one container are serialized; different containers run in parallel (7.3).
 
 Embedding: `Agent(objects, AgentConfig(...))`, then `await agent.start()` /
 `await agent.stop()`; `await agent.handle(env, stdin)` runs one request without
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.cni import cache, conflist, invoke, plan
+from bridge.cni import cache, conflist, invoke, orphans, plan
 from bridge.cni import objects as objects_mod
 from bridge.cni.cache import Attachment, Record, State
 from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
@@ -151,7 +152,11 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
         for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname)):
             if not value:
                 raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"{var} is required for {command.value}")
-        invoke.check_container_id(args.container_id)
+        # DEL takes an ID of any length: one too long for a record was never attached (ADD
+        # refuses it, and no agent could ever write its record), so its DEL succeeds (_del).
+        invoke.check_container_id(
+            args.container_id, max_length=None if command is Command.DEL else invoke.CONTAINER_ID_MAX
+        )
         invoke.check_ifname(args.ifname)
     if command in (Command.ADD, Command.CHECK) and not args.netns:
         raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"CNI_NETNS is required for {command.value}")
@@ -164,7 +169,34 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
             "CNI_ARGS must name the pod",
             "K8S_POD_NAMESPACE and K8S_POD_NAME are required for ADD (the kubelet sets them)",
         )
+    problems = pod_ref_problems(namespace, name)
+    if command is Command.ADD and problems:
+        var, value, problem = problems[0]
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            f"invalid {var} in CNI_ARGS",
+            f"{value[:80]!r} {problem}; it must name the pod as the Kubernetes API does (the kubelet "
+            "sets it from the pod)",
+        )
+    if problems:
+        # Only ADD reads the pod; elsewhere the names are just logged, so a bad one is dropped
+        # rather than failing a DEL (tear-down must eventually succeed).
+        namespace = name = None
     return _Request(args, conf, version, namespace, name, runtime_config)
+
+
+def pod_ref_problems(namespace: str | None, name: str | None) -> list[tuple[str, str, str]]:
+    """(variable, value, problem) for each given pod reference that is not a Kubernetes name.
+
+    They become a path of the API request: an unchecked `..` would make the HTTP client
+    collapse `/namespaces/<ns>/pods/..` into the Namespace itself, `.` into the pod list.
+    """
+    problems: list[tuple[str, str, str]] = []
+    if namespace is not None and (problem := npwg.name_problem(namespace, max_length=npwg.NAMESPACE_MAX)):
+        problems.append(("K8S_POD_NAMESPACE", namespace, f"is not a namespace name: it {problem}"))
+    if name is not None and (problem := npwg.subdomain_problem(name)):
+        problems.append(("K8S_POD_NAME", name, f"is not a pod name: it {problem}"))
+    return problems
 
 
 class Agent:
@@ -179,8 +211,13 @@ class Agent:
     ) -> None:
         self.objects = objects
         self.config = config
-        self.executor: invoke.Exec = executor or invoke.SubprocessExec()
+        self._owner = os.path.abspath(config.cache_dir)
+        """Marks this agent's delegates (`orphans`): its cache dir, which no other agent shares."""
+        self.executor: invoke.Exec = orphans.Marking(executor or invoke.SubprocessExec(), self._owner)
         self.cache = cache.Cache(config.cache_dir, durable=config.durable_cache)
+        self._written: set[str] = set()
+        """Containers whose record on disk this process wrote. For any other record, a delegate
+        of an earlier agent process may still be running, and is stopped before tear-down."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiters: dict[str, int] = {}
         self._arrivals = itertools.count()
@@ -612,7 +649,7 @@ class Agent:
                     default_route=list(p.default_route) if p.default_route is not None else None,
                 )
                 record.attachments.append(attachment)
-                self.cache.save(record)  # the intent, before the delegate runs
+                self._save(record)  # the intent, before the delegate runs
                 try:
                     attachment.result = await conflist.add(
                         self.executor,
@@ -637,7 +674,7 @@ class Agent:
         default = record.attachments[0]
         record.complete = True
         record.result = default.result
-        self.cache.save(record)
+        self._save(record)
         if self.config.patch_status:
             await self._write_status(record)
         return record.result
@@ -675,8 +712,20 @@ class Agent:
                 "pod %s/%s: network-status not written: %s", record.pod_namespace, record.pod_name, exc
             )
 
+    def _save(self, record: Record) -> None:
+        self.cache.save(record)
+        self._written.add(record.container_id)
+
+    async def _stop_orphans(self, container_id: str) -> None:
+        """Unless this process wrote the container's record, stops the delegates an earlier
+        agent process left running for it: a DEL must not run, let alone succeed, while a
+        delegate ADD may still be creating what it removes. CNI error 11 if they outlive SIGKILL."""
+        if container_id not in self._written:
+            await orphans.stop(self._owner, container_id)
+
     async def _teardown(self, record: Record, args: RuntimeArgs, *, raise_errors: bool = True) -> list[str]:
         """DEL every attempted attachment in reverse, past failures (7.2); the failures' messages."""
+        await self._stop_orphans(record.container_id)
         netns = args.netns or record.netns
         problems: list[str] = []
         for attachment in list(reversed(record.attachments)):
@@ -701,9 +750,10 @@ class Agent:
             record.attachments.remove(attachment)
         if record.attachments:
             record.complete = False
-            self.cache.save(record)  # keep what failed, so the runtime's next DEL retries it
+            self._save(record)  # keep what failed, so the runtime's next DEL retries it
         else:
             self.cache.remove(record.container_id)
+            self._written.discard(record.container_id)
         if problems and raise_errors:
             raise CNIError(
                 ErrorCode.PLUGIN_FAILED,
@@ -714,13 +764,23 @@ class Agent:
 
     async def _del(self, request: _Request) -> None:
         container_id = request.args.container_id
+        if len(container_id) > invoke.CONTAINER_ID_MAX:
+            log.info(
+                "DEL of container %s...: an ID of %d characters never had a record (ADD refuses it), "
+                "nothing to tear down",
+                container_id[:64],
+                len(container_id),
+            )
+            return
         try:
             record = self.cache.load(container_id)
         except cache.CacheError as exc:
+            await self._stop_orphans(container_id)
             # The record names no attachment to DEL; refusing every DEL would keep the pod
             # forever (CRI: tear-down must eventually succeed). Keep the file for a human,
             # report it to this DEL, and let the runtime's retry succeed.
             aside = self.cache.move_aside(container_id)
+            self._written.discard(container_id)
             log.error(
                 "container %s: its cache record is unreadable (%s); moved it to %s. Inspect that file for "
                 "the attachments it held (interfaces in netns %s, IPAM reservations such as host-local's "
@@ -794,7 +854,12 @@ class Agent:
                     log.error("GC: container %s: %s; moved it to %s, inspect it", container_id, exc, aside)
                     continue
                 if record is not None:
-                    await self._teardown(record, RuntimeArgs(Command.DEL, container_id), raise_errors=False)
+                    stale = RuntimeArgs(Command.DEL, container_id)
+                    try:
+                        await self._teardown(record, stale, raise_errors=False)
+                    except CNIError as exc:  # its delegates outlived SIGKILL: the next GC or DEL retries
+                        log.error("GC: container %s not torn down: %s", container_id, exc)
+                        continue
                     self._add_arrival.pop(container_id, None)
         async with self._no_adds():
             await self._forward_gc()

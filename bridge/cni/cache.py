@@ -7,7 +7,8 @@ the agent was killed half-way through an ADD: every attachment that may have lef
 something behind is in the record (NPWG spec 7.2: "all network attachments that
 were attempted during pod network setup must be torn down").
 
-A record is a journal, one file per container (`<container ID>.jsonl`, mode 0600):
+A record is a journal, one file per container (`<container ID>.jsonl`, mode 0600; IDs
+are at most `invoke.CONTAINER_ID_MAX` characters so that the name fits 255 bytes):
 each write appends the whole record as one JSON line with a single write(2), and
 a read takes the last complete line. A killed agent therefore leaves either the
 old or the new record, never a torn one (the page cache outlives the process,
@@ -36,6 +37,9 @@ from bridge.cni import invoke
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"
+#: Linux file systems' limit on one file name, in bytes; `invoke.CONTAINER_ID_MAX` keeps
+#: `<ID>.jsonl` within it.
+NAME_MAX = 255
 
 
 class State(StrEnum):
@@ -168,11 +172,14 @@ class Cache:
         (`container_ids` and `load` only see `<ID>.jsonl`).
         """
         path = self.path(container_id)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+        tail = f".corrupt-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}"
+        # The longest IDs leave no room for the tail within a file name: cut the ID instead
+        # (the agent logs the exact path), keeping room for a "-<n>" counter.
+        stem = path.name[: NAME_MAX - len(tail) - 8]
+        aside = path.with_name(f"{stem}{tail}")
         n = 1
         while aside.exists():  # never rename over an earlier one
-            aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+            aside = path.with_name(f"{stem}{tail}-{n}")
             n += 1
         path.rename(aside)
         self._sync_dir()

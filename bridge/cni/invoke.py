@@ -33,7 +33,12 @@ DEFAULT_BIN_DIRS: tuple[Path, ...] = (Path("/opt/cni/bin"), Path("/usr/lib/cni")
 # for the system (e.g. / or \\)". We are stricter: a bare, printable file name.
 _PLUGIN_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$")
 # CNI spec "CNI_CONTAINERID": alphanumeric, then alphanumerics, underscore, dot, hyphen.
-_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,1023}$")
+_CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+#: The longest CNI_CONTAINERID the agent attaches. The agent's record of a container is the
+#: file `<ID>.jsonl`, and Linux file systems cap a file name at 255 bytes (NAME_MAX), so
+#: 249 is the longest ID whose record can exist: every record any agent version wrote
+#: keeps its name. Runtimes use 64 hex digits.
+CONTAINER_ID_MAX = 255 - len(".jsonl")  # cache.NAME_MAX - len(cache.SUFFIX)
 
 
 class Command(StrEnum):
@@ -107,13 +112,23 @@ def version_tuple(version: str) -> tuple[int, ...]:
         return (0,)
 
 
-def check_container_id(container_id: str) -> str:
-    if not isinstance(container_id, str) or not _CONTAINER_ID.match(container_id):
+def check_container_id(container_id: str, *, max_length: int | None = CONTAINER_ID_MAX) -> str:
+    """The ID, if it is a CNI container ID of at most `max_length` characters; else CNI error 4."""
+    if not isinstance(container_id, str) or not _CONTAINER_ID.fullmatch(container_id):
+        shown = container_id[:80] if isinstance(container_id, str) else container_id
         raise CNIError(
             ErrorCode.INVALID_ENVIRONMENT,
             "invalid CNI_CONTAINERID",
-            f"{container_id!r}: must start with a letter or digit and contain only letters, digits, "
+            f"{shown!r}: must start with a letter or digit and contain only letters, digits, "
             "'_', '.' and '-'",
+        )
+    if max_length is not None and len(container_id) > max_length:
+        raise CNIError(
+            ErrorCode.INVALID_ENVIRONMENT,
+            "CNI_CONTAINERID is too long",
+            f"it has {len(container_id)} characters, the agent accepts at most {max_length}: its record "
+            f"of the container is a file named after the ID, and a file name has at most 255 bytes "
+            f"(runtimes use 64 hex digits); {container_id[:40]!r}...",
         )
     return container_id
 
@@ -191,7 +206,7 @@ def environment(
 
 def check_plugin_type(plugin_type: Any) -> str:
     """A plugin `type` must be a bare file name: never a path, never '..'."""
-    if not isinstance(plugin_type, str) or not _PLUGIN_TYPE.match(plugin_type) or ".." in plugin_type:
+    if not isinstance(plugin_type, str) or not _PLUGIN_TYPE.fullmatch(plugin_type) or ".." in plugin_type:
         raise CNIError(
             ErrorCode.INVALID_CONFIG,
             "invalid plugin type",

@@ -135,10 +135,11 @@ class Server:
         try:
             result = await self.agent.handle(env, raw)
         except CNIError as exc:
-            log.info("%s %s: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)
+            # %r: the values are the runtime's, not yet known to be printable.
+            log.info("%r %r: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)
             return _error(exc, 400 if exc.code < 100 else 500, version)
         except Exception as exc:
-            log.exception("unexpected failure handling %s", env.get("CNI_COMMAND"))
+            log.exception("unexpected failure handling %r", env.get("CNI_COMMAND"))
             return _error(CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc)), 500, version)
         if result is None:
             return web.Response(status=200)

@@ -35,6 +35,8 @@ TIMEOUT_SECONDS = 300.0
 AGENT_UNAVAILABLE = 102
 REQUEST_TOO_LARGE = 103
 INVALID_ENVIRONMENT = 4
+IO_FAILURE = 5
+INVALID_CONFIG = 7
 
 
 def json_string(text: str) -> str:
@@ -42,7 +44,9 @@ def json_string(text: str) -> str:
     for ch in text:
         if ch in '"\\':
             out.append("\\" + ch)
-        elif ord(ch) < 0x20:
+        elif ord(ch) < 0x20 or 0xD800 <= ord(ch) <= 0xDFFF:
+            # Control characters, and lone surrogates (from a "\\ud800" escape or a non-UTF-8
+            # name), which no UTF-8 stdout could print.
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -109,7 +113,17 @@ def fail(version: str, code: int, msg: str, details: str = "") -> int:
     return 1
 
 
-def exchange(path: str, request: bytes, timeout: float) -> bytes:
+def socket_address(path: str) -> bytes | None:
+    """The socket path as the kernel takes it; None when no file can have that name (a lone
+    surrogate, which has no UTF-8 form, or a NUL)."""
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return None if b"\0" in raw else raw
+
+
+def exchange(path: str | bytes, request: bytes, timeout: float) -> bytes:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -170,12 +184,20 @@ def main() -> int:
 
         try:
             conf = json.loads(stdin)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return fail(version, 6, "network configuration is not valid JSON", str(exc)[:200])
         socket_path = conf.get("socketPath") if isinstance(conf, dict) else None
         path = socket_path if isinstance(socket_path, str) else DEFAULT_SOCKET
+    address = socket_address(path)
+    if address is None:
+        return fail(
+            version,
+            INVALID_CONFIG,
+            "invalid socketPath in the network configuration",
+            f"{path[:200]!r} cannot be a file path; it must name the agent's unix socket",
+        )
     try:
-        response = exchange(path, head.encode() + body, TIMEOUT_SECONDS)
+        response = exchange(address, head.encode() + body, TIMEOUT_SECONDS)
     except OSError as exc:
         return fail(
             version,
@@ -205,10 +227,13 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    status = main()
+    try:
+        status = main()
+    except Exception as exc:
+        # The runtime reads a CNI error from stdout; a traceback would tell it nothing.
+        status = fail("1.1.0", IO_FAILURE, "internal shim error", repr(exc)[:500])
     # Once stdout is flushed the shim holds nothing that needs cleaning up, so it skips the
     # interpreter's finalization (module teardown, a GC pass): ~1.5 ms of every CNI call.
-    # An exception above still ends the normal way, with its traceback and status 1.
     sys.stdout.flush()
     sys.stderr.flush()
     posix._exit(status)

@@ -6,8 +6,9 @@ namespaces, the bridges the `bridge` plugin created, and the temp directory
 holding the host-local IPAM dataDir, the agent's cache and socket.
 
 Run as a script (`python agent_support.py CONFIG.json`) it is an agent in its own
-process whose executor stops forever before the delegate ADD of one interface:
-the test then kills it with SIGKILL "between two delegate ADDs".
+process, for the tests that kill it with SIGKILL: `spawn_gated_agent` makes one
+whose executor stops forever before the delegate ADD of one interface ("between
+two delegate ADDs"), `spawn_agent` one that runs its delegates as usual.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,7 +280,8 @@ class GatingExec:
         return await self.real.run(plugin, env, stdin, timeout)
 
 
-def spawn_gated_agent(world: World, gate_ifname: str, marker: Path) -> subprocess.Popen[bytes]:
+def spawn_gated_agent(world: World, gate_ifname: str | None, marker: Path | None) -> subprocess.Popen[bytes]:
+    """The agent in its own process; with `gate_ifname`, stopped before that interface's ADD."""
     config = {
         "objects": [world.objects.get(k, ns, n) for (k, ns, n) in list(world.objects._store)],
         "socket": str(world.socket),
@@ -286,11 +289,24 @@ def spawn_gated_agent(world: World, gate_ifname: str, marker: Path) -> subproces
         "bin_dirs": [str(d) for d in world.bin_dirs],
         "default_network": world.default_network(),
         "gate_ifname": gate_ifname,
-        "marker": str(marker),
+        "marker": str(marker) if marker else None,
     }
     path = world.root / "gated-agent.json"
     path.write_text(json.dumps(config))
     return subprocess.Popen([sys.executable, __file__, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def spawn_agent(world: World) -> subprocess.Popen[bytes]:
+    """The agent in its own process, running its delegates as usual (to be killed mid-delegate)."""
+    return spawn_gated_agent(world, None, None)
+
+
+async def wait_for_socket(world: World, process: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not world.socket.exists():
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+        assert time.monotonic() < deadline, "the agent process did not open its socket"
+        await asyncio.sleep(0.05)
 
 
 async def _gated_main(config_path: str) -> None:
@@ -303,7 +319,7 @@ async def _gated_main(config_path: str) -> None:
             bin_dirs=tuple(Path(d) for d in config["bin_dirs"]),
             default_network=config["default_network"],
         ),
-        executor=GatingExec(config["gate_ifname"], Path(config["marker"])),
+        executor=GatingExec(config["gate_ifname"], Path(config["marker"])) if config["gate_ifname"] else None,
     )
     await agent.start()
     await asyncio.Event().wait()
