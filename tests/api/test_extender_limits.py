@@ -303,8 +303,10 @@ def test_a_chunked_body_that_also_declares_a_small_length_is_still_counted(small
 def test_a_content_length_shorter_than_the_body_ends_the_body_there(small_limit_port: int) -> None:
     body = json.dumps(by_names(pod(None), ["node-a"])).encode()
     head = f"POST /filter HTTP/1.1\r\nHost: extender\r\nContent-Length: {len(body) // 2}\r\n\r\n".encode()
-    # The rest, and a megabyte more, is not this request's body: it is never read as part of it.
-    status, reply = first_response(small_limit_port, head + body + b" " * MiB)
+    # The second half is not this request's body: it is never read as part of it. (Only a
+    # little is sent past the length: the server answers the rest as a bad request and
+    # closes, and a close with bytes unread would reset the connection before we read.)
+    status, reply = first_response(small_limit_port, head + body)
     assert status == 400
     assert reply["message"].startswith("not an extender v1 ExtenderArgs body: Invalid JSON: EOF while parsing")
     status, reply = first_response(small_limit_port, head.replace(b"%d" % (len(body) // 2), b"%d" % len(body)) + body)
