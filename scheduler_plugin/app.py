@@ -76,22 +76,30 @@ class _Metrics:
         self.latency.labels(verb).observe(time.perf_counter() - started)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed `limit` bytes."""
+async def _read_body(request: Request, limit: int) -> bytearray:
+    """The request body, refused with 413 as soon as it is known to exceed `limit` bytes.
+
+    A declared Content-Length over the limit is refused before any byte of the body is
+    read; a chunked body as soon as the bytes received pass the limit. (A body longer
+    than its Content-Length is cut there by the HTTP parser: the rest is not this body.)
+    The connection stays open: uvicorn reads the rest of a refused body and drops it, so
+    the client, still sending, gets the 413 rather than a reset connection.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise HTTPException(400, f"invalid Content-Length header {declared!r}")
+            raise HTTPException(400, f"invalid Content-Length header {wire.readable(declared, 40)!r}")
         if int(declared) > limit:
-            raise HTTPException(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
+            raise HTTPException(
+                413, f"request body of {declared} bytes exceeds the limit of {limit} bytes "
+                "(--max-body-bytes)",
+            )
+    body = bytearray()
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:  # chunked bodies announce no length
-            raise HTTPException(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+        if len(body) > limit:  # chunked bodies announce no length
+            raise HTTPException(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
+    return body
 
 
 async def _parse(request: Request, settings: Settings) -> tuple[wire.ExtenderArgs, list[str]]:
@@ -142,32 +150,32 @@ def create_app(cache: cache_mod.Cache, settings: Settings) -> FastAPI:
     async def _http_error(request: Request, exc: HTTPException) -> Response:
         verb = request.url.path.strip("/") or "root"
         metrics.requests.labels(verb, str(exc.status_code)).inc()
-        return JSONResponse({"message": exc.detail}, status_code=exc.status_code)
+        return JSONResponse(
+            {"message": wire.readable(str(exc.detail))}, status_code=exc.status_code, headers=exc.headers
+        )
 
     @app.post("/filter")
     async def filter_(request: Request) -> Response:
         started = time.perf_counter()
         args, names = await _parse(request, settings)
         try:
-            offers = None
-            if args.node_names is None:
-                # kube-scheduler's copy of each node is fresher than ours: decide with it.
-                offers = {
-                    node["metadata"]["name"]: cache_mod.node_offer_of(node) for node in args.node_items()
-                }
+            # kube-scheduler's copy of each node is fresher than ours: decide with it.
+            annotations = args.node_annotations() if args.node_names is None else None
             result = decision.filter_nodes(
-                args.pod, names, cache.snapshot(), enabled=settings.multi_network, node_offers=offers
+                args.pod, names, cache.snapshot(),
+                enabled=settings.multi_network, node_annotations=annotations,
             )
-            reply = _reply(args, result)
+            content = _reply(args, result).to_json()
         except Exception as exc:  # the protocol's Error field, never a 500 the scheduler cannot read
             logger.exception("filter failed")
-            reply = wire.ExtenderFilterResult(error=f"podnetwork extender failed: {exc}")
+            error = wire.readable(f"podnetwork extender failed: {exc}")
+            content = wire.ExtenderFilterResult(error=error).to_json()
         else:
             metrics.outcomes["passed"].inc(len(result.passed))
             metrics.outcomes["failed"].inc(len(result.failed))
             metrics.outcomes["unresolvable"].inc(len(result.unresolvable))
         metrics.observe("filter", 200, started)
-        return Response(reply.to_json(), media_type=_JSON)
+        return Response(content, media_type=_JSON)
 
     @app.post("/prioritize")
     async def prioritize(request: Request) -> Response:

@@ -11,9 +11,9 @@ that changes nothing the decision reads (a node's heartbeat) publishes nothing.
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -88,29 +88,104 @@ def readiness_of(obj: Mapping[str, Any]) -> Readiness:
     return Readiness(False, "ConditionMissing", "the controller has not set the Ready condition yet")
 
 
-@functools.lru_cache(maxsize=4096)
+#: Longest annotation text whose parse is remembered, in characters. A pool's
+#: annotation lists a few names (`["dataplane","storage"]`); a longer one is parsed
+#: on each use rather than kept.
+OFFER_MEMO_TEXT_LIMIT = 4096
+#: Characters of annotation text remembered in all, least recently used first out.
+#: The parsed sets take a few times the text's size, so the memo stays within a few MiB.
+OFFER_MEMO_BUDGET = 1024 * 1024
+
+_WHERE = f"node annotation {constants.NODE_PODNETWORKS_ANNOTATION}"
+_EXAMPLE = 'a JSON list of PodNetwork names such as ["dataplane"]'
+
+
+def _json_type(value: Any) -> str:
+    """How a JSON value's type reads in a message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def _parse(text: str) -> NodeOffer:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return InvalidOffer(
+            f"{_WHERE} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"expected {_EXAMPLE}"
+        )
+    except RecursionError:
+        return InvalidOffer(f"{_WHERE} is not valid JSON (nested too deeply); expected {_EXAMPLE}")
+    if not isinstance(data, list):
+        return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}, not {_json_type(data)}")
+    for i, item in enumerate(data):
+        if not isinstance(item, str):
+            return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}; item {i} is {_json_type(item)}")
+    return frozenset(data)
+
+
+class _OfferMemo:
+    """Annotation text -> parsed offer, bounded by the characters of text it keeps.
+
+    Nodes of one pool carry the same text, so a NodeList of thousands of nodes costs
+    a handful of parses. A bound in entries alone would let a few thousand 256 KiB
+    annotations (the API server's limit) hold gigabytes; this one is in characters.
+    Shared by the watch threads and the request handlers, hence the lock.
+    """
+
+    def __init__(self, budget: int, text_limit: int) -> None:
+        self._budget = budget
+        self._text_limit = text_limit
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, NodeOffer] = OrderedDict()
+        self.chars = 0
+        """Characters of text kept now (at most the budget)."""
+
+    def parse(self, text: str) -> NodeOffer:
+        if len(text) > self._text_limit:
+            return _parse(text)
+        with self._lock:
+            found = self._entries.get(text)
+            if found is not None:
+                self._entries.move_to_end(text)
+                return found
+        offer = _parse(text)
+        with self._lock:
+            if text not in self._entries:
+                self._entries[text] = offer
+                self.chars += len(text)
+                while self.chars > self._budget:
+                    evicted, _ = self._entries.popitem(last=False)
+                    self.chars -= len(evicted)
+        return offer
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+OFFER_MEMO = _OfferMemo(OFFER_MEMO_BUDGET, OFFER_MEMO_TEXT_LIMIT)
+
+
 def parse_node_offer(text: str | None) -> NodeOffer:
     """The networks a node offers, from its `multinetwork.x-k8s.io/podnetworks` annotation.
 
-    Pure and memoized: nodes of one pool carry the same text, so a NodeList of
-    thousands of nodes costs a handful of JSON parses.
+    Pure; remembered in `OFFER_MEMO` for short texts. Messages never quote the text
+    (it may be 256 KiB): they say where and what kind of problem it has.
     """
-    if text is None:
-        return None
-    where = f"node annotation {constants.NODE_PODNETWORKS_ANNOTATION}"
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return InvalidOffer(f"{where} is not valid JSON ({exc}); expected a list such as [\"dataplane\"]")
-    if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
-        return InvalidOffer(f"{where} must be a JSON list of PodNetwork names, such as [\"dataplane\"]")
-    return frozenset(data)
+    return None if text is None else OFFER_MEMO.parse(text)
 
 
 def node_offer_of(node: Mapping[str, Any]) -> NodeOffer:
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION)
-    return parse_node_offer(text if isinstance(text, str) else None if text is None else repr(text))
+    if text is None or isinstance(text, str):
+        return parse_node_offer(text)
+    return InvalidOffer(f"{_WHERE} must be a string holding {_EXAMPLE}, not {_json_type(text)}")
 
 
 def _name(obj: Mapping[str, Any]) -> str:

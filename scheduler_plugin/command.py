@@ -27,7 +27,7 @@ Register it with the KubeSchedulerConfiguration in deploy/scheduler/ of the proj
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from scheduler_plugin.settings import DEFAULT_MAX_BODY_BYTES
+    from scheduler_plugin.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS
 
     parser.add_argument(
         "--kubeconfig", metavar="FILE",
@@ -44,6 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
         help="refuse larger request bodies with HTTP 413 (default: %(default)s, 16 MiB)",
+    )
+    parser.add_argument(
+        "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        help="serve at most N connections at once, idle ones included; a request on another "
+        "gets HTTP 503 (default: %(default)s)",
     )
     parser.add_argument(
         "--watch-timeout", type=int, default=300, metavar="SECONDS",
@@ -78,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         print("podnetwork scheduler-extender: --max-body-bytes must be a positive number of bytes",
               file=sys.stderr)
         return 2
+    if args.max_connections <= 0:
+        print("podnetwork scheduler-extender: --max-connections must be a positive number", file=sys.stderr)
+        return 2
     try:
         api = _api_client(args.kubeconfig)
     except (ConfigException, OSError) as exc:
@@ -96,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
     )
     watcher.start()
     try:
-        uvicorn.run(application, host=args.host, port=args.port, log_level="info")
+        # uvicorn refuses a request once the open connections, its own included, reach
+        # limit_concurrency: N served connections need N + 1.
+        uvicorn.run(application, host=args.host, port=args.port, log_level="info",
+                    limit_concurrency=args.max_connections + 1)
     finally:
         watcher.stop()
     return 0

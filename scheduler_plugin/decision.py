@@ -18,12 +18,16 @@ Rules (KEP-3698 "Active validations", "Scheduler changes", Phase II req. 18):
 
 Messages are the same on every node for the same cause, so kube-scheduler's
 FailedScheduling event aggregates them ("0/3 nodes are available: 3 podnetwork
-"x" is not available on this node.").
+"x" is not available on this node."). They quote at most 60 characters of a
+value, name at most 5 problems and stop at 1024 characters (`wire.readable`):
+an annotation may hold 256 KiB, and kube-scheduler keeps 1 KiB of a message.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +35,9 @@ from itertools import compress, repeat
 from typing import Any, TypeVar
 
 from podnetwork import constants, networks, validation
-from podnetwork.fielderrors import InvalidObject
-from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot
+from podnetwork.fielderrors import FieldError
+from scheduler_plugin import wire
+from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot, parse_node_offer
 
 NOT_SYNCED = "the podnetwork scheduler extender is starting: its cache is not synced yet"
 UNKNOWN_NODE = "node is not yet known to the podnetwork scheduler extender"
@@ -104,7 +109,17 @@ def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], lis
     return needed, problems
 
 
-_UNKNOWN = InvalidOffer(UNKNOWN_NODE)
+#: Longest value quoted in a field error, in characters (an annotation may hold 256 KiB).
+MAX_VALUE_CHARS = 60
+
+
+def _judge_offer(offer: NodeOffer, needed: Sequence[str]) -> str:
+    """Why a node with `offer` fails the pod ("" when it passes)."""
+    if isinstance(offer, InvalidOffer):
+        return wire.readable(offer.message)
+    if offer is None:
+        return ""
+    return next((not_available(n) for n in needed if n not in offer), "")
 
 
 class _Verdicts(dict[NodeOffer, str]):
@@ -115,12 +130,28 @@ class _Verdicts(dict[NodeOffer, str]):
         self._needed = needed
 
     def __missing__(self, offer: NodeOffer) -> str:
-        reason = ""
-        if isinstance(offer, InvalidOffer):
-            reason = offer.message
-        elif offer is not None:
-            reason = next((not_available(n) for n in self._needed if n not in offer), "")
-        self[offer] = reason
+        reason = self[offer] = _judge_offer(offer, self._needed)
+        return reason
+
+
+#: Stands for "no such node in the request" among annotation texts.
+_NO_NODE = object()
+
+
+class _TextVerdicts(dict[object, str]):
+    """Annotation text -> why a node carrying it fails the pod, judged on first use.
+
+    Keyed by the text objects of the request rather than by parsed offers, so a
+    request never holds more than one parse of a long annotation at a time.
+    """
+
+    def __init__(self, needed: Sequence[str]) -> None:
+        super().__init__({_NO_NODE: UNKNOWN_NODE})
+        self._needed = needed
+
+    def __missing__(self, text: object) -> str:
+        offer = parse_node_offer(text) if isinstance(text, str) else None
+        reason = self[text] = _judge_offer(offer, self._needed)
         return reason
 
 
@@ -169,7 +200,9 @@ class _ClusterVerdicts:
 #: Entries remembered per snapshot in each family (node verdicts per list of networks,
 #: pod verdicts per networks annotation); a bound, not a tuning knob.
 _MEMO_LIMIT = 64
-#: Longest networks annotation whose verdict is remembered (the API server allows 256 KiB).
+#: Longest key remembered, in characters: the networks annotation and the other fields a
+#: pod verdict reads, or the names of a list of networks (the API server allows 256 KiB).
+#: Longer ones are judged afresh and never kept, so each family holds at most 64 x 4 KiB of keys.
 _MEMO_TEXT_LIMIT = 4096
 #: Reason codes travel as bytes (below), so at most 256 distinct reasons take the fast path.
 _BYTE_CODES = 256
@@ -201,6 +234,8 @@ def _cluster_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVe
     networks, and node annotations rarely change (heartbeats publish no new snapshot):
     most requests find this ready, and then cost a few C-level passes over the candidates.
     """
+    if sum(map(len, needed)) > _MEMO_TEXT_LIMIT:
+        return _judge_nodes(snapshot, needed)
     return _remembered(snapshot, "node-verdicts", needed, lambda: _judge_nodes(snapshot, needed))
 
 
@@ -270,15 +305,46 @@ class _PodVerdict:
     """The PodNetworks each node must offer (never `default`)."""
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _shortened(error: FieldError) -> FieldError:
+    """`error` with its value cut to MAX_VALUE_CHARS characters of text (or JSON text), and
+    its path to twice that (an unknown key is part of the path)."""
+    value = error.value
+    if isinstance(value, list | dict):
+        try:
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError, RecursionError):
+            value = "(nested too deeply to show)"
+        else:
+            if len(text) > MAX_VALUE_CHARS:
+                value = _cut(text, MAX_VALUE_CHARS)
+    elif isinstance(value, str):
+        value = _cut(value, MAX_VALUE_CHARS)
+    path = _cut(error.path, 2 * MAX_VALUE_CHARS)
+    if value is error.value and path is error.path:
+        return error
+    return dataclasses.replace(error, path=path, value=value)
+
+
+def _summary(problems: Sequence[str | FieldError]) -> str:
+    """The first few problems in one message, as `readable` as the wire needs."""
+    first = problems[: wire.MAX_PROBLEMS_SHOWN]
+    shown = [str(_shortened(p) if isinstance(p, FieldError) else p) for p in first]
+    return wire.readable(wire.summary(shown, len(problems)))
+
+
 def _judge_pod(pod: Mapping[str, Any], snapshot: Snapshot) -> _PodVerdict:
     errors = validation.validate_pod(pod)
     if errors:
-        return _PodVerdict(unresolvable=str(InvalidObject(errors)))
+        return _PodVerdict(unresolvable=_summary(errors))
     if not snapshot.synced:
         return _PodVerdict(failed=NOT_SYNCED)
     needed, problems = _resolve(pod, snapshot)
     if problems:
-        return _PodVerdict(unresolvable="; ".join(problems))
+        return _PodVerdict(unresolvable=_summary(problems))
     # Phase II req. 18: per-node availability does not apply to the default PodNetwork.
     return _PodVerdict(needed=tuple(n for n in needed if n != constants.DEFAULT_PODNETWORK))
 
@@ -303,6 +369,8 @@ def _pod_verdict(pod: Mapping[str, Any], annotations: Mapping[str, Any], snapsho
     if type(text) is not str or len(text) > _MEMO_TEXT_LIMIT or not isinstance(namespace, str | None):
         return _judge_pod(essentials, snapshot)  # odd or huge: judged afresh, never kept
     key = (text, namespace, repr(host_network), repr(os_))
+    if sum(len(part) for part in key if part) > _MEMO_TEXT_LIMIT:
+        return _judge_pod(essentials, snapshot)
     return _remembered(snapshot, "pod-verdicts", key, lambda: _judge_pod(essentials, snapshot))
 
 
@@ -312,14 +380,17 @@ def filter_nodes(
     snapshot: Snapshot,
     *,
     enabled: bool = True,
-    node_offers: Mapping[str, NodeOffer] | None = None,
+    node_annotations: Mapping[str, str | None] | None = None,
 ) -> FilterResult:
     """Decide, for each candidate node, whether the pod's networks allow it there.
 
-    `node_offers`, when given, replaces the snapshot's view of the nodes: with
-    `nodeCacheCapable: false` kube-scheduler sends the nodes themselves, and its
-    copy is the one it decides with. O(len(node_names)) with constant work per node,
-    plus, once per snapshot and list of networks, O(cached nodes) to judge them all.
+    `node_annotations` (node name -> its `multinetwork.x-k8s.io/podnetworks`
+    annotation, None when it has none), when given, replaces the snapshot's view of
+    the nodes: with `nodeCacheCapable: false` kube-scheduler sends the nodes
+    themselves, and its copy is the one it decides with; each distinct text is
+    parsed once, and only when the pod needs a network. O(len(node_names)) with
+    constant work per node, plus, once per snapshot and list of networks,
+    O(cached nodes) to judge them all.
     """
     annotations = networks.annotations_of(pod)
     if not enabled or constants.NETWORKS_ANNOTATION not in annotations:
@@ -332,10 +403,10 @@ def filter_nodes(
     needed = verdict.needed
     if not needed:
         return FilterResult(passed=list(node_names))
-    if node_offers is not None:
-        verdicts = _Verdicts(needed)
-        get = node_offers.get
-        reasons = list(map(verdicts.__getitem__, map(get, node_names, repeat(_UNKNOWN, len(node_names)))))
+    if node_annotations is not None:
+        verdicts = _TextVerdicts(needed)
+        get = node_annotations.get
+        reasons = list(map(verdicts.__getitem__, map(get, node_names, repeat(_NO_NODE, len(node_names)))))
         failed = dict(compress(zip(node_names, reasons, strict=True), reasons))
         passed = list(compress(node_names, map(operator.not_, reasons))) if failed else list(node_names)
         return FilterResult(passed=passed, failed=failed)

@@ -10,6 +10,12 @@ from podnetwork import constants
 #: several thousand nodes and stops a runaway client from exhausting memory.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
+#: Connections served at once, idle keep-alive ones included; a request on one more gets
+#: HTTP 503. kube-scheduler asks one question at a time (its scheduling cycle is serial)
+#: over a couple of kept-alive connections; with probes and scrapes, 16 leaves room, and
+#: bounds the memory of requests in flight to 16 bodies.
+DEFAULT_MAX_CONNECTIONS = 16
+
 #: Feature gates this component knows, with their defaults (KEP "Feature gate").
 KNOWN_FEATURE_GATES: dict[str, bool] = {constants.FEATURE_GATE: True}
 

@@ -13,11 +13,42 @@ of the request: kube-scheduler reads `NodeNames` back only when it sent them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 import pydantic
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticSerializationError
+
+from podnetwork import constants
+
+#: Longest message the extender writes (a node's reason, an HTTP error), in characters.
+#: kube-scheduler cuts the messages it copies into FailedScheduling events and the
+#: PodScheduled condition to 1024 bytes (its `noteLengthLimit`): more only repeats the input.
+MAX_MESSAGE_CHARS = 1024
+#: Field problems named in one message; the rest are counted ("and 12 more").
+MAX_PROBLEMS_SHOWN = 5
+
+
+def readable(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` as a message can carry it: cut after `limit` characters (saying how many
+    were left out), and lone surrogates, which UTF-8 cannot encode, written as `\\udXXX`."""
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def summary(problems: list[str], total: int) -> str:
+    """The first problems of `total` joined with `; `, saying how many more there are."""
+    text = "; ".join(problems)
+    return f"{text}; and {total - len(problems)} more" if total > len(problems) else text
 
 
 class NodeList(BaseModel):
@@ -91,10 +122,30 @@ class ExtenderArgs(BaseModel):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"Nodes.items[{i}].metadata.name: Required value")
             # The decision reads each node's annotations (the networks it offers).
-            if not isinstance(meta.get("annotations") or {}, dict):
+            annotations = meta.get("annotations") or {}
+            if not isinstance(annotations, dict):
                 raise ValueError(f"Nodes.items[{i}].metadata.annotations: must be a map of strings")
+            offered = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION)
+            if offered is not None and not isinstance(offered, str):
+                raise ValueError(
+                    f"Nodes.items[{i}].metadata.annotations[{constants.NODE_PODNETWORKS_ANNOTATION}]: "
+                    "must be a string"
+                )
             names.append(name)
         return names
+
+    def node_annotations(self) -> dict[str, str | None]:
+        """Node name -> its podnetworks annotation (None: absent), for `Nodes` requests.
+
+        Call after `candidate_names`, which checks the types; a name sent twice keeps
+        its first node, the one the reply echoes.
+        """
+        key = constants.NODE_PODNETWORKS_ANNOTATION
+        found: dict[str, str | None] = {}
+        for node in self.node_items():
+            meta = node["metadata"]
+            found.setdefault(meta["name"], (meta.get("annotations") or {}).get(key))
+        return found
 
 
 class ExtenderFilterResult(BaseModel):
@@ -117,16 +168,22 @@ class ExtenderFilterResult(BaseModel):
         strings, lists and dicts, and echoed nodes are plain JSON) about four times
         faster; with thousands of candidates the reply is a large part of a call.
         """
+        fields = {
+            "Nodes": self.nodes,
+            "NodeNames": self.node_names,
+            "FailedNodes": self.failed_nodes,
+            "FailedAndUnresolvableNodes": self.failed_and_unresolvable_nodes,
+            "Error": self.error,
+        }
         try:
-            return orjson.dumps({
-                "Nodes": self.nodes,
-                "NodeNames": self.node_names,
-                "FailedNodes": self.failed_nodes,
-                "FailedAndUnresolvableNodes": self.failed_and_unresolvable_nodes,
-                "Error": self.error,
-            })
+            return orjson.dumps(fields)
         except orjson.JSONEncodeError:  # what orjson refuses (an echoed integer over 64 bits)
+            pass
+        try:
             return self.__pydantic_serializer__.to_json(self, by_alias=True)
+        except PydanticSerializationError:
+            # A lone surrogate cannot be UTF-8: written as a \\udXXX escape, which Go reads as U+FFFD.
+            return json.dumps(fields, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 class HostPriority(BaseModel):
@@ -139,12 +196,23 @@ class HostPriority(BaseModel):
 HostPriorityList = pydantic.TypeAdapter(list[HostPriority])
 
 
+#: Added to the JSON parser's complaint about a `\\uD800`-`\\uDFFF` escape that is not part of a pair.
+_SURROGATE_HINT = (
+    " (\\uD800-\\uDFFF escapes are halves of UTF-16 surrogate pairs: a high one, \\uD800-\\uDBFF,"
+    " must be followed by a low one, \\uDC00-\\uDFFF)"
+)
+
+
 def describe(exc: pydantic.ValidationError) -> str:
-    """A one-line account of what is wrong with a request body."""
+    """A one-line account of what is wrong with a request body (the first few problems)."""
     parts = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False, include_input=False)
+    for err in errors[:MAX_PROBLEMS_SHOWN]:
         loc = ""
         for part in err["loc"]:
             loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
-    return "; ".join(parts)
+        message = err["msg"]
+        if err["type"] == "json_invalid" and "hex escape" in message:
+            message += _SURROGATE_HINT
+        parts.append(f"{loc}: {message}" if loc else message)
+    return readable(summary(parts, len(errors)))

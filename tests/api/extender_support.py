@@ -9,9 +9,23 @@ and no `kind`/`apiVersion` (informer objects have an empty TypeMeta).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
+import kmock
+import uvicorn
+from fastapi import FastAPI
+from kube_emulator import write_kubeconfig
+
+from podnetwork import constants
 from scheduler_plugin import cache
 
 NETWORKS = "multinetwork.x-k8s.io/networks"
@@ -131,3 +145,88 @@ def world(*, synced: bool = True) -> cache.Cache:
     if synced:
         c.mark_synced()
     return c
+
+
+# --- serving the extender over real HTTP --------------------------------------------------------
+
+@contextlib.contextmanager
+def served(application: FastAPI) -> Iterator[str]:
+    """`application` served by uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL.
+
+    A thread rather than a task, so that synchronous tests (hypothesis) can call it too.
+    """
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=0,
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="extender-under-test", daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "uvicorn stopped before it started"
+            thread.join(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def declare_extender_resources(k: kmock.KubernetesEmulator) -> None:
+    """The three kinds the extender lists and watches."""
+    verbs = {"list", "watch", "get", "create", "patch", "delete"}
+    group = f"{constants.GROUP}/{constants.VERSION}"
+    k.resources[f"{group}/{constants.PODNETWORK_PLURAL}"] = kmock.ResourceInfo(
+        kind="PodNetwork", namespaced=False, verbs=verbs)
+    k.resources[f"{group}/{constants.ATTACHMENT_PLURAL}"] = kmock.ResourceInfo(
+        kind="PodNetworkAttachment", namespaced=True, verbs=verbs)
+    k.resources["v1/nodes"] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs=verbs)
+
+
+@contextlib.asynccontextmanager
+async def extender_process(
+    k: kmock.KubernetesEmulator, tmp_path: Path, *args: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, httpx.AsyncClient]]:
+    """`podnetwork scheduler-extender` in a subprocess, watching `k`, once its /readyz says ready.
+
+    Yields the process and a client of its HTTP port; terminates it afterwards.
+    """
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(k.url).rstrip("/"))
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podnetwork", "scheduler-extender",
+        "--kubeconfig", str(config), "--host", "127.0.0.1", "--port", str(port), "--watch-timeout", "5", *args,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while True:
+                assert proc.returncode is None, "the extender exited"
+                assert loop.time() < deadline, "the extender never became ready"
+                try:
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+            yield proc, client
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+def rss_bytes(pid: int) -> tuple[int, int]:
+    """The resident set of process `pid` now and at its peak (VmRSS, VmHWM), in bytes."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+    )
+    now, peak = (int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM"))
+    return now, peak

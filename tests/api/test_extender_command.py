@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from pathlib import Path
 
 import httpx
 import kmock
 import pytest
-from extender_support import by_names, node, pod, podnetwork
-from kube_emulator import write_kubeconfig
+from extender_support import by_names, declare_extender_resources, extender_process, node, pod, podnetwork
 
 from podnetwork import constants
 
 PN = f"{constants.GROUP}/{constants.VERSION}/{constants.PODNETWORK_PLURAL}"
-PNA = f"{constants.GROUP}/{constants.VERSION}/{constants.ATTACHMENT_PLURAL}"
 NODES = "v1/nodes"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def run_cli(*args: str) -> tuple[int, str]:
@@ -39,40 +30,39 @@ async def run_cli(*args: str) -> tuple[int, str]:
 async def test_the_command_serves_decisions_from_the_cluster_it_watches(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
-    verbs = {"list", "watch", "get", "create", "patch", "delete"}
-    kmock.resources[PN] = kmock.ResourceInfo(kind="PodNetwork", namespaced=False, verbs=verbs)
-    kmock.resources[PNA] = kmock.ResourceInfo(kind="PodNetworkAttachment", namespaced=True, verbs=verbs)
-    kmock.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs=verbs)
+    declare_extender_resources(kmock)
     kmock.objects[PN, None, "blue"] = podnetwork("blue")
     kmock.objects[NODES, None, "node-a"] = {**node("node-a", ["blue"]), "apiVersion": "v1", "kind": "Node"}
     kmock.objects[NODES, None, "node-b"] = {**node("node-b", []), "apiVersion": "v1", "kind": "Node"}
-    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "podnetwork", "scheduler-extender",
-        "--kubeconfig", str(config), "--host", "127.0.0.1", "--port", str(port), "--watch-timeout", "5",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:
-                assert proc.returncode is None, "the extender exited"
-                assert loop.time() < deadline, "the extender never became ready"
-                try:
-                    if (await client.get("/readyz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-            body = by_names(pod([{"podNetworkName": "blue"}]), ["node-a", "node-b"])
-            reply = (await client.post("/filter", content=json.dumps(body))).json()
-    finally:
-        proc.terminate()
-        await asyncio.wait_for(proc.wait(), 30)
+    async with extender_process(kmock, tmp_path) as (_, client):
+        body = by_names(pod([{"podNetworkName": "blue"}]), ["node-a", "node-b"])
+        reply = (await client.post("/filter", content=json.dumps(body))).json()
     assert reply["NodeNames"] == ["node-a"]
     assert reply["FailedNodes"] == {"node-b": 'podnetwork "blue" is not available on this node'}
+
+
+async def test_a_connection_beyond_max_connections_gets_503_until_one_closes(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    declare_extender_resources(kmock)
+    async with extender_process(kmock, tmp_path, "--max-connections", "1") as (_, client):
+        await client.aclose()  # readiness was answered on one connection: one is served
+        port = client.base_url.port
+        # A request whose body never comes: its connection stays open and in progress.
+        _, busy = await asyncio.open_connection("127.0.0.1", port)
+        busy.write(b"POST /filter HTTP/1.1\r\nHost: extender\r\nContent-Length: 100\r\n\r\n{")
+        await busy.drain()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as other:
+            refused = await other.get("/healthz")
+        busy.close()
+        await busy.wait_closed()
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as other:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while (await other.get("/healthz", headers={"Connection": "close"})).status_code != 200:
+                assert loop.time() < deadline, "the extender kept refusing after the other connection closed"
+                await asyncio.sleep(0.1)
+    assert refused.status_code == 503
 
 
 @pytest.mark.parametrize(
@@ -80,6 +70,7 @@ async def test_the_command_serves_decisions_from_the_cluster_it_watches(
     [
         (["--feature-gates", "Other=true"], "--feature-gates: unknown feature gate 'Other'; known gates: MultiNetwork"),
         (["--max-body-bytes", "0"], "--max-body-bytes must be a positive number of bytes"),
+        (["--max-connections", "0"], "--max-connections must be a positive number"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load a cluster configuration"),
     ],
 )

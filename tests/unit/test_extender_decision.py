@@ -94,7 +94,7 @@ def test_node_offers_given_by_the_request_replace_the_cache() -> None:
     snap = synced(ready("blue"), a_node("n1", []))
     pod = a_pod([{"podNetworkName": "blue"}])
     assert decision.filter_nodes(pod, ["n1"], snap).failed == {"n1": 'podnetwork "blue" is not available on this node'}
-    assert decision.filter_nodes(pod, ["n1"], snap, node_offers={"n1": frozenset({"blue"})}).passed == ["n1"]
+    assert decision.filter_nodes(pod, ["n1"], snap, node_annotations={"n1": json.dumps(["blue"])}).passed == ["n1"]
 
 
 def test_no_candidates_gives_an_empty_answer() -> None:
@@ -385,6 +385,25 @@ def test_node_annotation_is_read_as_a_list_of_names(text: str | None, expected: 
         assert isinstance(offer, cache_mod.InvalidOffer) and expected in offer.message
     else:
         assert offer == expected
+
+
+def test_parsed_node_offers_are_remembered_within_a_budget_of_text() -> None:
+    memo = cache_mod.OFFER_MEMO
+    limit = cache_mod.OFFER_MEMO_TEXT_LIMIT
+    short = json.dumps(["blue", "green"])
+    assert cache_mod.parse_node_offer(short) is cache_mod.parse_node_offer(short)  # one parse, kept
+    long = json.dumps([f"net-{i}" for i in range(limit)])  # longer than the limit: parsed, never kept
+    kept = memo.chars
+    assert cache_mod.parse_node_offer(long) == frozenset(json.loads(long))
+    assert memo.chars == kept
+    # Distinct texts just under the limit, four times the budget: the oldest go first.
+    count = 4 * cache_mod.OFFER_MEMO_BUDGET // limit
+    for i in range(count):
+        text = json.dumps([f"{i}-" + "x" * (limit - 16)])
+        assert len(text) <= limit
+        assert cache_mod.parse_node_offer(text) == frozenset(json.loads(text))
+        assert memo.chars <= cache_mod.OFFER_MEMO_BUDGET
+    assert len(memo) < count // 3
 
 
 # --- wire and settings ------------------------------------------------------------------------
