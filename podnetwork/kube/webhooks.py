@@ -28,23 +28,30 @@ class ListenError(OSError):
     """The address cannot be listened on; the message names it and says why."""
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to `host`:`port` (a name, an IPv4 or an IPv6 address; a wildcard
-    listens on every address), not yet listening: the server does that when it starts."""
+def listen(host: str, port: int) -> list[socket.socket]:
+    """TCP sockets bound to `host`:`port`, not yet listening (the server does that when it
+    starts): one per address `host` resolves to (a name may stand for 127.0.0.1 and ::1),
+    as asyncio's own servers do; a wildcard listens on every address of its family."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock = socket.socket(family, kind, proto)
+    addresses = list(dict.fromkeys((family, kind, proto, addr) for family, kind, proto, _, addr in infos))
+    sockets: list[socket.socket] = []
     try:
-        # A restarted process can take its port back while old connections linger in TIME_WAIT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        for family, kind, proto, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            # A restarted process can take its port back while old connections linger in TIME_WAIT.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and len(addresses) > 1:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # IPv4 has its own socket
+            sock.bind(address)
     except OSError as exc:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
+    return sockets
 
 
 class Server(uvicorn.Server):
