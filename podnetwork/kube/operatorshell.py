@@ -299,9 +299,3 @@ class Shell:
                        self.command, sig.name)
         for server, _, _ in self._servers:
             server.force_exit = True
-
-    @property
-    def signalled(self) -> signal.Signals | None:
-        """The signal that stopped the shell, if one did."""
-        return self._signalled[0] if self._signalled else None
-
