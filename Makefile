@@ -29,16 +29,14 @@ $(STAMP): pyproject.toml
 
 # The real CNI plugins and `ip`. Without root we cannot install them: say so,
 # and let the demo run its control-plane part and the CNI tests report it.
-# openssl makes the webhooks' self-signed certificates (controller, bridge).
 system-deps:
-	@if [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ] && command -v ip >/dev/null \
-		&& command -v openssl >/dev/null; then \
+	@if [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ] && command -v ip >/dev/null; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \
-		apt-get update && apt-get install -y containernetworking-plugins iproute2 openssl; \
+		apt-get update && apt-get install -y containernetworking-plugins iproute2; \
 	else \
-		echo "note: not root, so containernetworking-plugins, iproute2 and openssl were not installed;" \
-		     "run 'sudo apt-get install -y containernetworking-plugins iproute2 openssl' for the CNI parts"; \
+		echo "note: not root, so containernetworking-plugins and iproute2 were not installed;" \
+		     "run 'sudo apt-get install -y containernetworking-plugins iproute2' for the CNI parts"; \
 	fi
 
 lint: setup

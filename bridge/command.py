@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from podnetwork import credentials, webhookserver
+from podnetwork import credentials
 from podnetwork.cli import Command
+from podnetwork.kube import operatorshell
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -39,9 +36,10 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 the write that adds the selection, so Multus never attaches the
                 pod before its selection exists (Kubernetes >= 1.30;
                 deploy/bridge/ registers it). Without --webhook-cert/--webhook-key
-                a self-signed certificate for --webhook-host is made with openssl;
-                --manage-webhooks registers the MutatingWebhookConfiguration with
-                its CA bundle (development clusters).
+                a self-signed certificate for --webhook-host and the host of
+                --webhook-url is made at start; --manage-webhooks registers the
+                MutatingWebhookConfiguration with its CA bundle (development
+                clusters).
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
@@ -49,8 +47,11 @@ Needs the CRDs in crds/ (NetworkAttachmentDefinition only if no NPWG
 implementation installed it) and RBAC to read them, patch pods, post events and
 patch the status of podnetworks and podnetworkattachments.
 
-exit status: 0 after a clean stop (SIGINT/SIGTERM), 2 on bad arguments or no cluster
+exit status: 0 after a clean stop (SIGINT/SIGTERM: kopf and the webhook stop together),
+2 on bad arguments, a webhook port in use, an unusable certificate or no cluster
 """
+
+COMMAND = "podnetwork bridge"
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -74,17 +75,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="do not write multinetwork.x-k8s.io/pod-ips on pods")
     p.add_argument("--webhook", action="store_true",
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
-    p.add_argument("--webhook-host", default="0.0.0.0", help="address to serve the webhook on")
-    p.add_argument("--webhook-port", type=int, default=9444,
-                   help="port to serve the webhook on (default 9444; the controller's is 9443)")
-    p.add_argument("--webhook-cert", type=Path, help="TLS certificate (PEM) for the webhook")
-    p.add_argument("--webhook-key", type=Path, help="TLS key (PEM) for the webhook")
-    p.add_argument("--webhook-url", metavar="URL",
-                   help="URL the API server uses to reach the webhook, for --manage-webhooks "
-                   "(default https://HOST:PORT)")
-    p.add_argument("--manage-webhooks", action="store_true",
-                   help="create/update the MutatingWebhookConfiguration at startup, with the serving "
-                   "certificate as its CA bundle (development; deploy/bridge/ registers it statically)")
+    # Port 9444: the controller's webhooks take 9443 by default.
+    operatorshell.add_webhook_arguments(p, default_port=9444)
 
 
 def _login_from(kubeconfig: str | None, context: str | None) -> Any:
@@ -116,69 +108,42 @@ def _login_from(kubeconfig: str | None, context: str | None) -> Any:
     return login
 
 
-def _webhook_problem(args: argparse.Namespace) -> str | None:
-    if not args.webhook:
-        if args.webhook_cert or args.webhook_key or args.manage_webhooks or args.webhook_url:
-            return "--webhook-cert/--webhook-key/--webhook-url/--manage-webhooks need --webhook"
-        return None
-    if not args.write_selection:
+def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
+    return operatorshell.WebhookFlags.from_args(args, serve=args.webhook)
+
+
+def _problem(args: argparse.Namespace) -> str | None:
+    problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="add --webhook")
+    if problem is None and args.webhook and not args.write_selection:
         return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
                 "turns off: drop one of them")
-    if bool(args.webhook_cert) != bool(args.webhook_key):
-        return "--webhook-cert and --webhook-key go together"
-    for path in (args.webhook_cert, args.webhook_key):
-        if path is not None and not path.is_file():
-            return f"{path} is not a readable file"
-    if not 0 < args.webhook_port < 65536:
-        return f"--webhook-port {args.webhook_port} is not a TCP port"
-    if webhookserver.unreachable_registration(args.manage_webhooks, args.webhook_url, args.webhook_host):
-        return (f"--manage-webhooks would register https://{args.webhook_host}:{args.webhook_port}, which "
-                "the API server cannot call (and the webhook fails closed: every pod it covers would be "
-                "refused); pass --webhook-url https://NAME:PORT with a name the API server reaches, or "
-                "--webhook-host with such an address")
-    return None
+    return problem
 
 
 async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
-    """kopf's operator and, with --webhook, uvicorn serving the webhook, until SIGINT/SIGTERM."""
-    import kopf
-
+    """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
+    webhook cannot be served (port in use, unusable certificate), before anything started."""
     from bridge import admission
 
-    stop = asyncio.Event()
-    webhookserver.stop_on_signals(stop)
-    tasks: list[asyncio.Task[Any]] = []
-    server: Any = None
-    with tempfile.TemporaryDirectory(prefix="podnetwork-bridge-webhook-") as tmp:
-        if args.webhook:
-            cert = webhookserver.certificate(args.webhook_cert, args.webhook_key, Path(tmp),
-                                             args.webhook_host, args.webhook_url)
-            if args.manage_webhooks:
-                bridge.config.webhook_client_config = webhookserver.client_config(
-                    args.webhook_url, args.webhook_host, args.webhook_port, cert)
-            # Bound here, not by uvicorn, which exits the process when the port is taken.
-            family = socket.AF_INET6 if ":" in args.webhook_host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((args.webhook_host, args.webhook_port))
-            except OSError as exc:
-                sock.close()
-                print(f"error: cannot serve the webhook on {args.webhook_host}:{args.webhook_port}: "
-                      f"{exc.strerror or exc}; pick another --webhook-host/--webhook-port", file=sys.stderr)
-                return 2
-            server = webhookserver.server(admission.app(bridge.objects), cert)
-            tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
-        tasks.append(asyncio.create_task(kopf.operator(
-            registry=registry,
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            liveness_endpoint=args.liveness,
-            stop_flag=stop,
-        )))
-        await webhookserver.run_until_stopped(tasks, stop, server)
+    flags = webhook_flags(args)
+    try:
+        with operatorshell.Shell(COMMAND) as shell:
+            if flags.serve:
+                endpoint = shell.webhook(flags)
+                if flags.manage:
+                    bridge.config.webhook_client_config = endpoint.client_config()
+                shell.serve(admission.app(bridge.objects), endpoint.sockets, endpoint.certificate)
+            shell.operator(
+                registry=registry,
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                clusterwide=not args.namespace,
+                namespaces=args.namespace,
+                liveness_endpoint=args.liveness,
+            )
+            await shell.run()
+    except operatorshell.Refused as exc:
+        return operatorshell.refuse(COMMAND, str(exc))
     return 0
 
 
@@ -187,15 +152,13 @@ def _run(args: argparse.Namespace) -> int:
 
     from bridge import controller
 
-    problem = _webhook_problem(args)
+    problem = _problem(args)
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return operatorshell.refuse(COMMAND, problem)
     problem = credentials.login_problem(args.kubeconfig, args.context)
     if problem is not None:
-        print(f"error: cannot reach a cluster: {problem}; pass --kubeconfig FILE (and --context) "
-              "or run in a pod with a service account", file=sys.stderr)
-        return 2
+        return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
+                                    "(and --context) or run in a pod with a service account")
 
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(

@@ -19,16 +19,15 @@ import asyncio
 import collections
 import contextlib
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import uvicorn
 
 from embedded.store import Event, EventType, Store
 from podnetwork import constants
+from podnetwork.kube import webhooks
 from scheduler_plugin import app as extender_app
 from scheduler_plugin import cache as extender_cache
 from scheduler_plugin.settings import Settings
@@ -49,7 +48,7 @@ class Extender:
         self.api = api
         self.cache = extender_cache.Cache()
         self.settings = settings or Settings()
-        self._server: uvicorn.Server | None = None
+        self._server: webhooks.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancel: list[Callable[[], None]] = []
         self.url = ""
@@ -65,19 +64,12 @@ class Extender:
             # subscribe() replays what exists before returning: the list of list-then-watch.
             self._cancel.append(self.api.subscribe(self._feed, *coords))
         self.cache.mark_synced()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        host, port = sock.getsockname()[:2]
-        config = uvicorn.Config(
-            extender_app.create_app(self.cache, self.settings),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-        )
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        sockets = webhooks.listen("127.0.0.1", 0)
+        host, port = sockets[0].getsockname()[:2]
+        # A server that installs no signal handlers: SIGINT/SIGTERM are the demo's.
+        self._server = webhooks.server(
+            extender_app.create_app(self.cache, self.settings), access_log=False)
+        self._task = asyncio.create_task(self._server.serve(sockets=sockets))
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises what stopped it

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import Any
 
 from podnetwork import constants
 from podnetwork.cli import Command
+
+COMMAND = "podnetwork scheduler-extender"
 
 DESCRIPTION = f"""\
 Serve the KEP-3698 scheduler extender (kube-scheduler extender v1 protocol) over HTTP.
@@ -23,6 +26,9 @@ Register it with the KubeSchedulerConfiguration in deploy/scheduler/ of the proj
 (docs/scheduler-extender.md). Example, against the cluster of ~/.kube/config:
 
   podnetwork scheduler-extender --port 8888
+
+exit status: 0 after a clean stop (SIGINT/SIGTERM), 1 without a cluster configuration,
+2 on bad arguments or a port in use
 """
 
 
@@ -69,47 +75,52 @@ def _api_client(kubeconfig: str | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
     from kubernetes.config import ConfigException
 
+    from podnetwork.kube import operatorshell
     from scheduler_plugin import app, cache, feeder, settings
 
     try:
         gates = settings.parse_feature_gates(args.feature_gates)
     except ValueError as exc:
-        print(f"podnetwork scheduler-extender: --feature-gates: {exc}", file=sys.stderr)
+        print(f"{COMMAND}: --feature-gates: {exc}", file=sys.stderr)
         return 2
     if args.max_body_bytes <= 0:
-        print("podnetwork scheduler-extender: --max-body-bytes must be a positive number of bytes",
-              file=sys.stderr)
+        print(f"{COMMAND}: --max-body-bytes must be a positive number of bytes", file=sys.stderr)
         return 2
     if args.max_connections <= 0:
-        print("podnetwork scheduler-extender: --max-connections must be a positive number", file=sys.stderr)
+        print(f"{COMMAND}: --max-connections must be a positive number", file=sys.stderr)
         return 2
     try:
         api = _api_client(args.kubeconfig)
     except (ConfigException, OSError) as exc:
         print(
-            f"podnetwork scheduler-extender: cannot load a cluster configuration: {exc}\n"
+            f"{COMMAND}: cannot load a cluster configuration: {exc}\n"
             "Run it in a pod with a service account, or pass --kubeconfig FILE.",
             file=sys.stderr,
         )
         return 1
     state = cache.Cache()
-    watcher = feeder.Feeder(state, api, watch_timeout=args.watch_timeout,
-                            read_timeout=args.watch_timeout + 30)
     application = app.create_app(
         state,
         settings.Settings(multi_network=gates[constants.FEATURE_GATE], max_body_bytes=args.max_body_bytes),
     )
-    watcher.start()
     try:
-        # uvicorn refuses a request once the open connections, its own included, reach
-        # limit_concurrency: N served connections need N + 1.
-        uvicorn.run(application, host=args.host, port=args.port, log_level="info",
-                    limit_concurrency=args.max_connections + 1)
-    finally:
-        watcher.stop()
+        with operatorshell.Shell(COMMAND) as shell:
+            # Bound before the watches start: a port in use is a refusal, not a crash later.
+            sockets = shell.listen(args.host, args.port, "pick another --host or --port")
+            # uvicorn refuses a request once the open connections, its own included, reach
+            # limit_concurrency: N served connections need N + 1.
+            shell.serve(application, sockets, log_level="info", limit_concurrency=args.max_connections + 1)
+            watcher = feeder.Feeder(state, api, watch_timeout=args.watch_timeout,
+                                    read_timeout=args.watch_timeout + 30)
+            watcher.start()
+            try:
+                asyncio.run(shell.run())
+            finally:
+                watcher.stop()
+    except operatorshell.Refused as exc:
+        return operatorshell.refuse(COMMAND, str(exc))
     return 0
 
 

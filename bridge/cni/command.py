@@ -234,9 +234,16 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         stop = asyncio.Event()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not stop.is_set():
+                log.warning("podnetwork cni-agent: %s received, stopping (removing the socket and "
+                            "the conflist)", sig.name)
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         await serve(agent, stop)
 
     try:

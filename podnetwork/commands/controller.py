@@ -12,14 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from podnetwork import cli, constants, credentials, webhookserver
+from podnetwork import cli, constants, credentials
+from podnetwork.kube import operatorshell
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +44,9 @@ Run the KEP-3698 PodNetwork controller:
 
 Credentials: --kubeconfig, else the in-cluster service account, else $KUBECONFIG
 or ~/.kube/config. Without --webhook-cert/--webhook-key a self-signed
-certificate for --webhook-host is made with openssl; --manage-webhooks then
-registers the webhook configurations with its CA bundle (development clusters;
-deploy/controller/ has static manifests for production).
+certificate for --webhook-host and the host of --webhook-url is made at start;
+--manage-webhooks then registers the webhook configurations with its CA bundle
+(development clusters; deploy/controller/ has static manifests for production).
 
 With --feature-gates MultiNetwork=false the controller watches nothing and
 writes nothing, and admission allows every pod unchanged (KEP Phase I req. 1).
@@ -57,13 +55,13 @@ High availability: replicas started with --peering NAME --priority start-time
 elect one active controller through kopf peering (the ClusterKopfPeering NAME;
 deploy/peering/ has the CRDs and objects); the others pause but keep serving
 admission (docs/controller.md "High availability").
+
+exit status: 0 after a clean stop (SIGINT/SIGTERM: kopf and the webhooks stop
+together), 1 when demoted by a peer, 2 on bad arguments, a webhook port in use,
+an unusable certificate or no cluster
 """
 
-
-# Kept here too for callers of this module; they live in podnetwork.webhookserver.
-WILDCARD_HOSTS = webhookserver.WILDCARD_HOSTS
-Certificate = webhookserver.Certificate
-self_signed = webhookserver.self_signed
+COMMAND = "podnetwork controller"
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
@@ -93,15 +91,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="spec.provider of the `default` PodNetwork the controller creates")
     parser.add_argument("--feature-gates", default="", metavar="GATES",
                         help="e.g. MultiNetwork=false to make the controller and admission a no-op")
-    parser.add_argument("--webhook-host", default="0.0.0.0", help="address to serve admission on")
-    parser.add_argument("--webhook-port", type=int, default=9443, help="port to serve admission on")
-    parser.add_argument("--webhook-cert", type=Path, help="TLS certificate (PEM) for the webhooks")
-    parser.add_argument("--webhook-key", type=Path, help="TLS key (PEM) for the webhooks")
-    parser.add_argument("--webhook-url", metavar="URL",
-                        help="URL the API server uses to reach the webhooks, for --manage-webhooks "
-                        "(default https://HOST:PORT)")
-    parser.add_argument("--manage-webhooks", action="store_true",
-                        help="create/update the Mutating- and ValidatingWebhookConfiguration")
+    operatorshell.add_webhook_arguments(parser, default_port=9443)
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
     parser.add_argument("--peering", metavar="NAME",
                         help="ClusterKopfPeering object for one active controller among replicas "
@@ -320,15 +310,18 @@ def _login(kubeconfig: str | None) -> Any:
     return login
 
 
+def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
+    return operatorshell.WebhookFlags.from_args(args, serve=not args.no_webhook)
+
+
 async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) -> int:
-    """Run what `args` asks for until `stop` is set (or SIGINT/SIGTERM)."""
+    """Run what `args` asks for until `stop` is set (or SIGINT/SIGTERM). 2 when the webhooks
+    cannot be served (port in use, unusable certificate), before anything started."""
     import kopf
 
     from podnetwork import admission, controller
 
-    stop = stop or asyncio.Event()
     demoted = asyncio.Event()
-    webhookserver.stop_on_signals(stop)
     gates = parse_feature_gates(args.feature_gates)
     enabled = multinetwork_enabled(gates)
     config = controller.ControllerSettings(
@@ -339,74 +332,63 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         resync_interval=args.resync_interval,
     )
     ctl = controller.Controller(config=config)
-    tasks: list[asyncio.Task[Any]] = []
-    server: Any = None
-    with tempfile.TemporaryDirectory(prefix="podnetwork-webhook-") as tmp:
-        if not args.no_webhook:
-            if bool(args.webhook_cert) != bool(args.webhook_key):
-                raise SystemExit("--webhook-cert and --webhook-key go together")
-            cert = webhookserver.certificate(args.webhook_cert, args.webhook_key, Path(tmp),
-                                             args.webhook_host, args.webhook_url)
-            app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
-            server = webhookserver.server(app, cert, host=args.webhook_host, port=args.webhook_port)
-            tasks.append(asyncio.create_task(server.serve()))
-            if args.manage_webhooks:
-                ctl.webhook_client_config = webhookserver.client_config(
-                    args.webhook_url, args.webhook_host, args.webhook_port, cert)
-        if enabled:
-            registry = kopf.OperatorRegistry()
-            controller.register(registry, ctl)
-            if args.peering is not None and not args.no_webhook and config.namespace_profiles:
-                # Every namespace, not only profiled ones: admission reads an unseen one once.
-                register_mirror(registry, ctl.namespaces, keep=any_object)
-            identity = None
-            if args.peering is not None:
-                from kopf._core.engines import peering
+    flags = webhook_flags(args)
+    try:
+        with operatorshell.Shell(COMMAND, stop) as shell:
+            if flags.serve:
+                endpoint = shell.webhook(flags)
+                app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
+                shell.serve(app, endpoint.sockets, endpoint.certificate)
+                if flags.manage:
+                    ctl.webhook_client_config = endpoint.client_config()
+            if enabled:
+                registry = kopf.OperatorRegistry()
+                controller.register(registry, ctl)
+                if args.peering is not None and flags.serve and config.namespace_profiles:
+                    # Every namespace, not only profiled ones: admission reads an unseen one once.
+                    register_mirror(registry, ctl.namespaces, keep=any_object)
+                identity = None
+                if args.peering is not None:
+                    from kopf._core.engines import peering
 
-                identity = peering.detect_own_id(manual=False)  # as kopf would, but known here
+                    identity = peering.detect_own_id(manual=False)  # as kopf would, but known here
 
-                def demote() -> None:
-                    logger.error("another replica of peering %r outranks this one, which was "
-                                 "active: exiting, to restart as a standby with a clean memory",
-                                 args.peering)
-                    demoted.set()
-                    stop.set()
+                    def demote() -> None:
+                        logger.error("another replica of peering %r outranks this one, which was "
+                                     "active: exiting, to restart as a standby with a clean memory",
+                                     args.peering)
+                        demoted.set()
+                        shell.stop.set()
 
-                register_demotion_guard(registry, identity, demote)
-            kopf.on.login(registry=registry)(_login(args.kubeconfig))
-            tasks.append(asyncio.create_task(kopf.operator(
-                registry=registry, clusterwide=True, stop_flag=stop, identity=identity,
-                **peering_options(args))))
-        else:
-            logger.warning("feature gate %s=false: the controller watches and writes nothing; "
-                           "admission allows every pod unchanged", constants.FEATURE_GATE)
-        await webhookserver.run_until_stopped(tasks, stop, server)
+                    register_demotion_guard(registry, identity, demote)
+                kopf.on.login(registry=registry)(_login(args.kubeconfig))
+                shell.operator(registry=registry, clusterwide=True, identity=identity,
+                               **peering_options(args))
+            else:
+                logger.warning("feature gate %s=false: the controller watches and writes nothing; "
+                               "admission allows every pod unchanged", constants.FEATURE_GATE)
+            await shell.run()
+    except operatorshell.Refused as exc:
+        return operatorshell.refuse(COMMAND, str(exc))
     return 1 if demoted.is_set() else 0
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        parse_feature_gates(args.feature_gates)
+        gates = parse_feature_gates(args.feature_gates)
     except ValueError as exc:
-        print(f"podnetwork controller: {exc}")
-        return 2
-    if not args.no_webhook and webhookserver.unreachable_registration(
-            args.manage_webhooks, args.webhook_url, args.webhook_host):
-        print(f"podnetwork controller: --manage-webhooks registers https://{args.webhook_host}:"
-              f"{args.webhook_port}, which the API server cannot call (and the webhooks fail closed: "
-              "every pod would be refused); pass --webhook-url https://NAME:PORT with a name the API "
-              "server reaches, or --webhook-host with such an address")
-        return 2
+        return operatorshell.refuse(COMMAND, str(exc))
+    problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="drop --no-webhook")
+    if problem is not None:
+        return operatorshell.refuse(COMMAND, problem)
     if args.priority is not None and args.peering is None:
-        print("podnetwork controller: --priority only matters among peers: add --peering NAME "
-              "(a ClusterKopfPeering object), or drop --priority")
-        return 2
-    if multinetwork_enabled(parse_feature_gates(args.feature_gates)):
+        return operatorshell.refuse(COMMAND, "--priority only matters among peers: add --peering NAME "
+                                    "(a ClusterKopfPeering object), or drop --priority")
+    if multinetwork_enabled(gates):
         problem = credentials.login_problem(args.kubeconfig)
         if problem is not None:
-            print(f"podnetwork controller: cannot reach a cluster: {problem}; pass --kubeconfig FILE "
-                  "or run in a pod with a service account", file=sys.stderr)
-            return 2
+            return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
+                                        "FILE or run in a pod with a service account")
     return asyncio.run(serve(args))
 
 

@@ -88,9 +88,9 @@ async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signe
     ("args", "message"),
     [
         pytest.param(["--webhook", "--webhook-cert", "c.pem"], "go together", id="a certificate without a key"),
-        pytest.param(["--webhook-cert", "c.pem", "--webhook-key", "k.pem"], "need --webhook",
+        pytest.param(["--webhook-cert", "c.pem", "--webhook-key", "k.pem"], "add --webhook",
                      id="certificates without --webhook"),
-        pytest.param(["--manage-webhooks"], "need --webhook", id="registering a webhook not served"),
+        pytest.param(["--manage-webhooks"], "add --webhook", id="registering a webhook not served"),
         pytest.param(["--webhook", "--webhook-cert", "/nonexistent.pem", "--webhook-key", "/nonexistent.key"],
                      "not a readable file", id="a missing certificate file"),
         pytest.param(["--webhook", "--no-selection"], "drop one of them", id="a gate nobody would remove"),
@@ -120,4 +120,4 @@ async def test_podnetwork_bridge_says_which_webhook_port_is_taken(tmp_path: Path
             env={**os.environ, "KUBECONFIG": ""})
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
-    assert f"cannot serve the webhook on 127.0.0.1:{port}" in err.decode()
+    assert f"cannot listen on 127.0.0.1:{port}" in err.decode()

@@ -9,11 +9,11 @@ an exec plugin).
 from __future__ import annotations
 
 import base64
+import datetime
 import http.server
+import ipaddress
 import json
-import shutil
 import ssl
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,20 +23,32 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from bridge import migrate_kubeconfig
 
 
 def self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is needed to make test certificates"
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "1", "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True)
-    return cert, key
+    """A self-signed EC certificate for `cn`, valid for 127.0.0.1, usable as its own CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert, key_file = directory / f"{name}.pem", directory / f"{name}.key"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert, key_file
 
 
 class Server:

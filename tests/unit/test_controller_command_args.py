@@ -25,7 +25,7 @@ def test_feature_gates_parse_like_kube_components():
 
 def test_bad_feature_gate_is_a_usage_error(capsys):
     assert cli.main(["controller", "--feature-gates", "MultiNetwork=maybe"]) == 2
-    assert "expected NAME=true or NAME=false" in capsys.readouterr().out
+    assert "expected NAME=true or NAME=false" in capsys.readouterr().err
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -57,7 +57,7 @@ def test_bad_priority_is_a_usage_error_naming_the_choices(capsys):
 
 def test_priority_without_peering_is_refused(capsys):
     assert cli.main(["controller", "--priority", "5"]) == 2
-    assert "add --peering NAME" in capsys.readouterr().out
+    assert "add --peering NAME" in capsys.readouterr().err
 
 
 async def spawned_settings(args: argparse.Namespace) -> kopf.OperatorSettings:

@@ -148,3 +148,25 @@ async def test_pods_spread_over_the_passing_nodes(cluster: Cluster) -> None:
 def test_unschedulable_message_groups_reasons_like_kube_scheduler() -> None:
     text = unschedulable_message(3, 0, {"a": "x", "b": "x", "c": "y"})
     assert text == "0/3 nodes are available: 2 x, 1 y."
+
+
+def test_the_extender_leaves_the_demos_signal_handlers_alone() -> None:
+    """The demo owns SIGINT/SIGTERM; the extender's uvicorn server must not take them while it serves."""
+    import signal
+
+    def handlers() -> dict[int, Any]:
+        return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    async def serving() -> None:
+        before = handlers()  # in the loop: asyncio.run has put its SIGINT handler in place
+        extender = Extender(Store())
+        url = await extender.start()
+        try:
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(f"{url}/healthz")).status_code == 200
+            assert handlers() == before
+        finally:
+            await extender.stop()
+        assert handlers() == before
+
+    asyncio.run(serving())

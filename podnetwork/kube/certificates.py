@@ -1,0 +1,147 @@
+"""The webhooks' serving certificate: the one given, or a self-signed one made here.
+
+The API server dials the host of the registered URL and checks it against the
+certificate's subjectAltName (a certificate naming its host only in the CN is
+refused since Go 1.15), so a self-signed certificate names --webhook-host and
+the host of --webhook-url, each as an IP address or a DNS name as it is written.
+It is its own CA: the registered caBundle is the certificate itself.
+`cryptography` is imported where a certificate is made, so importing this module
+stays cheap for `podnetwork --help`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import os
+import ssl
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Listen addresses that name no host the API server could dial.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+#: The subject's common name; informative only, the API server reads the SANs.
+COMMON_NAME = "podnetwork-admission"
+
+#: Validity of a self-signed certificate. It lives as long as its process (a new
+#: one is made at each start), so a year is never reached in practice.
+VALIDITY = datetime.timedelta(days=365)
+
+#: Backdating of notBefore, so a peer whose clock lags a little accepts it at once.
+CLOCK_SKEW = datetime.timedelta(minutes=5)
+
+
+class CertificateError(ValueError):
+    """A certificate or key that cannot serve; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class Certificate:
+    cert: Path
+    key: Path
+    ca_bundle: str
+    """Base64 PEM of the CA that signed `cert` (the cert itself when self-signed)."""
+
+
+@dataclass(frozen=True)
+class SubjectAltName:
+    """One subjectAltName entry: an IP address or a DNS name."""
+
+    kind: str
+    """"IP" or "DNS"."""
+    value: str
+
+
+def subject_alt_names(hosts: Iterable[str]) -> list[SubjectAltName]:
+    """The SANs naming `hosts`, in order, without repeats.
+
+    A wildcard listen address names no host, so it stands for the local ones
+    (127.0.0.1 and localhost), which is where a client on the same machine dials.
+    An address in brackets (`[::1]`, as in a URL) is an IP address.
+    """
+    names: dict[SubjectAltName, None] = {}
+    for host in hosts:
+        if host in WILDCARD_HOSTS:
+            names[SubjectAltName("IP", "127.0.0.1")] = None
+            names[SubjectAltName("DNS", "localhost")] = None
+            continue
+        try:
+            names[SubjectAltName("IP", str(ipaddress.ip_address(host.strip("[]"))))] = None
+        except ValueError:
+            names[SubjectAltName("DNS", host.lower())] = None
+    return list(names)
+
+
+def self_signed(directory: Path, host: str, *also: str) -> Certificate:
+    """A self-signed serving certificate for `host` and the hosts `also` (DNS names or IPs),
+    written to `directory` as tls.crt and tls.key (mode 0600)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    sans: list[x509.GeneralName] = []
+    for san in subject_alt_names([host, *(h for h in also if h)]):
+        if san.kind == "IP":
+            sans.append(x509.IPAddress(ipaddress.ip_address(san.value)))
+        else:
+            sans.append(x509.DNSName(san.value))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, COMMON_NAME)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_encipherment=True, content_commitment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    cert_path.write_bytes(pem)
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+    return Certificate(cert_path, key_path, base64.b64encode(pem).decode())
+
+
+def load(cert: Path, key: Path) -> Certificate:
+    """The given --webhook-cert/--webhook-key, checked to be a matching PEM pair now rather
+    than when the first connection comes; its caBundle is the certificate file itself
+    (which holds the CA as well when it is a chain)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key))
+    except ssl.SSLError as exc:
+        raise CertificateError(
+            f"--webhook-cert {cert} and --webhook-key {key} are not a PEM certificate and its "
+            f"private key ({exc.reason or exc}): give a matching pair") from None
+    except OSError as exc:
+        raise CertificateError(
+            f"cannot read --webhook-cert {cert} or --webhook-key {key}: {exc.strerror or exc}") from None
+    return Certificate(cert, key, base64.b64encode(cert.read_bytes()).decode())
+
+
+def certificate(cert: Path | None, key: Path | None, directory: Path, host: str,
+                url: str | None) -> Certificate:
+    """The given --webhook-cert/--webhook-key, else a self-signed one made in `directory` for
+    --webhook-host and the host of --webhook-url (the name the API server dials)."""
+    if cert is not None and key is not None:
+        return load(cert, key)
+    url_host = urllib.parse.urlsplit(url or "").hostname or ""
+    return self_signed(directory, host, url_host)
