@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kube_emulator import declare_resources
 
 from podnetwork import admission, cli, constants
 from podnetwork.commands import controller as command
+from tests.api.kube_emulator import declare_resources
 
 pytestmark = pytest.mark.timeout(60)
 
