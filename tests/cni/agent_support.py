@@ -32,6 +32,10 @@ from bridge.cni.objects import MemoryObjects
 
 CNI_VERSION = "1.0.0"
 
+NPWG_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+NPWG_STATUS = "k8s.v1.cni.cncf.io/network-status"
+KEP_NETWORKS = "multinetwork.x-k8s.io/networks"
+
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=check)
@@ -236,6 +240,12 @@ class World:
         for br in self.bridges:
             run("ip", "link", "del", br, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def status_of(world: World, pod: str) -> list[dict[str, Any]]:
+    """The pod's NPWG network-status annotation as the agent wrote it."""
+    annotations = world.objects.get("Pod", "default", pod)["metadata"]["annotations"]
+    return json.loads(annotations[NPWG_STATUS])
 
 
 NOTHING_LEFT = {"interfaces": [], "bridge ports": [], "IPAM reservations": [], "cache records": []}

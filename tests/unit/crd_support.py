@@ -1,4 +1,4 @@
-"""What the API server does with a CRD, done offline for the foundation tests.
+"""What the API server does with a CRD, done offline for the tests of crds/ (tests/unit/api, bridge, migrate).
 
 - `schema_errors`: structural defaulting, then the CRD's own openAPIV3Schema
   converted to JSON Schema and checked with `jsonschema`, plus the list-map key

@@ -1,4 +1,7 @@
-"""The admission webhooks' FastAPI app over HTTP (httpx's ASGI transport), AdmissionReview JSON in and out."""
+"""The admission webhooks' FastAPI app over HTTP (httpx's ASGI transport), AdmissionReview JSON in and out.
+
+A malformed AdmissionReview gets HTTP 400 with a message, never a 500.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from podnetwork import admission, constants
 
@@ -67,3 +71,21 @@ async def test_garbage_is_a_400_and_health_is_ok():
         assert (await client.post(admission.VALIDATE_PATH, json={"kind": "Pod"})).status_code == 400
         assert (await client.post(admission.MUTATE_PATH, content=b"not json")).status_code == 400
         assert (await client.get("/healthz")).json() == {"status": "ok"}
+
+
+def _namespaces(name: str) -> dict[str, object] | None:
+    # As the controller's cache: a dict lookup (which raises TypeError for unhashable keys).
+    return {"ns": {"metadata": {"name": "ns"}}}.get(name)
+
+
+@pytest.mark.parametrize("namespace", [["ns"], {"name": "ns"}, 5])
+@pytest.mark.parametrize("path", [admission.MUTATE_PATH, admission.VALIDATE_PATH])
+async def test_an_admission_review_whose_namespace_is_not_a_string_is_a_400(path, namespace):
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u1", "namespace": namespace, "operation": "CREATE",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": {"metadata": {"name": "p"}}}}
+    api = admission.app(_namespaces)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://x") as client:
+        resp = await client.post(path, json=review)
+    assert resp.status_code == 400, resp.text
+    assert "namespace" in resp.json()["detail"]

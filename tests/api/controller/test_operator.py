@@ -243,14 +243,3 @@ async def test_inuse_message_follows_new_pods_after_the_coalescing_interval(kmoc
     assert len(requests_to(kmock, "PATCH", "/podnetworks/blue")) == finalizer_patches  # no finalizer churn
     # two new pods inside one interval: one coalesced status write, not one per pod
     assert len(requests_to(kmock, "PATCH", "/podnetworks/blue/status")) <= 3
-
-
-async def test_failed_status_write_is_retried_without_a_new_event(kmock):
-    declare_resources(kmock)
-    kmock.failures["/podnetworks/blue/status"] = 2  # kopf's own retry fails too
-    kmock.objects[PN, None, "blue"] = podnetwork("blue")
-    async with running(kmock, FAST):
-        cond = await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "Ready"))
-    assert cond["status"] == "True"
-    assert kmock.failures["/podnetworks/blue/status"] == 0
-    assert len(requests_to(kmock, "PATCH", "/podnetworks/blue/status")) == 3

@@ -1,4 +1,5 @@
-"""Review fix: a cache file with no readable record must not block the container's DEL forever.
+"""The agent's cache of attachments: one journal file per container, and what DEL, ADD
+and CHECK do when a container's file holds no readable record.
 
 CRI: tear-down must succeed eventually; NPWG 7.2: DEL attempts every attachment
 it knows. An unreadable record names no attachment, so the agent moves it aside
@@ -9,13 +10,80 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from bridge.cni import agent, objects
+from bridge.cni import agent, cache, objects
 from bridge.cni.invoke import CNIError, ErrorCode
+
+
+def record(container_id: str = "abc") -> cache.Record:
+    return cache.Record(
+        container_id=container_id,
+        netns="/var/run/netns/x",
+        ifname="eth0",
+        cni_args=[["K8S_POD_NAME", "p"]],
+        pod_namespace="ns",
+        pod_name="p",
+        attachments=[
+            cache.Attachment("kubenet", "eth0", {"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"},
+                             default=True, state=cache.State.ATTACHED, result={"ips": []}),
+            cache.Attachment("ns/blue", "net1", {"cniVersion": "1.0.0", "name": "blue", "type": "macvlan"},
+                             default_route=["10.0.0.1"]),
+        ],
+    )
+
+
+def test_a_cache_record_survives_a_round_trip_through_disk(tmp_path: Path) -> None:
+    c = cache.Cache(tmp_path / "cache")
+    c.save(record())
+    assert c.load("abc") == record()
+    assert list(c.container_ids()) == ["abc"]
+    assert stat.S_IMODE(os.stat(c.path("abc")).st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["abc.jsonl"]
+
+
+def test_removing_a_record_twice_is_fine_and_a_missing_one_loads_as_none(tmp_path: Path) -> None:
+    c = cache.Cache(tmp_path)
+    c.save(record())
+    c.remove("abc")
+    c.remove("abc")
+    assert c.load("abc") is None
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", ".hidden", "", "x" * 2000])
+def test_a_container_id_that_is_not_a_safe_file_name_never_reaches_the_disk(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(CNIError) as caught:
+        cache.Cache(tmp_path).path(bad)
+    assert caught.value.code == ErrorCode.INVALID_ENVIRONMENT
+
+
+def test_the_last_complete_line_of_the_journal_is_the_record(tmp_path: Path) -> None:
+    c = cache.Cache(tmp_path, durable=True)
+    first = record()
+    c.save(first)
+    second = record()
+    second.complete = True
+    c.save(second)
+    assert c.load("abc") == second
+    with c.path("abc").open("ab") as f:
+        f.write(b'{"container_id": "abc", "netns')  # torn by a power loss
+    assert c.load("abc") == second
+
+
+def test_a_journal_without_a_readable_line_is_reported_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "abc.jsonl").write_text('{"container_id": ')
+    with pytest.raises(cache.CacheError, match=r"abc\.jsonl"):
+        cache.Cache(tmp_path).load("abc")
+
+
+
+# --- a container whose record is unreadable ---------------------------------------------
+
 
 CONF = {"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"}
 STDIN = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork"}).encode()

@@ -1,4 +1,4 @@
-"""Review finding: CHECK of a container whose attachments are only partly torn down or set up.
+"""CHECK of a container whose attachments are only partly torn down or set up.
 
 CNI error 3 ("container unknown") tells the runtime it need not DEL the container
 (CNI spec, well-known error codes). A record that is not complete (an ADD cut short

@@ -1,4 +1,4 @@
-"""Review fix: CNI 1.1 GC (CNI spec "GC: Clean up any stale resources").
+"""CNI 1.1 GC (CNI spec "GC: Clean up any stale resources").
 
 (b) GC must not tear down a container whose ADD began after the GC request
 arrived: the runtime built its list of valid attachments before that ADD.

@@ -1,4 +1,5 @@
-"""Review fix: Kubernetes API failures other than 404 are CNI errors that say what failed.
+"""Where the agent reads its objects: the in-memory source, and the Kubernetes API, whose
+failures other than 404 are CNI errors that say what failed.
 
 A throttled (429) or failing (5xx) API server, a refused connection and a request
 that times out are transient: CNI well-known error 11, "try again later", with the
@@ -20,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.cni import objects
+from bridge.cni import agent, objects
 from bridge.cni.invoke import CNIError, ErrorCode
+from podnetwork import constants
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -151,3 +153,21 @@ async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_intern
         assert "PodNetworkAttachment ns/a1" in str(caught.value) and "403" in str(caught.value)
     finally:
         source.close()
+
+
+async def test_memory_objects_merge_patch_annotations_and_report_missing_objects() -> None:
+    objs = objects.MemoryObjects([{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "1", "b": "2"}}}])
+    await objs.patch_pod_annotations("ns", "p", {"a": None, "c": "3"})
+    assert (await objs.get_pod("ns", "p"))["metadata"]["annotations"] == {"b": "2", "c": "3"}
+    with pytest.raises(objects.NotFound, match="Pod ns/q not found"):
+        await objs.patch_pod_annotations("ns", "q", {"a": "1"})
+    with pytest.raises(objects.NotFound):
+        await objs.get_podnetwork("default")
+
+
+def test_the_agents_copies_of_api_names_match_the_kep_layer() -> None:
+    assert objects.KEP_GROUP == constants.GROUP and objects.KEP_VERSION == constants.VERSION
+    assert objects.KEP_NETWORKS_ANNOTATION == constants.NETWORKS_ANNOTATION
+    assert objects.BRIDGE_PROVIDER == constants.BRIDGE_PROVIDER
+    assert agent.DEFAULT_PODNETWORK == constants.DEFAULT_PODNETWORK
+

@@ -1,4 +1,4 @@
-"""Review finding: a NAD whose plugin is the agent's own shim must not make the agent call itself.
+"""A NAD whose plugin is the agent's own shim fails the ADD: the agent never calls itself.
 
 The nested request would wait for the container's lock held by the outer ADD, be
 killed by the plugin timeout, and then, still queued in the agent, run a second

@@ -1,4 +1,4 @@
-"""Review findings in the shim (bridge.cni.shim): it must read the configuration's own top-level keys."""
+"""The shim (bridge.cni.shim) reads the configuration's own top-level keys and nothing nested or quoted."""
 
 from __future__ import annotations
 

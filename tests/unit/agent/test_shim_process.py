@@ -1,4 +1,4 @@
-"""The shim's start-up cost (issue #6 benchmark): it imports nothing beyond `_socket`, and
+"""The shim's start-up cost (docs/benchmarks.md): it imports nothing beyond `_socket`, and
 reading the environment from `posix.environ` keeps the request framing byte for byte."""
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def columns(crd_doc: dict[str, Any]) -> dict[str, str]:
     return {c["name"]: c["jsonPath"] for c in version_of(crd_doc)["additionalPrinterColumns"]}
 
 
-def test_printer_columns():
+def test_kubectl_get_shows_ready_provider_inuse_enabled_and_age_columns():
     ready = '.status.conditions[?(@.type=="Ready")].status'
     in_use = '.status.conditions[?(@.type=="InUse")].status'
     assert columns(PN_CRD) == {"Ready": ready, "Provider": ".spec.provider", "InUse": in_use,
@@ -270,7 +270,7 @@ CEL_ROWS = [
 
 
 @pytest.mark.parametrize("row", CEL_ROWS, ids=[r["desc"] for r in CEL_ROWS])
-def test_cel_immutability_rules(row):
+def test_cel_rules_refuse_changes_to_what_is_immutable(row):
     assert schema_errors(row["crd"], row["new"]) == []
     assert cel_errors(row["crd"], row["new"], row["old"]) == row["wantErrors"]
 
@@ -304,7 +304,7 @@ VAP_ROWS = [
 
 
 @pytest.mark.parametrize("row", VAP_ROWS, ids=[r["desc"] for r in VAP_ROWS])
-def test_default_podnetwork_protection_policy(row):
+def test_the_protection_policy_denies_deleting_only_the_default_podnetwork(row):
     request = {"object": None, **row}
     assert vap_errors(POLICY, request) == row["wantErrors"]
 

@@ -89,7 +89,7 @@ def test_host_network_pod_may_not_name_networks():
         ("éééééééé", "spec.networks[0].interfaceName: Too long: may not be more than 15 bytes"),
     ],
 )
-def test_linux_interface_name_rules(name: str, expected: str):
+def test_an_interface_name_linux_refuses_is_invalid_with_the_reason(name: str, expected: str):
     assert messages(pod([{"podNetworkName": "a", "interfaceName": name}])) == [expected]
 
 

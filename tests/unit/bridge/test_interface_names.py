@@ -1,4 +1,4 @@
-"""Review finding: 4.1.2.1.5 "a valid Linux kernel interface name" is the kernel's byte rule.
+"""NPWG 4.1.2.1.5 "a valid Linux kernel interface name" is the kernel's byte rule, in bridge.npwg and the agent.
 
 The kernel's dev_valid_name() checks bytes: not empty, under IFNAMSIZ (16) with the
 NUL, not "." or "..", no '/', ':' or isspace() byte, where the kernel's ctype counts

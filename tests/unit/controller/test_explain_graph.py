@@ -121,7 +121,7 @@ def write(tmp_path: Path, objs: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-def test_explain_command_exit_codes(tmp_path, capsys):
+def test_explain_exits_0_for_an_unbroken_chain_1_for_a_broken_link_and_2_for_bad_input(tmp_path, capsys):
     path = write(tmp_path, [pn("blue", ready="True"), pod("a", [{"podNetworkName": "blue"}]),
                             pod("b", [{"podNetworkName": "red"}])])
     assert cli.main(["explain", "pod", "ns/a", "-f", path]) == 0

@@ -1,4 +1,4 @@
-"""Review findings on the controller's object cache (pure: no API involved)."""
+"""The controller's object cache: deletions, finalizers and late attachments (pure: no API involved)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review findings on `podnetwork controller` webhook options (no cluster involved).
+"""`podnetwork controller` webhook options: wildcard addresses and the self-signed certificate (no cluster involved).
 
 --manage-webhooks registers webhooks that fail closed (failurePolicy Fail): a URL the
 API server cannot dial, or a certificate that does not name the host it dials, makes

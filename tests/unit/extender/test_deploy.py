@@ -26,7 +26,7 @@ def extender_container() -> dict[str, Any]:
     return containers["extender"]
 
 
-def test_scheduler_configuration_registers_the_extender_as_the_issue_asks() -> None:
+def test_the_scheduler_configuration_registers_the_extender_as_unignorable_on_the_verbs_it_serves() -> None:
     (config,) = load("kube-scheduler-config.yaml")
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     (extender,) = config["extenders"]
