@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bridge.cni import invoke
 from tests.cni.agent_support import (
     KEP_NETWORKS,
     NOTHING_LEFT,
@@ -90,34 +92,32 @@ async def test_add_check_del_through_the_shim_attach_the_default_network_and_eac
     assert twice.returncode == 0, "DEL of a torn-down container succeeds"
 
 
-@pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "1.0.0"])
-async def test_every_supported_cni_version_attaches_reports_and_detaches(cni_host: list[Path], version: str) -> None:
-    world = World(cni_host, cni_version=version)
-    try:
-        await world.start_agent()
-        world.nad("blue", world.network("blue", 1))
-        world.pod("web", {NPWG_NETWORKS: "blue"})
-        netns = world.make_netns()
+@pytest.mark.every_cni_version
+async def test_every_supported_cni_version_attaches_reports_and_detaches(world: World, cni_version: str) -> None:
+    world.nad("blue", world.network("blue", 1))
+    world.pod("web", {NPWG_NETWORKS: "blue"})
+    netns = world.make_netns()
 
-        added = await world.cni("ADD", "ctr-v", netns, "web")
-        assert added.returncode == 0, added.stdout
-        assert added.json["cniVersion"] == version
-        status = status_of(world, "web")
-        assert [(s["interface"], s["ips"]) for s in status] == [
-            ("eth0", world.addresses(netns, "eth0")),
-            ("net1", world.addresses(netns, "net1")),
-        ]
-        checked = await world.cni("CHECK", "ctr-v", netns, "web")
-        if version == "0.3.1":
-            assert checked.returncode == 1 and checked.json["code"] == 1, "0.3.1 has no CHECK"
-        else:
-            assert checked.returncode == 0, checked.stdout
-        assert (await world.cni("DEL", "ctr-v", netns, "web")).returncode == 0
-        assert world.leftovers() == NOTHING_LEFT
-    finally:
-        await world.cleanup()
+    added = await world.cni("ADD", "ctr-v", netns, "web")
+    assert added.returncode == 0, added.stdout
+    assert added.json["cniVersion"] == cni_version
+    status = status_of(world, "web")
+    assert [(s["interface"], s["ips"]) for s in status] == [
+        ("eth0", world.addresses(netns, "eth0")),
+        ("net1", world.addresses(netns, "net1")),
+    ]
+    checked = await world.cni("CHECK", "ctr-v", netns, "web")
+    if invoke.version_tuple(cni_version) < (0, 4, 0):
+        assert checked.returncode == 1 and checked.json["code"] == 1, f"{cni_version} has no CHECK"
+    else:
+        assert checked.returncode == 0, checked.stdout
+    again = await world.cni("ADD", "ctr-v", netns, "web")
+    assert again.returncode == 0 and again.json == added.json, "ADD of an attached container returns the cached result"
+    assert (await world.cni("DEL", "ctr-v", netns, "web")).returncode == 0
+    assert world.leftovers() == NOTHING_LEFT
 
 
+@pytest.mark.every_cni_version(since="0.4.0")
 async def test_check_reports_an_interface_that_vanished_and_del_still_cleans_up(world: World) -> None:
     world.nad("blue", world.network("blue", 1))
     world.pod("web", {NPWG_NETWORKS: "blue"})
@@ -152,6 +152,7 @@ async def test_the_same_nad_selected_twice_gives_two_attachments_with_their_own_
     assert world.leftovers() == NOTHING_LEFT
 
 
+@pytest.mark.every_cni_version
 async def test_del_after_the_nad_and_the_pod_were_deleted_leaves_nothing(world: World) -> None:
     world.nad("blue", world.network("blue", 1))
     world.pod("gone", {NPWG_NETWORKS: "blue"})
@@ -186,4 +187,72 @@ async def test_twenty_pods_attach_concurrently_each_with_its_own_addresses(world
 
     answers = await asyncio.gather(*(world.cni("DEL", f"ctr-{pod}", namespaces[pod], pod) for pod in pods))
     assert [a.returncode for a in answers] == [0] * 20, [a.stdout for a in answers if a.returncode]
+    assert world.leftovers() == NOTHING_LEFT
+
+
+def chained(world: World, name: str, index: int) -> dict[str, Any]:
+    """bridge (+ host-local) followed by tuning, which needs the bridge's result as prevResult."""
+    conf = world.network(name, index)
+    conf["plugins"].append({"type": "tuning", "mtu": CHAINED_MTU, "dataDir": str(world.root / "tuning")})
+    return conf
+
+
+CHAINED_MTU = 1400
+
+
+def mtu(netns: str, ifname: str) -> int:
+    (link,) = json.loads(run("ip", "-n", Path(netns).name, "-j", "link", "show", "dev", ifname).stdout)
+    return int(link["mtu"])
+
+
+@pytest.mark.every_cni_version
+async def test_a_chained_plugin_gets_the_previous_result_on_add_check_and_del(world: World, cni_version: str) -> None:
+    # tuning refuses to run without a prevResult (ADD, CHECK) and restores what it changed
+    # on DEL from the backup it keeps under its dataDir; the chain runs in reverse on DEL.
+    world.nad("blue", chained(world, "blue", 1))
+    world.pod("web", {NPWG_NETWORKS: "blue"})
+    netns = world.make_netns()
+
+    added = await world.cni("ADD", "ctr-chain", netns, "web")
+    assert added.returncode == 0, added.stdout
+    assert mtu(netns, "net1") == CHAINED_MTU, "tuning ran on the bridge's interface"
+    assert [s["ips"] for s in status_of(world, "web")][1] == world.addresses(netns, "net1"), (
+        "the chain's result is the bridge's, passed through tuning")
+    if invoke.version_tuple(cni_version) >= (0, 4, 0):
+        checked = await world.cni("CHECK", "ctr-chain", netns, "web")
+        assert checked.returncode == 0, checked.stdout
+        run("ip", "-n", Path(netns).name, "link", "set", "dev", "net1", "mtu", "1300")
+        checked = await world.cni("CHECK", "ctr-chain", netns, "web")
+        assert checked.returncode == 1 and "plugin tuning" in checked.json["msg"], checked.json
+
+    deleted = await world.cni("DEL", "ctr-chain", netns, "web")
+    assert deleted.returncode == 0, deleted.stdout
+    assert world.leftovers() == NOTHING_LEFT
+    assert sorted(p.name for p in (world.root / "tuning").rglob("*") if p.is_file()) == [], "tuning's DEL ran"
+
+
+@pytest.mark.every_cni_version
+async def test_gc_tears_down_with_real_plugins_the_containers_the_runtime_no_longer_lists(
+    world: World, cni_version: str
+) -> None:
+    # GC exists only in CNI 1.1 requests; the delegates speak the version under test, and
+    # the agent tears a stale container down with their DEL (and forwards GC to 1.1 ones).
+    world.nad("blue", world.network("blue", 1))
+    netns: dict[str, str] = {}
+    for pod in ("kept", "stale"):
+        world.pod(pod, {NPWG_NETWORKS: "blue"})
+        netns[pod] = world.make_netns()
+        assert (await world.cni("ADD", f"ctr-{pod}", netns[pod], pod)).returncode == 0
+    assert len(world.reservations()) == 4
+
+    gc = {**world.runtime_conf(), "cniVersion": "1.1.0",
+          "cni.dev/valid-attachments": [{"containerID": "ctr-kept", "ifname": "eth0"}]}
+    collected = await world.cni("GC", "", stdin=json.dumps(gc).encode())
+    assert collected.returncode == 0 and collected.stdout == "", collected.stdout + collected.stderr
+
+    assert world.interfaces(netns["stale"]) == []
+    assert world.interfaces(netns["kept"]) == ["eth0", "net1"]
+    assert world.cached() == ["ctr-kept.jsonl"]
+    assert len(world.reservations()) == 2
+    assert (await world.cni("DEL", "ctr-kept", netns["kept"], "kept")).returncode == 0
     assert world.leftovers() == NOTHING_LEFT

@@ -56,8 +56,8 @@ class DualStackWorld(World):
 
 
 @pytest.fixture
-async def world(cni_host: list[Path]) -> AsyncIterator[World]:
-    w = DualStackWorld(cni_host)
+async def world(cni_host: list[Path], cni_version: str) -> AsyncIterator[World]:
+    w = DualStackWorld(cni_host, cni_version=cni_version)
     try:
         await w.start_agent()
         yield w
@@ -71,6 +71,7 @@ def default_routes(netns: str, family: int) -> list[tuple[str, str]]:
     return sorted((r.get("dev", ""), r.get("gateway", "")) for r in routes)
 
 
+@pytest.mark.every_cni_version
 @pytest.mark.parametrize("nad_names_gateways", [False, True], ids=["gateways-from-result", "gateways-in-nad"])
 @pytest.mark.parametrize("flag", ["isDefaultGW4", "isDefaultGW6"])
 async def test_one_family_default_route_moves_to_the_secondary_network_and_the_other_stays(
@@ -96,6 +97,7 @@ async def test_one_family_default_route_moves_to_the_secondary_network_and_the_o
     assert world.leftovers() == NOTHING_LEFT
 
 
+@pytest.mark.every_cni_version
 async def test_a_plain_npwg_empty_default_route_still_moves_every_family_of_the_result(world: World) -> None:
     world.nad("blue", dual_stack(world, "blue", 1, gateways=False))
     world.pod("web", {NPWG_NETWORKS: json.dumps([{"name": "blue", "default-route": []}])})

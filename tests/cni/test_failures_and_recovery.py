@@ -23,6 +23,7 @@ from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World, spawn_ga
 pytestmark = pytest.mark.cni
 
 
+@pytest.mark.every_cni_version
 async def test_a_failing_second_delegate_rolls_back_the_first_and_leaves_nothing(world: World) -> None:
     # host-local refuses a rangeStart outside the subnet, after the bridge plugin made its veth.
     broken = world.network("broken", 1)
@@ -50,6 +51,7 @@ async def test_a_default_route_that_cannot_be_set_fails_the_add_and_leaves_nothi
     assert world.leftovers() == NOTHING_LEFT
 
 
+@pytest.mark.every_cni_version
 async def test_the_agent_killed_between_two_delegate_adds_restarts_and_del_leaves_nothing(world: World) -> None:
     await world.stop_agent()
     world.nad("blue", world.network("blue", 1))
