@@ -1,7 +1,7 @@
 """Pydantic models of the KEP-3698 API objects.
 
 The models are the single source of truth for the API: the CRD schemas in
-`crds/` are tested against them field by field (tests/unit/test_crds.py).
+`crds/` are tested against them field by field (tests/unit/api/test_models_match_crds.py).
 JSON names are exactly those of the KEP's Go types (see docs/api.md for where
 the KEP text disagrees with itself and which spelling we chose).
 

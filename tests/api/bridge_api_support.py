@@ -13,20 +13,20 @@ from typing import Any
 
 import kmock
 import kopf
-import kube_emulator
-
-# The bridge tests reach the shared emulator through this module (as `bs.X`).
-from kube_emulator import EVENTS as EVENTS
-from kube_emulator import PN as PN
-from kube_emulator import PNA as PNA
-from kube_emulator import PODS as PODS
-from kube_emulator import Emulator as Emulator
-from kube_emulator import condition as condition
-from kube_emulator import eventually as eventually
-from kube_emulator import requests_to as requests_to
 
 from bridge import controller, npwg, translate
 from podnetwork import constants
+from tests.api import kube_emulator
+
+# The bridge tests reach the shared emulator through this module (as `bs.X`).
+from tests.api.kube_emulator import EVENTS as EVENTS
+from tests.api.kube_emulator import PN as PN
+from tests.api.kube_emulator import PNA as PNA
+from tests.api.kube_emulator import PODS as PODS
+from tests.api.kube_emulator import Emulator as Emulator
+from tests.api.kube_emulator import condition as condition
+from tests.api.kube_emulator import eventually as eventually
+from tests.api.kube_emulator import requests_to as requests_to
 
 NAD = f"{npwg.NAD_GROUP}/{npwg.NAD_VERSION}/{npwg.NAD_PLURAL}"
 NSO = f"{translate.OPTIONS_GROUP}/{translate.OPTIONS_VERSION}/{translate.OPTIONS_PLURAL}"

@@ -14,9 +14,9 @@ from typing import Any
 
 import kmock
 import kopf
-import kube_emulator
 
 from podnetwork import constants, controller
+from tests.api import kube_emulator
 
 
 @contextlib.asynccontextmanager

@@ -23,10 +23,10 @@ import httpx
 import kmock
 import uvicorn
 from fastapi import FastAPI
-from kube_emulator import write_kubeconfig
 
 from podnetwork import constants
 from scheduler_plugin import cache
+from tests.api.kube_emulator import write_kubeconfig
 
 NETWORKS = "multinetwork.x-k8s.io/networks"
 NODE_NETWORKS = "multinetwork.x-k8s.io/podnetworks"

@@ -1,0 +1,51 @@
+"""CHECK of a container whose attachments are only partly torn down or set up.
+
+CNI error 3 ("container unknown") tells the runtime it need not DEL the container
+(CNI spec, well-known error codes). A record that is not complete (an ADD cut short
+by a crash, or a DEL that failed for some attachment) still holds attachments only a
+DEL removes, so CHECK must not answer 3 for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from bridge.cni import agent, cache, objects
+from bridge.cni.invoke import CNIError, ErrorCode
+
+
+class Refuse:
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        raise AssertionError("CHECK of an incomplete record must not run plugins")
+
+
+ENV = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+       "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+CONF = {"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"}
+
+
+def _agent(tmp_path: Path) -> agent.Agent:
+    config = agent.AgentConfig(socket_path=tmp_path / "s", cache_dir=tmp_path / "cache", bin_dirs=(tmp_path,),
+                               conf_dir=tmp_path / "net.d", default_network=CONF)
+    return agent.Agent(objects.MemoryObjects(), config, executor=Refuse())
+
+
+async def test_check_of_a_never_attached_container_is_container_unknown(tmp_path: Path) -> None:
+    with pytest.raises(CNIError) as caught:
+        await _agent(tmp_path).handle(ENV, json.dumps({"cniVersion": "1.0.0", "name": "multinetwork"}).encode())
+    assert caught.value.code == ErrorCode.UNKNOWN_CONTAINER
+
+
+async def test_check_of_a_partly_attached_container_is_not_container_unknown(tmp_path: Path) -> None:
+    a = _agent(tmp_path)
+    record = cache.Record(container_id="c1", netns="/var/run/netns/x", ifname="eth0")
+    record.attachments.append(cache.Attachment(name="kubenet", ifname="eth0", config=CONF, default=True))
+    a.cache.save(record)  # complete=False: a DEL still has work to do
+    with pytest.raises(CNIError) as caught:
+        await a.handle(ENV, json.dumps({"cniVersion": "1.0.0", "name": "multinetwork"}).encode())
+    assert caught.value.code != ErrorCode.UNKNOWN_CONTAINER
+    assert "DEL" in str(caught.value)

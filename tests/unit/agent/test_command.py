@@ -1,0 +1,60 @@
+"""`podnetwork cni-agent`: its options, the shim it installs, its start-up errors, and one
+agent per socket."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+from bridge.cni import agent, command, objects
+from podnetwork import cli
+
+
+def test_cni_agent_is_a_podnetwork_subcommand_with_its_options() -> None:
+    parser = cli.build_parser({"cni-agent": command.command})
+    args = parser.parse_args(["cni-agent", "--cni-bin-dir", "/x:/y", "--plugin-timeout", "5", "--install"])
+    assert args.cni_bin_dir == (Path("/x"), Path("/y")) and args.plugin_timeout == 5 and args.install
+    with pytest.raises(SystemExit):
+        parser.parse_args(["cni-agent", "--plugin-timeout", "-1"])
+
+
+def test_the_installed_shim_starts_with_the_nodes_python_isolated(tmp_path: Path) -> None:
+    shim = command.install_shim(tmp_path, "/usr/bin/python3")
+    assert shim == tmp_path / "multinetwork"
+    assert shim.read_text().splitlines()[0] == "#!/usr/bin/python3 -IS"
+    assert os.access(shim, os.X_OK)
+    with pytest.raises(ValueError, match="absolute"):
+        command.install_shim(tmp_path, "python3")
+
+
+def test_a_missing_default_network_file_is_an_error_that_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(["--default-network-conf", str(tmp_path / "nope"), "--objects", str(tmp_path / "o.yaml")])
+    assert command.run(args) == 2
+    assert "nope: no such file" in capsys.readouterr().err
+
+
+async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:
+    config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
+    async with agent.Agent(objects.MemoryObjects(), config):
+        second = agent.Agent(objects.MemoryObjects(), config)
+        with pytest.raises(OSError, match="already listening"):
+            await second.start()
+        await second.stop()
+        assert (tmp_path / "a.sock").is_socket()
+
+
+def test_an_unreadable_objects_file_is_an_error_that_says_which_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    (tmp_path / "o.yaml").write_text("kind: Pod\nmetadata: {}\n")
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
+    assert "object 0: an object needs a kind and metadata.name" in capsys.readouterr().err
+    (tmp_path / "o.yaml").write_text("a: [\n")
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
+    assert "not YAML/JSON" in capsys.readouterr().err
+

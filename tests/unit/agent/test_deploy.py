@@ -1,0 +1,50 @@
+"""deploy/agent: the DaemonSet runs the real command with valid flags, and RBAC is minimal."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from bridge.cni import command
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
+
+
+def docs(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host_network() -> None:
+    (ds,) = docs("daemonset.yaml")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["serviceAccountName"] == "multinetwork-cni-agent"
+    (container,) = pod["containers"]
+    assert container["securityContext"]["privileged"] is True
+    argv = container["command"]
+    assert argv[:2] == ["podnetwork", "cni-agent"]
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(argv[2:])
+    assert args.install
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    for path in (*map(str, args.cni_bin_dir), str(args.cni_conf_dir), str(args.socket.parent)):
+        assert path in mounts and path in volumes.values(), f"{path} must be the host's, at the same path"
+    assert any(str(args.cache_dir).startswith(m) for m in mounts)
+
+
+def test_rbac_grants_gets_of_the_named_objects_and_pod_patch_only() -> None:
+    role = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {
+        ("", "pods", "get"),
+        ("", "pods", "patch"),
+        ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+        ("multinetwork.x-k8s.io", "podnetworks", "get"),
+        ("multinetwork.x-k8s.io", "podnetworkattachments", "get"),
+        ("bridge.multinetwork.x-k8s.io", "networkselectionoptions", "get"),
+    }
+    binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"

@@ -1,0 +1,173 @@
+"""Where the agent reads its objects: the in-memory source, and the Kubernetes API, whose
+failures other than 404 are CNI errors that say what failed.
+
+A throttled (429) or failing (5xx) API server, a refused connection and a request
+that times out are transient: CNI well-known error 11, "try again later", with the
+object and the API's answer named. 404 stays `objects.NotFound`. The API server here
+is a real HTTP server on loopback that answers the agent's client as scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.cni import agent, objects
+from bridge.cni.invoke import CNIError, ErrorCode
+from podnetwork import constants
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers every request with the server's `status` (and waits `delay` seconds first)."""
+
+    server: ScriptedServer
+
+    def _answer(self) -> None:
+        time.sleep(self.server.delay)
+        status = self.server.status
+        body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+                           "message": f"scripted answer {status}"}).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # the client gave up (timeout test)
+
+    do_GET = do_PATCH = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    status = 200
+    delay = 0.0
+
+
+@pytest.fixture()
+def api() -> Iterator[ScriptedServer]:
+    server = ScriptedServer(("127.0.0.1", 0), Scripted)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def kubeconfig(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }))
+    return str(path)
+
+
+async def _source(tmp_path: Path, url: str, **kwargs: float) -> objects.KubernetesObjects:
+    return await asyncio.to_thread(objects.KubernetesObjects, kubeconfig(tmp_path, url), **kwargs)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503, 504])
+async def test_a_throttled_or_failing_api_server_is_try_again_later_naming_the_object(
+    tmp_path: Path, api: ScriptedServer, status: int
+) -> None:
+    api.status = status
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}")
+    try:
+        with pytest.raises(CNIError) as caught:
+            await source.get_nad("ns", "blue")
+        assert caught.value.code == ErrorCode.TRY_AGAIN_LATER == 11
+        assert "NetworkAttachmentDefinition ns/blue" in str(caught.value)
+        assert str(status) in str(caught.value)
+        with pytest.raises(CNIError) as caught:
+            await source.patch_pod_annotations("ns", "web", {"a": "b"})
+        assert caught.value.code == 11 and "Pod ns/web" in str(caught.value)
+    finally:
+        source.close()
+
+
+async def test_404_is_still_not_found(tmp_path: Path, api: ScriptedServer) -> None:
+    api.status = 404
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}")
+    try:
+        with pytest.raises(objects.NotFound):
+            await source.get_podnetwork("default")
+    finally:
+        source.close()
+
+
+async def test_a_refused_connection_is_try_again_later(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = await _source(tmp_path, f"http://127.0.0.1:{port}")
+    try:
+        with pytest.raises(CNIError) as caught:
+            await source.get_pod("ns", "web")
+        assert caught.value.code == 11
+        assert "Pod ns/web" in str(caught.value)
+    finally:
+        source.close()
+
+
+async def test_an_api_server_that_does_not_answer_in_time_is_try_again_later(tmp_path: Path, api: ScriptedServer) -> None:
+    api.delay = 2.0
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}", request_timeout=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CNIError) as caught:
+            await source.get_pod("ns", "web")
+        assert time.monotonic() - started < 1.9, "the agent's own timeout applies, not the server's delay"
+        assert caught.value.code == 11
+        assert "Pod ns/web" in str(caught.value) and "time" in str(caught.value).lower()
+    finally:
+        source.close()
+
+
+async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_internal_one(tmp_path: Path, api: ScriptedServer) -> None:
+    api.status = 403
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}")
+    try:
+        with pytest.raises(CNIError) as caught:
+            await source.get_attachment("ns", "a1")
+        assert caught.value.code == ErrorCode.IO_FAILURE
+        assert "PodNetworkAttachment ns/a1" in str(caught.value) and "403" in str(caught.value)
+    finally:
+        source.close()
+
+
+async def test_memory_objects_merge_patch_annotations_and_report_missing_objects() -> None:
+    objs = objects.MemoryObjects([{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "1", "b": "2"}}}])
+    await objs.patch_pod_annotations("ns", "p", {"a": None, "c": "3"})
+    assert (await objs.get_pod("ns", "p"))["metadata"]["annotations"] == {"b": "2", "c": "3"}
+    with pytest.raises(objects.NotFound, match="Pod ns/q not found"):
+        await objs.patch_pod_annotations("ns", "q", {"a": "1"})
+    with pytest.raises(objects.NotFound):
+        await objs.get_podnetwork("default")
+
+
+def test_the_agents_copies_of_api_names_match_the_kep_layer() -> None:
+    assert objects.KEP_GROUP == constants.GROUP and objects.KEP_VERSION == constants.VERSION
+    assert objects.KEP_NETWORKS_ANNOTATION == constants.NETWORKS_ANNOTATION
+    assert objects.BRIDGE_PROVIDER == constants.BRIDGE_PROVIDER
+    assert agent.DEFAULT_PODNETWORK == constants.DEFAULT_PODNETWORK
+

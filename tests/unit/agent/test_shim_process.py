@@ -1,0 +1,133 @@
+"""The shim's start-up cost (docs/benchmarks.md): it imports nothing beyond `_socket`, and
+reading the environment from `posix.environ` keeps the request framing byte for byte."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.cni import server, shim
+
+PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+class _Recorder:
+    """A unix-socket peer that records one request and answers like the agent would."""
+
+    def __init__(self, path: Path, answer: bytes) -> None:
+        self.path = path
+        self.answer = answer
+        self.requests: list[bytes] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(4)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+                while len(body) < length:
+                    body += conn.recv(65536)
+                self.requests.append(body)
+                conn.sendall(self.answer)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Iterator[_Recorder]:
+    answer = b'HTTP/1.1 200 OK\r\nContent-Length: 24\r\nConnection: close\r\n\r\n{"cniVersion": "1.0.0"}\n'
+    rec = _Recorder(tmp_path / "agent.sock", answer)
+    yield rec
+    rec.close()
+
+
+def _run_shim(conf: bytes, env: dict[bytes, bytes], *extra: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [PYTHON, "-IS", *extra, str(Path(shim.__file__))], input=conf, env=env, capture_output=True, timeout=30
+    )
+
+
+def _imports(stderr: bytes) -> set[str]:
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.decode().splitlines()
+        if line.startswith("import time:") and not line.rstrip().endswith("imported package")
+    }
+
+
+def test_forwarding_a_request_imports_only_socket_beyond_the_interpreters_own_start(recorder: _Recorder) -> None:
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
+    env = {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1", b"CNI_NETNS": b"/x", b"CNI_IFNAME": b"eth0"}
+    done = _run_shim(conf.encode(), env, "-X", "importtime")
+    assert done.returncode == 0, done.stdout
+    bare = subprocess.run([PYTHON, "-IS", "-X", "importtime", "-c", "pass"], capture_output=True, check=True)
+    assert _imports(done.stderr) - _imports(bare.stderr) == {"_socket"}
+    assert len(recorder.requests) == 1
+
+
+def test_cni_variables_reach_the_agent_byte_for_byte_and_nothing_else_does(recorder: _Recorder) -> None:
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
+    env = {
+        b"CNI_COMMAND": b"ADD",
+        b"CNI_CONTAINERID": b"c1",
+        b"CNI_ARGS": b"K8S_POD_NAME=caf\xe9;IgnoreUnknown=1",  # not UTF-8: passed as the runtime gave it
+        b"PATH": b"/usr/bin",
+        b"NOT_CNI_SECRET": b"x",
+    }
+    done = _run_shim(conf.encode(), env)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout == b'{"cniVersion": "1.0.0"}\n'
+    parsed_env, stdin = server.parse_body(recorder.requests[0])
+    assert stdin == conf.encode()
+    assert set(parsed_env) == {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_ARGS"}
+    assert parsed_env["CNI_ARGS"].encode("utf-8", "surrogateescape") == b"K8S_POD_NAME=caf\xe9;IgnoreUnknown=1"
+
+
+def test_a_cni_variable_with_a_newline_is_refused_without_contacting_the_agent(recorder: _Recorder) -> None:
+    conf = json.dumps({"cniVersion": "0.4.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
+    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_IFNAME": b"eth0\nCNI_NETNS=/evil"})
+    assert done.returncode == 1
+    error = json.loads(done.stdout)
+    assert (error["cniVersion"], error["code"], error["msg"]) == ("0.4.0", 4, "invalid CNI_IFNAME")
+    assert recorder.requests == []
+
+
+def test_version_is_answered_from_the_environment_without_the_agent(tmp_path: Path) -> None:
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(tmp_path / "none")})
+    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"VERSION"})
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["supportedVersions"] == list(shim.SUPPORTED_VERSIONS)
+
+
+def test_a_large_result_is_printed_whole_although_the_shim_skips_interpreter_finalization(tmp_path: Path) -> None:
+    result = json.dumps({"cniVersion": "1.0.0", "dns": {"search": ["s" * 60] * 4000}}).encode()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(result), result)
+    rec = _Recorder(tmp_path / "big.sock", answer)
+    try:
+        conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(rec.path)})
+        done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1"})
+    finally:
+        rec.close()
+    assert done.returncode == 0
+    assert len(result) > 200_000
+    assert done.stdout == result

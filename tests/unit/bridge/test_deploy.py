@@ -1,0 +1,88 @@
+"""deploy/bridge agrees with the code: the webhook configuration, the served port, RBAC for every watch and write."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kopf
+import yaml
+
+from bridge import admission, controller
+
+ROOT = Path(__file__).resolve().parents[3]
+DEPLOY = ROOT / "deploy" / "bridge"
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def allowed() -> set[tuple[str, str, str]]:
+    role = next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole")
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_static_webhook_configuration_is_what_the_code_builds() -> None:
+    (static,) = [d for d in documents("webhooks.yaml") if d["kind"] == "MutatingWebhookConfiguration"]
+    service = static["webhooks"][0]["clientConfig"]["service"]
+    generated = admission.webhook_configuration({"service": {k: v for k, v in service.items() if k != "path"}})
+    annotations = static["metadata"].pop("annotations")
+    assert static == generated
+    certificate = next(d for d in documents("webhooks.yaml") if d["kind"] == "Certificate")
+    ns, name = annotations["cert-manager.io/inject-ca-from"].split("/")
+    assert (certificate["metadata"]["namespace"], certificate["metadata"]["name"]) == (ns, name)
+    assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
+
+
+def test_the_service_reaches_the_port_the_bridge_serves_its_webhook_on() -> None:
+    deployment, service = documents("deployment.yaml")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["podnetwork", "bridge", "--webhook"]
+    port = int(next(a for a in command if a.startswith("--webhook-port=")).split("=", 1)[1])
+    (container_port,) = container["ports"]
+    assert container_port["containerPort"] == port
+    assert service["spec"]["ports"][0]["targetPort"] == container_port["name"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (volume,) = deployment["spec"]["template"]["spec"]["volumes"]
+    certificate = next(d for d in documents("webhooks.yaml") if d["kind"] == "Certificate")
+    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    # The webhook's own namespace is exempt, or a bridge pod could wait for a bridge.
+    hook = next(d for d in documents("webhooks.yaml") if d["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
+    exempt = hook["namespaceSelector"]["matchExpressions"][1]["values"]
+    assert deployment["metadata"]["namespace"] in exempt
+
+
+def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, controller.Bridge())
+    selectors = [h.selector for reg in (registry._indexing, registry._watching) for h in reg.get_all_handlers()]
+    watched = {(s.group or "", s.any_name) for s in selectors}
+    assert ("", "pods") in watched and ("k8s.cni.cncf.io", "network-attachment-definitions") in watched
+    for group, resource in watched:
+        for verb in ("list", "watch"):
+            assert (group, resource, verb) in allowed(), (group, resource, verb)
+
+
+def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
+    source = (ROOT / "bridge" / "controller.py").read_text()
+    # The writes in the code: merge patches (pods, status subresources) and Event creation.
+    # The first post registers the webhook configuration, only with --manage-webhooks, which
+    # the Deployment does not pass (cert-manager and the static configuration do that job).
+    assert re.findall(r"kopf_api\.(\w+)\(", source) == ["post", "post"]
+    assert "mutatingwebhookconfigurations" in source
+    deployment, _ = documents("deployment.yaml")
+    assert "--manage-webhooks" not in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert re.findall(r'self\._call\("(\w+)"', source) == ["patch"]
+    assert set(re.findall(r"self\.patch\((_pod_url|f\"\{_object_url\(ref\)\}/status)", source)) == {
+        "_pod_url", 'f"{_object_url(ref)}/status'}
+    assert "/events" in source
+    writes = {("", "pods", "patch"), ("", "events", "create"),
+              ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
+              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch")}
+    assert writes <= allowed()
+    read_verbs = {"get", "list", "watch"}
+    assert {w for w in allowed() if w[2] not in read_verbs} == writes

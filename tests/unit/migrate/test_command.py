@@ -1,0 +1,117 @@
+"""`podnetwork migrate -f`: the offline command, end to end through the CLI entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from podnetwork import cli, constants, manifests, validation
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"
+NPWG = "k8s.v1.cni.cncf.io/networks"
+
+
+def run(*argv: str) -> int:
+    return cli.main(["migrate", *argv])
+
+
+def test_help_describes_both_modes() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "podnetwork", "migrate", "--help"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0
+    for flag in ("--filename", "--kubeconfig", "--context", "--all-namespaces", "--apply", "--rollback", "--output"):
+        assert flag in done.stdout
+
+
+def test_offline_plan_prints_the_diff_and_writes_the_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.yaml"
+    assert run("-f", str(FIXTURES / "cluster"), "-o", str(plan)) == 0
+    out, err = capsys.readouterr()
+    assert "+ PodNetwork app.bridge-net -> NetworkAttachmentDefinition app/bridge-net" in out
+    assert "+multinetwork.x-k8s.io/networks: " in out
+    assert "plan: create 4 PodNetwork, 3 PodNetworkAttachment, 3 NetworkSelectionOptions; change 7 workload(s); 1 skipped" in err
+    docs = list(yaml.safe_load_all(plan.read_text()))
+    assert docs[0]["kind"] == "MigrationPlan"
+    assert len(docs) == 11
+
+
+def test_plan_to_stdout_sends_the_diff_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("-f", str(FIXTURES / "cluster"), "-o", "-") == 0
+    out, err = capsys.readouterr()
+    assert next(yaml.safe_load_all(out))["kind"] == "MigrationPlan"
+    assert "+ PodNetwork" in err
+
+
+def test_unmigratable_workloads_make_exit_status_1_and_are_listed_even_when_quiet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run("-f", str(FIXTURES / "invalid"), "-q") == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Pod edge/no-such-nad: MissingNetworkAttachmentDefinition: " in err
+    assert err.count("\n! ") + err.startswith("! ") == 5
+
+
+def test_rewritten_manifests_are_valid_and_plan_nothing_more(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "migrated"
+    assert run("-f", str(FIXTURES / "cluster"), "--write-manifests", str(out_dir), "-q") == 0
+    capsys.readouterr()
+    docs = manifests.load([out_dir])
+    kinds = [d.kind for d in docs]
+    assert kinds.count("PodNetwork") == 4 and kinds.count("PodNetworkAttachment") == 3
+    for doc in docs:
+        if doc.kind == "PodNetwork":
+            assert validation.validate_podnetwork(doc.obj) == []
+        if doc.kind == "Pod" and doc.name == "client":
+            assert NPWG not in doc.obj["metadata"]["annotations"]
+            assert validation.validate_pod(doc.obj) == []
+            assert constants.NETWORKS_ANNOTATION in doc.obj["metadata"]["annotations"]
+
+    assert run("-f", str(out_dir), "-q") == 0
+    _, err = capsys.readouterr()
+    assert "create 0 PodNetwork, 0 PodNetworkAttachment, 0 NetworkSelectionOptions; change 0 workload(s)" in err
+
+
+def test_unreadable_input_changes_nothing_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Pod\n  metadata: [\n")
+    plan = tmp_path / "plan.yaml"
+    assert run("-f", str(bad), "-f", str(FIXTURES / "cluster"), "-o", str(plan)) == 2
+    _, err = capsys.readouterr()
+    assert f"{bad}:doc 1: invalid YAML" in err
+    assert not plan.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-f", "x.yaml", "--apply"], "-f reads manifests offline"),
+        (["-f", "x.yaml", "--rollback", "plan.yaml"], "-f reads manifests offline"),
+        ([], "say what to migrate"),
+        (["-A", "--write-manifests", "out"], "--write-manifests works offline only"),
+        (["--rollback", "p.yaml", "--apply"], "--rollback PLAN takes no --apply"),
+    ],
+)
+def test_contradictory_arguments_are_refused_with_the_fix(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(*argv) == 2
+    _, err = capsys.readouterr()
+    assert message in err
+
+
+def test_objects_without_a_namespace_take_the_namespace_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: n}\n"
+        "spec: {config: '{\"cniVersion\": \"1.0.0\", \"type\": \"bridge\"}'}\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {k8s.v1.cni.cncf.io/networks: n}}\n"
+    )
+    assert run("-f", str(manifest), "-n", "team-a") == 0
+    out, _ = capsys.readouterr()
+    assert "+ PodNetwork team-a.n -> NetworkAttachmentDefinition team-a/n" in out
