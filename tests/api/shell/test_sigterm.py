@@ -3,7 +3,7 @@
 Each command runs as a process against kmock's emulator (the cluster of its
 kubeconfig), serving on loopback; the test waits until it serves and its
 operator or watches run, then sends SIGTERM as the kubelet does. (`podnetwork
-cni-agent`: tests/cni/test_agent_sigterm.py, as it needs the CNI plugins.)
+cni-agent`: tests/cni/test_sigterm.py, as it needs the CNI plugins.)
 """
 
 from __future__ import annotations

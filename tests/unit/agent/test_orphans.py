@@ -4,7 +4,7 @@ The pure pieces (reading /proc/<pid>/stat, matching an environment) with the inp
 that trip naive parsers; then `orphans.stop` against real process groups: it kills
 every process of the group of a marked delegate, its plugins included even when
 they cleared their environment, and nothing of another container or another agent.
-tests/cni/test_agenthard_orphans_cni.py runs the whole story with real plugins.
+tests/cni/test_orphaned_delegates.py runs the whole story with real plugins.
 """
 
 from __future__ import annotations
