@@ -7,7 +7,6 @@ on bad input: the errors *are* the result. `require_valid_pod` raises
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,17 +24,12 @@ from podnetwork.fielderrors import (
     required,
     too_long,
 )
+from podnetwork.kube import names
 
-DNS1123_SUBDOMAIN_MAX = 253
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-
-#: Linux IFNAMSIZ is 16 including the terminating NUL (include/uapi/linux/if.h).
-LINUX_IFNAME_MAX_BYTES = 15
+DNS1123_SUBDOMAIN_MAX = names.DNS1123_SUBDOMAIN_MAX
+LINUX_IFNAME_MAX_BYTES = names.LINUX_IFNAME_MAX_BYTES
 #: Windows interface aliases: IF_MAX_STRING_SIZE is 256 including the NUL.
 WINDOWS_IFNAME_MAX_CHARS = 255
-#: Bytes `dev_valid_name()` refuses: '/', ':', NUL and what lib/ctype.c calls space.
-_LINUX_IFNAME_BAD_BYTES = frozenset(b"/:\0\t\n\v\f\r \xa0")
 
 
 def dns1123_subdomain_errors(path: str, name: str) -> list[FieldError]:
@@ -45,7 +39,7 @@ def dns1123_subdomain_errors(path: str, name: str) -> list[FieldError]:
     errors = []
     if len(name) > DNS1123_SUBDOMAIN_MAX:
         errors.append(too_long(path, DNS1123_SUBDOMAIN_MAX, "characters"))
-    if not _DNS1123_SUBDOMAIN_RE.match(name):
+    if not names.is_dns1123_subdomain(name):
         errors.append(
             invalid(
                 path,
@@ -61,15 +55,11 @@ def linux_ifname_errors(path: str, name: str) -> list[FieldError]:
     """The kernel's `dev_valid_name()`: 1..15 bytes, not `.`/`..`, no `/`, `:` or whitespace."""
     if name == "":
         return [invalid(path, name, "must not be empty")]
-    if len(name.encode("utf-8", "surrogatepass")) > LINUX_IFNAME_MAX_BYTES:
+    if names.utf8_length(name) > LINUX_IFNAME_MAX_BYTES:
         return [too_long(path, LINUX_IFNAME_MAX_BYTES)]
     if name in (".", ".."):
         return [invalid(path, name, "must not be '.' or '..'")]
-    # The kernel tests bytes, with its own isspace(): 0xA0 (a UTF-8 continuation
-    # byte, as in "à") is a space to it, Unicode spaces such as U+2003 are not.
-    bad = sorted(
-        {c for c in name if any(b in _LINUX_IFNAME_BAD_BYTES for b in c.encode("utf-8", "surrogatepass"))}
-    )
+    bad = names.linux_ifname_bad_characters(name)
     if bad:
         shown = ", ".join(repr(c) for c in bad)
         return [invalid(path, name, f"a Linux interface name may not contain {shown}")]

@@ -1,0 +1,151 @@
+"""The status annotation `k8s.v1.cni.cncf.io/network-status` (5).
+
+`status_entry` makes one status map from one CNI result; `parse_status` reads the
+annotation back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bridge.npwg.names import NETWORK_STATUS_ANNOTATION
+
+# --- Status (5) ----------------------------------------------------------------------------
+
+
+def _version_tuple(version: Any) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(version).split(".")[:3])
+    except ValueError:
+        return (0, 0, 0)
+
+
+def _dns(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    dns = result.get("dns")
+    if not isinstance(dns, dict):
+        return None
+    out = {k: dns[k] for k in ("nameservers", "domain", "search") if dns.get(k)}
+    return out or None
+
+
+def _is_default_destination(dst: Any) -> bool:
+    return dst in ("0.0.0.0/0", "::/0")
+
+
+def _result_gateways(result: Mapping[str, Any]) -> list[str]:
+    routes: list[Any] = list(result.get("routes") or [])
+    for legacy in ("ip4", "ip6"):
+        block = result.get(legacy)
+        if isinstance(block, dict):
+            routes.extend(block.get("routes") or [])
+    gateways = []
+    for route in routes:
+        if isinstance(route, dict) and _is_default_destination(route.get("dst")) and route.get("gw"):
+            gateways.append(str(route["gw"]))
+    return gateways
+
+
+def status_entry(
+    name: str,
+    cni_result: Mapping[str, Any] | None,
+    *,
+    default: bool,
+    interface: str | None = None,
+    default_route: Sequence[str] | None = None,
+    device_info: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One network-status map (5.3) from one attachment's CNI ADD result.
+
+    `name` is `namespace/name` of the NAD (5.3.1) or the default network's name.
+    From a 0.3.0+ result: `interface` and `mac` from the first interface with a
+    `sandbox`, `ips` from the result's entries pointing at that interface, or from
+    those with no interface index when no sandbox interface exists (5.3.3.1); from
+    a 0.1.0/0.2.0 result, `ips` from `ip4`/`ip6` and `interface` from the
+    `interface` argument (the CNI_IFNAME used, 5.3.2.1). `dns` keeps `nameservers`,
+    `domain` and `search` (5.3.6). With no result (None) the map is minimal (5.1.1).
+    `default_route` is None unless the selection asked for the default route; then
+    the entry carries it: the given gateways, or when the list is empty, the
+    gateways of the result's default routes (5.3.6.4). IP addresses are reported
+    as the result gives them, with their prefix length, as in 5.4's examples.
+    """
+    entry: dict[str, Any] = {"name": name}
+    mac: str | None = None
+    ips: list[str] = []
+    result: Mapping[str, Any] = cni_result or {}
+    if result:
+        # The shape decides, the version only when the shape is silent: some plugins
+        # omit cniVersion, some echo a config version their result does not follow.
+        if "ips" in result or "interfaces" in result:
+            legacy = False
+        elif "ip4" in result or "ip6" in result:
+            legacy = True
+        else:
+            legacy = _version_tuple(result.get("cniVersion", "0.1.0")) < (0, 3, 0)
+        if legacy:
+            for block in (result.get("ip4"), result.get("ip6")):
+                if isinstance(block, dict) and block.get("ip"):
+                    ips.append(str(block["ip"]))
+        else:
+            interfaces = result.get("interfaces") or []
+            sandbox_index = next(
+                (
+                    i
+                    for i, itf in enumerate(interfaces)
+                    if isinstance(itf, dict) and itf.get("sandbox")
+                ),
+                None,
+            )
+            entries = [e for e in result.get("ips") or [] if isinstance(e, dict) and e.get("address")]
+            if sandbox_index is not None:
+                itf = interfaces[sandbox_index]
+                interface = itf.get("name") or interface
+                mac = itf.get("mac") or None
+                ips = [str(e["address"]) for e in entries if e.get("interface") == sandbox_index]
+            else:
+                ips = [
+                    str(e["address"])
+                    for e in entries
+                    if not isinstance(e.get("interface"), int) or e["interface"] < 0
+                ]
+    if interface:
+        entry["interface"] = interface
+    if ips:
+        entry["ips"] = ips
+    if mac and interface:
+        entry["mac"] = mac  # 5.3.4: "mac" only together with "interface"
+    entry["default"] = bool(default)
+    dns = _dns(result)
+    if dns:
+        entry["dns"] = dns
+    if default_route is not None:
+        entry["default-route"] = list(default_route) or _result_gateways(result)
+    if device_info is not None:
+        entry["device-info"] = dict(device_info)
+    return entry
+
+
+def parse_status(annotation: str) -> list[dict[str, Any]]:
+    """Parse `k8s.v1.cni.cncf.io/network-status` (5): a JSON list of maps with a string `name`.
+
+    Raises `ValueError` saying what is wrong; unknown keys are kept.
+    """
+    try:
+        data = json.loads(annotation)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{NETWORK_STATUS_ANNOTATION}: not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise ValueError(f"{NETWORK_STATUS_ANNOTATION}: must be a JSON list of maps (5)")
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError(
+                f"{NETWORK_STATUS_ANNOTATION}[{i}]: must be a map with a string \"name\" (5.3.1)"
+            )
+    return data
+
+
+__all__ = [
+    "parse_status",
+    "status_entry",
+]

@@ -1,0 +1,80 @@
+"""The name rules Kubernetes and the Linux kernel apply, written once.
+
+The KEP layer's static validation (`podnetwork.validation`) and the NPWG library
+(`bridge.npwg.names`) both check object names and interface names; each words
+its own errors (Kubernetes field errors there, NPWG section numbers here), but
+the rule itself lives only in this module.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: RFC 1123 label: a namespace name, a NetworkAttachmentDefinition name in NPWG 3.3.
+DNS1123_LABEL_MAX = 63
+#: RFC 1123 subdomain: most object names (pods, PodNetworks).
+DNS1123_SUBDOMAIN_MAX = 253
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL_RE = re.compile(_LABEL)
+_SUBDOMAIN_RE = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+
+#: Linux IFNAMSIZ is 16 including the terminating NUL (include/uapi/linux/if.h).
+LINUX_IFNAME_MAX_BYTES = 15
+#: Bytes the kernel's `dev_valid_name()` refuses: '/', ':', NUL and what
+#: lib/ctype.c calls space (which includes 0xA0, a UTF-8 continuation byte).
+_LINUX_IFNAME_BAD_BYTES = frozenset(b"/:\0\t\n\v\f\r \xa0")
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Lower-case alphanumerics and '-', starting and ending alphanumeric (length not checked)."""
+    return _LABEL_RE.fullmatch(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """Dot-separated DNS-1123 labels (length not checked)."""
+    return _SUBDOMAIN_RE.fullmatch(value) is not None
+
+
+def utf8_length(value: str) -> int:
+    """Bytes of `value` in UTF-8, counting a lone surrogate as the 3 bytes the kernel would see."""
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def linux_ifname_bad_characters(value: str) -> list[str]:
+    """The characters of `value` that `dev_valid_name()` refuses, sorted, each once.
+
+    The kernel tests bytes, with its own isspace(): 0xA0 (a UTF-8 continuation
+    byte, as in "à") is a space to it, Unicode spaces such as U+2003 are not.
+    """
+    return sorted(
+        {c for c in value if any(b in _LINUX_IFNAME_BAD_BYTES for b in c.encode("utf-8", "surrogatepass"))}
+    )
+
+
+def linux_ifname_problem(value: str) -> str | None:
+    """Why the kernel's `dev_valid_name()` refuses `value`, or None.
+
+    1..15 bytes, not `.` or `..`, no `/`, `:`, NUL or whitespace.
+    """
+    if value == "":
+        return "must not be empty"
+    if utf8_length(value) > LINUX_IFNAME_MAX_BYTES:
+        return f"must be at most {LINUX_IFNAME_MAX_BYTES} bytes (Linux IFNAMSIZ)"
+    if value in (".", ".."):
+        return "must not be '.' or '..'"
+    bad = linux_ifname_bad_characters(value)
+    if bad:
+        return "a Linux interface name may not contain " + ", ".join(repr(c) for c in bad)
+    return None
+
+
+__all__ = [
+    "DNS1123_LABEL_MAX",
+    "DNS1123_SUBDOMAIN_MAX",
+    "LINUX_IFNAME_MAX_BYTES",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
+    "linux_ifname_bad_characters",
+    "linux_ifname_problem",
+    "utf8_length",
+]
