@@ -687,7 +687,8 @@ def _plan_workload(
             raise _CannotMigrate(
                 Reason.INVALID_ANNOTATION,
                 f"elements {seen_ifnames[element.interface]} and {index} both ask for interface "
-                f"{excerpts.value(element.interface)}: the second attachment fails (NPWG multi-net spec 4.1.2.1.5) "
+                f"{excerpts.value(element.interface)}: the second attachment fails "
+                "(NPWG multi-net spec 4.1.2.1.5) "
                 "and a PodNetwork list needs unique interface names (KEP-3698 \"Static validations\")",
             )
         seen_ifnames[element.interface] = index
@@ -730,7 +731,8 @@ def _plan_workload(
         if unsupported:
             raise _CannotMigrate(
                 Reason.UNSUPPORTED_KEY,
-                f"element {index} has key(s) {excerpts.value(unsupported)}, which a {OPTIONS_KIND} cannot carry "
+                f"element {index} has key(s) {excerpts.value(unsupported)}, "
+                f"which a {OPTIONS_KIND} cannot carry "
                 f"(it holds {', '.join(translate.OPTIONS_KEYS)})",
             )
         if not keys:

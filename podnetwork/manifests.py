@@ -25,11 +25,14 @@ are read (a FIFO or a device would hang or flood the reader), each at most
 `max_file_bytes`; a directory reached twice through symbolic links is walked
 once; aliases may not expand beyond `max_alias_nodes` ("billion laughs"), nor
 documents nest beyond `max_depth`, both checked while the parser composes the
-document, before anything is built from it. libyaml parses when it is
-installed (ten times faster than PyYAML's pure-Python parser); the composing,
+document, before anything is built from it.
+
+libyaml parses when it is installed (about five times faster than PyYAML's
+pure-Python parser on large files). It only turns text into events: composing,
 the guards and the building of values are the same Python code either way, and
-a syntax error is always reported by the pure-Python parser, so documents and
-messages do not depend on which one is installed.
+a syntax error is worded by the pure-Python parser, so documents and messages do
+not depend on which one is installed, except where PyYAML's scanner is stricter
+than libyaml and Kubernetes (a tab after a value, `|#`): docs/api.md lists them.
 """
 
 from __future__ import annotations
