@@ -32,7 +32,8 @@ pure-Python parser on large files). It only turns text into events: composing,
 the guards and the building of values are the same Python code either way, and
 a syntax error is worded by the pure-Python parser, so documents and messages do
 not depend on which one is installed, except where PyYAML's scanner is stricter
-than libyaml and Kubernetes (a tab after a value, `|#`): docs/api.md lists them.
+than libyaml and Kubernetes (a tab after a value, `|#`, `!!null,`): docs/api.md
+lists them.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 import yaml.composer
@@ -59,9 +60,11 @@ import yaml.scanner
 from podnetwork import excerpts
 
 try:
-    from yaml.cyaml import CParser as _CParser
+    from yaml._yaml import CParser
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    _CParser = None
+    LIBYAML_AVAILABLE = False
+else:
+    LIBYAML_AVAILABLE = True
 
 STDIN = "-"
 STDIN_LABEL = "<stdin>"
@@ -116,9 +119,6 @@ class YAMLParser(StrEnum):
     """libyaml when installed, else PyYAML's pure-Python parser."""
     LIBYAML = "libyaml"
     PYTHON = "python"
-
-
-LIBYAML_AVAILABLE = _CParser is not None
 
 
 @dataclass(frozen=True)
@@ -236,9 +236,7 @@ class _Refused(yaml.MarkedYAMLError):
     anchor), or valid YAML beyond a limit or with a value Kubernetes has no type for.
     Reported as `[invalid YAML at ]line L column C: problem`."""
 
-    def __init__(
-        self, problem: str, mark: yaml.Mark | None, *, invalid: bool = False, limit: bool = False
-    ) -> None:
+    def __init__(self, problem: str, mark: Any, *, invalid: bool = False, limit: bool = False) -> None:
         super().__init__(problem=problem, problem_mark=mark)
         self.invalid = invalid
         self.limit = limit
@@ -269,6 +267,12 @@ class _Composer(yaml.composer.Composer):
     input is refused at the first event that goes beyond a limit.
     """
 
+    if TYPE_CHECKING:  # supplied by the parser and the resolver it is mixed with
+
+        def get_event(self) -> Any: ...
+        def check_event(self, *choices: type[yaml.Event]) -> bool: ...
+        def resolve(self, kind: type[yaml.Node], value: str | None, implicit: Any) -> str: ...
+
     def __init__(self, limits: Limits) -> None:
         yaml.composer.Composer.__init__(self)
         self.limits = limits
@@ -291,7 +295,7 @@ class _Composer(yaml.composer.Composer):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         return self._compose()[0]
 
-    def _too_deep(self, mark: yaml.Mark | None) -> _Refused:
+    def _too_deep(self, mark: Any) -> _Refused:
         return _Refused(
             f"nested more than {self.limits.max_depth} levels deep (counting what aliases "
             "expand to); no Kubernetes object is this deep: check the brackets and the indentation",
@@ -317,7 +321,9 @@ class _Composer(yaml.composer.Composer):
             tag = event.tag
             if tag is None or tag == "!":
                 tag = self.resolve(yaml.ScalarNode, event.value, event.implicit)
-            node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+            start: Any = event.start_mark  # a libyaml Mark or a PyYAML one: the same fields
+            end: Any = event.end_mark
+            node = yaml.ScalarNode(tag, event.value, start, end, style=event.style)
             if anchor is not None:
                 self.anchors[anchor] = node
                 self._expanded[anchor] = (1, 0)
@@ -325,7 +331,7 @@ class _Composer(yaml.composer.Composer):
         if self._depth >= self.limits.max_depth:
             raise self._too_deep(event.start_mark)
         is_seq = isinstance(event, yaml.SequenceStartEvent)
-        kind: type[yaml.Node] = yaml.SequenceNode if is_seq else yaml.MappingNode
+        kind: type[yaml.SequenceNode | yaml.MappingNode] = yaml.SequenceNode if is_seq else yaml.MappingNode
         tag = event.tag
         if tag is None or tag == "!":
             tag = self.resolve(kind, None, event.implicit)
@@ -353,7 +359,7 @@ class _Composer(yaml.composer.Composer):
         return node, nodes, height + 1
 
     def _alias(self, event: yaml.AliasEvent) -> tuple[yaml.Node, int, int]:
-        anchor = event.anchor
+        anchor = str(event.anchor)
         name = excerpts.cut(anchor)
         if anchor not in self.anchors:
             raise _Refused(
@@ -505,12 +511,12 @@ class _PythonLoader(
         _Resolver.__init__(self)
 
 
-if _CParser is not None:
+if LIBYAML_AVAILABLE:
 
-    class _LibyamlLoader(_Composer, _CParser, _Constructor, _Resolver):  # type: ignore[misc,valid-type]
+    class _LibyamlLoader(_Composer, CParser, _Constructor, _Resolver):
         # _Composer first: libyaml only produces the events; composing stays ours.
         def __init__(self, text: str, limits: Limits) -> None:
-            _CParser.__init__(self, text)
+            CParser.__init__(self, text)
             _Composer.__init__(self, limits)
             _Constructor.__init__(self)
             _Resolver.__init__(self)
@@ -583,9 +589,9 @@ def _run_loader(make: Any, text: str, limits: Limits, label: str) -> _Parsed:
 
 
 def _parse_yaml(text: str, label: str, limits: Limits, parser: YAMLParser) -> _Parsed:
-    if parser == YAMLParser.LIBYAML and _CParser is None:
+    if parser == YAMLParser.LIBYAML and not LIBYAML_AVAILABLE:
         raise RuntimeError("libyaml is not available: PyYAML was built without it")
-    if parser == YAMLParser.PYTHON or _CParser is None:
+    if parser == YAMLParser.PYTHON or not LIBYAML_AVAILABLE:
         return _run_loader(_PythonLoader, text, limits, label)
     try:
         text.encode("utf-8")  # libyaml takes UTF-8; a lone surrogate is PyYAML's to report
@@ -597,7 +603,7 @@ def _parse_yaml(text: str, label: str, limits: Limits, parser: YAMLParser) -> _P
     # Errors are worded by the pure-Python parser, so a message does not depend on
     # whether libyaml is installed. Only if it finds the problem in the same document:
     # elsewhere would be one of the few spots where it is stricter than libyaml (and
-    # than Kubernetes): tabs as separators, a BOM after the start, `|#`.
+    # than Kubernetes): a tab after a value, `|#`, a tag glued to `,` (docs/api.md).
     reference = _run_loader(_PythonLoader, text, limits, label)
     if reference.error is not None and reference.error.source == fast.error.source:
         return _Parsed(fast.documents, reference.error, parser_bound=True)
@@ -712,7 +718,6 @@ def load_text(
 # --- files, directories, stdin ------------------------------------------------------------------
 
 _NOT_REGULAR = (
-    (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
@@ -759,6 +764,8 @@ def read_file(path: str | Path, *, limits: Limits = DEFAULT_LIMITS, stdin_hint: 
         if os.path.islink(path):
             problem = f"a symbolic link to {excerpts.cut(os.readlink(path))}, which cannot be read: {problem}"
         raise ManifestIOError(label, problem) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ManifestIOError(label, "is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
         raise ManifestIOError(
             label, f"is {_file_type(info.st_mode)}, not a regular file; only regular files are read{instead}"

@@ -96,7 +96,7 @@ SCALARS = st.sampled_from([
     "x", "'quoted'", '"dq \\u00e9"', "1", "-7", "0x1F", "017", "0b101", "1_000", "1:30:00", "3.5", "1e3",
     ".inf", "-.nan", "~", "null", "", "true", "no", "On", "2024-01-01T00:00:00Z", "=", "<<", "!!str 12",
     "!!int 12", "!!float 1", "!!int nope", "!!binary aGk=", "!!timestamp 2024-01-01", "!custom x",
-    "99999999999999999999999", "'a: b'", "?x", "-y", "!!null", "!!str", "! 12",
+    "99999999999999999999999", "'a: b'", "?x", "-y", "!!null ~", "!!str ''", "! 12",
 ])
 KEYS = st.sampled_from(["a", "b", "'a'", "1", "<<", "~", "[x]", "? z", "true", "3.0", "!!int 7"])
 
@@ -140,6 +140,11 @@ def test_generated_yaml_reads_the_same_with_either_parser(text: str) -> None:
     [
         pytest.param("apiVersion: v1\t\nkind: X\n", [{"apiVersion": "v1", "kind": "X"}], id="tab after a value"),
         pytest.param("kind: |#\n  x\napiVersion: v1\n", [{"kind": "x\n", "apiVersion": "v1"}], id="comment glued to |"),
+        pytest.param(
+            "apiVersion: v1\nkind: X\ndata: {a: !!null, b: x}\n",
+            [{"apiVersion": "v1", "kind": "X", "data": {"a": None, "b": "x"}}],
+            id="a tag glued to a comma in a flow collection",
+        ),
     ],
 )
 def test_the_only_differences_are_where_pyyaml_is_stricter_than_libyaml_and_kubernetes(
