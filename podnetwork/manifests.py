@@ -404,7 +404,9 @@ class _Constructor(yaml.constructor.SafeConstructor):
         text = str(self.construct_scalar(node))
         value = _yaml_int(text)
         if value is None:
-            raise _Refused(f"{excerpts.value(text)} is not an integer", node.start_mark)
+            raise _Refused(
+                f"{excerpts.value(text)} is not an integer; write one, or drop the !!int tag", node.start_mark
+            )
         if not _INT_MIN <= value <= _INT_MAX:
             raise _Refused(
                 f"the integer {excerpts.cut(text)} does not fit in 64 bits; quote it to make it a string",
@@ -417,13 +419,18 @@ class _Constructor(yaml.constructor.SafeConstructor):
             return float(yaml.constructor.SafeConstructor.construct_yaml_float(self, node))
         except (ValueError, IndexError):
             text = str(self.construct_scalar(node))
-            raise _Refused(f"{excerpts.value(text)} is not a number", node.start_mark) from None
+            raise _Refused(
+                f"{excerpts.value(text)} is not a number; write one, or drop the !!float tag", node.start_mark
+            ) from None
 
     def construct_kube_bool(self, node: yaml.ScalarNode) -> bool:
         text = str(self.construct_scalar(node))
         value = self.bool_values.get(text.lower())
         if value is None:
-            raise _Refused(f"{excerpts.value(text)} is not a boolean (true or false)", node.start_mark)
+            raise _Refused(
+                f"{excerpts.value(text)} is not a boolean; write true or false, or drop the !!bool tag",
+                node.start_mark,
+            )
         return bool(value)
 
     def construct_merge_scalar(self, node: yaml.ScalarNode) -> str:
@@ -613,7 +620,9 @@ def _parse_yaml(text: str, label: str, limits: Limits, parser: YAMLParser) -> _P
 def _json_number(text: str) -> int:
     value = int(text) if len(text) <= 21 else _INT_MAX + 1
     if not _INT_MIN <= value <= _INT_MAX:
-        raise ValueError(f"the integer {excerpts.cut(text)} does not fit in 64 bits")
+        raise ValueError(
+            f"the integer {excerpts.cut(text)} does not fit in 64 bits; quote it to make it a string"
+        )
     return value
 
 
@@ -633,16 +642,20 @@ def _parse_json(text: str, label: str, limits: Limits) -> _Parsed:
     def refuse(problem: str) -> _Parsed:
         return _Parsed([], ManifestError(f"{label}:doc 1", problem))
 
+    too_deep = (
+        f"nested more than {limits.max_depth} levels deep; no Kubernetes object is this deep: "
+        "check the brackets"
+    )
     try:
         data = json.loads(text, parse_int=_json_number)
     except json.JSONDecodeError as exc:
         return refuse(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
     except RecursionError:
-        return refuse(f"nested more than {limits.max_depth} levels deep; no Kubernetes object is")
+        return refuse(too_deep)
     except ValueError as exc:
         return refuse(f"invalid JSON: {exc}")
     if not _json_depth_ok(data, limits.max_depth):
-        return refuse(f"nested more than {limits.max_depth} levels deep; no Kubernetes object is")
+        return refuse(too_deep)
     return _Parsed([(1, 1, data)])
 
 

@@ -169,7 +169,7 @@ def test_the_only_differences_are_where_pyyaml_is_stricter_than_libyaml_and_kube
         ("a: !!timestamp 2024-01-01\n", "in.yaml:doc 1: line 1 column 4: the tag !!timestamp is not supported"),
         ("a: !!python/object:os.system x\n", "the tag !!python/object:os.system is not supported"),
         ("a: !!int nope\n", 'in.yaml:doc 1: line 1 column 4: "nope" is not an integer'),
-        ("a: !!bool maybe\n", 'line 1 column 4: "maybe" is not a boolean (true or false)'),
+        ("a: !!bool maybe\n", 'line 1 column 4: "maybe" is not a boolean; write true or false'),
         ("a: 18446744073709551616\n", "line 1 column 4: the integer 18446744073709551616 does not fit in 64 bits; quote it"),
         ("a: 1:" + "1:" * 300 + "1\n", "does not fit in 64 bits"),
         ("a: " + "9" * 5000 + "\n", "characters, cut) does not fit in 64 bits"),
@@ -203,7 +203,7 @@ def test_yaml_1_1_scalars_read_as_kubernetes_reads_them(parser: manifests.YAMLPa
 def test_a_bomb_in_json_cannot_exist_but_deep_json_is_refused() -> None:
     loaded = manifests.load_text('{"a": ' + nested(101) + "}", "in.json", json_only=True)
     assert [str(e) for e in loaded.errors] == [
-        "in.json:doc 1: nested more than 100 levels deep; no Kubernetes object is"
+        "in.json:doc 1: nested more than 100 levels deep; no Kubernetes object is this deep: check the brackets"
     ]
     loaded = manifests.load_text('{"a": 1' + "0" * 30 + "}", "in.json", json_only=True)
     assert "does not fit in 64 bits" in str(loaded.errors[0])
