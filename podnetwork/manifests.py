@@ -775,7 +775,8 @@ def read_file(path: str | Path, *, limits: Limits = DEFAULT_LIMITS, stdin_hint: 
     except OSError as exc:
         problem = _os_problem(exc)
         if os.path.islink(path):
-            problem = f"a symbolic link to {excerpts.cut(os.readlink(path))}, which cannot be read: {problem}"
+            target = excerpts.cut(os.readlink(path))
+            problem = f"a symbolic link to {target}, which cannot be read: {problem}; fix or remove the link"
         raise ManifestIOError(label, problem) from None
     if stat.S_ISDIR(info.st_mode):
         raise ManifestIOError(label, "is a directory, not a file")
@@ -903,8 +904,9 @@ def scan(
             if key in visited:  # already read, as an input or inside one with -R
                 continue
             visited.add(key)
+            known = len(out.errors)
             files = _walk(path, recursive, visited, out.errors)
-            if not files:
+            if not files and len(out.errors) == known:  # else the walk said why
                 out.errors.append(
                     ManifestIOError(
                         str(path),
