@@ -53,7 +53,7 @@ from typing import Any
 import yaml
 
 from bridge import npwg, pods, translate
-from podnetwork import constants, validation
+from podnetwork import constants, excerpts, validation
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
 
@@ -156,8 +156,10 @@ class ObjectRef:
     name: str
 
     def __str__(self) -> str:
-        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.kind} {where}"
+        # Names come from the input; one too long to be valid is cut, not printed whole.
+        name, namespace = excerpts.cut(self.name), excerpts.cut(self.namespace)
+        where = f"{namespace}/{name}" if namespace else name
+        return f"{excerpts.cut(str(self.kind))} {where}"
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,8 @@ class Unmigratable:
 
     def __str__(self) -> str:
         where = f"{self.source}: " if self.source else ""
-        return f"{where}{self.ref}: {self.reason}: {self.message}"
+        # The message quotes parsers (npwg, translate) that may quote the input.
+        return f"{where}{self.ref}: {self.reason}: {excerpts.cut(self.message, excerpts.LINE_LIMIT)}"
 
 
 @dataclass(frozen=True)
@@ -566,7 +569,7 @@ def plan(inventory: Inventory) -> Plan:
             continue
         if wl.owner is not None:
             result.skipped.append(
-                Skipped(wl.ref, f"managed by {wl.owner}: migrate that instead", wl.source)
+                Skipped(wl.ref, f"managed by {excerpts.cut(str(wl.owner))}: migrate that instead", wl.source)
             )
             continue
         if wl.finished:
@@ -642,8 +645,9 @@ def _check_round_trip(
     if got != want:
         raise _CannotMigrate(
             Reason.ROUND_TRIP,
-            f"the bridge would translate the result to {npwg.format_selection(back.elements)}, "
-            f"not the original {npwg.format_selection(elements)}",
+            f"the bridge would translate the result to "
+            f"{excerpts.cut(npwg.format_selection(back.elements))}, "
+            f"not the original {excerpts.cut(npwg.format_selection(elements))}",
         )
 
 
@@ -683,7 +687,8 @@ def _plan_workload(
             raise _CannotMigrate(
                 Reason.INVALID_ANNOTATION,
                 f"elements {seen_ifnames[element.interface]} and {index} both ask for interface "
-                f"{element.interface!r}: the second attachment fails (NPWG multi-net spec 4.1.2.1.5) "
+                f"{excerpts.value(element.interface)}: the second attachment fails "
+                "(NPWG multi-net spec 4.1.2.1.5) "
                 "and a PodNetwork list needs unique interface names (KEP-3698 \"Static validations\")",
             )
         seen_ifnames[element.interface] = index
@@ -693,17 +698,18 @@ def _plan_workload(
     for index, element in enumerate(elements):
         nad_ns = element.namespace or wl.namespace
         nad = (nad_ns, element.name)
+        nad_ref = f"{excerpts.cut(nad_ns)}/{excerpts.cut(element.name)}"
         if nad not in inventory.nads:
             raise _CannotMigrate(
                 Reason.MISSING_NAD,
-                f"element {index} selects NetworkAttachmentDefinition {nad_ns}/{element.name}, "
+                f"element {index} selects NetworkAttachmentDefinition {nad_ref}, "
                 "which does not exist; create it or fix the annotation",
             )
         if problem := translate.nad_config_problem(inventory.nads[nad]):
             raise _CannotMigrate(
                 Reason.INVALID_NAD,
-                f"element {index} selects NetworkAttachmentDefinition {nad_ns}/{element.name}, "
-                f"whose configuration cannot be used: {problem}",
+                f"element {index} selects NetworkAttachmentDefinition {nad_ref}, "
+                f"whose configuration cannot be used: {excerpts.cut(problem, excerpts.LINE_LIMIT)}",
             )
         uses[nad] += 1
         occurrence = uses[nad]
@@ -716,7 +722,7 @@ def _plan_workload(
         if claimed is None:
             raise _CannotMigrate(
                 Reason.INVALID_NAME,
-                f"no valid, free PodNetwork name for NetworkAttachmentDefinition {nad_ns}/{element.name}",
+                f"no valid, free PodNetwork name for NetworkAttachmentDefinition {nad_ref}",
             )
         pn, action = claimed
         scratch.networks.append(PlannedObject(action, podnetwork_object(pn, nad_ns, element.name, origin)))
@@ -725,7 +731,8 @@ def _plan_workload(
         if unsupported:
             raise _CannotMigrate(
                 Reason.UNSUPPORTED_KEY,
-                f"element {index} has key(s) {unsupported}, which a {OPTIONS_KIND} cannot carry "
+                f"element {index} has key(s) {excerpts.value(unsupported)}, "
+                f"which a {OPTIONS_KIND} cannot carry "
                 f"(it holds {', '.join(translate.OPTIONS_KEYS)})",
             )
         if not keys:
@@ -776,7 +783,8 @@ def _plan_workload(
     if existing is not None and existing != after:
         raise _CannotMigrate(
             Reason.ALREADY_HAS_NETWORKS,
-            f"also has {constants.NETWORKS_ANNOTATION}={existing}; keep one of the two annotations",
+            f"also has {constants.NETWORKS_ANNOTATION}={excerpts.cut(existing)}; "
+            "keep one of the two annotations",
         )
     return WorkloadChange(workload=wl, before=text, after=after, networks=entries)
 

@@ -31,7 +31,6 @@ import argparse
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
@@ -294,10 +293,10 @@ class PlanFile:
     objects: list[dict[str, Any]]
 
 
-def read_plan(text: str, label: str) -> PlanFile:
-    loaded = manifests.load_text(text, label)
+def read_plan(text: str, label: str, limits: manifests.Limits = manifests.DEFAULT_LIMITS) -> PlanFile:
+    loaded = manifests.load_text(text, label, limits=limits)
     if loaded.errors:
-        raise manifests.ManifestError(label, str(loaded.errors[0].problem))
+        raise loaded.errors[0]
     docs = [d.obj for d in loaded.documents]
     if not docs or docs[0].get("kind") != migrate.PLAN_KIND:
         raise manifests.ManifestError(
@@ -464,7 +463,22 @@ def _report(outcomes: list[Outcome], err: TextIO) -> bool:
     return all(o.ok for o in outcomes)
 
 
+def load_plan(path: str, limits: manifests.Limits = manifests.DEFAULT_LIMITS) -> PlanFile:
+    """The plan file of `--rollback`, read by the manifest reader with its guards
+    (regular file, size, aliases, depth). Raises `manifests.ManifestError`."""
+    return read_plan(manifests.read_file(path, limits=limits, stdin_hint=False), path, limits)
+
+
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    plan_file = None
+    if args.rollback:
+        # Before connecting: a plan that cannot be used needs no cluster to say so.
+        try:
+            plan_file = load_plan(args.rollback, manifests.limits_from(args))
+        except manifests.ManifestError as exc:
+            print(f"podnetwork migrate: {exc}", file=err)
+            print("podnetwork migrate: nothing rolled back; fix the plan file above", file=err)
+            return EXIT_USAGE
     try:
         connection = migrate_kubeconfig.load(args.kubeconfig, args.context)
     except migrate_kubeconfig.KubeconfigError as exc:
@@ -472,7 +486,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     try:
         with connection.client() as client:
-            return _run(Cluster(client), args, out, err)
+            return _run(Cluster(client), args, out, err, plan_file)
     except httpx.HTTPError as exc:
         print(f"podnetwork migrate: cannot reach the API server {connection.server}: {exc}", file=err)
         return EXIT_USAGE
@@ -483,17 +497,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         connection.close()
 
 
-def _run(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.rollback:
-        try:
-            text = Path(args.rollback).read_text(encoding="utf-8")
-            plan_file = read_plan(text, args.rollback)
-        except OSError as exc:
-            print(f"podnetwork migrate: {args.rollback}: {exc.strerror or exc}", file=err)
-            return EXIT_USAGE
-        except manifests.ManifestError as exc:
-            print(f"podnetwork migrate: {exc}", file=err)
-            return EXIT_USAGE
+def _run(
+    cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO, plan_file: PlanFile | None
+) -> int:
+    if plan_file is not None:
         print(f"rollback of {args.rollback}:", file=err)
         return EXIT_OK if _report(rollback(cluster, plan_file), err) else EXIT_INCOMPLETE
 
@@ -519,6 +526,7 @@ __all__ = [
     "Cluster",
     "Outcome",
     "apply_plan",
+    "load_plan",
     "read_inventory",
     "read_plan",
     "rollback",

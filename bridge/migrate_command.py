@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from podnetwork import cli
+from podnetwork import cli, manifests
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -41,6 +41,11 @@ Offline:  podnetwork migrate -f manifests/ [-o plan.yaml] [--write-manifests DIR
 Live:     podnetwork migrate [--kubeconfig K] [--context C] (-n NS | -A) [-o plan.yaml] [--apply]
 Undo:     podnetwork migrate [--kubeconfig K] --rollback plan.yaml
 
+Input files (-f, and the plan of --rollback) are refused, naming the file and
+line, when they are not regular files, exceed --max-file-size (default {_SIZE}),
+use YAML aliases that add more than {_ALIASES} nodes, or nest deeper than {_DEPTH}
+levels. Nothing is planned or applied then.
+
 The human diff goes to standard output (-q to omit it); the plan file is
 multi-document YAML: a MigrationPlan document, then the objects to create.
 A second run after --apply plans nothing. See docs/migration.md.
@@ -48,7 +53,11 @@ A second run after --apply plans nothing. See docs/migration.md.
 exit status: 0 everything migrated (or nothing to do), 1 something could not be
 migrated or applied (the rest was), 2 unreadable input, bad arguments or no
 cluster
-"""
+""".format(
+    _SIZE=manifests.size_text(manifests.DEFAULT_LIMITS.max_file_bytes).split(" (")[0],
+    _ALIASES=manifests.DEFAULT_LIMITS.max_alias_nodes,
+    _DEPTH=manifests.DEFAULT_LIMITS.max_depth,
+)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -97,6 +106,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "ready for kubectl apply",
     )
     out.add_argument("-q", "--quiet", action="store_true", help="do not print the human diff")
+    # Bounds -f inputs and the --rollback plan file: the same reader reads both.
+    manifests.add_limit_arguments(parser)
 
 
 def _fail(message: str, err: TextIO) -> int:

@@ -76,7 +76,7 @@ def report(p: migrate.Plan, args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    loaded = manifests.scan(args.filename, recursive=args.recursive)
+    loaded = manifests.scan(args.filename, recursive=args.recursive, limits=manifests.limits_from(args))
     if loaded.errors:
         for error in loaded.errors:
             print(f"podnetwork migrate: {error}", file=err)

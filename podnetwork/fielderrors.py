@@ -3,15 +3,18 @@
 `str(FieldError)` reads like the API server's own messages, e.g.
 `spec.networks[1].interfaceName: Duplicate value: "net1"`, so users meet one
 format whether the error comes from `podnetwork validate`, the admission webhook
-or the API server.
+or the API server. Values and paths come from the user's object, so they are
+cut to a bounded length (`podnetwork.excerpts`): an error about a megabyte-long
+field is one short line.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from podnetwork import excerpts
 
 
 class ErrorType(StrEnum):
@@ -29,17 +32,6 @@ class ErrorType(StrEnum):
 _NO_VALUE = object()
 
 
-def _format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 @dataclass(frozen=True)
 class FieldError:
     """One problem with one field: where, what kind, the bad value, and why."""
@@ -55,11 +47,12 @@ class FieldError:
             ErrorType.DUPLICATE,
             ErrorType.NOT_SUPPORTED,
         )
-        text = f"{self.path}: {self.type.value}"
+        text = f"{excerpts.cut(self.path)}: {self.type.value}"
         if shows_value and self.value is not _NO_VALUE:
-            text += f": {_format_value(self.value)}"
+            text += f": {excerpts.value(self.value)}"
         if self.detail:
-            text += f": {self.detail}"
+            # Details are our prose, but some quote a library's message about the value.
+            text += f": {excerpts.cut(self.detail, excerpts.LINE_LIMIT)}"
         return text
 
     def to_status_cause(self) -> dict[str, str]:
@@ -73,7 +66,7 @@ class FieldError:
             ErrorType.TOO_MANY: "FieldValueTooMany",
             ErrorType.NOT_SUPPORTED: "FieldValueNotSupported",
         }[self.type]
-        return {"type": reason, "field": self.path, "message": str(self)}
+        return {"type": reason, "field": excerpts.cut(self.path), "message": str(self)}
 
 
 def required(path: str, detail: str = "") -> FieldError:

@@ -71,7 +71,7 @@ def parse(text: str) -> list[Network]:
     right types); the KEP's static rules are `podnetwork.validation`'s job.
     """
     if not isinstance(text, str):
-        raise InvalidObject([invalid(ANNOTATION_FIELD, repr(text), "must be a string")])
+        raise InvalidObject([invalid(ANNOTATION_FIELD, text, "must be a string")])
     if len(text.encode("utf-8", "surrogatepass")) > MAX_ANNOTATION_BYTES:
         raise InvalidObject(
             [FieldError(ANNOTATION_FIELD, ErrorType.TOO_LONG,
@@ -81,14 +81,14 @@ def parse(text: str) -> list[Network]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidObject(
-            [invalid(ANNOTATION_FIELD, _excerpt(text),
+            [invalid(ANNOTATION_FIELD, text,
                      f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")]
         ) from None
     except (RecursionError, ValueError) as exc:
-        raise InvalidObject([invalid(ANNOTATION_FIELD, _excerpt(text), f"not valid JSON: {exc}")]) from None
+        raise InvalidObject([invalid(ANNOTATION_FIELD, text, f"not valid JSON: {exc}")]) from None
     if not isinstance(data, list):
         raise InvalidObject(
-            [invalid(ANNOTATION_FIELD, _excerpt(text),
+            [invalid(ANNOTATION_FIELD, text,
                      'must be a JSON list, e.g. [{"podNetworkName": "default"}]')]
         )
     networks: list[Network] = []
@@ -101,10 +101,6 @@ def parse(text: str) -> list[Network]:
     if errors:
         raise InvalidObject(errors)
     return networks
-
-
-def _excerpt(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def format(networks: Sequence[Network]) -> str:

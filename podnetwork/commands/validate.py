@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from podnetwork import cli, constants, manifests, validation
+from podnetwork import cli, constants, excerpts, manifests, validation
 from podnetwork.fielderrors import FieldError, invalid
 
 EXIT_OK = 0
@@ -49,10 +49,20 @@ are skipped (listed with -v); an unknown kind in the multinetwork.x-k8s.io group
 is an error, since it is almost always a typo.
 
 A directory contributes its *.yaml, *.yml and *.json files; its subdirectories
-only with -R. `-f -` reads standard input.
+only with -R (a directory reached twice through symbolic links is read once).
+`-f -` reads standard input.
+
+Hostile input is refused with a message naming the file and line, never half
+read: only regular files (no FIFOs, devices, sockets), at most --max-file-size
+each (default {_LIMITS}); YAML aliases may add at most {_ALIASES} nodes to a file
+(no alias bombs) and documents nest at most {_DEPTH} levels deep.
 
 exit status: 0 valid, 1 invalid, 2 unreadable input or bad arguments
-"""
+""".format(
+    _LIMITS=manifests.size_text(manifests.DEFAULT_LIMITS.max_file_bytes).split(" (")[0],
+    _ALIASES=manifests.DEFAULT_LIMITS.max_alias_nodes,
+    _DEPTH=manifests.DEFAULT_LIMITS.max_depth,
+)
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +88,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no summary line on stderr, only the problems"
     )
+    manifests.add_limit_arguments(parser)
 
 
 def object_errors(doc: manifests.Document) -> list[FieldError] | None:
@@ -103,11 +114,12 @@ def check(
     out: TextIO | None = None,
     err: TextIO | None = None,
     stdin: TextIO | None = None,
+    limits: manifests.Limits = manifests.DEFAULT_LIMITS,
 ) -> int:
     """Validate every object of `inputs`; print problems; return the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    loaded = manifests.scan(inputs, recursive=recursive, stdin=stdin)
+    loaded = manifests.scan(inputs, recursive=recursive, stdin=stdin, limits=limits)
     problems = 0
     for error in loaded.errors:
         # Unreadable input is the caller's mistake, not a finding about an object.
@@ -116,11 +128,16 @@ def check(
     checked = skipped = invalid_objects = 0
     for doc in loaded.documents:
         errors = object_errors(doc)
-        label = f"{doc.source} {doc.kind} {doc.ref or '<no name>'}"
+        # Kind and name are the user's strings: a megabyte-long name is cut, not printed.
+        label = f"{doc.source} {excerpts.cut(doc.kind)} {excerpts.cut(doc.ref) or '<no name>'}"
         if errors is None:
             skipped += 1
             if verbose:
-                print(f"{label}: skipped: kind {doc.kind} ({doc.api_version}) is not checked", file=out)
+                print(
+                    f"{label}: skipped: kind {excerpts.cut(doc.kind)} ({excerpts.cut(doc.api_version)}) "
+                    "is not checked",
+                    file=out,
+                )
             continue
         checked += 1
         if errors:
@@ -148,6 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         recursive=args.recursive,
         verbose=max(args.validate_verbose, getattr(args, "verbose", 0)),
         quiet=args.quiet,
+        limits=manifests.limits_from(args),
     )
 
 

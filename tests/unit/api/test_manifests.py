@@ -83,7 +83,7 @@ def test_directory_is_read_in_name_order_without_subdirectories_by_default(tmp_p
         ("list.yaml", "- a\n- b\n", "list.yaml:doc 1: a document must be a Kubernetes object (a mapping), not a list"),
         ("scalar.yaml", "hello\n", "scalar.yaml:doc 1: a document must be a Kubernetes object (a mapping), not a string"),
         ("nokind.yaml", "apiVersion: v1\nmetadata: {}\n", "nokind.yaml:doc 1: not a Kubernetes object: `kind` is missing"),
-        ("dup.yaml", POD.format(name="a") + "  name: b\n", "dup.yaml:doc 1: invalid YAML at line 6 column 3: mapping key 'name' already defined"),
+        ("dup.yaml", POD.format(name="a") + "  name: b\n", "dup.yaml:doc 1: invalid YAML at line 6 column 3: mapping key \"name\" already defined; keep one of them"),
         ("items.yaml", "apiVersion: v1\nkind: List\nitems: 3\n", "items.yaml:doc 1: `items` of a List must be a list"),
     ],
 )
