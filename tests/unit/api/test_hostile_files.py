@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from files_support import (
+
+from podnetwork import cli
+from tests.unit.files_support import (
     DEPLOYMENT,
     NAD,
     PN_HEAD,
@@ -25,8 +27,6 @@ from files_support import (
     nested,
     podnetwork,
 )
-
-from podnetwork import cli
 
 ALIAS_REFUSAL = "YAML aliases here expand the input to more than 10000 nodes"
 DEPTH_REFUSAL = "nested more than 100 levels deep"

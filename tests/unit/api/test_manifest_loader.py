@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-from files_support import ROOT, bomb, nested
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podnetwork import excerpts, manifests
 from podnetwork.commands import validate
 from podnetwork.fielderrors import FieldError, invalid
+from tests.unit.files_support import ROOT, bomb, nested
 
 PARSERS = (manifests.YAMLParser.LIBYAML, manifests.YAMLParser.PYTHON)
 #: Small bounds, so generated inputs of a few lines reach them.
