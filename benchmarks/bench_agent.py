@@ -5,7 +5,7 @@ The pod has the cluster default network and two bridge networks (three
 and namespace, interleaved iteration by iteration, so machine noise hits them alike:
 
 - direct: the three config lists executed the way a runtime's libcni does
-  (`bridge.cni.conflist.add`/`delete`: one exec per plugin, IPAM chained by the
+  (`bridge.agent.conflist.add`/`delete`: one exec per plugin, IPAM chained by the
   plugin itself), no agent;
 - agent: the installed `multinetwork` shim executed as a runtime would, talking to
   the agent running as in production: its own process, `podnetwork cni-agent`
@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bridge.cni import agent, command, conflist, invoke
-from bridge.cni.invoke import Command, RuntimeArgs
-from bridge.cni.objects import MemoryObjects
+from bridge.agent import agent, command, conflist, invoke
+from bridge.agent.invoke import Command, RuntimeArgs
+from bridge.agent.objects import MemoryObjects
 
 BIN_DIRS = tuple(d for d in invoke.DEFAULT_BIN_DIRS if d.is_dir())
 

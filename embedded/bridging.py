@@ -19,7 +19,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bridge import npwg, params, pods, translate
+from bridge import npwg, translate
+from bridge.operator import pods
+from bridge.translate import params
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
 from podnetwork import conditions, constants, networks

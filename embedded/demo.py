@@ -40,7 +40,7 @@ from embedded.store import Store
 from podnetwork import constants, networks
 
 if TYPE_CHECKING:
-    from bridge.cni.agent import Agent
+    from bridge.agent.agent import Agent
     from embedded.kubelet import Kubelet
 
 NS = "demo"
@@ -641,8 +641,8 @@ class Demo:
     # -- 4 ------------------------------------------------------------------------------
 
     async def _start_agents(self) -> None:
-        from bridge.cni import agent as agent_mod
-        from bridge.cni import command as cni_command
+        from bridge.agent import agent as agent_mod
+        from bridge.agent import command as cni_command
         from embedded.kubelet import Kubelet
         from embedded.objects import StoreObjects
 

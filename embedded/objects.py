@@ -1,4 +1,4 @@
-"""The CNI agent's view of the cluster (`bridge.cni.objects.ObjectSource`) over the demo's store.
+"""The CNI agent's view of the cluster (`bridge.agent.objects.ObjectSource`) over the demo's store.
 
 On a cluster the agent reads pods, NADs and PodNetworks with GETs and patches
 pod annotations; here the same calls go to the in-process store, so the agent
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bridge.cni import objects as cni_objects
+from bridge.agent import objects as cni_objects
 from embedded import store as store_mod
 
 _COORDINATES: dict[str, str] = {

@@ -14,7 +14,8 @@ from typing import Any
 import kmock
 import kopf
 
-from bridge import controller, npwg, translate
+from bridge import npwg, translate
+from bridge.operator import controller
 from podnetwork import constants
 from tests.api import kube_emulator
 

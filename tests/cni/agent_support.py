@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.cni import agent as agent_mod
-from bridge.cni import command, invoke
-from bridge.cni.objects import MemoryObjects
+from bridge.agent import agent as agent_mod
+from bridge.agent import command, invoke
+from bridge.agent.objects import MemoryObjects
 
 CNI_VERSION = "1.0.0"
 """The cniVersion of a World whose test does not run once per version."""

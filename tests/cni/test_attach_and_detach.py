@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bridge.cni import invoke
+from bridge.agent import invoke
 from tests.cni.agent_support import (
     KEP_NETWORKS,
     NOTHING_LEFT,

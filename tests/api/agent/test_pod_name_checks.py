@@ -22,7 +22,7 @@ from pathlib import Path
 import kmock
 import pytest
 
-from bridge.cni import agent, command, objects
+from bridge.agent import agent, command, objects
 from tests.api.kube_emulator import write_kubeconfig
 
 CNI_VERSION = "1.0.0"

@@ -18,7 +18,8 @@ import jsonpatch
 import kmock as kmock_lib
 import pytest
 
-from bridge import admission, controller, npwg, pods, translate
+from bridge import npwg, translate
+from bridge.operator import admission, controller, pods
 from tests.api import bridge_api_support as bs
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)

@@ -17,7 +17,7 @@ import httpx
 import kmock as kmock_lib
 import pytest
 
-from bridge import admission, pods
+from bridge.operator import admission, pods
 from tests.api import bridge_api_support as bs
 from tests.api.kube_emulator import write_kubeconfig
 

@@ -9,7 +9,8 @@ import json
 import kmock as kmock_lib
 import pytest
 
-from bridge import npwg, pods
+from bridge import npwg
+from bridge.operator import pods
 from podnetwork import constants
 from tests.api import bridge_api_support as bs
 

@@ -10,7 +10,8 @@ from typing import Any
 import kmock as kmock_lib
 import pytest
 
-from bridge import controller, npwg, pods
+from bridge import npwg
+from bridge.operator import controller, pods
 from tests.api import bridge_api_support as bs
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)

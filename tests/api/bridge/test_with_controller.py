@@ -12,8 +12,8 @@ import kmock as kmock_lib
 import kopf
 import pytest
 
-from bridge import controller as bridge_controller
 from bridge import npwg
+from bridge.operator import controller as bridge_controller
 from podnetwork import controller as pn_controller
 from tests.api import bridge_api_support as bs
 from tests.api import kube_emulator as ke

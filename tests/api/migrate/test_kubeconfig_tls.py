@@ -1,6 +1,6 @@
 """A kubeconfig's certificates in use: HTTPS on loopback that requires a client certificate.
 
-bridge.migrate_kubeconfig reads the kubeconfig through the kubernetes client;
+bridge.migrate.kubeconfig reads the kubeconfig through the kubernetes client;
 these tests check that the resulting httpx client verifies the server with the
 kubeconfig's CA and presents its client certificate (as data, as files, or from
 an exec plugin).
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bridge import migrate_kubeconfig
+from bridge.migrate import kubeconfig as migrate_kubeconfig
 
 
 def self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cni import agent, cache, objects
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent import agent, cache, objects
+from bridge.agent.invoke import CNIError, ErrorCode
 
 
 class Refuse:

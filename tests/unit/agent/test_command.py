@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cni import agent, command, objects
+from bridge.agent import agent, command, objects
 from podnetwork import cli
 
 

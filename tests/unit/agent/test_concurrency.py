@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-from bridge.cni import agent, objects
+from bridge.agent import agent, objects
 
 POD_ARGS = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from bridge.cni import command
+from bridge.agent import command
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.cni import conflist, invoke
-from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent import conflist, invoke
+from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 
 
 def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.cni import agent, command, objects, server, shim
-from bridge.cni.invoke import CNIError
+from bridge.agent import agent, command, objects, server, shim
+from bridge.agent.invoke import CNIError
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 INTERNAL = {"internal agent error", "internal shim error"}

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from bridge.cni import agent, cache, objects
-from bridge.cni.invoke import CNIError
+from bridge.agent import agent, cache, objects
+from bridge.agent.invoke import CNIError
 
 DEFAULT = {"cniVersion": "1.1.0", "name": "kubenet", "type": "bridge"}
 STDIN = json.dumps({"cniVersion": "1.1.0", "name": "multinetwork"}).encode()

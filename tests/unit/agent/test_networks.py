@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bridge.cni import agent, objects
-from bridge.cni.invoke import CNIError
+from bridge.agent import agent, objects
+from bridge.agent.invoke import CNIError
 
 NAD_CONF = {"cniVersion": "1.0.0", "type": "bridge", "capabilities": {"portMappings": True, "mac": True}}
 

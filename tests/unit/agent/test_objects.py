@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.cni import agent, objects
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent import agent, objects
+from bridge.agent.invoke import CNIError, ErrorCode
 from podnetwork import constants
 
 

@@ -9,8 +9,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.cni import agent, server, shim
-from bridge.cni.invoke import CNIError
+from bridge.agent import agent, server, shim
+from bridge.agent.invoke import CNIError
 
 
 @settings(max_examples=150)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cni import agent, invoke, objects
+from bridge.agent import agent, invoke, objects
 
 
 def _agent(tmp_path: Path, version: str) -> agent.Agent:

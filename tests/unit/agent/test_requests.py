@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.cni import agent
-from bridge.cni.invoke import CNIError
+from bridge.agent import agent
+from bridge.agent.invoke import CNIError
 
 ADD_ENV = {
     "CNI_COMMAND": "ADD",

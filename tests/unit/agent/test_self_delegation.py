@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from bridge.cni import agent, objects
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent import agent, objects
+from bridge.agent.invoke import CNIError, ErrorCode
 
 
 class Recorder:

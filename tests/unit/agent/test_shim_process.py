@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cni import server, shim
+from bridge.agent import server, shim
 
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 

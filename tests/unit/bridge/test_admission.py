@@ -1,4 +1,4 @@
-"""bridge.admission: AdmissionReview v1 in and out for the npwg-selection gate, decided purely."""
+"""bridge.operator.admission: AdmissionReview v1 in and out for the npwg-selection gate, decided purely."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from bridge import admission, npwg, pods, translate
+from bridge import npwg, translate
+from bridge.operator import admission, pods
 from podnetwork import constants
 from tests.unit.bridge_support import NS, nad, podnetwork
 

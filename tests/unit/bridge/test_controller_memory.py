@@ -1,9 +1,9 @@
-"""bridge.controller's memory: the reference index that makes NAD events precise, and
+"""bridge.operator.controller's memory: the reference index that makes NAD events precise, and
 the rule that an older body never replaces a newer one."""
 
 from __future__ import annotations
 
-from bridge import controller
+from bridge.operator import controller
 from podnetwork import constants
 from tests.unit.bridge_support import NS, attachment, nad_ref, options_ref, podnetwork
 

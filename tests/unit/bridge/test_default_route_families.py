@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from bridge import npwg, translate
-from bridge.cni import plan
-from bridge.cni.invoke import CNIError
+from bridge.agent import plan
+from bridge.agent.invoke import CNIError
 from podnetwork.api import Network
 
 NS = "app"

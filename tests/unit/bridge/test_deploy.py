@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 import yaml
 
-from bridge import admission, controller
+from bridge.operator import admission, controller
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy" / "bridge"

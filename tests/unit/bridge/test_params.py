@@ -1,12 +1,12 @@
-"""bridge.params: ParamsReady of the bridge's PodNetworks and attachments (KEP "ParamsReady")."""
+"""bridge.translate.params: ParamsReady of the bridge's PodNetworks and attachments (KEP "ParamsReady")."""
 
 from __future__ import annotations
 
 import pytest
 
-from bridge import params
-from bridge.params import ParamsReason
-from bridge.translate import Objects
+from bridge import translate
+from bridge.translate import Objects, params
+from bridge.translate.params import ParamsReason
 from podnetwork.constants import ConditionStatus, ConditionType
 from tests.unit.bridge_support import NS, attachment, nad, nad_ref, options, options_ref, podnetwork
 
@@ -95,8 +95,8 @@ def test_kep_attachments_without_refs_or_of_other_providers_get_no_decision() ->
 
 def test_references_name_nads_and_options_with_the_attachments_namespace_by_default() -> None:
     pna = attachment("p", "dataplane", [nad_ref("n"), nad_ref("m", "other"), options_ref("o")])
-    assert params.references(pna) == ({(NS, "n"), ("other", "m")}, {(NS, "o")})
-    assert params.references(DATAPLANE) == ({("nets", "dataplane")}, set())
+    assert translate.references(pna) == ({(NS, "n"), ("other", "m")}, {(NS, "o")})
+    assert translate.references(DATAPLANE) == ({("nets", "dataplane")}, set())
 
 
 def test_kep_params_ready_keeps_last_transition_time_while_status_stays() -> None:

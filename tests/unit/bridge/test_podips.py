@@ -1,4 +1,4 @@
-"""bridge.podips: NPWG network-status -> KEP pod IPs per PodNetwork."""
+"""bridge.translate.podips: NPWG network-status -> KEP pod IPs per PodNetwork."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from bridge import podips, translate
+from bridge import translate
+from bridge.translate import podips
 from podnetwork.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork
 

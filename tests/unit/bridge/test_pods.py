@@ -1,4 +1,4 @@
-"""bridge.pods: what the bridge writes on a pod (selection, pod IPs, events), decided purely."""
+"""bridge.operator.pods: what the bridge writes on a pod (selection, pod IPs, events), decided purely."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge import npwg, pods, translate
+from bridge import npwg, translate
+from bridge.operator import pods
 from podnetwork import constants
 from podnetwork.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork

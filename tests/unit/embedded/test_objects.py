@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bridge.cni import objects as cni_objects
+from bridge.agent import objects as cni_objects
 from embedded.objects import StoreObjects
 from embedded.store import Store
 

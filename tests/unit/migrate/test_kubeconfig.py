@@ -1,4 +1,4 @@
-"""Reading kubeconfig files the way kubectl does (bridge.migrate_kubeconfig)."""
+"""Reading kubeconfig files the way kubectl does (bridge.migrate.kubeconfig)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge import migrate_kubeconfig
+from bridge.migrate import kubeconfig as migrate_kubeconfig
 
 EXEC_V1 = "client.authentication.k8s.io/v1"
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge import migrate, pods, translate
+from bridge import migrate, translate
+from bridge.operator import pods
 from podnetwork import constants, manifests, networks, validation
 from tests.unit.crd_support import crd, schema_errors
 

@@ -9,7 +9,7 @@ and `_socket`: under `-S` even `os` is not loaded yet, and importing it (with
 own start).
 So the few JSON bits it needs are read and written by hand below.
 
-Protocol with the agent (`bridge.cni.server`), one HTTP/1.1 request per call:
+Protocol with the agent (`bridge.agent.server`), one HTTP/1.1 request per call:
 
     POST /v1/cni    body: "CNI_X=value\\n" for each CNI_* variable, "\\n", then stdin verbatim
     200             body: the CNI result to print (empty for DEL/CHECK)

@@ -35,7 +35,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from bridge import migrate, migrate_kubeconfig, migrate_offline, npwg
+from bridge import migrate, npwg
+from bridge.migrate import kubeconfig as migrate_kubeconfig
+from bridge.migrate import offline as migrate_offline
 from podnetwork import constants, manifests
 from podnetwork import networks as kep_networks
 

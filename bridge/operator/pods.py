@@ -11,7 +11,7 @@
   attached (it has `network-status`) is not changed: the selection is read once,
   at sandbox creation, and rewriting it afterwards would misreport.
 - The reverse status: `multinetwork.x-k8s.io/pod-ips` from `network-status`
-  (see `bridge.podips`).
+  (see `bridge.translate.podips`).
 - The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (Pod
   spec.schedulingGates, GA in Kubernetes 1.30): admission (`admission_patch`)
   adds it to a new pod that names a bridge network whose selection cannot be
@@ -23,20 +23,19 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge import npwg, podips, translate
-from bridge.translate import Translation
+from bridge import npwg, translate
+from bridge.translate import Translation, podips
 from podnetwork import conditions, constants
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
 from podnetwork.fielderrors import InvalidObject
 
-#: Pod annotation: digest of the selection value the bridge wrote.
-WRITTEN_ANNOTATION = f"{translate.OPTIONS_GROUP}/networks-written"
+#: Pod annotation: digest of the selection value the bridge wrote (see `bridge.translate.networks`).
+WRITTEN_ANNOTATION = translate.WRITTEN_ANNOTATION
 #: Event reason when a hand-written NPWG selection disagrees with the KEP networks.
 CONFLICT_REASON = "SelectionDisagrees"
 #: The component name events carry.
@@ -45,8 +44,7 @@ COMPONENT = "podnetwork-bridge"
 SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
 
 
-def digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:16]
+digest = translate.selection_digest
 
 
 def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge import npwg
-from bridge.translate import Source, Translation
+from bridge.translate.networks import Source, Translation
 from podnetwork import constants
 from podnetwork.api import PodIP
 

@@ -6,7 +6,7 @@
                     4xx/5xx body: the CNI error {"cniVersion", "code", "msg", "details"}
     GET  /v1/ready  200 {"ready": true} | 503 {"ready": false, "problem": "..."}
 
-The framing keeps the shim free of a JSON encoder (see `bridge.cni.shim`). The
+The framing keeps the shim free of a JSON encoder (see `bridge.agent.shim`). The
 socket is bound and set to mode 0600 before it listens, so only root (the
 runtime, through the shim) can ever connect. Handlers are not cancelled when a
 client goes away: an ADD or DEL that started runs to its end and stays recorded.
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent.invoke import CNIError, ErrorCode
 
 if TYPE_CHECKING:
-    from bridge.cni.agent import Agent
+    from bridge.agent.agent import Agent
 
 log = logging.getLogger(__name__)
 

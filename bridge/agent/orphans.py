@@ -28,8 +28,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.cni import invoke
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent import invoke
+from bridge.agent.invoke import CNIError, ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.cni import invoke
-from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent import invoke
+from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 
 #: Keys of a plugin configuration the runtime derives; never taken from the list's plugins.
 _INJECTED = ("name", "cniVersion", "prevResult")

@@ -123,7 +123,7 @@ def _problem(args: argparse.Namespace) -> str | None:
 async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
     webhook cannot be served (port in use, unusable certificate), before anything started."""
-    from bridge import admission
+    from bridge.operator import admission
 
     flags = webhook_flags(args)
     try:
@@ -150,7 +150,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
-    from bridge import controller
+    from bridge.operator import controller
 
     problem = _problem(args)
     if problem is not None:

@@ -3,7 +3,7 @@
 The official `kubernetes` client reads the kubeconfig (clusters, users, tokens,
 client certificates, exec credential plugins, service account) into a private
 `kubernetes.client.Configuration`; this module turns that into an httpx client
-for `bridge.migrate_apply`. Two kubectl rules the client does not follow are
+for `bridge.migrate.apply`. Two kubectl rules the client does not follow are
 kept here (https://kubernetes.io/docs/concepts/configuration/organize-cluster-access-kubeconfig/):
 `$KUBECONFIG` is read when called, not when imported, and when it merges files
 the first `current-context` wins (the client lets the last one win).

@@ -33,7 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from bridge.cni import invoke
+from bridge.agent import invoke
 
 FORMAT_VERSION = 1
 SUFFIX = ".jsonl"

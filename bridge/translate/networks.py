@@ -1,7 +1,8 @@
 """Translation KEP-3698 -> NPWG: a pod's networks to a `k8s.v1.cni.cncf.io/networks` selection.
 
-The only module of the NPWG layer that knows PodNetworks (see `.importlinter`);
-the CNI agent, the bridge controller and the migration all go through it.
+With `bridge.translate.refs`, the only code of the NPWG layer that knows
+PodNetworks (see `.importlinter`); the CNI agent, the bridge operator and the
+migration all go through this package.
 
 Stable interface (the CNI agent and the migration are written against it)::
 
@@ -49,24 +50,28 @@ controller) writes the annotation only once every object it names is Ready.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from bridge import npwg
+from bridge.translate.refs import (
+    AttachmentParams,
+    Obj,
+    Objects,
+    Reason,
+    TranslationError,
+    attachment_params,
+    describe,
+    is_bridge,
+    podnetwork_nad,
+    spec_of,
+)
 from podnetwork import constants
 from podnetwork.api import Network
-
-#: The bridge's own API group, for NetworkSelectionOptions.
-OPTIONS_GROUP = f"bridge.{constants.GROUP}"
-OPTIONS_VERSION = "v1alpha1"
-OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
-OPTIONS_KIND = "NetworkSelectionOptions"
-OPTIONS_PLURAL = "networkselectionoptions"
-OPTIONS_SINGULAR = "networkselectionoption"
 
 #: Implementation extension of a selection element (NPWG 4.1.2.1: keys with a dot are
 #: implementation-specific and kept): the address families, `ipv4`/`ipv6`, whose default
@@ -76,42 +81,22 @@ OPTIONS_SINGULAR = "networkselectionoption"
 DEFAULT_ROUTE_FAMILIES_KEY = f"{constants.GROUP}/default-route-families"
 FAMILY_NAMES = {4: "ipv4", 6: "ipv6"}
 
-#: Kind spellings accepted in parametersRefs (the KEP's example uses the plural resource name).
-NAD_KINDS = frozenset({npwg.NAD_KIND, npwg.NAD_PLURAL, npwg.NAD_SINGULAR})
-OPTIONS_KINDS = frozenset({OPTIONS_KIND, OPTIONS_PLURAL, OPTIONS_SINGULAR})
-
-#: The keys a NetworkSelectionOptions `spec` may carry: the per-pod keys of a
-#: selection element (4.1.2.1), plus `default-route` so explicit gateways survive
-#: a migration from NPWG annotations.
-OPTIONS_KEYS: tuple[str, ...] = (
-    "ips",
-    "mac",
-    "cni-args",
-    "portMappings",
-    "bandwidth",
-    "infiniband-guid",
-    "ipam-claim-reference",
-    "default-route",
-)
+#: Pod annotation: digest of the selection value the bridge wrote, so the bridge can tell
+#: its own translation from a hand-written `k8s.v1.cni.cncf.io/networks` (and the
+#: migration leaves its translations alone).
+WRITTEN_ANNOTATION = f"bridge.{constants.GROUP}/networks-written"
 
 
-class Reason(StrEnum):
-    """Why a translation failed. The last three are also ParamsReady=False reasons."""
-
-    PODNETWORK_NOT_FOUND = "PodNetworkNotFound"
-    ATTACHMENT_NOT_FOUND = "PodNetworkAttachmentNotFound"
-    NOT_BRIDGE_PROVIDER = "NotBridgeProvider"
-    PARAMETERS_NOT_FOUND = "ParametersNotFound"
-    INVALID_PARAMETERS = "InvalidParameters"
-    UNSUPPORTED_PARAMETERS_KIND = "UnsupportedParametersKind"
+def selection_digest(value: str) -> str:
+    """The digest `WRITTEN_ANNOTATION` holds for the selection text `value`."""
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-class TranslationError(ValueError):
-    """A pod's networks cannot be translated; `reason` says why, the message names the object."""
-
-    def __init__(self, reason: Reason, message: str) -> None:
-        self.reason = reason
-        super().__init__(message)
+def written_by_bridge(annotations: Mapping[str, str]) -> bool:
+    """The pod's NPWG selection is the bridge's translation of its PodNetworks, not a
+    hand-written one: its digest is the one the bridge wrote beside it."""
+    text = annotations.get(npwg.NETWORKS_ANNOTATION)
+    return text is not None and annotations.get(WRITTEN_ANNOTATION) == selection_digest(text)
 
 
 @dataclass(frozen=True)
@@ -127,44 +112,6 @@ class Source:
     index: int = 0
     """Position of the entry in the pod's networks list."""
 
-
-Obj = Mapping[str, Any]
-Key = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class Objects:
-    """The objects a translation may read, keyed the way pods reference them."""
-
-    podnetworks: Mapping[str, Obj] = field(default_factory=dict)
-    """PodNetwork by name (cluster-scoped)."""
-    attachments: Mapping[Key, Obj] = field(default_factory=dict)
-    """PodNetworkAttachment by (namespace, name)."""
-    nads: Mapping[Key, Obj] = field(default_factory=dict)
-    """NetworkAttachmentDefinition by (namespace, name)."""
-    options: Mapping[Key, Obj] = field(default_factory=dict)
-    """NetworkSelectionOptions by (namespace, name)."""
-
-    @classmethod
-    def from_objects(cls, objs: Iterable[Obj]) -> Objects:
-        """Sort API objects by `kind`; other kinds are ignored."""
-        pns: dict[str, Obj] = {}
-        pnas: dict[Key, Obj] = {}
-        nads: dict[Key, Obj] = {}
-        opts: dict[Key, Obj] = {}
-        for obj in objs:
-            meta = obj.get("metadata") or {}
-            name, ns = meta.get("name", ""), meta.get("namespace", "")
-            kind = obj.get("kind")
-            if kind == constants.PODNETWORK_KIND:
-                pns[name] = obj
-            elif kind == constants.ATTACHMENT_KIND:
-                pnas[(ns, name)] = obj
-            elif kind == npwg.NAD_KIND:
-                nads[(ns, name)] = obj
-            elif kind == OPTIONS_KIND:
-                opts[(ns, name)] = obj
-        return cls(pns, pnas, nads, opts)
 
 
 @dataclass
@@ -183,178 +130,13 @@ class Translation:
         return npwg.format_selection(self.elements)
 
 
-# --- References ----------------------------------------------------------------------------
-
-
-def _spec(obj: Obj) -> Mapping[str, Any]:
-    # Objects may come from files (podnetwork migrate): a non-object spec reads as empty.
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def describe(kind: str, name: str, namespace: str | None = None) -> str:
-    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-
-
-def _is_nad(ref: Mapping[str, Any]) -> bool:
-    return ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in NAD_KINDS
-
-
-def _is_options(ref: Mapping[str, Any]) -> bool:
-    return ref.get("group") == OPTIONS_GROUP and ref.get("kind") in OPTIONS_KINDS
-
-
-def is_bridge(podnetwork: Obj) -> bool:
-    """The PodNetwork is provided by this bridge."""
-    return _spec(podnetwork).get("provider") == constants.BRIDGE_PROVIDER
-
-
-def nad_config_problem(nad: Obj) -> str | None:
-    """Why a NAD's `spec.config` cannot be executed, or None (an absent config is fine, 3.2.4)."""
-    if not isinstance(nad.get("spec") or {}, Mapping):
-        return "spec must be an object (NPWG 3.1)"
-    config = _spec(nad).get("config")
-    if config is None or (isinstance(config, str) and not config.strip()):
-        return None
-    if not isinstance(config, str):
-        return "spec.config must be a string holding CNI JSON (NPWG 3.2)"
-    try:
-        npwg.load_cni_config(config, "spec.config")
-    except npwg.DelegationError as exc:
-        return str(exc)
-    return None
-
-
-def _resolve_nad(ref: Mapping[str, Any], namespace: str, owner: str) -> Key:
-    name = ref.get("name") or ""
-    if problem := npwg.name_problem(name):
-        raise TranslationError(
-            Reason.INVALID_PARAMETERS,
-            f"{owner}: NetworkAttachmentDefinition name {name!r} {problem} (NPWG 3.3)",
-        )
-    return (namespace, name)
-
-
-def _check_nad(key: Key, objects: Objects, owner: str) -> Obj:
-    nad = objects.nads.get(key)
-    what = describe(npwg.NAD_KIND, key[1], key[0])
-    if nad is None:
-        raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
-    if problem := nad_config_problem(nad):
-        raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
-    return nad
-
-
-def podnetwork_nad(podnetwork: Obj, objects: Objects) -> tuple[Key, Obj]:
-    """The one NAD of a bridge PodNetwork: its key and object. Raises `TranslationError`."""
-    owner = describe(constants.PODNETWORK_KIND, _meta(podnetwork).get("name", ""))
-    refs = list(_spec(podnetwork).get("parametersRefs") or [])
-    for ref in refs:
-        if not _is_nad(ref):
-            raise TranslationError(
-                Reason.UNSUPPORTED_PARAMETERS_KIND,
-                f"{owner}: parametersRefs may only name {npwg.NAD_GROUP} network-attachment-definitions, "
-                f"not {ref.get('group')}/{ref.get('kind')} {ref.get('name')!r}",
-            )
-    if len(refs) != 1:
-        raise TranslationError(
-            Reason.INVALID_PARAMETERS,
-            f"{owner}: a PodNetwork with provider {constants.BRIDGE_PROVIDER} needs exactly one "
-            f"NetworkAttachmentDefinition in parametersRefs, found {len(refs)}",
-        )
-    ref = refs[0]
-    if not ref.get("namespace"):
-        raise TranslationError(
-            Reason.INVALID_PARAMETERS,
-            f"{owner}: parametersRefs[0].namespace is required: a PodNetwork is cluster-scoped "
-            "and a NetworkAttachmentDefinition is namespaced",
-        )
-    key = _resolve_nad(ref, ref["namespace"], owner)
-    return key, _check_nad(key, objects, owner)
-
-
-@dataclass(frozen=True)
-class AttachmentParams:
-    """What a PodNetworkAttachment's own parametersRefs resolve to."""
-
-    nad: Key | None
-    """The per-pod NAD override, or None (use the PodNetwork's)."""
-    options: dict[str, Any]
-    """The NetworkSelectionOptions spec (validated), or {}."""
-    options_key: Key | None = None
-
-
-def options_problem(spec: Mapping[str, Any]) -> str | None:
-    """Why a NetworkSelectionOptions spec is invalid (per NPWG 4.1.2.1), or None."""
-    if not isinstance(spec, Mapping):
-        return "spec must be an object"
-    unknown = sorted(set(spec) - set(OPTIONS_KEYS))
-    if unknown:
-        return f"spec has unknown key(s) {unknown}; known keys are {list(OPTIONS_KEYS)}"
-    try:
-        npwg.parse_selection(json.dumps([{"name": "options", **spec}]), "default")
-    except npwg.InvalidSelection as exc:
-        return f"spec.{exc.key}: {exc.detail} (NPWG multi-net spec {exc.section})"
-    except (TypeError, ValueError) as exc:
-        return f"spec is not JSON: {exc}"
-    return None
-
-
-def attachment_params(attachment: Obj, objects: Objects) -> AttachmentParams:
-    """Resolve a PodNetworkAttachment's parametersRefs. Raises `TranslationError`."""
-    meta = _meta(attachment)
-    namespace = meta.get("namespace") or ""
-    owner = describe(constants.ATTACHMENT_KIND, meta.get("name", ""), namespace)
-    nad_refs, option_refs = [], []
-    for ref in _spec(attachment).get("parametersRefs") or []:
-        if _is_nad(ref):
-            nad_refs.append(ref)
-        elif _is_options(ref):
-            option_refs.append(ref)
-        else:
-            raise TranslationError(
-                Reason.UNSUPPORTED_PARAMETERS_KIND,
-                f"{owner}: parametersRefs may name {npwg.NAD_GROUP} network-attachment-definitions "
-                f"or {OPTIONS_GROUP} {OPTIONS_PLURAL}, not {ref.get('group')}/{ref.get('kind')} "
-                f"{ref.get('name')!r}",
-            )
-    if len(nad_refs) > 1 or len(option_refs) > 1:
-        raise TranslationError(
-            Reason.INVALID_PARAMETERS,
-            f"{owner}: parametersRefs may name at most one NetworkAttachmentDefinition and one "
-            f"NetworkSelectionOptions, found {len(nad_refs)} and {len(option_refs)}",
-        )
-    nad_key = None
-    if nad_refs:
-        nad_key = _resolve_nad(nad_refs[0], nad_refs[0].get("namespace") or namespace, owner)
-        _check_nad(nad_key, objects, owner)
-    options: dict[str, Any] = {}
-    options_key = None
-    if option_refs:
-        ref = option_refs[0]
-        options_key = (ref.get("namespace") or namespace, ref.get("name") or "")
-        what = describe(OPTIONS_KIND, options_key[1], options_key[0])
-        found = objects.options.get(options_key)
-        if found is None:
-            raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
-        spec = found.get("spec") or {}
-        if problem := options_problem(spec):
-            raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
-        options = dict(spec)
-    return AttachmentParams(nad_key, options, options_key)
-
 
 # --- Gateways ----------------------------------------------------------------------------------
 
 
 def ipam_gateways(nad: Obj) -> list[str]:
     """The gateways a NAD's IPAM configuration names, in order, without duplicates."""
-    config_text = _spec(nad).get("config")
+    config_text = spec_of(nad).get("config")
     if not isinstance(config_text, str) or not config_text.strip():
         return []
     try:
@@ -389,6 +171,7 @@ def _family(ip: str) -> int:
     return ipaddress.ip_address(ip).version
 
 
+
 # --- Translation -------------------------------------------------------------------------------
 
 
@@ -417,7 +200,7 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
                     f"{label}: {describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)} "
                     "does not exist",
                 )
-            pn_name = _spec(attachment).get("podNetworkName") or ""
+            pn_name = spec_of(attachment).get("podNetworkName") or ""
             params = attachment_params(attachment, objects)
         else:
             pn_name = net.pod_network_name or ""
@@ -454,7 +237,7 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
             raise TranslationError(
                 Reason.NOT_BRIDGE_PROVIDER,
                 f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} has provider "
-                f"{_spec(podnetwork).get('provider')!r}, not {constants.BRIDGE_PROVIDER!r}",
+                f"{spec_of(podnetwork).get('provider')!r}, not {constants.BRIDGE_PROVIDER!r}",
             )
         if params.nad is not None:
             nad_key = params.nad
@@ -539,25 +322,11 @@ def _gateways(
 __all__ = [
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
-    "NAD_KINDS",
-    "OPTIONS_API_VERSION",
-    "OPTIONS_GROUP",
-    "OPTIONS_KEYS",
-    "OPTIONS_KIND",
-    "OPTIONS_KINDS",
-    "OPTIONS_PLURAL",
-    "AttachmentParams",
-    "Objects",
-    "Reason",
+    "WRITTEN_ANNOTATION",
     "Source",
     "Translation",
-    "TranslationError",
-    "attachment_params",
-    "describe",
     "ipam_gateways",
-    "is_bridge",
-    "nad_config_problem",
-    "options_problem",
-    "podnetwork_nad",
+    "selection_digest",
     "translate",
+    "written_by_bridge",
 ]

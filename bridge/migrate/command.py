@@ -4,7 +4,7 @@ Offline (`-f FILES_OR_DIRS`) it plans from manifests and can write the
 rewritten manifests; live (`--kubeconfig`, `--context`, `-n NS | -A`) it reads
 the cluster, and with `--apply` applies the plan with server-side apply;
 `--rollback PLAN` undoes an applied plan. The planning is `bridge.migrate`,
-the cluster I/O `bridge.migrate_apply`; this module only wires them to argv.
+the cluster I/O `bridge.migrate.apply`; this module only wires them to argv.
 """
 
 from __future__ import annotations
@@ -148,10 +148,10 @@ def _run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None
     if problem:
         return _fail(problem, err)
     if args.filename:
-        from bridge import migrate_offline
+        from bridge.migrate import offline as migrate_offline
 
         return migrate_offline.run(args, out, err)
-    from bridge import migrate_apply
+    from bridge.migrate import apply as migrate_apply
 
     return migrate_apply.run(args, out, err)
 

@@ -1,19 +1,19 @@
 """The bridge controller: thin kopf handlers around the bridge's pure decisions.
 
-- ParamsReady (`bridge.params`) on PodNetworks whose provider is the bridge's and
+- ParamsReady (`bridge.translate.params`) on PodNetworks whose provider is the bridge's and
   on their attachments; NetworkAttachmentDefinition and NetworkSelectionOptions
   events re-evaluate exactly the objects that name them (an in-memory index of
   references), so ParamsReady follows NAD changes and deletions.
-- The NPWG selection (`bridge.pods.selection`): `k8s.v1.cni.cncf.io/networks` on
+- The NPWG selection (`bridge.operator.pods.selection`): `k8s.v1.cni.cncf.io/networks` on
   pods carrying `multinetwork.x-k8s.io/networks`, once every object they name is
   Ready. Pods waiting for that are kept in memory and retried when a PodNetwork,
   attachment, NAD or options object changes. A hand-written selection that
   disagrees gets a Warning Event, once.
 - The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (added at pod
-  creation by the bridge's webhook, `bridge.admission`): removed in the same
+  creation by the bridge's webhook, `bridge.operator.admission`): removed in the same
   merge patch that writes the selection, or alone when the bridge will write
-  none (`bridge.pods.release_patch`), so the pod is scheduled only with it.
-- Reverse status (`bridge.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
+  none (`bridge.operator.pods.release_patch`), so the pod is scheduled only with it.
+- Reverse status (`bridge.operator.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
   from `k8s.v1.cni.cncf.io/network-status`.
 
 Pods are watched with `kopf.on.event` only, filtered on the KEP annotation:
@@ -39,7 +39,9 @@ import kopf
 from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import errors as kopf_errors
 
-from bridge import npwg, params, pods, translate
+from bridge import npwg, translate
+from bridge.operator import pods
+from bridge.translate import params
 from podnetwork import conditions, constants, networks
 from podnetwork.fielderrors import InvalidObject
 
@@ -99,7 +101,7 @@ class Bridge:
             users.discard(ref)
         if body is None:
             return
-        nad_keys, option_keys = params.references(body)
+        nad_keys, option_keys = translate.references(body)
         for key in nad_keys:
             self.nad_users.setdefault(key, set()).add(ref)
         for key in option_keys:
@@ -171,10 +173,10 @@ class Bridge:
         logger.warning("pod %s/%s: %s", namespace, pod.get("metadata", {}).get("name"), message)
 
     async def register_webhook(self) -> None:
-        """Create or update the MutatingWebhookConfiguration (`bridge.admission`), if asked to."""
+        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to."""
         if self.config.webhook_client_config is None:
             return
-        from bridge import admission
+        from bridge.operator import admission
 
         assert self.kopf_settings is not None
         obj = admission.webhook_configuration(self.config.webhook_client_config)

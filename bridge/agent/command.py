@@ -2,7 +2,7 @@
 
 `command` has the shape of `podnetwork.cli.Command` (help, configure, run,
 description), which is all the CLI reads. It is built here without importing
-`podnetwork.cli`, because `.importlinter` forbids `bridge.cni` to import the KEP
+`podnetwork.cli`, because `.importlinter` forbids `bridge.agent` to import the KEP
 layer (contract "agent-through-translation").
 """
 
@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bridge.cni import agent as agent_mod
-from bridge.cni import invoke
+from bridge.agent import agent as agent_mod
+from bridge.agent import invoke
 from podnetwork.cli import Command
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def _load_objects(path: Path) -> Any:
     """The objects of a YAML/JSON file (documents, lists, or `kind: List`); ValueError says what is wrong."""
     import yaml
 
-    from bridge.cni.objects import MemoryObjects
+    from bridge.agent.objects import MemoryObjects
 
     try:
         loaded = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: cannot read --objects {args.objects}: {exc}", file=sys.stderr)
             return 1
     else:
-        from bridge.cni.objects import KubernetesObjects
+        from bridge.agent.objects import KubernetesObjects
 
         try:
             objects = KubernetesObjects(args.kubeconfig, args.context)

@@ -1,14 +1,14 @@
 """The CNI agent: this project's NPWG delegating plugin (multi-net spec 2.4), KEP "Agent-based" model.
 
-The runtime runs the shim (`bridge.cni.shim`), which forwards the CNI request here
-over a unix socket (`bridge.cni.server`). On ADD the agent reads the pod, attaches
+The runtime runs the shim (`bridge.agent.shim`), which forwards the CNI request here
+over a unix socket (`bridge.agent.server`). On ADD the agent reads the pod, attaches
 the cluster default network first (6.2), then each selected network in order
 (4.2), rolls back on the first failure (7.2), records every attachment on disk
-before executing it (`bridge.cni.cache`), moves the default route when a
+before executing it (`bridge.agent.cache`), moves the default route when a
 selection asks for it (4.1.2.1.9), writes `k8s.v1.cni.cncf.io/network-status`
 (5) and returns the default network's result to the runtime. DEL needs only the
 cache; before it tears down a record an earlier agent process wrote, it stops the
-delegates that process may have left running (`bridge.cni.orphans`). Operations
+delegates that process may have left running (`bridge.agent.orphans`). Operations
 for one container are serialized; different containers run in parallel (7.3).
 
 Embedding: `Agent(objects, AgentConfig(...))`, then `await agent.start()` /
@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.cni import cache, conflist, invoke, orphans, plan
-from bridge.cni import objects as objects_mod
-from bridge.cni.cache import Attachment, Record, State
-from bridge.cni.invoke import CNIError, Command, ErrorCode, RuntimeArgs
-from bridge.cni.objects import NotFound, ObjectSource
+from bridge.agent import cache, conflist, invoke, orphans, plan
+from bridge.agent import objects as objects_mod
+from bridge.agent.cache import Attachment, Record, State
+from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent.objects import NotFound, ObjectSource
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,12 @@ DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
 #: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
 DEFAULT_PODNETWORK = "default"
+
+
+def _fetchable(key: tuple[str, str]) -> bool:
+    """A (namespace, name) that names one object in an API path."""
+    namespace, name = key
+    return npwg.subdomain_problem(name) is None and npwg.name_problem(namespace, max_length=63) is None
 
 
 @dataclass
@@ -80,7 +86,7 @@ class AgentConfig:
     patch_status: bool = True
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5)."""
     durable_cache: bool = False
-    """fsync every cache write (survives a power loss, ~10 ms per write); see `bridge.cni.cache`."""
+    """fsync every cache write (survives a power loss, ~10 ms per write); see `bridge.agent.cache`."""
 
 
 @dataclass
@@ -237,7 +243,7 @@ class Agent:
 
     async def start(self) -> None:
         """Opens the socket and, when `conf_file` is set, starts waiting for the default network."""
-        from bridge.cni import server  # aiohttp: only when serving
+        from bridge.agent import server  # aiohttp: only when serving
 
         self.cache.ensure()
         serving = server.Server(self)
@@ -427,19 +433,21 @@ class Agent:
             ) from None
         return name, config
 
-    async def _follow_refs(self, obj: Mapping[str, Any], namespace: str, found: _Found) -> None:
-        """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name.
+    async def _follow_refs(self, obj: Mapping[str, Any], found: _Found) -> None:
+        """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name
+        (as `translate.references` reads them).
 
-        Missing ones are left out: the translation then reports them by name.
+        Missing ones are left out, and so are names no API path may carry (`..`, `a/b`):
+        the translation then reports them by name.
         """
-        for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
-            if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
-                continue
-            key = (ref.get("namespace") or namespace, ref["name"])
-            with contextlib.suppress(NotFound):
-                if ref.get("group") == npwg.NAD_GROUP and key not in found.nads:
+        nads, options = translate.references(obj)
+        for key in sorted(nads):
+            if key not in found.nads and _fetchable(key):
+                with contextlib.suppress(NotFound):
                     found.nads[key] = await self.objects.get_nad(*key)
-                elif ref.get("group") == translate.OPTIONS_GROUP and key not in found.options:
+        for key in sorted(options):
+            if key not in found.options and _fetchable(key):
+                with contextlib.suppress(NotFound):
                     found.options[key] = await self.objects.get_selection_options(*key)
 
     async def _default_from_podnetwork(
@@ -463,7 +471,7 @@ class Agent:
                 "or give --default-network-conf FILE",
             )
         found = _Found()
-        await self._follow_refs(podnetwork, "", found)
+        await self._follow_refs(podnetwork, found)
         try:
             (namespace, name), nad = translate.podnetwork_nad(podnetwork, found.objects())
             config = npwg.delegate_config(
@@ -520,12 +528,12 @@ class Agent:
                 with contextlib.suppress(NotFound):
                     attachment = await self.objects.get_attachment(*key)
                     found.attachments[key] = attachment
-                    await self._follow_refs(attachment, namespace, found)
+                    await self._follow_refs(attachment, found)
                     pn_name = (attachment.get("spec") or {}).get("podNetworkName")
             if pn_name and pn_name != DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
                 with contextlib.suppress(NotFound):
                     found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
-                    await self._follow_refs(podnetwork, "", found)
+                    await self._follow_refs(podnetwork, found)
         try:
             translation = translate.translate(networks, namespace, found.objects())
         except translate.TranslationError as exc:

@@ -1,6 +1,6 @@
 """The bridge's mutating admission webhook for pods: AdmissionReview v1 in and out, and its HTTP app.
 
-On pod CREATE the decision is `bridge.pods.admission_patch`: a pod naming a
+On pod CREATE the decision is `bridge.operator.pods.admission_patch`: a pod naming a
 network the bridge provides gets its NPWG selection (`k8s.v1.cni.cncf.io/networks`)
 at once when every object it names is Ready, and otherwise the scheduling gate
 `multinetwork.x-k8s.io/npwg-selection`, which the bridge controller removes in
@@ -27,7 +27,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bridge import pods, translate
+from bridge import translate
+from bridge.operator import pods
 from podnetwork import constants
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"

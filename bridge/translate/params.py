@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from bridge import npwg, translate
-from bridge.translate import Objects, TranslationError
+from bridge import npwg
+from bridge.translate import refs
+from bridge.translate.refs import Objects, TranslationError
 from podnetwork import conditions
 from podnetwork.constants import ConditionStatus, ConditionType
 
@@ -42,12 +43,11 @@ class ParamsReason(StrEnum):
 
 
 _REASONS = {
-    translate.Reason.PARAMETERS_NOT_FOUND: ParamsReason.NOT_FOUND,
-    translate.Reason.INVALID_PARAMETERS: ParamsReason.INVALID,
-    translate.Reason.UNSUPPORTED_PARAMETERS_KIND: ParamsReason.UNSUPPORTED_KIND,
+    refs.Reason.PARAMETERS_NOT_FOUND: ParamsReason.NOT_FOUND,
+    refs.Reason.INVALID_PARAMETERS: ParamsReason.INVALID,
+    refs.Reason.UNSUPPORTED_PARAMETERS_KIND: ParamsReason.UNSUPPORTED_KIND,
 }
 
-Key = tuple[str, str]
 
 
 def _false(exc: TranslationError) -> conditions.Desired:
@@ -57,17 +57,17 @@ def _false(exc: TranslationError) -> conditions.Desired:
 
 def podnetwork_params(podnetwork: Mapping[str, Any], objects: Objects) -> conditions.Desired | None:
     """ParamsReady of a PodNetwork, or None when its provider is not the bridge."""
-    if not translate.is_bridge(podnetwork):
+    if not refs.is_bridge(podnetwork):
         return None
     try:
-        key, _ = translate.podnetwork_nad(podnetwork, objects)
+        key, _ = refs.podnetwork_nad(podnetwork, objects)
     except TranslationError as exc:
         return _false(exc)
     return conditions.Desired(
         ConditionType.PARAMS_READY,
         ConditionStatus.TRUE,
         ParamsReason.READY,
-        f"{translate.describe(npwg.NAD_KIND, key[1], key[0])} is usable",
+        f"{refs.describe(npwg.NAD_KIND, key[1], key[0])} is usable",
     )
 
 
@@ -80,47 +80,25 @@ def attachment_params(
     unknown, so the attachment is not ours) or when the attachment has no
     `parametersRefs` (KEP: Ready then does not depend on ParamsReady).
     """
-    if podnetwork is None or not translate.is_bridge(podnetwork):
+    if podnetwork is None or not refs.is_bridge(podnetwork):
         return None
     if not (attachment.get("spec") or {}).get("parametersRefs"):
         return None
     try:
-        params = translate.attachment_params(attachment, objects)
+        params = refs.attachment_params(attachment, objects)
     except TranslationError as exc:
         return _false(exc)
     parts = []
     if params.nad is not None:
-        parts.append(translate.describe(npwg.NAD_KIND, params.nad[1], params.nad[0]))
+        parts.append(refs.describe(npwg.NAD_KIND, params.nad[1], params.nad[0]))
     if params.options_key is not None:
-        parts.append(translate.describe(translate.OPTIONS_KIND, params.options_key[1], params.options_key[0]))
+        parts.append(refs.describe(refs.OPTIONS_KIND, params.options_key[1], params.options_key[0]))
     return conditions.Desired(
         ConditionType.PARAMS_READY,
         ConditionStatus.TRUE,
         ParamsReason.READY,
         f"{' and '.join(parts)} {'are' if len(parts) > 1 else 'is'} usable",
     )
-
-
-def references(obj: Mapping[str, Any]) -> tuple[set[Key], set[Key]]:
-    """The (NAD keys, NetworkSelectionOptions keys) an object's parametersRefs name.
-
-    For following changes: a NAD or options event re-evaluates the objects that
-    name it. References without a namespace take the object's own (attachments);
-    a PodNetwork's are recorded as written, so a missing namespace matches nothing.
-    """
-    meta = obj.get("metadata") or {}
-    own_ns = meta.get("namespace") or ""
-    nads: set[Key] = set()
-    options: set[Key] = set()
-    for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
-        if not isinstance(ref, Mapping):
-            continue
-        key = (ref.get("namespace") or own_ns, ref.get("name") or "")
-        if ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in translate.NAD_KINDS:
-            nads.add(key)
-        elif ref.get("group") == translate.OPTIONS_GROUP and ref.get("kind") in translate.OPTIONS_KINDS:
-            options.add(key)
-    return nads, options
 
 
 def conditions_after(
@@ -139,5 +117,4 @@ __all__ = [
     "attachment_params",
     "conditions_after",
     "podnetwork_params",
-    "references",
 ]

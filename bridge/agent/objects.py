@@ -20,7 +20,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from bridge.cni.invoke import CNIError, ErrorCode
+from bridge.agent.invoke import CNIError, ErrorCode
 
 # The API coordinates of the objects the agent reads. They are the wire names of
 # the KEP API and of the NPWG standard; the KEP layer's own constants are not

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.cni.invoke import CNIError, ErrorCode, check_ifname
+from bridge.agent.invoke import CNIError, ErrorCode, check_ifname
 
 GENERATED_PREFIX = "net"
 

@@ -1,7 +1,7 @@
 """Planning the move from NPWG selection annotations to PodNetwork objects.
 
-Pure: objects in, a `Plan` out. `bridge.migrate_apply` reads a cluster and
-applies plans; `bridge.migrate_command` is the `podnetwork migrate` shell.
+Pure: objects in, a `Plan` out. `bridge.migrate.apply` reads a cluster and
+applies plans; `bridge.migrate.command` is the `podnetwork migrate` shell.
 
 What a plan holds (docs/migration.md has the user's view):
 
@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from bridge import npwg, pods, translate
+from bridge import npwg, translate
 from podnetwork import constants, excerpts, validation
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
@@ -533,11 +533,7 @@ def per_pod_keys(element: npwg.NetworkSelectionElement) -> dict[str, Any]:
     return {k: v for k, v in element.to_json().items() if k not in _ENTRY_KEYS}
 
 
-def written_by_bridge(annotations: Mapping[str, str]) -> bool:
-    """The NPWG selection is the bridge's translation of the pod's PodNetworks, not a
-    hand-written one (`bridge.pods` marks what it writes): nothing to migrate."""
-    text = annotations.get(NPWG_NETWORKS_ANNOTATION)
-    return text is not None and annotations.get(pods.WRITTEN_ANNOTATION) == pods.digest(text)
+written_by_bridge = translate.written_by_bridge
 
 
 def plan(inventory: Inventory) -> Plan:

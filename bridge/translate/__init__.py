@@ -1,0 +1,91 @@
+"""The translation KEP-3698 -> NPWG: the only code of the NPWG layer that knows PodNetworks.
+
+- `refs`: what `parametersRefs` name, resolved (the only reader of `parametersRefs`);
+- `networks`: a pod's networks to a `k8s.v1.cni.cncf.io/networks` selection;
+- `params`: ParamsReady of the bridge's PodNetworks and attachments;
+- `podips`: NPWG `network-status` back to the KEP's pod IPs per PodNetwork.
+
+The names of `refs` and `networks` are re-exported here, so callers write
+`translate.translate(networks, namespace, objects)` and `translate.Objects`.
+"""
+
+from __future__ import annotations
+
+from bridge.translate.networks import (
+    DEFAULT_ROUTE_FAMILIES_KEY,
+    FAMILY_NAMES,
+    WRITTEN_ANNOTATION,
+    Source,
+    Translation,
+    ipam_gateways,
+    selection_digest,
+    translate,
+    written_by_bridge,
+)
+from bridge.translate.refs import (
+    NAD_KINDS,
+    OPTIONS_API_VERSION,
+    OPTIONS_GROUP,
+    OPTIONS_KEYS,
+    OPTIONS_KIND,
+    OPTIONS_KINDS,
+    OPTIONS_PLURAL,
+    OPTIONS_SINGULAR,
+    OPTIONS_VERSION,
+    AttachmentParams,
+    Key,
+    Obj,
+    Objects,
+    Reason,
+    TranslationError,
+    attachment_params,
+    describe,
+    is_bridge,
+    meta_of,
+    nad_config_problem,
+    options_problem,
+    podnetwork_nad,
+    references,
+    spec_of,
+)
+
+# The KEP entry of a pod's networks list: re-exported for the agent, which sees
+# the KEP layer only through this package (.importlinter).
+from podnetwork.api import Network
+
+__all__ = [
+    "DEFAULT_ROUTE_FAMILIES_KEY",
+    "FAMILY_NAMES",
+    "NAD_KINDS",
+    "OPTIONS_API_VERSION",
+    "OPTIONS_GROUP",
+    "OPTIONS_KEYS",
+    "OPTIONS_KIND",
+    "OPTIONS_KINDS",
+    "OPTIONS_PLURAL",
+    "OPTIONS_SINGULAR",
+    "OPTIONS_VERSION",
+    "WRITTEN_ANNOTATION",
+    "AttachmentParams",
+    "Key",
+    "Network",
+    "Obj",
+    "Objects",
+    "Reason",
+    "Source",
+    "Translation",
+    "TranslationError",
+    "attachment_params",
+    "describe",
+    "ipam_gateways",
+    "is_bridge",
+    "meta_of",
+    "nad_config_problem",
+    "options_problem",
+    "podnetwork_nad",
+    "references",
+    "selection_digest",
+    "spec_of",
+    "translate",
+    "written_by_bridge",
+]
