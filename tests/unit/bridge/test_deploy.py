@@ -68,7 +68,7 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 
 
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
-    source = (ROOT / "bridge" / "controller.py").read_text()
+    source = (ROOT / "bridge" / "operator" / "controller.py").read_text()
     # The writes in the code: merge patches (pods, status subresources) and Event creation.
     # The first post registers the webhook configuration, only with --manage-webhooks, which
     # the Deployment does not pass (cert-manager and the static configuration do that job).
