@@ -74,6 +74,7 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
     pyroute2 = _pyroute2()
     # pyroute2 owns the descriptor from here on (it dups it on first use and closes it in close()).
     ipr = pyroute2.AsyncIPRoute(fileno=sock.detach(), ext_ack=True)
+    indexes: dict[str, int] = {}  # each interface looked up once, however many gateways and families
     try:
         for op in ops:
             progress[0] = op
@@ -81,7 +82,7 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
                 if op.action is RouteAction.FLUSH_DEFAULT:
                     await _flush_default(ipr, op, netns)
                 else:
-                    await _add_default(ipr, op, netns)
+                    await _add_default(ipr, op, netns, indexes)
             except pyroute2.NetlinkError as exc:
                 raise _failed(op, netns, _ip_wording(exc)) from None
     finally:
@@ -126,19 +127,22 @@ def _is_default(route: Any, family: int) -> bool:
     )
 
 
-async def _add_default(ipr: Any, op: RouteOp, netns: str) -> None:
+async def _add_default(ipr: Any, op: RouteOp, netns: str, indexes: dict[str, int]) -> None:
     """`ip -N route add default via GW dev IF [metric M]`."""
-    try:
-        links = await ipr.link("get", ifname=op.ifname)
-    except _pyroute2().NetlinkError as exc:
-        if exc.code != errno.ENODEV:
-            raise
-        raise _failed(op, netns, f'Cannot find device "{op.ifname}"') from None
+    assert op.ifname is not None
+    if op.ifname not in indexes:
+        try:
+            links = await ipr.link("get", ifname=op.ifname)
+        except _pyroute2().NetlinkError as exc:
+            if exc.code != errno.ENODEV:
+                raise
+            raise _failed(op, netns, f'Cannot find device "{op.ifname}"') from None
+        indexes[op.ifname] = int(links[0]["index"])
     spec: dict[str, Any] = {
         "family": _FAMILIES[op.family],
         "dst_len": 0,
         "gateway": op.gateway,
-        "oif": links[0]["index"],
+        "oif": indexes[op.ifname],
         "table": RT_TABLE_MAIN,
         "proto": RTPROT_BOOT,
         "scope": RT_SCOPE_UNIVERSE,
