@@ -11,8 +11,10 @@ same machine noise:
 - pyroute2: `bridge.cni.routes.apply` (one netlink socket opened in the namespace by a
   short-lived thread, then rtnetlink requests on the event loop).
 
-Cases: IPv4 alone (flush + add: 2 steps) and dual-stack (4 steps). Then the cost of
-pyroute2 itself, in fresh interpreters that first import what `podnetwork cni-agent`
+Cases: IPv4 alone (flush + add: 2 steps), dual-stack (4 steps), and dual-stack in
+10 namespaces at once (as when pods start together: the child processes run on every
+CPU, while pyroute2's Python work shares the event loop's one). Wall time (median) and
+CPU time per pod (this process, and its children). Then the cost of pyroute2 itself, in fresh interpreters that first import what `podnetwork cni-agent`
 imports: the first `apply` (which imports pyroute2), and the RSS it adds; and, for
 scale, the RSS of an idle `podnetwork cni-agent` process.
 
@@ -27,6 +29,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import secrets
 import statistics
 import subprocess
@@ -86,33 +89,58 @@ def default_devs(name: str) -> set[str]:
     return out
 
 
-async def moves(iterations: int, warmup: int) -> dict[str, Any]:
-    name = f"pnbench-rt-{secrets.token_hex(3)}"
-    netns = f"/var/run/netns/{name}"
+async def moves(iterations: int, warmup: int, concurrent: int) -> dict[str, Any]:
+    tag, octet = secrets.token_hex(3), secrets.randbelow(200 - concurrent) + 20
+    names = [f"pnbench-rt-{tag}-{k}" for k in range(concurrent)]
+    made: list[str] = []
     try:
-        gateways = make_pod(name, secrets.randbelow(200) + 20)
-        cases = {"IPv4 (2 steps)": (4,), "IPv4 + IPv6 (4 steps)": (4, 6)}
+        gateways = []
+        for k, name in enumerate(names):
+            made.append(name)
+            gateways.append(make_pod(name, octet + k))
+        # case -> (families, how many pods move at once)
+        cases = {"IPv4 (2 steps)": ((4,), 1), "IPv4 + IPv6 (4 steps)": ((4, 6), 1),
+                 f"IPv4 + IPv6, {concurrent} pods at once": ((4, 6), concurrent)}
         samples: dict[str, dict[str, list[float]]] = {c: {e: [] for e in EXECUTORS} for c in cases}
+        # CPU seconds of this process (its event loop and the netns threads) and of its children.
+        cpu: dict[str, dict[str, list[float]]] = {c: {e: [0.0, 0.0] for e in EXECUTORS} for c in cases}
         for i in range(warmup + iterations):
             target = ("net1", "eth0")[i % 2]
-            for case, families in cases.items():
-                ops = plan.default_route_ops(target, [gateways[target][f] for f in families])
+            for case, (families, width) in cases.items():
+                jobs = [(f"/var/run/netns/{names[k]}",
+                         plan.default_route_ops(target, [gateways[k][target][f] for f in families]))
+                        for k in range(width)]
                 order = list(EXECUTORS.items())
                 if i % 4 >= 2:
                     order.reverse()
                 for executor_name, executor in order:
+                    before = cpu_seconds()
                     start = time.perf_counter()
-                    await executor(netns, ops, 30)
+                    await asyncio.gather(*(executor(netns, ops, 30) for netns, ops in jobs))
                     elapsed = time.perf_counter() - start
+                    after = cpu_seconds()
                     if i >= warmup:
                         samples[case][executor_name].append(elapsed)
-                    if families == (4, 6) and default_devs(name) != {target}:
-                        raise RuntimeError(f"{executor_name} left default routes on {default_devs(name)}, not {target}")
+                        for k in (0, 1):
+                            cpu[case][executor_name][k] += (after[k] - before[k]) / width
+                    if families == (4, 6) and default_devs(names[0]) != {target}:
+                        raise RuntimeError(f"{executor_name} left default routes on {default_devs(names[0])}, not {target}")
     finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        for name in made:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return {
-        case: {e: statistics.median(s) * 1000 for e, s in per.items()} for case, per in samples.items()
+        case: {
+            e: {"median_ms": statistics.median(s) * 1000,
+                "cpu_self_ms": cpu[case][e][0] * 1000 / len(s), "cpu_children_ms": cpu[case][e][1] * 1000 / len(s)}
+            for e, s in per.items()
+        }
+        for case, per in samples.items()
     }
+
+
+def cpu_seconds() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 FIRST_USE = r"""
@@ -184,8 +212,12 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["| move the default route | nsenter + ip | pyroute2 | ratio pyroute2 / nsenter + ip |",
              "| --- | --- | --- | --- |"]
     for case, per in result["moves"].items():
-        old, new = per["nsenter + ip"], per["pyroute2"]
+        old, new = per["nsenter + ip"]["median_ms"], per["pyroute2"]["median_ms"]
         lines.append(f"| {case} | {old:.2f} ms | {new:.2f} ms | **{new / old:.2f}** |")
+    lines += ["", "| CPU per pod's move, mean: agent process / its children | nsenter + ip | pyroute2 |", "| --- | --- | --- |"]
+    for case, per in result["moves"].items():
+        cells = [f"{per[e]['cpu_self_ms']:.2f} / {per[e]['cpu_children_ms']:.2f} ms" for e in ("nsenter + ip", "pyroute2")]
+        lines.append(f"| {case} | {cells[0]} | {cells[1]} |")
     f = result["first_use"]
     lines += [
         "",
@@ -208,6 +240,7 @@ def main() -> int:
     parser.add_argument("-n", "--iterations", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--first-use-runs", type=int, default=5)
+    parser.add_argument("--concurrent", type=int, default=10, help="pods moving their routes at once, last case")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -217,7 +250,7 @@ def main() -> int:
 
     dist = importlib.metadata.packages_distributions().get("pyroute2", ["pyroute2"])[0]
     result = {
-        "moves": asyncio.run(moves(args.iterations, args.warmup)),
+        "moves": asyncio.run(moves(args.iterations, args.warmup, args.concurrent)),
         "first_use": first_use(args.first_use_runs),
         "idle_agent_rss_mb": idle_agent_rss(),
         "iterations": args.iterations,
