@@ -15,8 +15,8 @@ The effect is that of the `ip` commands `RouteOp.argv` names, and failures read
 the same: CNI error 5 "<ip command> failed in <netns>" with `ip`'s own wording in
 the details ("Error: Nexthop has invalid gateway.", `Cannot find device "net1"`),
 and CNI error 100 when the whole change outlasts the timeout.
-pyroute2 is imported on first use, off the event loop (docs/benchmarks.md: ~10 MB
-of RSS and ~85 ms), so an agent whose pods never move a default route never pays it.
+pyroute2 is imported on first use, off the event loop (docs/benchmarks.md: ~6.6 MB
+of RSS and ~55 ms), so an agent whose pods never move a default route never pays it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ RTPROT_BOOT = 3
 RT_SCOPE_UNIVERSE = 0
 RTN_UNICAST = 1
 RTM_F_CLONED = 0x200
+RTM_DELROUTE = 25
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
 #: `ip route flush` dumps and deletes until a dump finds nothing; a namespace whose
 #: default routes reappear this many times in a row is being changed by someone else.
 MAX_FLUSH_ROUNDS = 10
@@ -91,9 +94,6 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
 
 async def _flush_default(ipr: Any, op: RouteOp, netns: str) -> None:
     """`ip -N route flush exact <default>`: every default route of the family in the main table."""
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-    from pyroute2.netlink.rtnl import RTM_DELROUTE
-
     family = _FAMILIES[op.family]
     for _ in range(MAX_FLUSH_ROUNDS):
         doomed = [r async for r in await ipr.route("dump", family=family) if _is_default(r, family)]
@@ -203,7 +203,7 @@ async def _socket_in(netns: str) -> socket.socket:
 
 
 def _open_in(netns: str) -> socket.socket:
-    _pyroute2()  # the first import takes ~85 ms: here rather than on the event loop
+    _pyroute2()  # the first import takes ~55 ms: here rather than on the event loop
     fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
     try:
         _setns(fd)

@@ -62,7 +62,7 @@ def test_a_step_that_cannot_mean_anything_is_refused_when_made(kwargs: dict[str,
 
 
 def test_the_agent_does_not_import_pyroute2_until_a_route_moves() -> None:
-    # ~6 MB of RSS and ~60 ms (docs/benchmarks.md) that pods without a default-route never need.
+    # ~6.6 MB of RSS and ~55 ms (docs/benchmarks.md) that pods without a default-route never need.
     probe = (
         "import sys, bridge.cni.command, bridge.cni.agent, bridge.cni.server, bridge.cni.routes; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))"
