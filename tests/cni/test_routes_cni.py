@@ -234,3 +234,16 @@ async def test_repeated_moves_and_failures_leave_no_descriptor_open(pods: tuple[
             await routes.apply(new.path, [RouteOp(6, RouteAction.ADD_DEFAULT, "2001:db8::1", "net1")], timeout=30)
     assert sorted(os.listdir("/proc/self/fd")) == before
     assert new.defaults(4) == [("net1", f"{new.v4[1]}.2", None)]
+
+
+async def test_moves_in_several_namespaces_at_once_each_reach_their_own_namespace(pods: tuple[Pod, Pod]) -> None:
+    # Each apply has its own socket on the one event loop; replies must not cross.
+    for round_ in range(5):
+        targets = {pod.name: ("net1", "eth0")[(round_ + k) % 2] for k, pod in enumerate(pods)}
+        await asyncio.gather(*(
+            routes.apply(pod.path, plan.default_route_ops(targets[pod.name], [f"{pod.v4[index]}.1", f"{pod.v6[index]}::1"]), timeout=30)
+            for pod in pods
+            for index in [0 if targets[pod.name] == "eth0" else 1]
+        ))
+        for pod in pods:
+            assert {dev for family in (4, 6) for dev, _, _ in pod.defaults(family)} == {targets[pod.name]}
