@@ -74,6 +74,13 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
         sock = await _socket_in(netns)
     except OSError as exc:
         raise _failed(ops[0], netns, f"cannot enter network namespace {netns}: {exc.strerror}") from None
+    except ImportError as exc:
+        raise _failed(
+            ops[0],
+            netns,
+            f"the agent needs pyroute2 to move default routes ({exc}); install podnetwork's "
+            "dependencies, e.g. pip install 'pyroute2-minimal>=0.9.7,<0.10'",
+        ) from None
     pyroute2 = _pyroute2()
     # pyroute2 owns the descriptor from here on (it dups it on first use and closes it in close()).
     ipr = pyroute2.AsyncIPRoute(fileno=sock.detach(), ext_ack=True)

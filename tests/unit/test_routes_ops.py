@@ -69,3 +69,18 @@ def test_the_agent_does_not_import_pyroute2_until_a_route_moves() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_without_pyroute2_a_move_is_a_cni_error_that_says_what_to_install() -> None:
+    probe = (
+        "import asyncio, sys; sys.modules['pyroute2'] = None\n"  # as if it were not installed
+        "from bridge.cni import plan, routes\n"
+        "from bridge.cni.invoke import CNIError\n"
+        "try:\n"
+        "    asyncio.run(routes.apply('/var/run/netns/none', plan.default_route_ops('net1', ['10.0.0.1']), 5))\n"
+        "except CNIError as exc:\n"
+        "    print(int(exc.code), exc.msg, '|', exc.details)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("5 ip -4 route flush exact 0.0.0.0/0 failed in /var/run/netns/none |"), done.stdout
+    assert "pip install 'pyroute2-minimal" in done.stdout
