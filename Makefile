@@ -44,11 +44,12 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 # Benchmarks report ratios against a baseline measured in the same run
-# (docs/benchmarks.md). The agent's needs root and the CNI plugins.
+# (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_agent.py -n 40
+	$(PY) benchmarks/bench_routes.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

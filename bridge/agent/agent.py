@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import cache, conflist, invoke, orphans, plan
+from bridge.agent import cache, conflist, invoke, orphans, plan, routes
 from bridge.agent import objects as objects_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
@@ -700,8 +699,9 @@ class Agent:
                 raise
             # Only the families that move: the status then reports what was applied (5.3.6.4).
             attachment.default_route = list(gateways)
-            for cmd in plan.default_route_commands(attachment.ifname, gateways):
-                await _run_in_netns(record.netns, cmd, self.config.plugin_timeout)
+            await routes.apply(
+                record.netns, plan.default_route_ops(attachment.ifname, gateways), self.config.plugin_timeout
+            )
 
     async def _write_status(self, record: Record) -> None:
         entries = [
@@ -915,33 +915,6 @@ class Agent:
             raise CNIError(
                 ErrorCode.PLUGIN_FAILED, "GC failed in some delegate networks", "; ".join(problems)
             )
-
-
-async def _run_in_netns(netns: str, argv: list[str], timeout: float) -> None:
-    nsenter = shutil.which("nsenter")
-    ip = shutil.which(argv[0])
-    if nsenter is None or ip is None:
-        raise CNIError(ErrorCode.IO_FAILURE, "nsenter and ip are needed to set a default route")
-    proc = await asyncio.create_subprocess_exec(
-        nsenter,
-        f"--net={netns}",
-        ip,
-        *argv[1:],
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, stderr = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise CNIError(ErrorCode.PLUGIN_TIMEOUT, f"{' '.join(argv)} timed out in {netns}") from None
-    if proc.returncode != 0:
-        raise CNIError(
-            ErrorCode.IO_FAILURE,
-            f"{' '.join(argv)} failed in {netns}",
-            stderr.decode(errors="replace").strip(),
-        )
 
 
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:

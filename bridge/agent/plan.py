@@ -11,7 +11,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from bridge.agent.invoke import CNIError, ErrorCode, check_ifname
 
@@ -124,7 +125,7 @@ def route_gateways(
 ) -> list[str]:
     """The gateways whose default routes an attachment takes over, IPv4 first (4.1.2.1.9).
 
-    Only the families that move are in the answer, so `default_route_commands` leaves
+    Only the families that move are in the answer, so `default_route_ops` leaves
     the other families' default routes (those of the default network) alone. With
     `families` given, each family takes the listed gateways of that family, else the
     gateways of that family in the attachment's own CNI result; a family with neither
@@ -157,21 +158,62 @@ def route_gateways(
     return out
 
 
-def default_route_commands(ifname: str, gateways: Sequence[str]) -> list[list[str]]:
-    """`ip` argument lists that move the pod's default route(s) to `ifname` (4.1.2.1.9).
+class RouteAction(StrEnum):
+    FLUSH_DEFAULT = "flush-default"
+    """Remove every default route of the family from the main table (`ip route flush exact`)."""
+    ADD_DEFAULT = "add-default"
+    """Add a default route via `gateway` on `ifname` (`ip route add default via … dev …`)."""
+
+
+@dataclass(frozen=True)
+class RouteOp:
+    """One step of moving a pod's default route, applied in the pod's netns by `bridge.agent.routes`."""
+
+    family: Literal[4, 6]
+    action: RouteAction
+    gateway: str | None = None
+    ifname: str | None = None
+    metric: int | None = None
+    """None: the kernel's default (0 for IPv4, 1024 for IPv6), as `ip` leaves it."""
+
+    def __post_init__(self) -> None:
+        if self.action is RouteAction.ADD_DEFAULT:
+            if self.gateway is None or self.ifname is None:
+                raise ValueError(f"adding a default route needs a gateway and an interface: {self}")
+            if ipaddress.ip_address(self.gateway).version != self.family:
+                raise ValueError(f"gateway {self.gateway} is not an IPv{self.family} address")
+            if self.metric is not None and self.metric < 0:
+                raise ValueError(f"metric {self.metric} is negative")
+        elif (self.gateway, self.ifname, self.metric) != (None, None, None):
+            raise ValueError(f"flushing default routes takes no gateway, interface or metric: {self}")
+
+    def argv(self) -> list[str]:
+        """The `ip` command with the same effect: what errors and logs name the step by."""
+        flag = f"-{self.family}"
+        if self.action is RouteAction.FLUSH_DEFAULT:
+            return ["ip", flag, "route", "flush", "exact", "0.0.0.0/0" if self.family == 4 else "::/0"]
+        assert self.gateway is not None and self.ifname is not None
+        cmd = ["ip", flag, "route", "add", "default", "via", self.gateway, "dev", self.ifname]
+        if self.metric is not None:
+            cmd += ["metric", str(self.metric)]
+        return cmd
+
+
+def default_route_ops(ifname: str, gateways: Sequence[str]) -> list[RouteOp]:
+    """The steps that move the pod's default route(s) to `ifname` (4.1.2.1.9).
 
     Per address family present in `gateways`: drop every default route of that
     family, then add one via each gateway, in order, with rising metrics.
     """
-    commands: list[list[str]] = []
-    by_family = _by_family(gateways)
-    for family, gws in sorted(by_family.items()):
-        flag = f"-{family}"
-        everything = "0.0.0.0/0" if family == 4 else "::/0"
-        commands.append(["ip", flag, "route", "flush", "exact", everything])
+    ops: list[RouteOp] = []
+    for version, gws in sorted(_by_family(gateways).items()):
+        family: Literal[4, 6] = 4 if version == 4 else 6
+        ops.append(RouteOp(family, RouteAction.FLUSH_DEFAULT))
         for metric, gw in enumerate(gws):
-            cmd = ["ip", flag, "route", "add", "default", "via", gw, "dev", ifname]
-            if metric:
-                cmd += ["metric", str(metric)]
-            commands.append(cmd)
-    return commands
+            ops.append(RouteOp(family, RouteAction.ADD_DEFAULT, gw, ifname, metric or None))
+    return ops
+
+
+def default_route_commands(ifname: str, gateways: Sequence[str]) -> list[list[str]]:
+    """`default_route_ops` as the equivalent `ip` argument lists."""
+    return [op.argv() for op in default_route_ops(ifname, gateways)]
