@@ -18,6 +18,7 @@ from kube_emulator import NODES, PN, PODS, Emulator, condition, declare_resource
 
 from podnetwork import conditions, constants, controller, inuse
 from podnetwork.api import Network
+from podnetwork.kube.core import Pod
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(60)]
 
@@ -152,7 +153,7 @@ async def test_a_deletion_does_not_wait_forever_for_a_pod_whose_deleted_event_wa
     kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
     async with running(kmock, FAST) as ctl:
         await eventually(lambda: FIN in stored(kmock, PN, None, "blue")["metadata"].get("finalizers", []))
-        ctl.index.set_pod(pod("ghost", [{"podNetworkName": "blue"}]))
+        ctl.index.set_pod(Pod.model_validate(pod("ghost", [{"podNetworkName": "blue"}])))
         async with kmock.request("DELETE", f"{PN_URL}/blue") as resp:
             assert resp.status < 300
         await asyncio.sleep(0.5)
