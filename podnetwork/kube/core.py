@@ -103,7 +103,7 @@ class PodSchedulingGate(_View):
 
 class PodSpec(_View):
     node_name: str | None = Field(None, alias="nodeName")
-    host_network: bool | None = Field(None, alias="hostNetwork")
+    host_network: bool | None = Field(None, alias="hostNetwork", strict=True)
     os: PodOS | None = None
     scheduling_gates: list[PodSchedulingGate] | None = Field(None, alias="schedulingGates")
 
@@ -123,7 +123,7 @@ class Pod(_View):
 
 
 class NodeSpec(_View):
-    unschedulable: bool | None = None
+    unschedulable: bool | None = Field(None, strict=True)
 
 
 class NodeStatus(_View):
