@@ -648,8 +648,8 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             await ctl.reconcile(changed)
 
     @kopf.on.event("nodes", registry=registry)
-    async def node_event(type: str, body: kopf.Body, **_: Any) -> None:
-        name = body.get("metadata", {}).get("name") or ""
+    async def node_event(type: str, body: kopf.Body, name: str | None, **_: Any) -> None:
+        name = name or ""
         if type == "DELETED":
             ctl.nodes.pop(name, None)
             ctl.locks.pop(Ref(NODE, "", name), None)

@@ -11,7 +11,9 @@ event costs O(networks of that pod): the old references are looked up by the
 pod's key, never by scanning other pods. The controller feeds it from watch
 events; the demo feeds it from its in-process store; both read `usage()`.
 
-Everything here is pure data and decisions; nothing talks to an API.
+Everything here is pure data and decisions; nothing talks to an API. Pods are
+read through the `podnetwork.kube.core.Pod` view, PodNetworks and attachments
+through the models of `podnetwork.api`, parsed by the caller where they enter.
 """
 
 from __future__ import annotations
