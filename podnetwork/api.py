@@ -1,7 +1,7 @@
 """Pydantic models of the KEP-3698 API objects.
 
 The models are the single source of truth for the API: the CRD schemas in
-`crds/` are tested against them field by field (tests/unit/test_crds.py).
+`crds/` are tested against them field by field (tests/unit/test_foundation_crds.py).
 JSON names are exactly those of the KEP's Go types (see docs/api.md for where
 the KEP text disagrees with itself and which spelling we chose).
 
@@ -161,7 +161,7 @@ def parse(obj: Mapping[str, Any], kind: str | None = None) -> KepObject:
     """A PodNetwork or PodNetworkAttachment read from the API, by `kind` (the object's own if None).
 
     Where objects enter the program (watch events, API responses, files). The CRD
-    schemas are the models' (tests/unit/test_crds.py), so an object served by an API
+    schemas are the models' (tests/unit/test_foundation_crds.py), so an object served by an API
     server always parses. Raises `pydantic.ValidationError` (a `ValueError`) naming
     every field that does not fit, or `ValueError` for another kind.
     """
