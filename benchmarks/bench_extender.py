@@ -47,7 +47,8 @@ ROTATIONS = 7
 
 def build_cache(nodes: int, some_fail: bool = True) -> cache_mod.Cache:
     c = cache_mod.Cache()
-    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": ""}]}
+    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
     for name in ["default", *NETWORKS]:
         c.upsert({"kind": "PodNetwork", "metadata": {"name": name}, "status": ready})
     for name in NETWORKS[2:]:

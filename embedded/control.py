@@ -6,17 +6,24 @@ calls of the pure functions of `podnetwork.conditions`, `podnetwork.inuse` and
 same against `embedded.store.Store`: every decision here is theirs; this module
 only reads, calls and writes. Because the store delivers events synchronously
 after each write, the control plane has settled when a write returns.
+
+Objects are read into their models (`podnetwork.api`) and views
+(`podnetwork.kube.core`) as they leave the store, as the operator reads them
+from watch events: one that does not fit is ignored with a warning, and a pod
+that does not fit holds no network.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import conditions, constants, defaultnet, inuse
+from podnetwork import api, conditions, constants, defaultnet, inuse
+from podnetwork.api import KepObject
+from podnetwork.kube.core import Node, PartialObjectMetadata, Pod
 
 log = logging.getLogger(__name__)
 
@@ -66,28 +73,31 @@ class Controller:
     # -- events -----------------------------------------------------------------------
 
     def _on_pod(self, event: Event) -> None:
-        key = inuse.key_of(event.object)
-        if event.type == EventType.DELETED:
+        pod = _read(Pod.model_validate, event.object)
+        key = inuse.key_of(pod) if pod is not None else _key(event.object)
+        if event.type == EventType.DELETED or pod is None:
             changed = self.index.remove_pod(key)
         else:
-            changed = self.index.set_pod(event.object)
+            changed = self.index.set_pod(pod)
         for ref in sorted(changed):
             self._reconcile_ref(ref)
 
     def _on_attachment(self, event: Event) -> None:
-        obj = event.object
-        changed = (
-            self.index.remove_attachment(inuse.key_of(obj))
-            if event.type == EventType.DELETED
-            else self.index.set_attachment(obj)
-        )
-        if event.type != EventType.DELETED:
+        if event.type == EventType.DELETED:
+            changed = self.index.remove_attachment(_key(event.object))
+        else:
+            obj = _read(api.PodNetworkAttachment.model_validate, event.object)
+            if obj is None:
+                return
+            changed = self.index.set_attachment(obj)
             self._reconcile_ref(inuse.ref_of(obj))
         for ref in sorted(changed):
             self._reconcile_ref(ref)
 
     def _on_podnetwork(self, event: Event) -> None:
-        name = event.object["metadata"]["name"]
+        name = _name(event.object)
+        if not name:
+            return
         ref = inuse.podnetwork_ref(name)
         if event.type == EventType.DELETED:
             self._note(f'PodNetwork "{name}" is gone')
@@ -100,13 +110,15 @@ class Controller:
         for key in sorted(self.index.attachments_of(ref)):
             ns, _, pna = key.partition("/")
             self._reconcile_ref(inuse.attachment_ref(ns, pna))
-        for node in self.api.list(*NODE):
-            if defaultnet.node_default_name(node) == name:
-                self._reconcile_node(node["metadata"]["name"])
+        for body in self.api.list(*NODE):
+            node = _read(Node.model_validate, body)
+            if node is not None and node.metadata.name and defaultnet.node_default_name(node) == name:
+                self._reconcile_node(node.metadata.name)
 
     def _on_node(self, event: Event) -> None:
-        if event.type != EventType.DELETED:
-            self._reconcile_node(event.object["metadata"]["name"])
+        name = _name(event.object)
+        if event.type != EventType.DELETED and name:
+            self._reconcile_node(name)
 
     # -- reconcilers ------------------------------------------------------------------
 
@@ -118,7 +130,7 @@ class Controller:
 
     def _reconcile(self, coords: tuple[str, str], name: str, namespace: str | None, ref: inuse.Ref) -> None:
         for _ in range(RETRIES):
-            obj = self.api.find(*coords, name, namespace)
+            obj = self._find(coords, name, namespace)
             if obj is None:
                 return
             try:
@@ -128,9 +140,17 @@ class Controller:
                 continue  # someone wrote in between: read again and decide again
         log.warning("gave up reconciling %s after %d conflicts", ref, RETRIES)
 
-    def _reconcile_once(self, coords: tuple[str, str], obj: dict[str, Any], ref: inuse.Ref) -> bool:
-        meta = obj["metadata"]
-        name, namespace = meta["name"], meta.get("namespace")
+    def _find(self, coords: tuple[str, str], name: str, namespace: str | None = None) -> KepObject | None:
+        """A PodNetwork or attachment of the store, in its model; None when absent or unreadable."""
+        body = self.api.find(*coords, name, namespace)
+        return None if body is None else _read(lambda b: api.parse(b, coords[1]), body)
+
+    def _podnetwork(self, name: str) -> api.PodNetwork | None:
+        pn = self._find(PN, name)
+        return pn if isinstance(pn, api.PodNetwork) else None
+
+    def _reconcile_once(self, coords: tuple[str, str], obj: KepObject, ref: inuse.Ref) -> bool:
+        name, namespace = obj.metadata.name or "", obj.metadata.namespace
         patch = inuse.finalizer_patch(obj, in_use=self.index.in_use(ref))
         if patch is not None:
             self.writes += 1
@@ -142,10 +162,10 @@ class Controller:
             )
             return False  # read again: the delete may have completed, the version moved
         usage = self.index.usage(ref)
-        if coords == PN:
+        if isinstance(obj, api.PodNetwork):
             new = conditions.podnetwork_conditions(obj, usage, now=self._now())
         else:
-            pn = self.api.find(*PN, obj["spec"].get("podNetworkName", ""))
+            pn = self._podnetwork(obj.spec.pod_network_name)
             new = conditions.attachment_conditions(obj, pn, usage, now=self._now())
         if new is None:
             return True
@@ -154,7 +174,7 @@ class Controller:
         updated = self.api.patch(
             *coords, name, conditions.status_patch(obj, new), namespace, subresource="status"
         )
-        if not was_ready and conditions.is_ready(updated):
+        if not was_ready and conditions.is_ready(_read(lambda b: api.parse(b, coords[1]), updated)):
             self._nudge(ref)
         return True
 
@@ -180,20 +200,20 @@ class Controller:
 
     def _reconcile_node(self, name: str) -> None:
         for _ in range(RETRIES):
-            node = self.api.find(*NODE, name)
+            found = self.api.find(*NODE, name)
+            node = None if found is None else _read(Node.model_validate, found)
             if node is None:
                 return
-            pn = self.api.find(*PN, defaultnet.node_default_name(node))
+            pn = self._podnetwork(defaultnet.node_default_name(node))
             patch = defaultnet.node_condition_patch(node, pn, now=self._now())
             if patch is None:
                 return
             # The patch is a strategic merge by condition type; the store speaks JSON merge
             # patch, which replaces lists, so merge by type here and send the whole list.
             mine = {c["type"]: c for c in patch["status"]["conditions"]}
-            existing = (node.get("status") or {}).get("conditions") or []
-            kept = [c for c in existing if c.get("type") not in mine]
+            kept = [c.to_dict() for c in node.status.conditions or [] if c.type not in mine]
             body = {
-                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "metadata": {"resourceVersion": node.metadata.resource_version},
                 "status": {"conditions": kept + list(mine.values())},
             }
             try:
@@ -202,3 +222,26 @@ class Controller:
                 continue
             self.writes += 1
             return
+
+
+_T = TypeVar("_T")
+
+
+def _read(model: Callable[[Mapping[str, Any]], _T], body: Mapping[str, Any]) -> _T | None:
+    """`body` in its model or view; None (logged) when it does not fit."""
+    try:
+        return model(body)
+    except ValueError as exc:  # pydantic.ValidationError
+        log.warning("ignored %s %s: it does not fit its model: %s", body.get("kind"), _key(body), exc)
+        return None
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    """What an event handler needs of an object: its name (it reads the rest from the store)."""
+    head = _read(PartialObjectMetadata.model_validate, body)
+    return (head.metadata.name or "") if head is not None else ""
+
+
+def _key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata")
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}" if isinstance(meta, Mapping) else "/"

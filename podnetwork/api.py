@@ -12,11 +12,17 @@ Round trip: for a valid object `obj`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from podnetwork import constants
+from podnetwork.kube.core import ObjectMeta as ObjectMeta
+
+#: `apiVersion` of both kinds, as a type (equal to `constants.API_VERSION`).
+ApiVersion = Literal["multinetwork.x-k8s.io/v1alpha1"]
+API_VERSION: ApiVersion = "multinetwork.x-k8s.io/v1alpha1"
 
 
 class _Model(BaseModel):
@@ -27,23 +33,6 @@ class _Model(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The object as the API server would store it (wire names, no nulls)."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class ObjectMeta(BaseModel):
-    """The subset of `metav1.ObjectMeta` this project reads; other keys are kept."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="allow")
-
-    name: str | None = None
-    namespace: str | None = None
-    uid: str | None = None
-    generation: int | None = None
-    resource_version: str | None = Field(None, alias="resourceVersion")
-    creation_timestamp: str | None = Field(None, alias="creationTimestamp")
-    deletion_timestamp: str | None = Field(None, alias="deletionTimestamp")
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-    finalizers: list[str] | None = None
 
 
 #: `metav1.Condition` field patterns, as in the upstream OpenAPI schema: a type is
@@ -105,9 +94,7 @@ class Status(_Model):
 class PodNetwork(_Model):
     """A logical network of the cluster. Cluster-scoped."""
 
-    api_version: Literal["multinetwork.x-k8s.io/v1alpha1"] = Field(
-        constants.API_VERSION, alias="apiVersion"
-    )
+    api_version: ApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["PodNetwork"] = "PodNetwork"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodNetworkSpec = Field(default_factory=PodNetworkSpec)
@@ -125,9 +112,7 @@ class PodNetworkAttachmentSpec(_Model):
 class PodNetworkAttachment(_Model):
     """Pod-level parameters of an attachment to a PodNetwork. Namespaced."""
 
-    api_version: Literal["multinetwork.x-k8s.io/v1alpha1"] = Field(
-        constants.API_VERSION, alias="apiVersion"
-    )
+    api_version: ApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["PodNetworkAttachment"] = "PodNetworkAttachment"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodNetworkAttachmentSpec
@@ -164,5 +149,32 @@ class PodIP(_Model):
     interface_name: str | None = Field(None, alias="interfaceName")
 
 
-DEFAULT_NETWORKS: tuple[Network, ...] = (Network(podNetworkName=constants.DEFAULT_PODNETWORK),)
+DEFAULT_NETWORKS: tuple[Network, ...] = (Network(pod_network_name=constants.DEFAULT_PODNETWORK),)
 """What auto-population sets on a pod that names no network (KEP "Auto-population")."""
+
+
+KepObject = PodNetwork | PodNetworkAttachment
+"""Either kind of this API: both carry `metadata`, `spec.parametersRefs` and `status.conditions`."""
+
+
+def parse(obj: Mapping[str, Any], kind: str | None = None) -> KepObject:
+    """A PodNetwork or PodNetworkAttachment read from the API, by `kind` (the object's own if None).
+
+    Where objects enter the program (watch events, API responses, files). The CRD
+    schemas are the models' (tests/unit/api/test_models_match_crds.py), so an object served by an API
+    server always parses. Raises `pydantic.ValidationError` (a `ValueError`) naming
+    every field that does not fit, or `ValueError` for another kind.
+    """
+    kind = kind or obj.get("kind")
+    if kind == constants.ATTACHMENT_KIND:
+        return PodNetworkAttachment.model_validate(_with_kind(obj, kind))
+    if kind == constants.PODNETWORK_KIND:
+        return PodNetwork.model_validate(_with_kind(obj, kind))
+    raise ValueError(
+        f"expected a {constants.PODNETWORK_KIND} or a {constants.ATTACHMENT_KIND}, not kind {kind!r}"
+    )
+
+
+def _with_kind(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    # Items of a list and kopf bodies of some events come without `kind`.
+    return obj if "kind" in obj else {**obj, "kind": kind}

@@ -20,6 +20,10 @@ The entry points, `podnetwork_conditions` and `attachment_conditions`, return
 the object's new `status.conditions` list, or `None` when nothing would change,
 so a steady cluster makes no writes. `lastTransitionTime` moves only when a
 condition's `status` changes (metav1.Condition semantics).
+
+The decisions read the models of `podnetwork.api`, parsed where objects enter
+the program; what they return for the API (a conditions list, a patch) is JSON
+with wire names, ready to send.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from podnetwork import constants
+from podnetwork.api import Condition, KepObject, PodNetwork, PodNetworkAttachment
 from podnetwork.constants import ConditionStatus, ConditionType, InUseReason, ReadyReason
 
 #: How many consumers the InUse message names before it only counts.
@@ -87,54 +92,58 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _conditions(obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    if not obj:
-        return []
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return [c for c in conds if isinstance(c, dict)]
-
-
-def find(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
+def find(obj: KepObject | None, type_: str) -> Condition | None:
     """The condition of `type_` on an object, or None."""
-    for cond in _conditions(obj):
-        if cond.get("type") == type_:
-            return cond
-    return None
+    if obj is None or obj.status is None:
+        return None
+    return obj.status.condition(type_)
 
 
-def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
+def is_true(obj: KepObject | None, type_: str) -> bool:
     cond = find(obj, type_)
-    return bool(cond) and cond.get("status") == ConditionStatus.TRUE
+    return cond is not None and cond.status == ConditionStatus.TRUE.value
 
 
-def is_ready(obj: Mapping[str, Any] | None) -> bool:
-    """Whether the object's Ready condition is True (False when absent)."""
+def is_ready(obj: KepObject | Mapping[str, Any] | None) -> bool:
+    """Whether the object's Ready condition is True (False when absent).
+
+    Also takes an object as the API serves it (a mapping), for callers that do not
+    read objects into the models yet (the NPWG bridge); the mapping is read as is.
+    """
+    if isinstance(obj, Mapping):
+        ready = next((c for c in wire_conditions(obj) if c.get("type") == ConditionType.READY), None)
+        return ready is not None and ready.get("status") == ConditionStatus.TRUE
     return is_true(obj, ConditionType.READY)
 
 
-def _params_not_ready(obj: Mapping[str, Any]) -> Desired | None:
-    refs = (obj.get("spec") or {}).get("parametersRefs") or []
-    if not refs:
+def wire_conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """`status.conditions` of an object as the API serves it, skipping what is not an object."""
+    status = obj.get("status")
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
+    return [c for c in conds if isinstance(c, Mapping)] if isinstance(conds, list) else []
+
+
+def _params_not_ready(obj: KepObject) -> Desired | None:
+    if not obj.spec.parameters_refs:
         return None
     params = find(obj, ConditionType.PARAMS_READY)
     if params is None:
         message = (
             f"parametersRefs is set and the provider has not reported {ConditionType.PARAMS_READY} yet"
         )
-    elif params.get("status") == ConditionStatus.TRUE:
+    elif params.status == ConditionStatus.TRUE.value:
         return None
     else:
-        detail = ": ".join(p for p in (params.get("reason"), params.get("message")) if p)
-        message = f"{ConditionType.PARAMS_READY} is {params.get('status')}"
+        detail = ": ".join(p for p in (params.reason, params.message) if p)
+        message = f"{ConditionType.PARAMS_READY} is {params.status}"
         if detail:
             message += f" ({detail})"
     return Desired(ConditionType.READY, ConditionStatus.FALSE, ReadyReason.PARAMS_NOT_READY, message)
 
 
-def podnetwork_ready(pn: Mapping[str, Any]) -> Desired:
+def podnetwork_ready(pn: PodNetwork) -> Desired:
     """The Ready condition a PodNetwork should have (KEP "PodNetwork" > "Status Conditions")."""
-    spec = pn.get("spec") or {}
-    if spec.get("enabled", True) is False:
+    if not pn.spec.enabled:
         return Desired(
             ConditionType.READY,
             ConditionStatus.FALSE,
@@ -147,13 +156,13 @@ def podnetwork_ready(pn: Mapping[str, Any]) -> Desired:
     return Desired(ConditionType.READY, ConditionStatus.TRUE, ReadyReason.READY, "PodNetwork is ready")
 
 
-def attachment_ready(pna: Mapping[str, Any], podnetwork: Mapping[str, Any] | None) -> Desired:
+def attachment_ready(pna: PodNetworkAttachment, podnetwork: PodNetwork | None) -> Desired:
     """The Ready condition of a PodNetworkAttachment, given its PodNetwork (None when missing).
 
     KEP "PodNetworkAttachment" > "Status Conditions": Ready needs the referenced
     PodNetwork's Ready to be True, then the attachment's own ParamsReady.
     """
-    name = (pna.get("spec") or {}).get("podNetworkName") or ""
+    name = pna.spec.pod_network_name
     if podnetwork is None:
         return Desired(
             ConditionType.READY,
@@ -166,9 +175,9 @@ def attachment_ready(pna: Mapping[str, Any], podnetwork: Mapping[str, Any] | Non
         if ready is None:
             detail = "it has no Ready condition yet"
         else:
-            detail = f"its Ready condition is {ready.get('status')}"
-            if ready.get("reason"):
-                detail += f" ({ready.get('reason')})"
+            detail = f"its Ready condition is {ready.status}"
+            if ready.reason:
+                detail += f" ({ready.reason})"
         return Desired(
             ConditionType.READY,
             ConditionStatus.FALSE,
@@ -254,62 +263,72 @@ def merge(
     return result if changed else None
 
 
-def _generation(obj: Mapping[str, Any]) -> int | None:
-    gen = (obj.get("metadata") or {}).get("generation")
-    return gen if isinstance(gen, int) else None
+def holds(existing: Condition | None, want: Desired, *, generation: int | None) -> bool:
+    """Whether `existing` already says what `want` says: `merge` would leave it as it is."""
+    return (
+        existing is not None
+        and bool(existing.last_transition_time)
+        and (existing.status, existing.reason, existing.message) == (want.status, want.reason, want.message)
+        and (generation is None or existing.observed_generation == generation)
+    )
 
 
-def podnetwork_conditions(
-    pn: Mapping[str, Any], usage: Usage, *, now: str
-) -> list[dict[str, Any]] | None:
+def _wire(obj: KepObject) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in (obj.status.conditions or [])] if obj.status else []
+
+
+def podnetwork_conditions(pn: PodNetwork, usage: Usage, *, now: str) -> list[dict[str, Any]] | None:
     """The PodNetwork's new `status.conditions` (Ready and InUse), or None when unchanged."""
     return merge(
-        _conditions(pn), [podnetwork_ready(pn), in_use(usage)], now=now, generation=_generation(pn)
+        _wire(pn), [podnetwork_ready(pn), in_use(usage)], now=now, generation=pn.metadata.generation
     )
 
 
 def attachment_conditions(
-    pna: Mapping[str, Any],
-    podnetwork: Mapping[str, Any] | None,
+    pna: PodNetworkAttachment,
+    podnetwork: PodNetwork | None,
     usage: Usage,
     *,
     now: str,
 ) -> list[dict[str, Any]] | None:
     """The attachment's new `status.conditions` (Ready and InUse), or None when unchanged."""
     return merge(
-        _conditions(pna),
+        _wire(pna),
         [attachment_ready(pna, podnetwork), in_use(usage)],
         now=now,
-        generation=_generation(pna),
+        generation=pna.metadata.generation,
     )
 
 
-def status_patch(obj: Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
+def status_patch(obj: KepObject | Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
     """A merge patch for the status subresource.
 
     A merge patch replaces the whole list, so it carries `resourceVersion`: a
     real API server then refuses it (409) if the provider changed ParamsReady in
-    between, instead of losing that change; the next event retries.
+    between, instead of losing that change; the next event retries. `obj` may
+    also be the object as the API serves it (a mapping).
     """
     patch: dict[str, Any] = {"status": {"conditions": conditions}}
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    else:
+        rv = obj.metadata.resource_version
     if rv:
         patch["metadata"] = {"resourceVersion": rv}
     return patch
 
 
-def phase(obj: Mapping[str, Any]) -> Phase:
+def phase(obj: KepObject) -> Phase:
     """The KEP lifecycle phase an object is in, read from its spec and conditions."""
-    if (obj.get("spec") or {}).get("enabled", True) is False:
+    if isinstance(obj, PodNetwork) and not obj.spec.enabled:
         return Phase.DISABLED
-    if is_true(obj, ConditionType.IN_USE) or constants.IN_USE_FINALIZER in (
-        (obj.get("metadata") or {}).get("finalizers") or []
-    ):
+    if is_true(obj, ConditionType.IN_USE) or constants.IN_USE_FINALIZER in (obj.metadata.finalizers or []):
         return Phase.IN_USE
     ready = find(obj, ConditionType.READY)
     if ready is None:
         return Phase.CREATED
-    return Phase.READY if ready.get("status") == ConditionStatus.TRUE else Phase.NOT_READY
+    return Phase.READY if ready.status == ConditionStatus.TRUE.value else Phase.NOT_READY
 
 
 __all__ = [
@@ -321,6 +340,7 @@ __all__ = [
     "attachment_conditions",
     "attachment_ready",
     "find",
+    "holds",
     "in_use",
     "is_ready",
     "merge",
@@ -329,4 +349,5 @@ __all__ = [
     "podnetwork_conditions",
     "podnetwork_ready",
     "status_patch",
+    "wire_conditions",
 ]

@@ -32,19 +32,20 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import kopf
 from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import errors as kopf_errors
 
-from podnetwork import admission, conditions, constants, defaultnet, inuse
-from podnetwork.api import Network
+from podnetwork import admission, api, conditions, constants, defaultnet, inuse
+from podnetwork.api import KepObject, Network
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
+from podnetwork.kube.core import HasMetadata, Node, PartialObjectMetadata, Pod
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +89,9 @@ class Controller:
 
     config: ControllerSettings = field(default_factory=ControllerSettings)
     index: inuse.Index = field(default_factory=inuse.Index)
-    objects: dict[Ref, dict[str, Any]] = field(default_factory=dict)
+    objects: dict[Ref, KepObject] = field(default_factory=dict)
     """Latest PodNetwork and attachment bodies, from watch events and patch responses."""
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every namespace seen (watch, mirror or admission's GET), by name: its name and, when it
     sets one, its networks profile annotation. Admission tells an unseen namespace (read it
@@ -152,31 +153,32 @@ class Controller:
             lock = self.locks[ref] = asyncio.Lock()
         return lock
 
-    def desired_conditions(self, ref: Ref, body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    def podnetwork(self, name: str) -> api.PodNetwork | None:
+        network = self.objects.get(inuse.podnetwork_ref(name))
+        return network if isinstance(network, api.PodNetwork) else None
+
+    def desired_conditions(self, ref: Ref, body: KepObject) -> list[dict[str, Any]] | None:
         usage = self.index.usage(ref)
         now = conditions.now()
-        if ref.kind == constants.ATTACHMENT_KIND:
-            pn_name = (body.get("spec") or {}).get("podNetworkName") or ""
-            network = self.objects.get(inuse.podnetwork_ref(pn_name))
+        if isinstance(body, api.PodNetworkAttachment):
+            network = self.podnetwork(body.spec.pod_network_name)
             if network is not None and _unevaluated(network):
                 return None  # its first status write is coming, and re-evaluates its attachments
             return conditions.attachment_conditions(body, network, usage, now=now)
         return conditions.podnetwork_conditions(body, usage, now=now)
 
-    def _only_inuse_message_may_change(self, ref: Ref, body: Mapping[str, Any]) -> bool:
+    def _only_inuse_message_may_change(self, ref: Ref, body: KepObject) -> bool:
         """Whether Ready and InUse's status are right, in O(1): only InUse's message may be stale."""
         want = "True" if self.index.in_use(ref) else "False"
         inuse_cond = conditions.find(body, constants.ConditionType.IN_USE)
-        if inuse_cond is None or inuse_cond.get("status") != want:
+        if inuse_cond is None or inuse_cond.status != want:
             return False
-        if ref.kind == constants.ATTACHMENT_KIND:
-            pn_name = (body.get("spec") or {}).get("podNetworkName") or ""
-            ready = conditions.attachment_ready(body, self.objects.get(inuse.podnetwork_ref(pn_name)))
+        if isinstance(body, api.PodNetworkAttachment):
+            ready = conditions.attachment_ready(body, self.podnetwork(body.spec.pod_network_name))
         else:
             ready = conditions.podnetwork_ready(body)
         existing = conditions.find(body, constants.ConditionType.READY)
-        return existing is not None and conditions.merge(
-            [existing], [ready], now="", generation=_generation(body)) is None
+        return conditions.holds(existing, ready, generation=body.metadata.generation)
 
     async def reconcile(self, ref: Ref, *, urgent: bool = True) -> None:
         """Bring one PodNetwork or attachment's finalizer and conditions in line."""
@@ -191,7 +193,7 @@ class Controller:
                 if fresh is None:
                     return
                 body = self.remember(ref, fresh)
-                if ref not in self.objects:
+                if body is None:
                     return  # deleted by this write; its DELETED event does the follow-ups
             if not urgent and self._only_inuse_message_may_change(ref, body):
                 # A pod event changes consumers only. Their names for the message cost
@@ -212,27 +214,31 @@ class Controller:
         if ref not in self.ready_seen or _ready_of(self.objects.get(ref)) != ready_before:
             await self.after_change(ref)
 
-    def remember(self, ref: Ref, body: Mapping[str, Any]) -> dict[str, Any]:
+    def remember(self, ref: Ref, body: Mapping[str, Any] | KepObject) -> KepObject | None:
         """Cache a body unless the cache already holds a newer one; returns the cached body.
 
         Watch events can arrive after the response to our own patch (the event
         of an earlier write is still queued); acting on them would undo our
         write. resourceVersion is opaque by API convention, but it is etcd's
         revision, a counter, wherever Kubernetes runs on etcd; when either side
-        is not a number the later arrival wins.
+        is not a number the later arrival wins. A body as the API served it is
+        read into its model first; one that does not fit is ignored (logged).
         """
-        meta = body.get("metadata") or {}
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        obj = body if isinstance(body, KepObject) else _read_kep(body, ref.kind)
+        if obj is None:
+            return self.objects.get(ref)
+        meta = obj.metadata
+        if meta.deletion_timestamp and not meta.finalizers:
             # The API server's answer to the write that dropped the last finalizer: the
             # object is gone. Its DELETED event may already have been handled; do not
             # bring it back (attachments would go on reading it as a Ready PodNetwork).
             self.objects.pop(ref, None)
-            return dict(body)
-        if meta.get("name"):
+            return None
+        if meta.name:
             cached = self.objects.get(ref)
-            if cached is None or not _older(body, cached):
-                self.objects[ref] = dict(body)
-        return self.objects.get(ref, dict(body))
+            if cached is None or not _older(obj, cached):
+                self.objects[ref] = obj
+        return self.objects.get(ref)
 
     async def after_change(self, ref: Ref) -> None:
         """Follow-ups of a PodNetwork or attachment change: dependents and the requeue nudge."""
@@ -267,7 +273,7 @@ class Controller:
             node = self.nodes.get(name)
             if node is None:
                 return
-            network = self.objects.get(inuse.podnetwork_ref(defaultnet.node_default_name(node)))
+            network = self.podnetwork(defaultnet.node_default_name(node))
             if network is not None and _unevaluated(network):
                 return  # its first status write is coming, and re-evaluates the nodes
             patch = defaultnet.node_condition_patch(node, network, now=conditions.now())
@@ -275,8 +281,9 @@ class Controller:
                 return
             fresh = await self.patch(f"/api/v1/nodes/{name}/status", patch, retry=Ref(NODE, "", name),
                                      content_type="application/strategic-merge-patch+json")
-            if fresh is not None and name in self.nodes and not _older(fresh, self.nodes[name]):
-                self.nodes[name] = fresh
+            fresh_node = None if fresh is None else _read(Node.model_validate, fresh, f"node {name}")
+            if fresh_node is not None and name in self.nodes and not _older(fresh_node, self.nodes[name]):
+                self.nodes[name] = fresh_node
 
     async def reconcile_nodes(self, podnetwork_name: str) -> None:
         for name, node in list(self.nodes.items()):
@@ -311,7 +318,7 @@ class Controller:
         for ref, body in list(self.objects.items()):
             if budget <= 0:
                 break
-            if not (body.get("metadata") or {}).get("deletionTimestamp") or not self.index.in_use(ref):
+            if not body.metadata.deletion_timestamp or not self.index.in_use(ref):
                 continue
             attachments, pods = self.index.some_consumers(ref, budget)
             for kind, keys in ((constants.ATTACHMENT_KIND, attachments), ("Pod", pods)):
@@ -328,11 +335,14 @@ class Controller:
                         logger.warning("cannot check %s %s (%s); next flush", kind, key, exc)
                         return
                     if kind == "Pod":
-                        self.pending |= (self.index.remove_pod(key) if obj is None
-                                         else self.index.set_pod(obj, self.namespace_profile(namespace)))
+                        pod = None if obj is None else _read(Pod.model_validate, obj, f"pod {key}")
+                        self.pending |= (self.index.remove_pod(key) if pod is None
+                                         else self.index.set_pod(pod, self.namespace_profile(namespace)))
                     else:
+                        pna = None if obj is None else _read_kep(obj, kind)
                         self.pending |= (self.index.remove_attachment(key) if obj is None
-                                         else self.index.set_attachment(_as_kind(obj, kind)))
+                                         else self.index.set_attachment(pna)
+                                         if isinstance(pna, api.PodNetworkAttachment) else set())
                     if obj is None:
                         logger.info("forgot %s %s: gone from the API without a DELETED event", kind, key)
         refs, self.pending = self.pending, set()
@@ -374,7 +384,8 @@ class Controller:
             except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
                 logger.warning("cannot list %s for the resync (%s); next resync", plural, exc)
                 return
-            present = {inuse.ref_of(_as_kind(item, kind)) for item in listing.get("items") or []}
+            present = {inuse.ref_of(PartialObjectMetadata.model_validate(_as_kind(item, kind)))
+                       for item in listing.get("items") or []}
             gone += [ref for ref, body in list(self.objects.items())
                      if ref.kind == kind and ref not in present and not _newer_than_list(body, listing)]
         for ref in gone:
@@ -478,31 +489,57 @@ def namespace_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _newer_than_list(body: Mapping[str, Any], listing: Mapping[str, Any]) -> bool:
+def _newer_than_list(body: KepObject, listing: Mapping[str, Any]) -> bool:
     """Whether a cached object changed after the list was taken (created since: keep it)."""
     return _older(listing, body)
 
 
-def _unevaluated(network: Mapping[str, Any]) -> bool:
+def _unevaluated(network: KepObject) -> bool:
     """A PodNetwork this controller has not written Ready on yet (just created)."""
     return conditions.find(network, constants.ConditionType.READY) is None
 
 
-def _older(body: Mapping[str, Any], than: Mapping[str, Any]) -> bool:
-    a = str((body.get("metadata") or {}).get("resourceVersion") or "")
-    b = str((than.get("metadata") or {}).get("resourceVersion") or "")
+def _resource_version(obj: Mapping[str, Any] | HasMetadata) -> str:
+    if isinstance(obj, Mapping):  # a list's metadata
+        meta = obj.get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+    return obj.metadata.resource_version or ""
+
+
+def _older(body: Mapping[str, Any] | HasMetadata, than: Mapping[str, Any] | HasMetadata) -> bool:
+    a, b = _resource_version(body), _resource_version(than)
     return a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
-def _ready_of(obj: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+def _ready_of(obj: KepObject | None) -> tuple[Any, ...] | None:
     """What dependents read of an object's Ready condition."""
     ready = conditions.find(obj, constants.ConditionType.READY)
-    return None if ready is None else (ready.get("status"), ready.get("reason"), ready.get("message"))
+    return None if ready is None else (ready.status, ready.reason, ready.message)
 
 
-def _generation(obj: Mapping[str, Any]) -> int | None:
-    gen = (obj.get("metadata") or {}).get("generation")
-    return gen if isinstance(gen, int) else None
+_T = TypeVar("_T")
+
+
+def _read(model: Callable[[Mapping[str, Any]], _T], body: Mapping[str, Any], what: str) -> _T | None:
+    """`body` read into its model or view; None (logged) when it does not fit.
+
+    The API server's schemas are the models', so only a mismatched CRD or a
+    foreign emulator can send what does not fit.
+    """
+    try:
+        return model(body)
+    except ValueError as exc:  # pydantic.ValidationError, or api.parse's unknown kind
+        logger.warning("ignored %s: it does not fit its model: %s", what, exc)
+        return None
+
+
+def _read_kep(body: Mapping[str, Any], kind: str) -> KepObject | None:
+    return _read(lambda b: api.parse(b, kind), body, f"{kind} {_key(body)}")
+
+
+def _key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata")
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}" if isinstance(meta, Mapping) else "?"
 
 
 def object_url(ref: Ref) -> str:
@@ -551,11 +588,15 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
     @kopf.index("pods", registry=registry)
-    def pod_refs(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    def pod_refs(body: kopf.Body, name: str | None, namespace: str | None, **_: Any) -> None:
+        pod = _read(Pod.model_validate, body, f"pod {namespace}/{name}")
+        if pod is None:  # holds nothing, like a pod whose networks annotation cannot be parsed
+            ctl.pending |= ctl.index.remove_pod(f"{namespace or ''}/{name or ''}")
+            return
         # The profile fills in only pods that name no networks (after admission: none).
-        names_them = constants.NETWORKS_ANNOTATION in (body.get("metadata", {}).get("annotations") or {})
+        names_them = pod.metadata.annotation(constants.NETWORKS_ANNOTATION) is not None
         profile = None if names_them else ctl.namespace_profile(namespace or "")
-        ctl.pending |= ctl.index.set_pod(body, profile)
+        ctl.pending |= ctl.index.set_pod(pod, profile)
 
     if ctl.config.namespace_profiles:
         @kopf.index("namespaces", registry=registry)
@@ -569,33 +610,34 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
 
     @kopf.index(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
     def podnetworks(body: kopf.Body, **_: Any) -> None:
-        obj = _as_kind(body, constants.PODNETWORK_KIND)
-        ctl.remember(inuse.ref_of(obj), obj)
+        obj = _read_kep(body, constants.PODNETWORK_KIND)
+        if obj is not None:
+            ctl.remember(inuse.ref_of(obj), obj)
 
     @kopf.index(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
     def attachments(body: kopf.Body, **_: Any) -> None:
-        obj = _as_kind(body, constants.ATTACHMENT_KIND)
-        ctl.remember(inuse.ref_of(obj), obj)
-        ctl.pending |= ctl.index.set_attachment(obj)
+        obj = _read_kep(body, constants.ATTACHMENT_KIND)
+        if isinstance(obj, api.PodNetworkAttachment):
+            ctl.remember(inuse.ref_of(obj), obj)
+            ctl.pending |= ctl.index.set_attachment(obj)
 
     @kopf.on.event("pods", registry=registry)
-    async def pod_event(type: str, body: kopf.Body, **_: Any) -> None:
+    async def pod_event(type: str, name: str | None, namespace: str | None, **_: Any) -> None:
         if type == "DELETED":
-            ctl.pending |= ctl.index.remove_pod(inuse.key_of(body))
+            ctl.pending |= ctl.index.remove_pod(f"{namespace or ''}/{name or ''}")
         await ctl.flush_pending()
 
     @kopf.on.event(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
-    async def podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
-        ref = inuse.ref_of(_as_kind(body, constants.PODNETWORK_KIND))
+    async def podnetwork_event(type: str, name: str | None, **_: Any) -> None:
+        ref = inuse.podnetwork_ref(name or "")
         if type == "DELETED":
             await ctl.forget_podnetwork(ref)
             return
         await ctl.reconcile(ref)
 
     @kopf.on.event(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
-    async def attachment_event(type: str, body: kopf.Body, **_: Any) -> None:
-        obj = _as_kind(body, constants.ATTACHMENT_KIND)
-        ref = inuse.ref_of(obj)
+    async def attachment_event(type: str, name: str | None, namespace: str | None, **_: Any) -> None:
+        ref = inuse.attachment_ref(namespace or "", name or "")
         if type == "DELETED":
             ctl.forget_attachment(ref)
         else:
@@ -606,15 +648,17 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             await ctl.reconcile(changed)
 
     @kopf.on.event("nodes", registry=registry)
-    async def node_event(type: str, body: kopf.Body, **_: Any) -> None:
-        name = body.get("metadata", {}).get("name") or ""
+    async def node_event(type: str, body: kopf.Body, name: str | None, **_: Any) -> None:
+        name = name or ""
         if type == "DELETED":
             ctl.nodes.pop(name, None)
             ctl.locks.pop(Ref(NODE, "", name), None)
             return
         cached = ctl.nodes.get(name)
         if cached is None or not _older(body, cached):
-            ctl.nodes[name] = dict(body)
+            node = _read(Node.model_validate, body, f"node {name}")
+            if node is not None:
+                ctl.nodes[name] = node
         await ctl.reconcile_node(name)
 
 

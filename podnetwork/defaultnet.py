@@ -13,10 +13,11 @@ PodNetwork exists and is Ready, False otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from podnetwork import conditions, constants
+from podnetwork.api import PodNetwork, PodNetworkSpec
+from podnetwork.kube.core import HasMetadata, Node, ObjectMeta
 
 #: Node condition type reporting the default PodNetwork's presence and readiness.
 NODE_CONDITION = "DefaultPodNetworkReady"
@@ -28,33 +29,27 @@ NOT_FOUND_MESSAGE = "default PodNetwork not found in API"
 
 
 def podnetwork(provider: str | None = None) -> dict[str, Any]:
-    """The `default` PodNetwork the controller creates ("Automatic creation").
+    """The `default` PodNetwork the controller creates ("Automatic creation"), as the body to POST.
 
     It has no parametersRefs, so it is Ready as soon as the controller sees it:
     it stands for the network the cluster was installed with.
     """
-    spec: dict[str, Any] = {"enabled": True}
-    if provider:
-        spec["provider"] = provider
-    return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.PODNETWORK_KIND,
-        "metadata": {"name": constants.DEFAULT_PODNETWORK},
-        "spec": spec,
-    }
+    return PodNetwork(
+        metadata=ObjectMeta(name=constants.DEFAULT_PODNETWORK),
+        spec=PodNetworkSpec(enabled=True, provider=provider),
+    ).to_dict()
 
 
-def node_default_name(node: Mapping[str, Any]) -> str:
+def node_default_name(node: HasMetadata) -> str:
     """The PodNetwork a node treats as its default: the override annotation, else `default`."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    override = (annotations.get(constants.NODE_DEFAULT_PODNETWORK_ANNOTATION) or "").strip()
+    override = (node.metadata.annotation(constants.NODE_DEFAULT_PODNETWORK_ANNOTATION) or "").strip()
     return override or constants.DEFAULT_PODNETWORK
 
 
-def node_desired(name: str, pn: Mapping[str, Any] | None) -> conditions.Desired:
+def node_desired(name: str, pn: PodNetwork | None) -> conditions.Desired:
     """The node condition for a default PodNetwork called `name` (None when missing)."""
     status = constants.ConditionStatus
-    if pn is None or (pn.get("metadata") or {}).get("deletionTimestamp"):
+    if pn is None or pn.metadata.deletion_timestamp:
         message = (
             NOT_FOUND_MESSAGE
             if name == constants.DEFAULT_PODNETWORK
@@ -63,7 +58,7 @@ def node_desired(name: str, pn: Mapping[str, Any] | None) -> conditions.Desired:
         return conditions.Desired(NODE_CONDITION, status.FALSE, REASON_NOT_FOUND, message)
     if not conditions.is_ready(pn):
         ready = conditions.find(pn, constants.ConditionType.READY)
-        why = f" ({ready.get('reason')})" if ready and ready.get("reason") else ""
+        why = f" ({ready.reason})" if ready and ready.reason else ""
         return conditions.Desired(
             NODE_CONDITION, status.FALSE, REASON_NOT_READY, f'default PodNetwork "{name}" is not Ready{why}'
         )
@@ -72,9 +67,7 @@ def node_desired(name: str, pn: Mapping[str, Any] | None) -> conditions.Desired:
     )
 
 
-def node_condition_patch(
-    node: Mapping[str, Any], pn: Mapping[str, Any] | None, *, now: str
-) -> dict[str, Any] | None:
+def node_condition_patch(node: Node, pn: PodNetwork | None, *, now: str) -> dict[str, Any] | None:
     """A strategic-merge patch for the node's status, or None when its condition is right.
 
     Node conditions are merged by `type` under strategic merge patch, so the
@@ -83,9 +76,7 @@ def node_condition_patch(
     only when something changes, so a steady cluster makes no writes.
     """
     want = node_desired(node_default_name(node), pn)
-    existing = [
-        c for c in ((node.get("status") or {}).get("conditions") or []) if c.get("type") == NODE_CONDITION
-    ]
+    existing = [c.to_dict() for c in node.status.conditions or [] if c.type == NODE_CONDITION]
     merged = conditions.merge(existing, [want], now=now, generation=None)
     if merged is None:
         return None

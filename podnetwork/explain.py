@@ -15,6 +15,7 @@ import networkx as nx
 
 from podnetwork import constants, defaultnet
 from podnetwork import graph as graphs
+from podnetwork.kube.core import Node, Pod
 
 KINDS = {
     "pod": "Pod", "po": "Pod", "pods": "Pod",
@@ -87,37 +88,35 @@ def subject_key(kind: str, ref: str) -> str:
     return graphs.key(real, namespace, name)
 
 
-def _check(graph: nx.DiGraph, node_key: str) -> tuple[str, str | None]:
+def _check(graph: nx.DiGraph[str], node_key: str) -> tuple[str, str | None]:
     """(status text, problem or None) for one object of the chain."""
     data = graph.nodes[node_key]
-    obj = data.get("obj")
+    obj: graphs.Object | None = data.get("obj")
     if obj is None:
         return "NOT FOUND", "not found" + (" in the input" if data["kind"] != "Pod" else "")
     if data.get("errors"):
         return "INVALID", "; ".join(data["errors"])
     if data["kind"] in (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND):
         computed = " (computed: no status in the input)" if data.get("computed") else ""
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj.metadata.deletion_timestamp:
             return "BEING DELETED", "being deleted (waits for the in-use finalizer)"
         if data.get("ready"):
             return "Ready" + computed, None
         why = f"{data.get('reason')}: {data.get('message')}"
         return f"NOT READY ({data.get('reason')}){computed}", f"not Ready: {why}"
-    if data["kind"] == "Node":
-        cond = next((c for c in (obj.get("status") or {}).get("conditions") or []
-                     if c.get("type") == defaultnet.NODE_CONDITION), None)
-        if cond is not None and cond.get("status") != "True":
-            return f"{defaultnet.NODE_CONDITION}=False", f"{cond.get('reason')}: {cond.get('message')}"
-        if data.get("obj") and (obj.get("spec") or {}).get("unschedulable"):
+    if isinstance(obj, Node):
+        cond = obj.condition(defaultnet.NODE_CONDITION)
+        if cond is not None and cond.status != "True":
+            return f"{defaultnet.NODE_CONDITION}=False", f"{cond.reason}: {cond.message}"
+        if obj.spec.unschedulable:
             return "cordoned", None
         return "ok", None
-    if data["kind"] == "Pod":
-        phase = (obj.get("status") or {}).get("phase") or "Pending"
-        return phase, None
+    if isinstance(obj, Pod):
+        return obj.status.phase or "Pending", None
     return "present", None
 
 
-def explain(graph: nx.DiGraph, subject: str) -> Explanation:
+def explain(graph: nx.DiGraph[str], subject: str) -> Explanation:
     """The chain from `subject` (a graph key) with every object checked. Raises KeyError if absent."""
     if subject not in graph or graph.nodes[subject].get("obj") is None:
         raise KeyError(f"{graphs.label(subject)} not found")

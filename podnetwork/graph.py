@@ -14,19 +14,37 @@ cluster-scoped) and carries `kind`, `namespace`, `name`, `obj` (None when the
 object is referenced but was not found: a broken link) and, for PodNetworks
 and attachments, `ready` and `reason` (from status, or computed by the
 controller's own rules when the input has no status).
+
+`build` is where the objects enter: `obj` is the object read into its model
+(`podnetwork.api`) or view (`podnetwork.kube.core`; other kinds as
+`PartialObjectMetadata`). An object that does not fit its model is kept as
+`PartialObjectMetadata` with `errors` naming every field that does not fit (a
+PodNetwork or attachment is then not Ready, reason `Invalid`); one whose
+metadata cannot be read at all (a name that is not a string) is left out of
+the graph with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import networkx as nx
+import pydantic
 
-from podnetwork import conditions, constants, defaultnet, networks, validation
+from podnetwork import api, conditions, constants, defaultnet, networks, validation
 from podnetwork.fielderrors import InvalidObject
+from podnetwork.kube.core import Node, PartialObjectMetadata, Pod
+
+logger = logging.getLogger(__name__)
+
+#: A graph node's `obj`: a KEP model, a core view, or any other kind's type and metadata.
+Object = api.PodNetwork | api.PodNetworkAttachment | Pod | Node | PartialObjectMetadata
+#: Reason of the Ready a PodNetwork or attachment is given when it does not fit its model.
+INVALID_REASON = "Invalid"
 
 
 def key(kind: str, namespace: str | None, name: str) -> str:
@@ -46,35 +64,69 @@ def _kind_alias(kind: str) -> str:
     return alias[:-1] if alias.endswith("s") else alias
 
 
-def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+def _field_errors(exc: pydantic.ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ""
+        for part in err["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+        out.append(f"{loc or '<root>'}: {err['msg']}")
+    return out
 
 
-def _readiness(graph: nx.DiGraph, node_key: str) -> None:
+def _read(raw: Mapping[str, Any]) -> tuple[Object, list[str]] | None:
+    """`raw` in its model or view, with what does not fit; None when even its metadata cannot be read."""
+    try:
+        head = PartialObjectMetadata.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        logger.warning("left out of the graph: its metadata cannot be read: %s",
+                       "; ".join(_field_errors(exc)))
+        return None
+    try:
+        if head.kind == constants.PODNETWORK_KIND:
+            return api.PodNetwork.model_validate(raw), []
+        if head.kind == constants.ATTACHMENT_KIND:
+            return api.PodNetworkAttachment.model_validate(raw), []
+        if head.kind == "Pod":
+            return Pod.model_validate(raw), []
+        if head.kind == "Node":
+            return Node.model_validate(raw), []
+    except pydantic.ValidationError as exc:
+        return head, _field_errors(exc)
+    return head, []
+
+
+def _readiness(graph: nx.DiGraph[str], node_key: str) -> None:
     data = graph.nodes[node_key]
     obj = data.get("obj")
     if obj is None or data["kind"] not in (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND):
         return
+    if not isinstance(obj, api.PodNetwork | api.PodNetworkAttachment):
+        data.update(ready=False, reason=INVALID_REASON, message="; ".join(data.get("errors") or []),
+                    computed=True)
+        return
     written = conditions.find(obj, constants.ConditionType.READY)
     if written is not None:
-        data["ready"] = written.get("status") == "True"
-        data["reason"] = written.get("reason") or ""
-        data["message"] = written.get("message") or ""
+        data["ready"] = written.status == "True"
+        data["reason"] = written.reason
+        data["message"] = written.message
         data["computed"] = False
         return
-    if data["kind"] == constants.PODNETWORK_KIND:
+    if isinstance(obj, api.PodNetwork):
         desired = conditions.podnetwork_ready(obj)
     else:
         target = next((t for t in graph.successors(node_key)
                        if graph.nodes[t]["kind"] == constants.PODNETWORK_KIND), None)
-        pn = graph.nodes[target].get("obj") if target else None
-        if pn is not None and "ready" in graph.nodes[target] and conditions.find(pn, "Ready") is None:
+        view = graph.nodes[target] if target else {}
+        pn = view.get("obj")
+        if not isinstance(pn, api.PodNetwork):
+            pn = None
+        if "ready" in view and (pn is None or conditions.find(pn, "Ready") is None):
             # the PodNetwork's readiness was computed too: give the attachment the same view
-            view = graph.nodes[target]
-            status = "True" if view["ready"] else "False"
-            ready = {"type": "Ready", "status": status, "reason": view["reason"]}
-            pn = {**pn, "status": {"conditions": [ready]}}
+            ready = api.Condition.model_construct(
+                type="Ready", status="True" if view["ready"] else "False", reason=view["reason"],
+                message="", last_transition_time="", observed_generation=None)
+            pn = (pn or api.PodNetwork()).model_copy(update={"status": api.Status(conditions=[ready])})
         desired = conditions.attachment_ready(obj, pn)
     data["ready"] = desired.status == "True"
     data["reason"] = str(desired.reason)
@@ -82,15 +134,21 @@ def _readiness(graph: nx.DiGraph, node_key: str) -> None:
     data["computed"] = True
 
 
-def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph:
+def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph[str]:
     """The reference graph of `objects`; referenced but absent objects are nodes with obj=None."""
-    graph: nx.DiGraph = nx.DiGraph()
-    objs = list(objects)
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    objs: list[tuple[Mapping[str, Any], Object, list[str]]] = []
     aliases: dict[tuple[str, str, str], str] = {}
-    for obj in objs:
-        kind = obj.get("kind") or ""
-        namespace, name = _meta(obj)
-        graph.add_node(key(kind, namespace, name), kind=kind, namespace=namespace, name=name, obj=dict(obj))
+    for raw in objects:
+        read = _read(raw)
+        if read is None:
+            continue
+        obj, errors = read
+        objs.append((raw, obj, errors))
+        kind, namespace, name = obj.kind, obj.metadata.namespace or "", obj.metadata.name or ""
+        graph.add_node(key(kind, namespace, name), kind=kind, namespace=namespace, name=name, obj=obj)
+        if errors:
+            graph.nodes[key(kind, namespace, name)]["errors"] = errors
         aliases[(_kind_alias(kind), namespace, name)] = key(kind, namespace, name)
 
     def target(kind: str, namespace: str, name: str) -> str:
@@ -99,32 +157,31 @@ def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph:
             graph.add_node(k, kind=kind, namespace=namespace, name=name, obj=None)
         return k
 
-    for obj in objs:
-        kind = obj.get("kind") or ""
-        namespace, name = _meta(obj)
-        src = key(kind, namespace, name)
-        spec = obj.get("spec") or {}
-        if kind in (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND):
-            for i, ref in enumerate(spec.get("parametersRefs") or []):
-                if isinstance(ref, Mapping) and ref.get("kind") and ref.get("name"):
-                    ref_ns = ref.get("namespace") or ""
-                    found = aliases.get((_kind_alias(ref["kind"]), ref_ns, ref["name"]))
-                    dst = found or target(ref["kind"], ref_ns, ref["name"])
-                    graph.nodes[dst].setdefault("group", ref.get("group") or "")
-                    graph.add_edge(src, dst, relation=f"parametersRefs[{i}]")
-        if kind == constants.ATTACHMENT_KIND and spec.get("podNetworkName"):
-            graph.add_edge(src, target(constants.PODNETWORK_KIND, "", spec["podNetworkName"]),
+    for raw, obj, _ in objs:
+        kind, namespace = obj.kind, obj.metadata.namespace or ""
+        src = key(kind, namespace, obj.metadata.name or "")
+        if isinstance(obj, api.PodNetwork | api.PodNetworkAttachment):
+            for i, ref in enumerate(obj.spec.parameters_refs or []):
+                ref_ns = ref.namespace or ""
+                found = aliases.get((_kind_alias(ref.kind), ref_ns, ref.name))
+                dst = found or target(ref.kind, ref_ns, ref.name)
+                graph.nodes[dst].setdefault("group", ref.group)
+                graph.add_edge(src, dst, relation=f"parametersRefs[{i}]")
+        if isinstance(obj, api.PodNetworkAttachment):
+            graph.add_edge(src, target(constants.PODNETWORK_KIND, "", obj.spec.pod_network_name),
                            relation="podNetworkName")
         if kind == "Pod":
+            # The networks rules read the pod as served: they report field errors on it.
+            problems: list[str] = graph.nodes[src].get("errors") or []
             try:
-                nets = networks.effective(obj)
+                nets = networks.effective(raw)
             except InvalidObject as exc:
-                graph.nodes[src]["errors"] = [str(e) for e in exc.errors]
+                problems += [str(e) for e in exc.errors]
                 nets = []
             else:
-                errors = validation.validate_pod(obj)
-                if errors:
-                    graph.nodes[src]["errors"] = [str(e) for e in errors]
+                problems += [str(e) for e in validation.validate_pod(raw)]
+            if problems:
+                graph.nodes[src]["errors"] = problems
             for i, net in enumerate(nets):
                 if net.pod_network_attachment_name:
                     dst = target(constants.ATTACHMENT_KIND, namespace, net.pod_network_attachment_name)
@@ -132,9 +189,8 @@ def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph:
                     dst = target(constants.PODNETWORK_KIND, "", net.pod_network_name or "")
                 relation = f"networks[{i}]" + (f" {net.interface_name}" if net.interface_name else "")
                 graph.add_edge(src, dst, relation=relation)
-            node_name = spec.get("nodeName")
-            if node_name:
-                graph.add_edge(src, target("Node", "", node_name), relation="nodeName")
+            if isinstance(obj, Pod) and obj.spec.node_name:
+                graph.add_edge(src, target("Node", "", obj.spec.node_name), relation="nodeName")
         if kind == "Node":
             graph.add_edge(src, target(constants.PODNETWORK_KIND, "", defaultnet.node_default_name(obj)),
                            relation="default")
@@ -153,11 +209,11 @@ _SHAPES = {"Pod": "box", constants.PODNETWORK_KIND: "ellipse", constants.ATTACHM
            "Node": "box3d"}
 
 
-def to_dot(graph: nx.DiGraph) -> str:
+def to_dot(graph: nx.DiGraph[str]) -> str:
     """Graphviz DOT text: missing objects dashed red, not-Ready networks orange."""
     lines = ["digraph podnetwork {", "  rankdir=LR;", '  node [fontname="Helvetica"];',
              '  edge [fontname="Helvetica", fontsize=10];']
-    for node_key, data in sorted(graph.nodes(data=True)):
+    for node_key, data in sorted(graph.nodes.items()):
         attrs = {"label": label(node_key), "shape": _SHAPES.get(data["kind"], "note")}
         if data.get("obj") is None:
             attrs.update(style="dashed", color="red", label=label(node_key) + "\n(not found)")
@@ -168,8 +224,8 @@ def to_dot(graph: nx.DiGraph) -> str:
             attrs["color"] = "darkgreen"
         text = ", ".join(f"{k}={_quote(v)}" for k, v in attrs.items())
         lines.append(f"  {_quote(node_key)} [{text}];")
-    for src, dst, data in sorted(graph.edges(data=True)):
-        lines.append(f"  {_quote(src)} -> {_quote(dst)} [label={_quote(data.get('relation', ''))}];")
+    for (src, dst), edge in sorted(graph.edges.items()):
+        lines.append(f"  {_quote(src)} -> {_quote(dst)} [label={_quote(edge.get('relation', ''))}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -186,4 +242,4 @@ def to_svg(dot_text: str) -> bytes:
     return subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), check=True, capture_output=True).stdout
 
 
-__all__ = ["build", "dot_available", "key", "label", "to_dot", "to_svg"]
+__all__ = ["INVALID_REASON", "Object", "build", "dot_available", "key", "label", "to_dot", "to_svg"]

@@ -11,20 +11,23 @@ event costs O(networks of that pod): the old references are looked up by the
 pod's key, never by scanning other pods. The controller feeds it from watch
 events; the demo feeds it from its in-process store; both read `usage()`.
 
-Everything here is pure data and decisions; nothing talks to an API.
+Everything here is pure data and decisions; nothing talks to an API. Pods are
+read through the `podnetwork.kube.core.Pod` view, PodNetworks and attachments
+through the models of `podnetwork.api`, parsed by the caller where they enter.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from podnetwork import conditions, constants, networks
-from podnetwork.api import Network
+from podnetwork.api import KepObject, Network, PodNetworkAttachment
 from podnetwork.fielderrors import InvalidObject
+from podnetwork.kube.core import HasMetadata, PartialObjectMetadata, Pod
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -48,27 +51,26 @@ def attachment_ref(namespace: str, name: str) -> Ref:
     return Ref(constants.ATTACHMENT_KIND, namespace, name)
 
 
-def ref_of(obj: Mapping[str, Any]) -> Ref:
-    """The Ref naming a PodNetwork or PodNetworkAttachment object."""
-    meta = obj.get("metadata") or {}
-    if obj.get("kind") == constants.ATTACHMENT_KIND:
-        return attachment_ref(meta.get("namespace") or "", meta.get("name") or "")
-    return podnetwork_ref(meta.get("name") or "")
+def ref_of(obj: KepObject | PartialObjectMetadata) -> Ref:
+    """The Ref naming a PodNetwork or PodNetworkAttachment object (or its metadata, by kind)."""
+    meta = obj.metadata
+    if obj.kind == constants.ATTACHMENT_KIND:
+        return attachment_ref(meta.namespace or "", meta.name or "")
+    return podnetwork_ref(meta.name or "")
 
 
-def key_of(obj: Mapping[str, Any]) -> str:
+def key_of(obj: HasMetadata) -> str:
     """`namespace/name` of a namespaced object (the consumer key in messages)."""
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    return obj.metadata.key
 
 
-def is_terminal(pod: Mapping[str, Any]) -> bool:
+def is_terminal(pod: Pod) -> bool:
     """Pods that Succeeded or Failed no longer hold their networks (KEP "InUse state")."""
-    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+    return pod.status.phase in TERMINAL_PHASES
 
 
-def is_unscheduled(pod: Mapping[str, Any]) -> bool:
-    return not (pod.get("spec") or {}).get("nodeName") and not is_terminal(pod)
+def is_unscheduled(pod: Pod) -> bool:
+    return not pod.spec.node_name and not is_terminal(pod)
 
 
 def network_refs(namespace: str, nets: Iterable[Network]) -> frozenset[Ref]:
@@ -81,9 +83,15 @@ def network_refs(namespace: str, nets: Iterable[Network]) -> frozenset[Ref]:
     return frozenset(refs)
 
 
-def pod_references(
-    pod: Mapping[str, Any], namespace_default: Sequence[Network] | None = None
-) -> frozenset[Ref]:
+def networks_fields(pod: Pod) -> dict[str, Any]:
+    """The fields of `pod` that `networks.effective` reads, in the wire form it takes."""
+    return {
+        "metadata": {"annotations": pod.metadata.annotations or {}},
+        "spec": {"hostNetwork": pod.spec.host_network},
+    }
+
+
+def pod_references(pod: Pod, namespace_default: Sequence[Network] | None = None) -> frozenset[Ref]:
     """What a pod references, after auto-population; empty when it holds nothing.
 
     Terminal and deleted pods hold nothing. A pod whose annotation cannot be
@@ -92,17 +100,16 @@ def pod_references(
     """
     if is_terminal(pod):
         return frozenset()
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
     try:
-        nets = networks.effective(pod, namespace_default)
+        nets = networks.effective(networks_fields(pod), namespace_default)
     except InvalidObject:
         return frozenset()
-    return network_refs(namespace, nets)
+    return network_refs(pod.metadata.namespace or "", nets)
 
 
-def attachment_references(pna: Mapping[str, Any]) -> frozenset[Ref]:
+def attachment_references(pna: PodNetworkAttachment) -> frozenset[Ref]:
     """An attachment references its PodNetwork (KEP "Resources relations")."""
-    name = (pna.get("spec") or {}).get("podNetworkName")
+    name = pna.spec.pod_network_name
     return frozenset({podnetwork_ref(name)}) if name else frozenset()
 
 
@@ -142,9 +149,7 @@ class Index:
         if slot is not None and not slot and not slot.unscheduled:
             del self._by_ref[ref]
 
-    def set_pod(
-        self, pod: Mapping[str, Any], namespace_default: Sequence[Network] | None = None
-    ) -> set[Ref]:
+    def set_pod(self, pod: Pod, namespace_default: Sequence[Network] | None = None) -> set[Ref]:
         """Record a pod's current state (added or modified); returns the refs that changed."""
         key = key_of(pod)
         refs = pod_references(pod, namespace_default)
@@ -177,7 +182,7 @@ class Index:
             self._pods.pop(key, None)
         return set(old_refs ^ refs)
 
-    def set_attachment(self, pna: Mapping[str, Any]) -> set[Ref]:
+    def set_attachment(self, pna: PodNetworkAttachment) -> set[Ref]:
         """Record an attachment (it consumes its PodNetwork); returns the refs that changed."""
         return self._put_attachment(key_of(pna), attachment_references(pna))
 
@@ -244,7 +249,7 @@ class Index:
         return self._pods.get(key, (frozenset(), False))[0]
 
 
-def finalizer_patch(obj: Mapping[str, Any], *, in_use: bool) -> dict[str, Any] | None:
+def finalizer_patch(obj: KepObject, *, in_use: bool) -> dict[str, Any] | None:
     """The merge patch that puts the in-use finalizer where it belongs; None when it is right.
 
     Added while `in_use` (but never to an object already being deleted: the API
@@ -256,14 +261,11 @@ def finalizer_patch(obj: Mapping[str, Any], *, in_use: bool) -> dict[str, Any] |
     replaces lists) and carries `resourceVersion`, so a real API server rejects
     it with 409 rather than dropping someone else's concurrent finalizer.
     """
-    meta = obj.get("metadata") or {}
-    current = list(meta.get("finalizers") or [])
+    meta = obj.metadata
+    current = list(meta.finalizers or [])
     has = constants.IN_USE_FINALIZER in current
-    deleting = bool(meta.get("deletionTimestamp"))
-    is_default = (
-        obj.get("kind", constants.PODNETWORK_KIND) == constants.PODNETWORK_KIND
-        and meta.get("name") == constants.DEFAULT_PODNETWORK
-    )
+    deleting = bool(meta.deletion_timestamp)
+    is_default = not isinstance(obj, PodNetworkAttachment) and meta.name == constants.DEFAULT_PODNETWORK
     want = in_use and not (deleting and is_default)
     if want and not has and not deleting:
         new = [*current, constants.IN_USE_FINALIZER]
@@ -272,8 +274,8 @@ def finalizer_patch(obj: Mapping[str, Any], *, in_use: bool) -> dict[str, Any] |
     else:
         return None
     patch_meta: dict[str, Any] = {"finalizers": new}
-    if meta.get("resourceVersion"):
-        patch_meta["resourceVersion"] = meta["resourceVersion"]
+    if meta.resource_version:
+        patch_meta["resourceVersion"] = meta.resource_version
     return {"metadata": patch_meta}
 
 
@@ -287,6 +289,7 @@ __all__ = [
     "is_terminal",
     "is_unscheduled",
     "key_of",
+    "networks_fields",
     "pod_references",
     "podnetwork_ref",
     "ref_of",

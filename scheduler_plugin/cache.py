@@ -7,6 +7,12 @@ objects. Writers (the watch threads, or the demo's object store) and readers
 write replaces the one mapping it changes (copy on write) under a lock.
 `snapshot()` is therefore O(1) and a request never copies anything; a write
 that changes nothing the decision reads (a node's heartbeat) publishes nothing.
+
+The cache is where watched objects enter the extender: each is read into its
+model (`podnetwork.api`) or view (`podnetwork.kube.core`) once, on write. An
+object that does not fit its model, which the API server's schemas prevent,
+is kept as not Ready (reason `Invalid`, the message names the fields), or, for
+a node, as offering nothing but the default PodNetwork.
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from podnetwork import constants
+import pydantic
+
+from podnetwork import api, conditions, constants
+from podnetwork.kube.core import Node
+from scheduler_plugin import wire
 
 NODE_KIND = "Node"
 
@@ -73,19 +83,23 @@ class Snapshot:
     empty, so nothing derived from an older state survives a change."""
 
 
-def readiness_of(obj: Mapping[str, Any]) -> Readiness:
+#: Reason of the readiness of an object that does not fit its model.
+INVALID_REASON = "Invalid"
+
+
+def readiness_of(obj: api.KepObject) -> Readiness:
     """Read the Ready condition; a missing one or a terminating object is not Ready."""
-    meta = obj.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
+    if obj.metadata.deletion_timestamp:
         return Readiness(False, "Terminating", "the object is being deleted")
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == constants.ConditionType.READY:
-            return Readiness(
-                cond.get("status") == constants.ConditionStatus.TRUE,
-                str(cond.get("reason") or ""),
-                str(cond.get("message") or ""),
-            )
-    return Readiness(False, "ConditionMissing", "the controller has not set the Ready condition yet")
+    cond = conditions.find(obj, constants.ConditionType.READY)
+    if cond is None:
+        return Readiness(False, "ConditionMissing", "the controller has not set the Ready condition yet")
+    return Readiness(cond.status == constants.ConditionStatus.TRUE.value, cond.reason, cond.message)
+
+
+def _unreadable(kind: str, exc: pydantic.ValidationError) -> Readiness:
+    message = f"the object does not fit the {kind} schema: {wire.describe(exc)}"
+    return Readiness(False, INVALID_REASON, message)
 
 
 #: Longest annotation text whose parse is remembered, in characters. A pool's
@@ -108,7 +122,8 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return "a number"
-    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _parse(text: str) -> NodeOffer:
@@ -180,27 +195,65 @@ def parse_node_offer(text: str | None) -> NodeOffer:
     return None if text is None else OFFER_MEMO.parse(text)
 
 
-def node_offer_of(node: Mapping[str, Any]) -> NodeOffer:
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION)
-    if text is None or isinstance(text, str):
-        return parse_node_offer(text)
-    return InvalidOffer(f"{_WHERE} must be a string holding {_EXAMPLE}, not {_json_type(text)}")
+def node_offer_of(node: Node) -> NodeOffer:
+    return parse_node_offer(node.metadata.annotation(constants.NODE_PODNETWORKS_ANNOTATION))
 
 
-def _name(obj: Mapping[str, Any]) -> str:
-    name = (obj.get("metadata") or {}).get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{obj.get('kind')} without metadata.name cannot be cached")
-    return name
-
-
-def _attachment_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    return ((obj.get("metadata") or {}).get("namespace") or "default", _name(obj))
+def _podnetwork_state(obj: Mapping[str, Any]) -> Readiness:
+    try:
+        return readiness_of(api.PodNetwork.model_validate(obj))
+    except pydantic.ValidationError as exc:
+        return _unreadable(constants.PODNETWORK_KIND, exc)
 
 
 def _attachment_state(obj: Mapping[str, Any]) -> AttachmentState:
-    return AttachmentState(str((obj.get("spec") or {}).get("podNetworkName") or ""), readiness_of(obj))
+    try:
+        pna = api.PodNetworkAttachment.model_validate(obj)
+    except pydantic.ValidationError as exc:
+        return AttachmentState("", _unreadable(constants.ATTACHMENT_KIND, exc))
+    return AttachmentState(pna.spec.pod_network_name, readiness_of(pna))
+
+
+def _node_state(obj: Mapping[str, Any]) -> NodeOffer:
+    try:
+        return node_offer_of(Node.model_validate(obj))
+    except pydantic.ValidationError as exc:
+        return InvalidOffer(f"the Node object cannot be read ({wire.describe(exc)}); {_WHERE} is not used")
+
+
+class _HeadMeta(pydantic.BaseModel):
+    name: str | None = None
+    namespace: str | None = None
+
+
+class _Head(pydantic.BaseModel):
+    """What keys an object in the cache: its kind, name and namespace, whatever the rest holds
+    (so that an object the decision cannot read is still kept, and forgotten, under its name)."""
+
+    kind: str | None = None
+    metadata: _HeadMeta = pydantic.Field(default_factory=_HeadMeta)
+
+
+def _name(meta: _HeadMeta, kind: str) -> str:
+    if not meta.name:
+        raise ValueError(f"{kind} without metadata.name cannot be cached")
+    return meta.name
+
+
+def _attachment_key(meta: _HeadMeta, kind: str) -> tuple[str, str]:
+    return (meta.namespace or "default", _name(meta, kind))
+
+
+class _Kind:
+    """How the cache keys one kind, what it keeps of an object, and which Snapshot slot holds it."""
+
+    def __init__(
+        self,
+        key: Callable[[_HeadMeta, str], Hashable],
+        state: Callable[[Mapping[str, Any]], object],
+        slot: str,
+    ) -> None:
+        self.key, self.state, self.slot = key, state, slot
 
 
 class Cache:
@@ -210,28 +263,38 @@ class Cache:
         self._lock = threading.Lock()
         self._snapshot = Snapshot()
 
-    # Each kind: how to key an object, what to keep of it, and which Snapshot slot holds it.
-    _KINDS: Mapping[str, tuple[Any, Any, str]] = {
-        constants.PODNETWORK_KIND: (_name, readiness_of, "podnetworks"),
-        constants.ATTACHMENT_KIND: (_attachment_key, _attachment_state, "attachments"),
-        NODE_KIND: (_name, node_offer_of, "nodes"),
+    _KINDS: Mapping[str, _Kind] = {
+        constants.PODNETWORK_KIND: _Kind(_name, _podnetwork_state, "podnetworks"),
+        constants.ATTACHMENT_KIND: _Kind(_attachment_key, _attachment_state, "attachments"),
+        NODE_KIND: _Kind(_name, _node_state, "nodes"),
     }
 
-    def _kind(self, obj: Mapping[str, Any]) -> tuple[Any, Any, str]:
-        kind = obj.get("kind")
-        try:
-            return self._KINDS[kind]
-        except KeyError:
+    def _kind(self, kind: object) -> _Kind:
+        found = self._KINDS.get(kind) if isinstance(kind, str) else None
+        if found is None:
             known = ", ".join(self._KINDS)
-            raise ValueError(f"cannot cache kind {kind!r}; known kinds: {known}") from None
+            raise ValueError(f"cannot cache kind {kind!r}; known kinds: {known}")
+        return found
+
+    def _key(self, obj: Mapping[str, Any]) -> tuple[Hashable, _Kind]:
+        """The object's key and kind, from its type and metadata alone. Raises ValueError."""
+        head = _Head.model_validate(obj)
+        kind = self._kind(head.kind)
+        return kind.key(head.metadata, head.kind or ""), kind
 
     def _publish(self, slot: str, mapping: dict[Any, Any]) -> None:
-        self._snapshot = replace(self._snapshot, **{slot: MappingProxyType(mapping)})
+        proxy: Mapping[Any, Any] = MappingProxyType(mapping)
+        if slot == "podnetworks":
+            self._snapshot = replace(self._snapshot, podnetworks=proxy)
+        elif slot == "attachments":
+            self._snapshot = replace(self._snapshot, attachments=proxy)
+        else:
+            self._snapshot = replace(self._snapshot, nodes=proxy)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
-        """Add or update one object (dispatching on `kind`)."""
-        key_of, state_of, slot = self._kind(obj)
-        key, state = key_of(obj), state_of(obj)
+        """Add or update one object (dispatching on `kind`). Raises ValueError without a kind or name."""
+        key, kind = self._key(obj)
+        state, slot = kind.state(obj), kind.slot
         with self._lock:
             current: Mapping[Any, Any] = getattr(self._snapshot, slot)
             if key in current and current[key] == state:
@@ -242,8 +305,8 @@ class Cache:
 
     def delete(self, obj: Mapping[str, Any]) -> None:
         """Forget one object (dispatching on `kind`); forgetting an unknown one is a no-op."""
-        key_of, _, slot = self._kind(obj)
-        key = key_of(obj)
+        key, kind = self._key(obj)
+        slot = kind.slot
         with self._lock:
             current: Mapping[Any, Any] = getattr(self._snapshot, slot)
             if key not in current:
@@ -254,10 +317,13 @@ class Cache:
 
     def replace(self, kind: str, objs: Iterable[Mapping[str, Any]]) -> None:
         """Replace every object of one kind at once: the result of a full (re)list."""
-        key_of, state_of, slot = self._kind({"kind": kind})
-        fresh = {key_of(obj): state_of(obj) for obj in objs}
+        found = self._kind(kind)
+        fresh = {}
+        for obj in objs:
+            head = _Head.model_validate(obj)
+            fresh[found.key(head.metadata, kind)] = found.state(obj)
         with self._lock:
-            self._publish(slot, fresh)
+            self._publish(found.slot, fresh)
 
     def mark_synced(self) -> None:
         """Declare that every kind has been listed in full; `/readyz` turns ready."""

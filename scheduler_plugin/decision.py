@@ -35,7 +35,9 @@ from itertools import compress, repeat
 from typing import Any, TypeVar
 
 from podnetwork import constants, networks, validation
+from podnetwork.api import Network
 from podnetwork.fielderrors import FieldError
+from podnetwork.kube.core import Pod
 from scheduler_plugin import wire
 from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot, parse_node_offer
 
@@ -70,20 +72,23 @@ def not_available(name: str) -> str:
     return f'podnetwork "{name}" is not available on this node'
 
 
-def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], list[str]]:
-    """The PodNetwork names the pod needs, in its order, and every problem with its references."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+def _resolve(
+    namespace: str, nets: Sequence[Network], snapshot: Snapshot
+) -> tuple[list[str], list[str]]:
+    """The PodNetwork names a pod of `namespace` needs, in its order, and every problem with them."""
     needed: list[str] = []
     problems: list[str] = []
     referrer: dict[str, str] = {}
-    for net in networks.effective(pod):
+    for net in nets:
         kind, name = net.reference
+        attachment_ready = True
         if kind == constants.ATTACHMENT_KIND:
             attachment = snapshot.attachments.get((namespace, name))
             if attachment is None:
                 problems.append(not_found(kind, name))
                 continue
-            if not attachment.readiness.ready:
+            attachment_ready = attachment.readiness.ready
+            if not attachment_ready:
                 r = attachment.readiness
                 problems.append(not_ready(kind, name, r.reason, r.message))
             pn_name, via = attachment.pod_network_name, f'podnetworkattachment "{name}"'
@@ -93,7 +98,7 @@ def _resolve(pod: Mapping[str, Any], snapshot: Snapshot) -> tuple[list[str], lis
         suffix = "" if kind == constants.PODNETWORK_KIND else f" (referenced by {via})"
         if pn is None:
             problems.append(not_found(constants.PODNETWORK_KIND, pn_name) + suffix)
-        elif not pn.ready and (kind == constants.PODNETWORK_KIND or attachment.readiness.ready):
+        elif not pn.ready and attachment_ready:
             # A not-Ready attachment already says PodNetworkNotReady: say it once. A Ready one
             # over a not-Ready network is stale (the controller has not caught up): hold the pod.
             problems.append(not_ready(constants.PODNETWORK_KIND, pn_name, pn.reason, pn.message))
@@ -336,46 +341,47 @@ def _summary(problems: Sequence[str | FieldError]) -> str:
     return wire.readable(wire.summary(shown, len(problems)))
 
 
-def _judge_pod(pod: Mapping[str, Any], snapshot: Snapshot) -> _PodVerdict:
-    errors = validation.validate_pod(pod)
+def _judge_pod(fields: Mapping[str, Any], namespace: str, snapshot: Snapshot) -> _PodVerdict:
+    """The verdict on a pod's networks; `fields` holds the pod's fields the networks rules read."""
+    errors = validation.validate_pod(fields)
     if errors:
         return _PodVerdict(unresolvable=_summary(errors))
     if not snapshot.synced:
         return _PodVerdict(failed=NOT_SYNCED)
-    needed, problems = _resolve(pod, snapshot)
+    needed, problems = _resolve(namespace, networks.effective(fields), snapshot)
     if problems:
         return _PodVerdict(unresolvable=_summary(problems))
     # Phase II req. 18: per-node availability does not apply to the default PodNetwork.
     return _PodVerdict(needed=tuple(n for n in needed if n != constants.DEFAULT_PODNETWORK))
 
 
-def _pod_verdict(pod: Mapping[str, Any], annotations: Mapping[str, Any], snapshot: Snapshot) -> _PodVerdict:
+def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
     """`_judge_pod`, remembered per snapshot for the fields it reads.
 
     The replicas of one workload differ in name only. The verdict is computed from a
     pod made of the key's fields alone, so nothing outside the key can change it: the
-    networks annotation, the namespace (attachments are namespaced), and the
+    networks annotation `text`, the namespace (attachments are namespaced), and the
     `hostNetwork` and `os` the static rules read.
     """
-    meta, spec = pod.get("metadata"), pod.get("spec")
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    spec = spec if isinstance(spec, Mapping) else {}
-    text = annotations[constants.NETWORKS_ANNOTATION]
-    host_network, os_ = spec.get("hostNetwork"), spec.get("os")
-    essentials = {
+    namespace = pod.metadata.namespace
+    host_network = pod.spec.host_network
+    os_name = None if pod.spec.os is None else pod.spec.os.name
+    # validation and networks read a pod as JSON: they get one made of the key's fields.
+    fields = {
         "metadata": {"namespace": namespace, "annotations": {constants.NETWORKS_ANNOTATION: text}},
-        "spec": {"hostNetwork": host_network, "os": os_},
+        "spec": {"hostNetwork": host_network, "os": None if os_name is None else {"name": os_name}},
     }
-    if type(text) is not str or len(text) > _MEMO_TEXT_LIMIT or not isinstance(namespace, str | None):
-        return _judge_pod(essentials, snapshot)  # odd or huge: judged afresh, never kept
-    key = (text, namespace, repr(host_network), repr(os_))
-    if sum(len(part) for part in key if part) > _MEMO_TEXT_LIMIT:
-        return _judge_pod(essentials, snapshot)
-    return _remembered(snapshot, "pod-verdicts", key, lambda: _judge_pod(essentials, snapshot))
+    judge = functools.partial(_judge_pod, fields, namespace or "default", snapshot)
+    if len(text) > _MEMO_TEXT_LIMIT:
+        return judge()  # huge: judged afresh, never kept
+    key = (text, namespace, host_network, os_name)
+    if len(text) + len(namespace or "") + len(os_name or "") > _MEMO_TEXT_LIMIT:
+        return judge()
+    return _remembered(snapshot, "pod-verdicts", key, judge)
 
 
 def filter_nodes(
-    pod: Mapping[str, Any],
+    pod: Pod,
     node_names: Sequence[str],
     snapshot: Snapshot,
     *,
@@ -392,10 +398,10 @@ def filter_nodes(
     constant work per node, plus, once per snapshot and list of networks,
     O(cached nodes) to judge them all.
     """
-    annotations = networks.annotations_of(pod)
-    if not enabled or constants.NETWORKS_ANNOTATION not in annotations:
+    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    if not enabled or text is None:
         return FilterResult(passed=list(node_names))
-    verdict = _pod_verdict(pod, annotations, snapshot)
+    verdict = _pod_verdict(pod, text, snapshot)
     if verdict.unresolvable:
         return FilterResult(unresolvable=dict.fromkeys(node_names, verdict.unresolvable))
     if verdict.failed:

@@ -22,6 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticSerializationError
 
 from podnetwork import constants
+from podnetwork.kube.core import Pod
 
 #: Longest message the extender writes (a node's reason, an HTTP error), in characters.
 #: kube-scheduler cuts the messages it copies into FailedScheduling events and the
@@ -67,8 +68,8 @@ class ExtenderArgs(BaseModel):
     # str object, so the decision's tables find it by identity.
     model_config = ConfigDict(extra="ignore", cache_strings="all")
 
-    pod: dict[str, Any] = Field(validation_alias=AliasChoices("Pod", "pod"))
-    """The pod being scheduled (`*v1.Pod`), kept as a plain dict."""
+    pod: Pod = Field(validation_alias=AliasChoices("Pod", "pod"))
+    """The pod being scheduled (`*v1.Pod`), read into the `Pod` view (what the decision reads)."""
     nodes: NodeList | None = Field(None, validation_alias=AliasChoices("Nodes", "nodes"))
     """Candidate nodes, when `nodeCacheCapable: false`."""
     node_names: list[str] | None = Field(
@@ -76,10 +77,15 @@ class ExtenderArgs(BaseModel):
     )
     """Candidate node names, when `nodeCacheCapable: true`."""
 
-    @pydantic.field_validator("pod")
+    @pydantic.field_validator("pod", mode="before")
     @classmethod
-    def _pod_shape(cls, pod: dict[str, Any]) -> dict[str, Any]:
-        # Only what the decision reads is checked; the rest of the pod is kube-scheduler's.
+    def _pod_shape(cls, pod: Any) -> Any:
+        # What the decision reads, with messages of our own before the view's checks;
+        # the view ignores the rest of the pod, which is kube-scheduler's.
+        if not isinstance(pod, dict):
+            return pod  # the view says "Input should be an object"
+        # Go's encoder writes nil structs as null: the same as absent.
+        pod = {key: value for key, value in pod.items() if value is not None}
         meta = pod.get("metadata", {})
         if meta is not None and not isinstance(meta, dict):
             raise ValueError("metadata must be an object")
@@ -119,7 +125,7 @@ class ExtenderArgs(BaseModel):
         for i, node in enumerate(self.node_items()):
             meta = node.get("metadata")
             name = meta.get("name") if isinstance(meta, dict) else None
-            if not isinstance(name, str) or not name:
+            if not isinstance(meta, dict) or not isinstance(name, str) or not name:
                 raise ValueError(f"Nodes.items[{i}].metadata.name: Required value")
             # The decision reads each node's annotations (the networks it offers).
             annotations = meta.get("annotations") or {}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from podnetwork import constants, controller, inuse
+from podnetwork.kube.core import Pod
 from tests.api.controller_support import attachment, pod, podnetwork, running
 from tests.api.kube_emulator import PN, PNA, PODS, Emulator, condition, declare_resources, eventually
 
@@ -103,7 +104,7 @@ async def test_a_deletion_does_not_wait_forever_for_a_pod_whose_deleted_event_wa
     kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
     async with running(kmock, FAST) as ctl:
         await eventually(lambda: FIN in stored(kmock, PN, None, "blue")["metadata"].get("finalizers", []))
-        ctl.index.set_pod(pod("ghost", [{"podNetworkName": "blue"}]))
+        ctl.index.set_pod(Pod.model_validate(pod("ghost", [{"podNetworkName": "blue"}])))
         async with kmock.request("DELETE", f"{PN_URL}/blue") as resp:
             assert resp.status < 300
         await asyncio.sleep(0.5)

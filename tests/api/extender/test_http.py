@@ -249,11 +249,14 @@ async def test_pod_waits_while_the_cache_is_not_synced_but_others_pass() -> None
     assert plain["NodeNames"] == NAMES
 
 
+T0 = "2026-01-01T00:00:00Z"
+
+
 def ready_cache() -> cache_mod.Cache:
     cache = cache_mod.Cache()
     for name in ("default", "blue"):
         cache.upsert({"kind": "PodNetwork", "metadata": {"name": name},
-                      "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}})
+                      "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": T0}]}})
     cache.mark_synced()
     return cache
 
@@ -269,10 +272,10 @@ async def test_a_pod_is_held_when_its_attachment_is_still_ready_but_its_podnetwo
     cache = ready_cache()
     cache.upsert({"kind": "PodNetwork", "metadata": {"name": "blue"}, "status": {"conditions": [
         {"type": "Ready", "status": "False", "reason": "AdministrativelyDisabled",
-         "message": "spec.enabled is false"}]}})
+         "message": "spec.enabled is false", "lastTransitionTime": T0}]}})
     cache.upsert({"kind": "PodNetworkAttachment", "metadata": {"name": "a", "namespace": "ns"},
                   "spec": {"podNetworkName": "blue"},
-                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}})
+                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": T0}]}})
     pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {
         constants.NETWORKS_ANNOTATION: json.dumps([{"podNetworkAttachmentName": "a"}])}}, "spec": {}}
     app = app_mod.create_app(cache, Settings())

@@ -6,12 +6,17 @@ from typing import Any
 
 import pytest
 
-from podnetwork import conditions, constants
+from podnetwork import api, conditions, constants
 from podnetwork.conditions import Phase, Usage
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"
 T2 = "2026-01-01T00:10:00Z"
+
+
+def typed(obj: dict[str, Any] | None) -> Any:
+    """The object as the controller reads it from the API: in its model."""
+    return None if obj is None else api.parse(obj)
 
 
 def pn(name: str = "blue", *, enabled: bool = True, refs: bool = False, params: str | None = None,
@@ -68,26 +73,26 @@ def ready_of(conds: list[dict[str, Any]] | None) -> dict[str, Any]:
          "params-true", "no-refs", "no-refs-ignores-params"],
 )
 def test_podnetwork_ready_follows_the_kep_table(obj, status, reason):
-    cond = ready_of(conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T0))
+    cond = ready_of(conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T0))
     assert (cond["status"], cond["reason"]) == (status, reason)
     assert cond["observedGeneration"] == 1
     assert cond["lastTransitionTime"] == T0
 
 
 def test_params_not_ready_message_carries_the_providers_reason():
-    desired = conditions.podnetwork_ready(pn(refs=True, params="False"))
+    desired = conditions.podnetwork_ready(typed(pn(refs=True, params="False")))
     assert desired.message == "ParamsReady is False (Checked: nad missing)"
 
 
 def test_params_not_ready_message_says_when_provider_has_not_reported():
-    assert "has not reported ParamsReady" in conditions.podnetwork_ready(pn(refs=True)).message
+    assert "has not reported ParamsReady" in conditions.podnetwork_ready(typed(pn(refs=True))).message
 
 
 # --- PodNetworkAttachment Ready ---------------------------------------------------------------
 
 def ready_pn(**kw: Any) -> dict[str, Any]:
     obj = pn(**kw)
-    return with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T0))
+    return with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T0))
 
 
 @pytest.mark.parametrize(
@@ -107,16 +112,16 @@ def ready_pn(**kw: Any) -> dict[str, Any]:
          "pn-missing-wins", "params-true", "no-refs"],
 )
 def test_attachment_ready_follows_the_kep_table(attachment, network, status, reason):
-    cond = ready_of(conditions.attachment_conditions(attachment, network, conditions.NOT_IN_USE, now=T0))
+    cond = ready_of(conditions.attachment_conditions(typed(attachment), typed(network), conditions.NOT_IN_USE, now=T0))
     assert (cond["status"], cond["reason"]) == (status, reason)
 
 
 def test_attachment_message_names_the_missing_podnetwork():
-    assert conditions.attachment_ready(pna("purple"), None).message == 'PodNetwork "purple" not found'
+    assert conditions.attachment_ready(typed(pna("purple")), None).message == 'PodNetwork "purple" not found'
 
 
 def test_attachment_message_names_the_unready_podnetwork_and_its_reason():
-    msg = conditions.attachment_ready(pna("blue"), ready_pn(enabled=False)).message
+    msg = conditions.attachment_ready(typed(pna("blue")), typed(ready_pn(enabled=False))).message
     assert msg == 'PodNetwork "blue" is not Ready: its Ready condition is False (AdministrativelyDisabled)'
 
 
@@ -124,12 +129,12 @@ def test_attachment_message_names_the_unready_podnetwork_and_its_reason():
 
 def test_unchanged_object_produces_no_write():
     first = ready_pn()
-    assert conditions.podnetwork_conditions(first, conditions.NOT_IN_USE, now=T1) is None
+    assert conditions.podnetwork_conditions(typed(first), conditions.NOT_IN_USE, now=T1) is None
 
 
 def test_provider_condition_is_kept_untouched():
     obj = pn(refs=True, params="True")
-    conds = conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T1)
+    conds = conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T1)
     assert conds is not None
     params = next(c for c in conds if c["type"] == "ParamsReady")
     assert params == obj["status"]["conditions"][0]
@@ -137,23 +142,23 @@ def test_provider_condition_is_kept_untouched():
 
 def test_transition_time_moves_only_when_status_changes():
     obj = pn(refs=True, params="False")
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T0))
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T0))
     # the provider's message changes: Ready's message changes, its status does not
     obj["status"]["conditions"][0]["message"] = "nad still missing"
-    conds = conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T1)
+    conds = conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T1)
     assert ready_of(conds)["lastTransitionTime"] == T0
     assert "nad still missing" in ready_of(conds)["message"]
     # the provider turns ParamsReady True: Ready flips and its time moves
     obj = with_conditions(obj, conds)
     obj["status"]["conditions"][0].update(status="True", message="nad ok")
-    conds = conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T2)
+    conds = conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T2)
     assert (ready_of(conds)["status"], ready_of(conds)["lastTransitionTime"]) == ("True", T2)
 
 
 def test_new_generation_is_observed_without_moving_transition_time():
     obj = ready_pn()
     obj["metadata"]["generation"] = 2
-    conds = conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T1)
+    conds = conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T1)
     assert ready_of(conds)["observedGeneration"] == 2
     assert ready_of(conds)["lastTransitionTime"] == T0
 
@@ -161,10 +166,10 @@ def test_new_generation_is_observed_without_moving_transition_time():
 def test_ready_goes_false_and_back_to_true_with_new_transition_times():
     obj = ready_pn()
     obj["spec"]["enabled"] = False
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T1))
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T1))
     assert (ready_of(obj["status"]["conditions"])["status"], ready_of(obj["status"]["conditions"])["lastTransitionTime"]) == ("False", T1)
     obj["spec"]["enabled"] = True
-    conds = conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T2)
+    conds = conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T2)
     assert (ready_of(conds)["status"], ready_of(conds)["lastTransitionTime"]) == ("True", T2)
 
 
@@ -204,8 +209,8 @@ def test_not_in_use_is_false():
 
 
 def test_in_use_count_change_rewrites_message_but_keeps_transition_time():
-    obj = with_conditions(pn(), conditions.podnetwork_conditions(pn(), Usage(pods=1, sample=("ns/a",)), now=T0))
-    conds = conditions.podnetwork_conditions(obj, Usage(pods=2, sample=("ns/a", "ns/b")), now=T1)
+    obj = with_conditions(pn(), conditions.podnetwork_conditions(typed(pn()), Usage(pods=1, sample=("ns/a",)), now=T0))
+    conds = conditions.podnetwork_conditions(typed(obj), Usage(pods=2, sample=("ns/a", "ns/b")), now=T1)
     cond = next(c for c in conds if c["type"] == "InUse")
     assert (cond["message"], cond["lastTransitionTime"]) == ("in use by 2 pods: ns/a, ns/b", T0)
 
@@ -214,24 +219,24 @@ def test_in_use_count_change_rewrites_message_but_keeps_transition_time():
 
 def test_lifecycle_walks_created_ready_inuse_ready_disabled_notready():
     obj = pn(refs=True)
-    assert conditions.phase(obj) == Phase.CREATED
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T0))
-    assert conditions.phase(obj) == Phase.NOT_READY
+    assert conditions.phase(typed(obj)) == Phase.CREATED
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T0))
+    assert conditions.phase(typed(obj)) == Phase.NOT_READY
     obj["status"]["conditions"].append({"type": "ParamsReady", "status": "True", "reason": "Ok",
                                         "message": "", "lastTransitionTime": T0})
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T1))
-    assert conditions.phase(obj) == Phase.READY
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, Usage(pods=1, sample=("ns/a",)), now=T1))
-    assert conditions.phase(obj) == Phase.IN_USE
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T2))
-    assert conditions.phase(obj) == Phase.READY
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T1))
+    assert conditions.phase(typed(obj)) == Phase.READY
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), Usage(pods=1, sample=("ns/a",)), now=T1))
+    assert conditions.phase(typed(obj)) == Phase.IN_USE
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T2))
+    assert conditions.phase(typed(obj)) == Phase.READY
     obj["spec"]["enabled"] = False
-    obj = with_conditions(obj, conditions.podnetwork_conditions(obj, conditions.NOT_IN_USE, now=T2))
-    assert conditions.phase(obj) == Phase.DISABLED
+    obj = with_conditions(obj, conditions.podnetwork_conditions(typed(obj), conditions.NOT_IN_USE, now=T2))
+    assert conditions.phase(typed(obj)) == Phase.DISABLED
     assert ready_of(obj["status"]["conditions"])["reason"] == "AdministrativelyDisabled"
 
 
 def test_finalizer_alone_means_in_use():
     obj = ready_pn()
     obj["metadata"]["finalizers"] = [constants.IN_USE_FINALIZER]
-    assert conditions.phase(obj) == Phase.IN_USE
+    assert conditions.phase(typed(obj)) == Phase.IN_USE

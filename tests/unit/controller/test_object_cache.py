@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork import conditions, constants, controller, inuse
+from podnetwork import api, constants, controller, inuse
 
 FIN = constants.IN_USE_FINALIZER
 
@@ -38,9 +38,9 @@ def test_an_attachment_created_after_its_podnetwork_was_deleted_is_not_ready():
     pna = {"apiVersion": constants.API_VERSION, "kind": constants.ATTACHMENT_KIND,
            "metadata": {"name": "a", "namespace": "ns", "generation": 1, "resourceVersion": "7"},
            "spec": {"podNetworkName": "blue"}}
-    new = ctl.desired_conditions(inuse.attachment_ref("ns", "a"), pna)
+    new = ctl.desired_conditions(inuse.attachment_ref("ns", "a"), api.parse(pna))
     assert new is not None
-    ready = conditions.find({"status": {"conditions": new}}, "Ready")
+    ready = next((c for c in new if c["type"] == "Ready"), None)
     assert ready is not None
     assert (ready["status"], ready["reason"]) == ("False", "PodNetworkNotReady")
     assert 'PodNetwork "blue" not found' in ready["message"]

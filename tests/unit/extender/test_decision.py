@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podnetwork.kube.core import Pod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import parse_feature_gates
 
 NETWORKS = "multinetwork.x-k8s.io/networks"
+T0 = "2026-01-01T00:00:00Z"
 NODE_NETWORKS = "multinetwork.x-k8s.io/podnetworks"
 
 
@@ -23,7 +25,7 @@ def ready(name: str, ok: bool = True, reason: str = "Ready", message: str = "") 
     return {
         "kind": "PodNetwork", "metadata": {"name": name},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ok else "False",
-                                   "reason": reason, "message": message}]},
+                                   "reason": reason, "message": message, "lastTransitionTime": T0}]},
     }
 
 
@@ -48,13 +50,13 @@ def synced(*objs: dict[str, Any]) -> cache_mod.Snapshot:
 # --- decision ---------------------------------------------------------------------------------
 
 def test_host_network_pod_without_annotation_passes_everywhere() -> None:
-    result = decision.filter_nodes(a_pod(None, hostNetwork=True), ["n1"], cache_mod.Snapshot())
+    result = decision.filter_nodes(Pod.model_validate(a_pod(None, hostNetwork=True)), ["n1"], cache_mod.Snapshot())
     assert result.passed == ["n1"]
 
 
 def test_host_network_pod_with_networks_is_unresolvable_with_the_static_error() -> None:
     pod = a_pod([{"podNetworkName": "blue"}], hostNetwork=True)
-    result = decision.filter_nodes(pod, ["n1", "n2"], synced(ready("blue")))
+    result = decision.filter_nodes(Pod.model_validate(pod), ["n1", "n2"], synced(ready("blue")))
     assert result.unresolvable == dict.fromkeys(
         ["n1", "n2"], "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true"
     )
@@ -64,26 +66,26 @@ def test_host_network_pod_with_networks_is_unresolvable_with_the_static_error() 
 def test_attachment_whose_podnetwork_is_gone_names_both() -> None:
     snap = synced({"kind": "PodNetworkAttachment", "metadata": {"name": "a", "namespace": "ns"},
                    "spec": {"podNetworkName": "gone"},
-                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}})
-    result = decision.filter_nodes(a_pod([{"podNetworkAttachmentName": "a"}]), ["n1"], snap)
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": T0}]}})
+    result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkAttachmentName": "a"}])), ["n1"], snap)
     assert result.unresolvable == {"n1": 'podnetwork "gone" not found (referenced by podnetworkattachment "a")'}
 
 
 def test_terminating_podnetwork_is_not_ready() -> None:
     pn = ready("blue")
     pn["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:00Z"
-    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"], synced(pn))
+    result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": "blue"}])), ["n1"], synced(pn))
     assert result.unresolvable == {"n1": 'podnetwork "blue" is not Ready: Terminating: the object is being deleted'}
 
 
 def test_a_ready_condition_without_message_is_copied_without_a_dangling_colon() -> None:
     snap = synced(ready("blue", False, "AdministrativelyDisabled"))
-    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"], snap)
+    result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": "blue"}])), ["n1"], snap)
     assert result.unresolvable == {"n1": 'podnetwork "blue" is not Ready: AdministrativelyDisabled'}
 
 
 def test_podnetwork_without_a_ready_condition_is_not_ready() -> None:
-    result = decision.filter_nodes(a_pod([{"podNetworkName": "blue"}]), ["n1"],
+    result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": "blue"}])), ["n1"],
                                    synced({"kind": "PodNetwork", "metadata": {"name": "blue"}}))
     assert result.unresolvable == {
         "n1": 'podnetwork "blue" is not Ready: ConditionMissing: the controller has not set the Ready condition yet'
@@ -93,19 +95,19 @@ def test_podnetwork_without_a_ready_condition_is_not_ready() -> None:
 def test_node_offers_given_by_the_request_replace_the_cache() -> None:
     snap = synced(ready("blue"), a_node("n1", []))
     pod = a_pod([{"podNetworkName": "blue"}])
-    assert decision.filter_nodes(pod, ["n1"], snap).failed == {"n1": 'podnetwork "blue" is not available on this node'}
-    assert decision.filter_nodes(pod, ["n1"], snap, node_annotations={"n1": json.dumps(["blue"])}).passed == ["n1"]
+    assert decision.filter_nodes(Pod.model_validate(pod), ["n1"], snap).failed == {"n1": 'podnetwork "blue" is not available on this node'}
+    assert decision.filter_nodes(Pod.model_validate(pod), ["n1"], snap, node_annotations={"n1": json.dumps(["blue"])}).passed == ["n1"]
 
 
 def test_no_candidates_gives_an_empty_answer() -> None:
-    result = decision.filter_nodes(a_pod([{"podNetworkName": "ghost"}]), [], synced())
+    result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": "ghost"}])), [], synced())
     assert result == decision.FilterResult()
 
 
 def test_first_missing_network_in_the_pods_order_is_the_reason() -> None:
     snap = synced(ready("x"), ready("y"), a_node("n1", []), a_node("n2", ["x"]))
     pod = a_pod([{"podNetworkName": "x"}, {"podNetworkName": "y", "interfaceName": "net2"}])
-    result = decision.filter_nodes(pod, ["n1", "n2"], snap)
+    result = decision.filter_nodes(Pod.model_validate(pod), ["n1", "n2"], snap)
     assert result.failed == {"n1": 'podnetwork "x" is not available on this node',
                              "n2": 'podnetwork "y" is not available on this node'}
 
@@ -116,10 +118,10 @@ def test_a_node_that_starts_offering_a_network_passes_on_the_next_call() -> None
     c.upsert(a_node("n1", []))
     c.mark_synced()
     pod = a_pod([{"podNetworkName": "blue"}])
-    first = decision.filter_nodes(pod, ["n1"], c.snapshot())
-    again = decision.filter_nodes(pod, ["n1"], c.snapshot())  # answered from the snapshot's memo
+    first = decision.filter_nodes(Pod.model_validate(pod), ["n1"], c.snapshot())
+    again = decision.filter_nodes(Pod.model_validate(pod), ["n1"], c.snapshot())  # answered from the snapshot's memo
     c.upsert(a_node("n1", ["blue"]))
-    after = decision.filter_nodes(pod, ["n1"], c.snapshot())
+    after = decision.filter_nodes(Pod.model_validate(pod), ["n1"], c.snapshot())
     assert first == again == decision.FilterResult(failed={"n1": 'podnetwork "blue" is not available on this node'})
     assert after == decision.FilterResult(passed=["n1"])
 
@@ -133,7 +135,7 @@ def test_the_memo_of_a_snapshot_stays_bounded() -> None:
     c.mark_synced()
     snap = c.snapshot()
     for name in names:
-        result = decision.filter_nodes(a_pod([{"podNetworkName": name}]), ["n1"], snap)
+        result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": name}])), ["n1"], snap)
         assert (result.passed == ["n1"]) == (name in names[:3])
     assert snap.memo and all(0 < len(family) <= decision._MEMO_LIMIT for family in snap.memo.values())
 
@@ -161,7 +163,7 @@ def test_a_node_passes_exactly_when_it_offers_every_needed_network_but_default(
     c.mark_synced()
     names = list(offers)
     pod = a_pod([{"podNetworkName": n, "interfaceName": f"net{i}"} for i, n in enumerate(needed)])
-    result = decision.filter_nodes(pod, names, c.snapshot())
+    result = decision.filter_nodes(Pod.model_validate(pod), names, c.snapshot())
     assert result.unresolvable == {}
     assert set(result.passed).isdisjoint(result.failed)
     assert set(result.passed) | set(result.failed) == set(names)
@@ -218,8 +220,8 @@ def test_every_candidate_gets_the_verdict_of_the_rules_applied_node_by_node(
     candidates = data.draw(st.permutations(list(offers) + extra))
     pod = a_pod([{"podNetworkName": n, "interfaceName": f"net{i}"} for i, n in enumerate(needed)])
     snap = c.snapshot()
-    first = decision.filter_nodes(pod, candidates, snap)
-    again = decision.filter_nodes(pod, candidates, snap)  # from the snapshot's memo
+    first = decision.filter_nodes(Pod.model_validate(pod), candidates, snap)
+    again = decision.filter_nodes(Pod.model_validate(pod), candidates, snap)  # from the snapshot's memo
     expected = reference_filter(needed, offers, candidates)
     assert first == again == expected
     assert set(first.passed) | set(first.failed) <= set(candidates)
@@ -240,7 +242,7 @@ def test_tables_keyed_by_one_request_s_objects_judge_any_other_request_alike() -
     small = ["node-0", "node-1"]
     large = [fresh(n) for n in reversed(list(offers))] + ["node-new"]
     for candidates in (small, large, [fresh(n) for n in large], small, ["node-3", "node-6"]):
-        result = decision.filter_nodes(pod, candidates, snap)
+        result = decision.filter_nodes(Pod.model_validate(pod), candidates, snap)
         assert result == reference_filter(["a", "b"], offers, candidates)
     # The large request was adopted: its own objects now key the table.
     codes = decision._cluster_verdicts(snap, ("a", "b")).codes
@@ -259,7 +261,7 @@ def test_more_distinct_reasons_than_a_byte_holds_still_name_each_node_s_own() ->
     c.mark_synced()
     pod = a_pod([{"podNetworkName": n} for n in nets])
     candidates = ["node-all", *(f"node-{i}" for i in range(300))]
-    result = decision.filter_nodes(pod, candidates, c.snapshot())
+    result = decision.filter_nodes(Pod.model_validate(pod), candidates, c.snapshot())
     assert result.passed == ["node-all"]
     assert result.failed == {f"node-{i}": decision.not_available(f"net{i}") for i in range(300)}
 
@@ -269,25 +271,25 @@ def test_pods_that_differ_in_name_only_share_one_pod_verdict() -> None:
     for i in range(5):
         pod = a_pod([{"podNetworkName": "blue"}])
         pod["metadata"]["name"] = f"replica-{i}"
-        assert decision.filter_nodes(pod, ["n1", "n2"], snap).passed == ["n1"]
+        assert decision.filter_nodes(Pod.model_validate(pod), ["n1", "n2"], snap).passed == ["n1"]
     assert len(snap.memo["pod-verdicts"]) == 1
 
 
 def test_the_pod_verdict_depends_on_host_network_os_and_namespace() -> None:
     attachment = {"kind": "PodNetworkAttachment", "metadata": {"name": "fast", "namespace": "ns"},
                   "spec": {"podNetworkName": "blue"},
-                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]}}
+                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": T0}]}}
     snap = synced(ready("blue"), attachment, a_node("n1"))
     nets = [{"podNetworkAttachmentName": "fast", "interfaceName": "eth1"}]
-    assert decision.filter_nodes(a_pod(nets), ["n1"], snap).passed == ["n1"]
-    host = decision.filter_nodes(a_pod(nets, hostNetwork=True), ["n1"], snap)
+    assert decision.filter_nodes(Pod.model_validate(a_pod(nets)), ["n1"], snap).passed == ["n1"]
+    host = decision.filter_nodes(Pod.model_validate(a_pod(nets, hostNetwork=True)), ["n1"], snap)
     assert host.unresolvable == {"n1": "spec.networks: Forbidden: may not be set when `spec.hostNetwork` is true"}
     other_ns = a_pod(nets)
     other_ns["metadata"]["namespace"] = "elsewhere"
-    assert decision.filter_nodes(other_ns, ["n1"], snap).unresolvable == {
+    assert decision.filter_nodes(Pod.model_validate(other_ns), ["n1"], snap).unresolvable == {
         "n1": 'podnetworkattachment "fast" not found'
     }
-    windows = decision.filter_nodes(a_pod(nets, os={"name": "windows"}), ["n1"], snap)
+    windows = decision.filter_nodes(Pod.model_validate(a_pod(nets, os={"name": "windows"})), ["n1"], snap)
     assert windows.passed == ["n1"]  # eth1 is a valid name on both; the verdict was judged afresh
     assert len(snap.memo["pod-verdicts"]) == 4
 
@@ -297,7 +299,7 @@ def test_a_huge_networks_annotation_is_judged_but_not_remembered() -> None:
     padding = " " * (decision._MEMO_TEXT_LIMIT + 1)
     pod = a_pod(None)
     pod["metadata"]["annotations"][NETWORKS] = json.dumps([{"podNetworkName": "blue"}]) + padding
-    assert decision.filter_nodes(pod, ["n1"], snap).passed == ["n1"]
+    assert decision.filter_nodes(Pod.model_validate(pod), ["n1"], snap).passed == ["n1"]
     assert "pod-verdicts" not in snap.memo
 
 
