@@ -43,6 +43,7 @@ from typing import Any
 from bridge.agent import agent, command, conflist, invoke
 from bridge.agent.invoke import Command, RuntimeArgs
 from bridge.agent.objects import MemoryObjects
+from bridge.agent.running import Running
 
 BIN_DIRS = tuple(d for d in invoke.DEFAULT_BIN_DIRS if d.is_dir())
 
@@ -125,8 +126,8 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         env = {"CNI_CONTAINERID": f"inproc-{i}", "CNI_NETNS": netns, "CNI_IFNAME": "eth0",
                "CNI_ARGS": invoke.format_cni_args(cni_args)}
         start = time.perf_counter()
-        await a.handle({**env, "CNI_COMMAND": "ADD"}, runtime_conf)
-        await a.handle({**env, "CNI_COMMAND": "DEL"}, runtime_conf)
+        await a.agent.handle({**env, "CNI_COMMAND": "ADD"}, runtime_conf)
+        await a.agent.handle({**env, "CNI_COMMAND": "DEL"}, runtime_conf)
         return time.perf_counter() - start
 
     async def through_agent(i: int) -> float:
@@ -140,7 +141,7 @@ async def run(iterations: int, warmup: int, shim_python: str = sys.executable) -
         socket_path=root / "inproc.sock", cache_dir=root / "cache-inproc", bin_dirs=BIN_DIRS,
         conf_dir=root / "net.d", default_network=nets[0],
     )
-    a = agent.Agent(objects, inproc_config)
+    a = Running(agent.Agent(objects, inproc_config))
     with open(root / "agent.log", "wb") as agent_log:
         server = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=agent_log)
     await a.start()

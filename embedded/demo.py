@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
+from bridge.agent.running import Running
 from embedded import host as host_mod
 from embedded import store as store_mod
 from embedded.bridging import Bridge
@@ -661,8 +662,9 @@ class Demo:
                 plugin_timeout=30.0,
             )
             agent = agent_mod.Agent(objects, config)
-            await agent.start()
-            self.agents.append(agent)
+            running = Running(agent)
+            await running.start()
+            self.agents.append(running)
             conflist = agent.own_conflist(default_conf)
             plugin_config = {
                 "cniVersion": conflist["cniVersion"],
@@ -884,9 +886,9 @@ class Demo:
                     r.say(f"{kubelet.node}: CNI DEL {key}")
                 except Exception as exc:  # keep tearing down the rest
                     r.check(False, f"CNI DEL of {key} during cleanup", str(exc))
-        for agent in self.agents:
+        for running in self.agents:
             with contextlib.suppress(Exception):
-                await agent.stop()
+                await running.stop()
         if self.scheduler is not None:
             await self.scheduler.stop()
         await self.extender.stop()

@@ -233,7 +233,6 @@ class Agent:
         self._adds_running = 0
         self._gc_forwarding = False
         """While GC runs in the delegates, no delegate ADD may reserve what they would free."""
-        self._server: Any = None
         self._readiness: asyncio.Task[None] | None = None
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
@@ -241,26 +240,22 @@ class Agent:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Opens the socket and, when `conf_file` is set, starts waiting for the default network."""
-        from bridge.agent import server  # aiohttp: only when serving
-
+        """Makes the cache directory. The socket is not the agent's: `running.Running` serves it."""
         self.cache.ensure()
-        serving = server.Server(self)
-        await serving.start()
-        self._server = serving
-        if self.config.conf_file is not None:
+
+    def announce(self) -> None:
+        """When `conf_file` is set, start waiting for the default network, then write the
+        agent's conflist (6.1): only once something serves the socket it names."""
+        if self.config.conf_file is not None and self._readiness is None:
             self._readiness = asyncio.create_task(self._install_conf_when_ready(), name="cni-agent-readiness")
 
     async def stop(self) -> None:
-        """Closes the socket and removes the agent's conflist: without the agent, the node is not ready."""
+        """Removes the agent's conflist: without the agent, the node is not ready."""
         if self._readiness is not None:
             self._readiness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._readiness
             self._readiness = None
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
         if self.conf_written.is_set() and self.config.conf_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.config.conf_file.unlink()

@@ -182,11 +182,10 @@ def _load_objects(path: Path) -> Any:
 
 
 async def serve(agent: agent_mod.Agent, stop: asyncio.Event) -> None:
-    await agent.start()
-    try:
+    from bridge.agent.running import Running  # aiohttp: only when serving
+
+    async with Running(agent):
         await stop.wait()
-    finally:
-        await agent.stop()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,14 +20,13 @@ import logging
 import os
 import socket
 import stat
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from bridge.agent.invoke import CNIError, ErrorCode
-
-if TYPE_CHECKING:
-    from bridge.agent.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +60,28 @@ def parse_body(body: bytes) -> tuple[dict[str, str], bytes]:
     return env, stdin
 
 
+class Handler(Protocol):
+    """What the server needs of whoever answers CNI requests (the agent; a fake in tests)."""
+
+    async def handle(self, env: Mapping[str, str], stdin: bytes) -> dict[str, Any] | None:
+        """The CNI result of one request (None when the command has none); raises `CNIError`."""
+
+    async def default_network_problem(self) -> str | None:
+        """Why a pod could not attach now (GET /v1/ready answers 503 with it), or None."""
+
+
 class Server:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    """The unix-socket HTTP API in front of a `Handler`."""
+
+    def __init__(self, handler: Handler, socket_path: Path, max_request_bytes: int) -> None:
+        self.handler = handler
+        self.socket_path = socket_path
+        self._limit = max_request_bytes
         self._runner: web.AppRunner | None = None
         self._sock: socket.socket | None = None
 
-    @property
-    def _limit(self) -> int:
-        return self.agent.config.max_request_bytes
-
     async def start(self) -> None:
-        path = self.agent.config.socket_path
+        path = self.socket_path
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(path).st_mode):
@@ -105,10 +114,10 @@ class Server:
             self._sock.close()
             self._sock = None
             with contextlib.suppress(FileNotFoundError):
-                self.agent.config.socket_path.unlink()
+                self.socket_path.unlink()
 
     async def _ready(self, request: web.Request) -> web.Response:
-        problem = await self.agent.default_network_problem()
+        problem = await self.handler.default_network_problem()
         return web.json_response(
             {"ready": problem is None, "problem": problem}, status=200 if problem is None else 503
         )
@@ -133,7 +142,7 @@ class Server:
             return _error(too_large, 413)
         version = _requested_version(raw)
         try:
-            result = await self.agent.handle(env, raw)
+            result = await self.handler.handle(env, raw)
         except CNIError as exc:
             # %r: the values are the runtime's, not yet known to be printable.
             log.info("%r %r: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)

@@ -31,6 +31,7 @@ from typing import Any
 from bridge.agent import agent as agent_mod
 from bridge.agent import command, invoke
 from bridge.agent.objects import MemoryObjects
+from bridge.agent.running import Running
 
 CNI_VERSION = "1.0.0"
 """The cniVersion of a World whose test does not run once per version."""
@@ -96,6 +97,7 @@ class World:
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     objects: MemoryObjects = field(default_factory=MemoryObjects)
     agent: agent_mod.Agent | None = None
+    running: Running | None = None
     netns: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
     octet: int = field(default_factory=lambda: secrets.randbelow(200) + 20)
@@ -176,12 +178,14 @@ class World:
 
     async def start_agent(self, **overrides: Any) -> agent_mod.Agent:
         self.agent = agent_mod.Agent(self.objects, self.agent_config(**overrides))
-        await self.agent.start()
+        self.running = Running(self.agent)
+        await self.running.start()
         return self.agent
 
     async def stop_agent(self) -> None:
-        if self.agent is not None:
-            await self.agent.stop()
+        if self.running is not None:
+            await self.running.stop()
+            self.running = None
             self.agent = None
 
     def runtime_conf(self, **extra: Any) -> dict[str, Any]:
@@ -364,7 +368,7 @@ async def _gated_main(config_path: str) -> None:
         ),
         executor=GatingExec(config["gate_ifname"], Path(config["marker"])) if config["gate_ifname"] else None,
     )
-    await agent.start()
+    await Running(agent).start()
     await asyncio.Event().wait()
 
 

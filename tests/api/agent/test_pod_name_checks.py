@@ -23,6 +23,7 @@ import kmock
 import pytest
 
 from bridge.agent import agent, command, objects
+from bridge.agent.running import Running
 from tests.api.kube_emulator import write_kubeconfig
 
 CNI_VERSION = "1.0.0"
@@ -74,7 +75,7 @@ async def runtime(cluster: kmock.KubernetesEmulator, tmp_path: Path) -> AsyncIte
         default_network={"cniVersion": CNI_VERSION, "name": "kubenet", "type": "bridge"},
     )
     shim = command.install_shim(tmp_path / "bin", sys.executable)
-    a = agent.Agent(source, config)
+    a = Running(agent.Agent(source, config))
     await a.start()
     try:
         yield Runtime(shim, config.socket_path)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bridge.agent import agent, command, objects
+from bridge.agent.running import Running
 from podnetwork import cli
 
 
@@ -40,8 +41,8 @@ def test_a_missing_default_network_file_is_an_error_that_names_it(tmp_path: Path
 
 async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:
     config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
-    async with agent.Agent(objects.MemoryObjects(), config):
-        second = agent.Agent(objects.MemoryObjects(), config)
+    async with Running(agent.Agent(objects.MemoryObjects(), config)):
+        second = Running(agent.Agent(objects.MemoryObjects(), config))
         with pytest.raises(OSError, match="already listening"):
             await second.start()
         await second.stop()

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from bridge.agent import agent, command, objects, server, shim
 from bridge.agent.invoke import CNIError
+from bridge.agent.running import Running
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 INTERNAL = {"internal agent error", "internal shim error"}
@@ -70,7 +71,8 @@ class ServedAgent:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.agent.start(), self.loop).result(20)
+        self.running = Running(self.agent)
+        asyncio.run_coroutine_threadsafe(self.running.start(), self.loop).result(20)
 
     def post(self, body: bytes) -> tuple[int, bytes]:
         head = f"POST {server.API_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -84,7 +86,7 @@ class ServedAgent:
         return subprocess.run([str(self.shim)], input=stdin, env=dict(env), capture_output=True, timeout=60)
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.agent.stop(), self.loop).result(20)
+        asyncio.run_coroutine_threadsafe(self.running.stop(), self.loop).result(20)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()

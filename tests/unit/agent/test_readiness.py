@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bridge.agent import agent, invoke, objects
+from bridge.agent.running import Running
 
 
 def _agent(tmp_path: Path, version: str) -> agent.Agent:
@@ -50,7 +51,7 @@ async def test_a_default_network_in_a_version_the_agent_cannot_speak_is_reported
     for supported in invoke.SUPPORTED_VERSIONS:
         assert supported in problem, "the message lists what the agent speaks"
     assert "kubenet" in problem, "and names the default network to fix"
-    async with a:
+    async with Running(a):
         await asyncio.sleep(0.25)
         assert not a.conf_written.is_set()
         assert not (tmp_path / "net.d" / "00-multinetwork.conflist").exists()
@@ -60,7 +61,7 @@ async def test_a_default_network_in_a_version_the_agent_cannot_speak_is_reported
 async def test_every_version_the_agent_speaks_makes_the_default_network_usable(tmp_path: Path, version: str) -> None:
     a = _agent(tmp_path, version)
     assert await a.default_network_problem() is None
-    async with a:
+    async with Running(a):
         await asyncio.wait_for(a.conf_written.wait(), 5)
         written = json.loads((tmp_path / "net.d" / "00-multinetwork.conflist").read_text())
         assert written["cniVersion"] == version
@@ -87,7 +88,7 @@ async def test_the_agent_writes_its_conflist_only_once_the_default_network_is_us
             readiness_interval=0.05,
         ),
     )
-    async with a:
+    async with Running(a):
         await asyncio.sleep(0.2)
         assert not conf_file.exists(), "no default network configuration yet"
         default_file.write_text(json.dumps({
