@@ -1,6 +1,6 @@
 """`podnetwork bridge`: run the bridge controller's handlers alone, against a cluster.
 
-Heavy imports (kopf, the kubernetes client) stay inside `run`, so
+Heavy imports (kopf, the API client) stay inside `run`, so
 `podnetwork --help` stays fast.
 """
 
@@ -14,12 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from podnetwork import credentials, webhookserver
+from podnetwork import webhookserver
 from podnetwork.cli import Command
+from podnetwork.kube import credentials
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
-(or the in-cluster service account):
+(or the in-cluster service account; docs/architecture.md "Reaching the API"):
 
   ParamsReady   on PodNetworks whose provider is multinetwork.x-k8s.io/npwg-bridge,
                 and on their PodNetworkAttachments: True when the referenced
@@ -54,10 +55,7 @@ exit status: 0 after a clean stop (SIGINT/SIGTERM), 2 on bad arguments or no clu
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG "
-                   "or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    credentials.add_arguments(p)
     p.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                    help="watch only this namespace for pods, attachments, NADs and options "
                    "(repeatable; glob patterns allowed); default: all namespaces")
@@ -85,35 +83,6 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manage-webhooks", action="store_true",
                    help="create/update the MutatingWebhookConfiguration at startup, with the serving "
                    "certificate as its CA bundle (development; deploy/bridge/ registers it statically)")
-
-
-def _login_from(kubeconfig: str | None, context: str | None) -> Any:
-    """A kopf login handler for an explicit kubeconfig/context (kopf's default takes neither)."""
-    import kopf
-    from kubernetes import client, config
-
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        except (config.ConfigException, OSError) as exc:
-            raise kopf.LoginError(f"cannot use kubeconfig {kubeconfig or '(default)'}: {exc}") from None
-        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-        parts = header.split(" ", 1) if header else []
-        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else parts
-        return kopf.ConnectionInfo(
-            server=cfg.host,
-            ca_path=cfg.ssl_ca_cert,
-            insecure=not cfg.verify_ssl,
-            username=cfg.username or None,
-            password=cfg.password or None,
-            scheme=scheme,
-            token=token,
-            certificate_path=cfg.cert_file,
-            private_key_path=cfg.key_file,
-        )
-
-    return login
 
 
 def _webhook_problem(args: argparse.Namespace) -> str | None:
@@ -178,7 +147,10 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
             liveness_endpoint=args.liveness,
             stop_flag=stop,
         )))
-        await webhookserver.run_until_stopped(tasks, stop, server)
+        try:
+            await webhookserver.run_until_stopped(tasks, stop, server)
+        finally:
+            await bridge.api.close()
     return 0
 
 
@@ -197,17 +169,17 @@ def _run(args: argparse.Namespace) -> int:
               "or run in a pod with a service account", file=sys.stderr)
         return 2
 
+    from podnetwork.kube import client as kube
+
+    creds = credentials.resolve(args.kubeconfig, args.context)
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
-    ))
+    ), api=kube.AsyncApi(creds))
     controller.register(registry, bridge)
-    if args.kubeconfig or args.context:
-        kopf.on.login(registry=registry, id="bridge_login")(_login_from(args.kubeconfig, args.context))
-    else:
-        kopf.on.login(registry=registry, id="bridge_login")(kopf.login_via_client)
+    kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
     return asyncio.run(_serve(args, registry, bridge))
 
 
