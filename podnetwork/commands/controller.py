@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from podnetwork import cli, constants, webhookserver
 from podnetwork.kube import credentials
@@ -345,8 +345,9 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
 
                 register_demotion_guard(registry, api, identity, demote)
             kopf.on.login(registry=registry)(credentials.kopf_login(creds))
+            # kopf types `identity` as its NewType of str, which only its private modules export.
             tasks.append(asyncio.create_task(kopf.operator(
-                registry=registry, clusterwide=True, stop_flag=stop, identity=identity,
+                registry=registry, clusterwide=True, stop_flag=stop, identity=cast(Any, identity),
                 **peering_options(args))))
         else:
             logger.warning("feature gate %s=false: the controller watches and writes nothing; "

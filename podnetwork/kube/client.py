@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -89,6 +89,11 @@ BY_KIND: dict[str, Resource] = {
         ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
         Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration)
 }
+
+
+def _any(resource: Resource) -> Any:
+    """A resource for lightkube's calls, whose overloads do not take our union of generic kinds."""
+    return resource
 
 
 def kind_of(resource: Resource) -> str:
@@ -348,14 +353,14 @@ class Api:
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         obj = self._call(_what("get", resource, namespace, name),
-                         lambda: self.client.get(resource, name, namespace=_scope(resource, namespace)))
+                         lambda: self.client.get(_any(resource), name, namespace=_scope(resource, namespace)))
         return _with_kind(resource, _plain(obj))
 
     def list(self, resource: Resource, namespace: str | None = None) -> Listing:
         """Every object (of a namespace, or everywhere), following pagination."""
 
         def run() -> Listing:
-            pages = self.client.list(resource, namespace=_scope(resource, namespace),
+            pages = self.client.list(_any(resource), namespace=_scope(resource, namespace),
                                      chunk_size=self.page_size)
             items = [_with_kind(resource, _plain(item)) for item in pages]
             return Listing(items, _list_version(pages))
@@ -500,12 +505,13 @@ class AsyncApi:
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         obj = await self.call(_what("get", resource, namespace, name),
-                              lambda c: c.get(resource, name, namespace=_scope(resource, namespace)))
+                              lambda c: c.get(_any(resource), name, namespace=_scope(resource, namespace)))
         return _with_kind(resource, _plain(obj))
 
     async def list(self, resource: Resource, namespace: str | None = None) -> Listing:
         async def run(client: lightkube.AsyncClient) -> Listing:
-            pages = client.list(resource, namespace=_scope(resource, namespace), chunk_size=self.page_size)
+            pages = client.list(_any(resource), namespace=_scope(resource, namespace),
+                                chunk_size=self.page_size)
             items = [_with_kind(resource, _plain(item)) async for item in pages]
             return Listing(items, _list_version(pages))
 
@@ -521,7 +527,7 @@ class AsyncApi:
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         meta = body.get("metadata") or {}
-        obj = resource(dict(body))
+        obj = _any(resource)(dict(body))
         what = _what("create", resource, meta.get("namespace"), meta.get("name"))
         return _plain(await self.call(what, lambda c: c.create(obj)))
 
@@ -555,8 +561,8 @@ def _raise(_: Exception, __: int) -> OnErrorResult:
 
 
 async def _events(api: AsyncApi, resource: Resource, namespace: str | None, version: str,
-                  watch_timeout: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    stream = api.client.watch(resource, namespace=_scope(resource, namespace),
+                  watch_timeout: int) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    stream = api.client.watch(_any(resource), namespace=_scope(resource, namespace),
                               resource_version=version or None, server_timeout=watch_timeout, on_error=_raise)
     async for kind, obj in stream:
         yield kind, _with_kind(resource, _plain(obj))

@@ -591,7 +591,7 @@ def kopf_login(credentials: Credentials) -> Callable[..., Any]:
             header = auth.header()
         except CredentialsError as exc:
             raise kopf.LoginError(str(exc)) from None
-        scheme, _, token = (header or "").partition(" ")
+        scheme, _sep, token = (header or "").partition(" ")
         cert_data, key_data = credentials.client_cert_data, credentials.client_key_data
         if result is not None and result.client_cert_data and not credentials.client_cert_file:
             cert_data, key_data = result.client_cert_data, result.client_key_data

@@ -321,17 +321,17 @@ async def test_every_command_takes_the_same_credentials(scenario: Any, pki: Path
 
 
 def test_the_help_of_every_command_points_to_the_one_description() -> None:
+    import argparse
+
     from podnetwork import cli
     from podnetwork.kube import credentials
 
-    parser = cli.build_parser(cli._commands())
     helps = {}
-    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
-        for name, sub in action.choices.items():
-            if any("--kubeconfig" in a.option_strings for a in sub._actions):
-                kubeconfig = next(a for a in sub._actions if "--kubeconfig" in a.option_strings)
-                context = [a for a in sub._actions if "--context" in a.option_strings]
-                helps[name] = (credentials.HELP in (kubeconfig.help or ""), bool(context))
+    for name, command in cli._commands().items():
+        parser = argparse.ArgumentParser()
+        command.configure(parser)
+        flags = {option: action for action in parser._actions for option in action.option_strings}
+        if "--kubeconfig" in flags:
+            helps[name] = (credentials.HELP in (flags["--kubeconfig"].help or ""), "--context" in flags)
     assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "explain", "graph"}
     assert all(points and has_context for points, has_context in helps.values()), helps
-
