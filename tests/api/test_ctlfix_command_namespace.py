@@ -1,7 +1,7 @@
 """`podnetwork controller` over HTTPS: a pod of a namespace the cache has not seen gets its profile.
 
-The webhook runs in uvicorn's tasks, outside kopf's; the namespace GET must still
-use kopf's credentials (a context variable of kopf's tasks).
+The webhook runs in uvicorn's tasks, outside kopf's; the namespace GET goes through the
+controller's own client, made from the same credentials as kopf's login.
 """
 
 from __future__ import annotations
