@@ -433,6 +433,7 @@ class Authenticator:
         self._lock = threading.Lock()
         self._file_token: tuple[str, float] | None = None
         self._exec: ExecResult | None = None
+        self._alock: asyncio.Lock | None = None
 
     @property
     def renewable(self) -> bool:
@@ -484,11 +485,14 @@ class Authenticator:
         plugin = self.credentials.exec_plugin
         if plugin is None:
             return None
-        current = self._exec
-        if current is None or current.expired():
-            current = await arun_exec(plugin)
-            self._exec = current
-        return current
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        async with self._alock:  # concurrent requests share one run of the plugin
+            current = self._exec
+            if current is None or current.expired():
+                current = await arun_exec(plugin)
+                self._exec = current
+            return current
 
     def header(self) -> str | None:
         """The Authorization header (blocking: may read a file or run a plugin)."""
