@@ -3,7 +3,7 @@
 Subcommands are discovered from the `podnetwork.commands` entry-point group, so
 each layer (KEP, extender, bridge, demo) registers its own in pyproject.toml and
 this module imports none of them. A command module must keep heavy imports
-(kopf, fastapi, kubernetes) inside its `run`, so `podnetwork --help` stays fast.
+(kopf, fastapi, lightkube) inside its `run`, so `podnetwork --help` stays fast.
 """
 
 from __future__ import annotations

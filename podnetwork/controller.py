@@ -30,26 +30,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 import kopf
-from kopf._cogs.clients import api as kopf_api
-from kopf._cogs.clients import errors as kopf_errors
 
 from podnetwork import admission, api, conditions, constants, defaultnet, inuse
 from podnetwork.api import KepObject, Network
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
+from podnetwork.kube import client as kube
 from podnetwork.kube.core import HasMetadata, Node, PartialObjectMetadata, Pod
 
 logger = logging.getLogger(__name__)
 
-_BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
 NODE = "Node"
 #: GETs per flush spent checking that the consumers keeping a deletion waiting still exist.
 GHOST_CHECKS = 20
@@ -104,46 +100,48 @@ class Controller:
     deferred: set[Ref] = field(default_factory=set)
     """Refs with only an InUse message change waiting for the next flush."""
     locks: dict[Ref, asyncio.Lock] = field(default_factory=dict)
-    kopf_settings: kopf.OperatorSettings | None = None
+    api: kube.AsyncApi | None = None
+    """The controller's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     setup_pending: bool = True
     """The webhook configurations or the `default` PodNetwork still need writing: an API
-    error (kopf gives up after its own retries) is retried at the next flush, not fatal."""
+    error (after the client's retries) is retried at the next flush, not fatal."""
     _flusher: asyncio.Task[None] | None = None
     _resyncer: asyncio.Task[None] | None = None
-    _kopf_context: contextvars.Context | None = None
 
-    # --- I/O edge: the Kubernetes API through kopf's authenticated client -------------------
+    # --- I/O edge: the Kubernetes API through podnetwork.kube ------------------------------
 
-    async def _request(self, method: str, url: str, payload: Any, content_type: str | None,
-                       retry: Ref | None) -> Any:
-        """One API call; None when it did not apply.
+    def _api(self) -> kube.AsyncApi:
+        assert self.api is not None, "Controller.api is not set: give it a podnetwork.kube.AsyncApi"
+        return self.api
 
-        kopf does not retry event handlers, so a write that failed is queued
-        (`retry`) for the next flush instead of waiting for an event that may
+    async def _write(self, what: str, request: Callable[[], Awaitable[dict[str, Any]]],
+                     retry: Ref | None) -> dict[str, Any] | None:
+        """One write (the operators' shared policy, `AsyncApi.write`); None when it did not apply.
+
+        kopf does not retry event handlers, so a write that failed or conflicted is
+        queued (`retry`) for the next flush instead of waiting for an event that may
         never come. A 404 needs no retry: the object is gone.
         """
-        assert self.kopf_settings is not None
-        kwargs: dict[str, Any] = {"url": url, "payload": payload, "settings": self.kopf_settings,
-                                  "logger": logger}
-        if content_type:
-            kwargs["headers"] = {"Content-Type": content_type}
-        try:
-            return await getattr(kopf_api, method)(**kwargs)
-        except kopf_errors.APINotFoundError:
-            logger.debug("%s %s: object is gone", method, url)
-            return None
-        except kopf_errors.APIConflictError:
-            logger.info("%s %s conflicted with a newer change; retrying with fresh data", method, url)
-        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
-            logger.warning("%s %s failed (%s); retrying in %ss", method, url, exc,
-                           self.config.inuse_message_interval)
-        if retry is not None:
+        then = f"retrying in {self.config.inuse_message_interval}s" if retry is not None else ""
+        written = await self._api().write(what, request, then=then)
+        if written.retry and retry is not None:
             self.deferred.add(retry)
-        return None
+        return written.body
 
-    async def patch(self, url: str, payload: Mapping[str, Any], *, retry: Ref | None,
-                    content_type: str = "application/merge-patch+json") -> Any:
-        return await self._request("patch", url, payload, content_type, retry)
+    async def patch(self, resource: kube.Resource, name: str, payload: Mapping[str, Any], *,
+                    namespace: str | None = None, status: bool = False, retry: Ref | None,
+                    patch_type: str = "merge") -> dict[str, Any] | None:
+        api = self._api()
+        what = f"patch {kube.path_of(resource, namespace, name)}{'/status' if status else ''}"
+        return await self._write(what, lambda: api.patch(resource, name, payload, namespace=namespace,
+                                                         status=status, patch_type=patch_type), retry)
+
+    async def patch_object(self, ref: Ref, payload: Mapping[str, Any], *, status: bool = False,
+                           retry: Ref | None) -> dict[str, Any] | None:
+        """Patch a PodNetwork or an attachment (or its status)."""
+        resource = kube.PodNetworkAttachment if ref.kind == constants.ATTACHMENT_KIND else kube.PodNetwork
+        return await self.patch(resource, ref.name, payload, namespace=ref.namespace or None, status=status,
+                                retry=retry)
 
     # --- reconciliation ---------------------------------------------------------------------
 
@@ -186,10 +184,9 @@ class Controller:
             body = self.objects.get(ref)
             if body is None:
                 return
-            url = object_url(ref)
             fin = inuse.finalizer_patch(body, in_use=self.index.in_use(ref))
             if fin is not None:
-                fresh = await self.patch(url, fin, retry=ref)
+                fresh = await self.patch_object(ref, fin, retry=ref)
                 if fresh is None:
                     return
                 body = self.remember(ref, fresh)
@@ -206,7 +203,7 @@ class Controller:
                 return
             self.deferred.discard(ref)
             ready_before = _ready_of(body)
-            fresh = await self.patch(f"{url}/status", conditions.status_patch(body, new), retry=ref)
+            fresh = await self.patch_object(ref, conditions.status_patch(body, new), status=True, retry=ref)
             if fresh is not None:
                 self.remember(ref, fresh)
         # Attachments, nodes and the nudge read only Ready: an InUse-only write (a busy
@@ -265,7 +262,7 @@ class Controller:
         for key in sorted(self.index.unscheduled_pods(ref)):
             namespace, _, name = key.partition("/")
             patch = {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: stamp}}}
-            await self.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", patch, retry=None)
+            await self.patch(kube.Pod, name, patch, namespace=namespace, retry=None)
             logger.info("requeued pod %s: %s turned Ready", key, ref)
 
     async def reconcile_node(self, name: str) -> None:
@@ -279,8 +276,8 @@ class Controller:
             patch = defaultnet.node_condition_patch(node, network, now=conditions.now())
             if patch is None:
                 return
-            fresh = await self.patch(f"/api/v1/nodes/{name}/status", patch, retry=Ref(NODE, "", name),
-                                     content_type="application/strategic-merge-patch+json")
+            fresh = await self.patch(kube.Node, name, patch, status=True, retry=Ref(NODE, "", name),
+                                     patch_type="strategic")
             fresh_node = None if fresh is None else _read(Node.model_validate, fresh, f"node {name}")
             if fresh_node is not None and name in self.nodes and not _older(fresh_node, self.nodes[name]):
                 self.nodes[name] = fresh_node
@@ -313,7 +310,7 @@ class Controller:
         the index can keep a deleted pod and its finalizer forever. Only objects
         being deleted are checked, with at most `GHOST_CHECKS` GETs per flush.
         """
-        assert self.kopf_settings is not None
+        api = self._api()
         budget = GHOST_CHECKS
         for ref, body in list(self.objects.items()):
             if budget <= 0:
@@ -325,13 +322,13 @@ class Controller:
                 for key in keys:
                     budget -= 1
                     namespace, _, name = key.partition("/")
-                    url = (object_url(inuse.attachment_ref(namespace, name)) if kind != "Pod"
-                           else f"/api/v1/namespaces/{namespace}/pods/{name}")
+                    resource = kube.Pod if kind == "Pod" else kube.PodNetworkAttachment
+                    obj: dict[str, Any] | None
                     try:
-                        obj = await kopf_api.get(url=url, settings=self.kopf_settings, logger=logger)
-                    except kopf_errors.APINotFoundError:
+                        obj = await api.get(resource, name, namespace)
+                    except kube.NotFound:
                         obj = None
-                    except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+                    except kube.ApiError as exc:
                         logger.warning("cannot check %s %s (%s); next flush", kind, key, exc)
                         return
                     if kind == "Pod":
@@ -374,20 +371,21 @@ class Controller:
         listed (issue #3: no full pod lists); a ghost pod only matters where it
         holds up a deletion, and `sweep_ghosts` checks exactly those.
         """
-        assert self.kopf_settings is not None
+        api = self._api()
         gone: list[Ref] = []
-        for kind, plural in ((constants.PODNETWORK_KIND, constants.PODNETWORK_PLURAL),
-                             (constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL)):
+        for kind, resource in ((constants.PODNETWORK_KIND, kube.PodNetwork),
+                               (constants.ATTACHMENT_KIND, kube.PodNetworkAttachment)):
             try:
-                listing = await kopf_api.get(url=f"{_BASE}/{plural}", settings=self.kopf_settings,
-                                             logger=logger)
-            except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
-                logger.warning("cannot list %s for the resync (%s); next resync", plural, exc)
+                listing = await api.list(resource)
+            except kube.ApiError as exc:
+                logger.warning("cannot list %s for the resync (%s); next resync",
+                               kube.plural_of(resource), exc)
                 return
             present = {inuse.ref_of(PartialObjectMetadata.model_validate(_as_kind(item, kind)))
-                       for item in listing.get("items") or []}
+                       for item in listing.items}
+            version = {"metadata": {"resourceVersion": listing.resource_version}}
             gone += [ref for ref, body in list(self.objects.items())
-                     if ref.kind == kind and ref not in present and not _newer_than_list(body, listing)]
+                     if ref.kind == kind and ref not in present and not _newer_than_list(body, version)]
         for ref in gone:
             logger.info("forgot %s %s: gone from the API without a DELETED event", ref.kind, ref)
             if ref.kind == constants.PODNETWORK_KIND:
@@ -412,18 +410,13 @@ class Controller:
         A namespace and its pods applied together can reach admission before the
         namespace's watch event. Raises `admission.NamespaceUnavailable` with the reason.
         """
-        if self.kopf_settings is None or self._kopf_context is None:
+        if self.api is None:
             raise admission.NamespaceUnavailable("the controller has not connected to the API yet")
-        # kopf's client finds its credentials in a context variable of kopf's own tasks;
-        # admission runs in uvicorn's, so the GET runs in a copy of kopf's context.
-        get = asyncio.get_running_loop().create_task(kopf_api.get(
-            url=f"/api/v1/namespaces/{name}", settings=self.kopf_settings, logger=logger),
-            context=self._kopf_context.copy())
         try:
-            body = await asyncio.wait_for(get, NAMESPACE_GET_TIMEOUT)
-        except kopf_errors.APINotFoundError:
+            body = await asyncio.wait_for(self.api.get(kube.Namespace, name), NAMESPACE_GET_TIMEOUT)
+        except kube.NotFound:
             raise admission.NamespaceUnavailable("it does not exist") from None
-        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+        except (TimeoutError, kube.ApiError) as exc:
             raise admission.NamespaceUnavailable(
                 f"GET /api/v1/namespaces/{name} failed: {exc or type(exc).__name__}") from None
         slim = namespace_entry(body)
@@ -440,27 +433,23 @@ class Controller:
         """Create or update our webhook configurations (`--manage-webhooks`)."""
         if self.webhook_client_config is None:
             return
-        assert self.kopf_settings is not None
-        base = "/apis/admissionregistration.k8s.io/v1"
+        api = self._api()
         for obj in admission.webhook_configurations(self.webhook_client_config):
-            plural = obj["kind"].lower() + "s"
+            resource = kube.BY_KIND[obj["kind"]]
             try:
-                await kopf_api.post(url=f"{base}/{plural}", payload=obj, settings=self.kopf_settings,
-                                    logger=logger)
-            except kopf_errors.APIConflictError:
-                await self.patch(f"{base}/{plural}/{obj['metadata']['name']}", obj, retry=None)
+                await api.create(resource, obj)
+            except kube.Conflict:
+                await self.patch(resource, obj["metadata"]["name"], obj, retry=None)
             logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
 
     async def ensure_default(self) -> None:
         if not self.config.create_default:
             return
         body = defaultnet.podnetwork(self.config.default_provider)
-        assert self.kopf_settings is not None
         try:
-            await kopf_api.post(url=f"{_BASE}/{constants.PODNETWORK_PLURAL}", payload=body,
-                                settings=self.kopf_settings, logger=logger)
+            await self._api().create(kube.PodNetwork, body)
             logger.info("created the default PodNetwork")
-        except kopf_errors.APIConflictError:
+        except kube.Conflict:
             logger.debug("the default PodNetwork exists")
 
     async def setup(self) -> None:
@@ -473,7 +462,7 @@ class Controller:
         try:
             await self.apply_webhook_configurations()
             await self.ensure_default()
-        except (TimeoutError, kopf_errors.APIError, aiohttp.ClientError) as exc:
+        except kube.ApiError as exc:
             logger.warning("set-up failed (%s); retrying in %ss", exc, self.config.inuse_message_interval)
             return
         self.setup_pending = False
@@ -544,8 +533,8 @@ def _key(body: Mapping[str, Any]) -> str:
 
 def object_url(ref: Ref) -> str:
     if ref.kind == constants.ATTACHMENT_KIND:
-        return f"{_BASE}/namespaces/{ref.namespace}/{constants.ATTACHMENT_PLURAL}/{ref.name}"
-    return f"{_BASE}/{constants.PODNETWORK_PLURAL}/{ref.name}"
+        return kube.path_of(kube.PodNetworkAttachment, ref.namespace, ref.name)
+    return kube.path_of(kube.PodNetwork, None, ref.name)
 
 
 def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
@@ -555,10 +544,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Event handlers post no Kubernetes Events of their own; keep it so.
         settings.posting.enabled = False
-        ctl.kopf_settings = settings
-        ctl._kopf_context = contextvars.copy_context()
 
-        # API calls wait for the login activity, which runs after startup: so in a task.
         async def flusher() -> None:
             await ctl.setup()
             while True:
@@ -585,6 +571,8 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if ctl.api is not None:
+            await ctl.api.close()
 
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
     @kopf.index("pods", registry=registry)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
 
 from podnetwork import constants
 from podnetwork.cli import Command
+from podnetwork.kube import credentials
 
 COMMAND = "podnetwork scheduler-extender"
 
@@ -23,7 +23,9 @@ pod's networks is filtered out. Also served: POST /prioritize (neutral scores),
 GET /healthz, GET /readyz (ready once the watch-fed cache is synced), GET /metrics.
 
 Register it with the KubeSchedulerConfiguration in deploy/scheduler/ of the project
-(docs/scheduler-extender.md). Example, against the cluster of ~/.kube/config:
+(docs/scheduler-extender.md). The cluster it watches: --kubeconfig/--context,
+$KUBECONFIG, the in-cluster service account, ~/.kube/config, in this order
+(docs/architecture.md "Reaching the API"). Example, against ~/.kube/config:
 
   podnetwork scheduler-extender --port 8888
 
@@ -35,11 +37,7 @@ exit status: 0 after a clean stop (SIGINT/SIGTERM), 1 without a cluster configur
 def configure(parser: argparse.ArgumentParser) -> None:
     from scheduler_plugin.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS
 
-    parser.add_argument(
-        "--kubeconfig", metavar="FILE",
-        help="kubeconfig of the cluster to watch (default: the in-cluster service account, "
-        "else $KUBECONFIG or ~/.kube/config)",
-    )
+    credentials.add_arguments(parser, what="the cluster to watch")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8888, help="TCP port to listen on (default: %(default)s)")
     parser.add_argument(
@@ -62,21 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
-
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
-
-
 def run(args: argparse.Namespace) -> int:
-    from kubernetes.config import ConfigException
-
+    from podnetwork.kube import client as kube
     from podnetwork.kube import operatorshell
     from scheduler_plugin import app, cache, feeder, settings
 
@@ -92,14 +77,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{COMMAND}: --max-connections must be a positive number", file=sys.stderr)
         return 2
     try:
-        api = _api_client(args.kubeconfig)
-    except (ConfigException, OSError) as exc:
+        creds = credentials.resolve(args.kubeconfig, args.context)
+        credentials.check(creds)
+    except credentials.CredentialsError as exc:
         print(
             f"{COMMAND}: cannot load a cluster configuration: {exc}\n"
             "Run it in a pod with a service account, or pass --kubeconfig FILE.",
             file=sys.stderr,
         )
         return 1
+    api = kube.AsyncApi(creds)
     state = cache.Cache()
     application = app.create_app(
         state,

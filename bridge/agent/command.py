@@ -21,6 +21,7 @@ from typing import Any
 from bridge.agent import agent as agent_mod
 from bridge.agent import invoke
 from podnetwork.cli import Command
+from podnetwork.kube import credentials
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
     )
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
+    credentials.add_arguments(p)
     p.add_argument(
         "--objects",
         type=Path,
@@ -211,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"installed {shim}", file=sys.stderr)
         config.conf_file = (args.agent_conf_dir or config.conf_dir) / agent_mod.DEFAULT_CONF_FILE_NAME
+    from bridge.agent.objects import KubernetesObjects
+
+    objects: Any
     if args.objects is not None:
         try:
             objects = _load_objects(args.objects)
@@ -218,8 +221,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: cannot read --objects {args.objects}: {exc}", file=sys.stderr)
             return 1
     else:
-        from bridge.agent.objects import KubernetesObjects
-
         try:
             objects = KubernetesObjects(args.kubeconfig, args.context)
         except Exception as exc:
@@ -243,7 +244,11 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
-        await serve(agent, stop)
+        try:
+            await serve(agent, stop)
+        finally:
+            if isinstance(objects, KubernetesObjects):
+                await objects.close()
 
     try:
         asyncio.run(main())

@@ -6,16 +6,14 @@ Objects are plain Kubernetes JSON (dicts), as the API server returns them.
 - `ObjectSource`: the protocol. The local demo implements it over its own store.
 - `MemoryObjects`: a dict-backed implementation with the API server's merge-patch
   semantics for annotations (tests, and `podnetwork cni-agent --objects FILE`).
-- `KubernetesObjects`: the real API through the official `kubernetes` client
-  (already a dependency of the project, and synchronous; calls run in a worker
-  thread so the agent's event loop never blocks). Reads are single GETs by name:
-  the agent runs on every node, and a node's agent only ever asks about the pods
-  the runtime hands it.
+- `KubernetesObjects`: the real API through `podnetwork.kube` (lightkube's
+  asyncio client, credentials as every command finds them). Reads are single
+  GETs by name: the agent runs on every node, and a node's agent only ever asks
+  about the pods the runtime hands it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -144,91 +142,74 @@ class MemoryObjects:
 
 
 class KubernetesObjects:
-    """ObjectSource over the Kubernetes API (in-cluster config, or a kubeconfig)."""
+    """ObjectSource over the Kubernetes API (podnetwork.kube: a kubeconfig or the in-cluster account).
+
+    No retries here: a failure is a CNI error at once, and error 11 ("try again
+    later") tells the runtime to call again.
+    """
 
     def __init__(
         self, kubeconfig: str | None = None, context: str | None = None, *, request_timeout: float = 10.0
     ) -> None:
-        import kubernetes  # heavy; only the real agent needs it
-        import urllib3
+        # Imported here: only the real agent needs a client (the demo and tests use MemoryObjects).
+        from podnetwork.kube import client, credentials
 
-        # A private configuration: loading one must not change the process-wide default.
-        cfg = kubernetes.client.Configuration()
-        if kubeconfig or context:
-            kubernetes.config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-        else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=cfg)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=cfg)
-        self._client = kubernetes.client.ApiClient(cfg)
-        self._core = kubernetes.client.CoreV1Api(self._client)
-        self._custom = kubernetes.client.CustomObjectsApi(self._client)
-        self._api_exception = kubernetes.client.ApiException
-        self._transport_errors: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
-        # Without it a call to an unresponsive API server waits forever (per attempt:
-        # the client's urllib3 retries a failed connection or read up to 3 times).
+        self._kube = client
+        self._credentials_error = credentials.CredentialsError
+        # Without a timeout a call to an unresponsive API server would wait forever.
         self.request_timeout = request_timeout
+        self._api = client.AsyncApi(credentials.resolve(kubeconfig, context), timeout=request_timeout,
+                                    backoffs=())
 
-    async def _call(self, kind: str, namespace: str | None, name: str, fn: Any, *args: Any) -> Any:
+    async def _call(self, kind: str, namespace: str | None, name: str, request: Any) -> Any:
         where = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
         try:
-            return await asyncio.to_thread(fn, *args, _request_timeout=self.request_timeout)
-        except self._api_exception as exc:
-            status = exc.status or 0
-            if status == 404:
-                raise NotFound(kind, namespace, name) from None
-            answer = f"the API server answered {status} {exc.reason or ''}".rstrip()
-            body = str(exc.body or "")[:500]
-            if status == 429 or status >= 500:
-                # Throttled or failing for now: CNI well-known error 11 tells the runtime to retry.
-                raise CNIError(
-                    ErrorCode.TRY_AGAIN_LATER, f"cannot reach {where} now: {answer}", body
-                ) from None
-            raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {answer}", body) from None
-        except self._transport_errors as exc:
+            return await request
+        except self._kube.NotFound:
+            raise NotFound(kind, namespace, name) from None
+        except self._kube.Unreachable as exc:
             raise CNIError(
                 ErrorCode.TRY_AGAIN_LATER,
                 f"cannot reach {where} now: the API server did not answer (connection failed or timed out)",
-                str(exc)[:500],
+                exc.message[:500],
             ) from None
+        except self._kube.ApiError as exc:
+            answer = f"the API server answered {exc.status} {exc.reason}".rstrip()
+            if exc.transient:
+                # Throttled or failing for now: CNI well-known error 11 tells the runtime to retry.
+                raise CNIError(
+                    ErrorCode.TRY_AGAIN_LATER, f"cannot reach {where} now: {answer}", exc.message[:500]
+                ) from None
+            raise CNIError(
+                ErrorCode.IO_FAILURE, f"cannot access {where}: {answer}", exc.message[:500]
+            ) from None
+        except self._credentials_error as exc:
+            raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {exc}") from None
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        pod = await self._call(POD, namespace, name, self._core.read_namespaced_pod, name, namespace)
-        return dict(self._client.sanitize_for_serialization(pod))
-
-    async def _custom_get(
-        self, kind: str, group: str, version: str, plural: str, namespace: str | None, name: str
-    ) -> dict[str, Any]:
-        if namespace is None:
-            fn, args = self._custom.get_cluster_custom_object, (group, version, plural, name)
-        else:
-            fn, args = self._custom.get_namespaced_custom_object, (group, version, namespace, plural, name)
-        return dict(await self._call(kind, namespace, name, fn, *args))
+        return dict(await self._call(POD, namespace, name, self._api.get(self._kube.Pod, name, namespace)))
 
     async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._custom_get(NAD, NAD_GROUP, NAD_VERSION, NAD_PLURAL, namespace, name)
+        request = self._api.get(self._kube.NetworkAttachmentDefinition, name, namespace)
+        return dict(await self._call(NAD, namespace, name, request))
 
     async def get_podnetwork(self, name: str) -> dict[str, Any]:
-        return await self._custom_get(PODNETWORK, KEP_GROUP, KEP_VERSION, "podnetworks", None, name)
+        return dict(await self._call(PODNETWORK, None, name, self._api.get(self._kube.PodNetwork, name)))
 
     async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._custom_get(
-            ATTACHMENT, KEP_GROUP, KEP_VERSION, "podnetworkattachments", namespace, name
-        )
+        request = self._api.get(self._kube.PodNetworkAttachment, name, namespace)
+        return dict(await self._call(ATTACHMENT, namespace, name, request))
 
     async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._custom_get(
-            SELECTION_OPTIONS, OPTIONS_GROUP, OPTIONS_VERSION, OPTIONS_PLURAL, namespace, name
-        )
+        request = self._api.get(self._kube.NetworkSelectionOptions, name, namespace)
+        return dict(await self._call(SELECTION_OPTIONS, namespace, name, request))
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
-        await self._call(POD, namespace, name, self._core.patch_namespaced_pod, name, namespace, body)
+        request = self._api.patch(self._kube.Pod, name, body, namespace=namespace)
+        await self._call(POD, namespace, name, request)
 
-    def close(self) -> None:
-        self._client.close()
+    async def close(self) -> None:
+        await self._api.close()

@@ -28,146 +28,83 @@ migration's label and origin and that no Pod, workload or attachment uses.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-import httpx
-
 from bridge import migrate, npwg
-from bridge.migrate import kubeconfig as migrate_kubeconfig
 from bridge.migrate import offline as migrate_offline
 from podnetwork import constants, manifests
 from podnetwork import networks as kep_networks
+from podnetwork.kube import client as kube
+from podnetwork.kube import credentials
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
 EXIT_USAGE = 2
 
-APPLY_PATCH = "application/apply-patch+yaml"
-MERGE_PATCH = "application/merge-patch+json"
-PAGE_SIZE = 500
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API."""
-
-    kind: str
-    api_version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
-
-
+#: The kinds the migration reads and writes, as `podnetwork.kube` resources.
+Resource = kube.Resource
 WORKLOAD_RESOURCES: dict[str, Resource] = {
-    "Pod": Resource("Pod", "v1", "pods"),
-    "Deployment": Resource("Deployment", "apps/v1", "deployments"),
-    "StatefulSet": Resource("StatefulSet", "apps/v1", "statefulsets"),
-    "DaemonSet": Resource("DaemonSet", "apps/v1", "daemonsets"),
-    "ReplicaSet": Resource("ReplicaSet", "apps/v1", "replicasets"),
-    "Job": Resource("Job", "batch/v1", "jobs"),
-    "CronJob": Resource("CronJob", "batch/v1", "cronjobs"),
+    "Pod": kube.Pod,
+    "Deployment": kube.Deployment,
+    "StatefulSet": kube.StatefulSet,
+    "DaemonSet": kube.DaemonSet,
+    "ReplicaSet": kube.ReplicaSet,
+    "Job": kube.Job,
+    "CronJob": kube.CronJob,
 }
-NAD = Resource(npwg.NAD_KIND, npwg.NAD_API_VERSION, npwg.NAD_PLURAL)
-PODNETWORK = Resource(constants.PODNETWORK_KIND, constants.API_VERSION, constants.PODNETWORK_PLURAL, False)
-ATTACHMENT = Resource(constants.ATTACHMENT_KIND, constants.API_VERSION, constants.ATTACHMENT_PLURAL)
-OPTIONS = Resource(migrate.OPTIONS_KIND, migrate.OPTIONS_API_VERSION, migrate.OPTIONS_PLURAL)
+NAD = kube.NetworkAttachmentDefinition
+PODNETWORK = kube.PodNetwork
+ATTACHMENT = kube.PodNetworkAttachment
+OPTIONS = kube.NetworkSelectionOptions
 BY_KIND: dict[str, Resource] = {
     **WORKLOAD_RESOURCES,
-    NAD.kind: NAD,
-    PODNETWORK.kind: PODNETWORK,
-    ATTACHMENT.kind: ATTACHMENT,
-    OPTIONS.kind: OPTIONS,
+    npwg.NAD_KIND: NAD,
+    constants.PODNETWORK_KIND: PODNETWORK,
+    constants.ATTACHMENT_KIND: ATTACHMENT,
+    migrate.OPTIONS_KIND: OPTIONS,
 }
 
-
-class ApiError(Exception):
-    """The API server refused a request; `status` is the HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+#: The API server refused a request (`status`) or did not answer (`status` 0).
+ApiError = kube.ApiError
 
 
 class Cluster:
-    """The few API calls the migration makes, over one HTTP client."""
+    """The few API calls the migration makes, over one `podnetwork.kube.Api`."""
 
-    def __init__(self, client: httpx.Client) -> None:
-        self.client = client
-
-    def _check(self, response: httpx.Response, what: str) -> Any:
-        if response.status_code >= 400:
-            try:
-                message = response.json().get("message") or response.text
-            except ValueError:
-                message = response.text
-            raise ApiError(response.status_code, f"{what}: HTTP {response.status_code}: {message[:500]}")
-        return response.json() if response.content else {}
+    def __init__(self, api: kube.Api) -> None:
+        self.api = api
 
     def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every object of a resource (in a namespace, or everywhere), following pagination."""
-        items: list[dict[str, Any]] = []
-        params: dict[str, str | int] = {"limit": PAGE_SIZE}
-        path = resource.path(namespace)
-        while True:
-            body = self._check(self.client.get(path, params=params), f"list {resource.plural}")
-            for item in body.get("items") or []:
-                # Items of a list carry no apiVersion/kind on a real API server.
-                items.append({"apiVersion": resource.api_version, "kind": resource.kind, **item})
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            params = {"limit": PAGE_SIZE, "continue": token}
+        return self.api.list(resource, namespace).items
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
-        response = self.client.get(resource.path(namespace, name))
-        if response.status_code == 404:
+        try:
+            return self.api.get(resource, name, namespace)
+        except kube.NotFound:
             return None
-        obj = self._check(response, f"get {resource.kind} {name}")
-        return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply of a whole object we own."""
+        """Server-side apply of a whole object we own (`force` stays false: a field another
+        manager owns with another value is a conflict reported to the user)."""
         resource = BY_KIND[str(obj["kind"])]
         meta = obj["metadata"]
-        response = self.client.patch(
-            resource.path(meta.get("namespace"), meta["name"]),
-            params={"fieldManager": migrate.FIELD_MANAGER, "force": "false"},
-            content=json.dumps(obj),  # JSON is YAML: what kubectl sends too
-            headers={"Content-Type": APPLY_PATCH},
-        )
-        return self._check(response, f"apply {resource.kind} {meta['name']}")
+        return self.api.patch(resource, meta["name"], dict(obj), namespace=meta.get("namespace"),
+                              patch_type="apply", field_manager=migrate.FIELD_MANAGER)
 
     def merge_patch(
         self, resource: Resource, namespace: str | None, name: str, patch: Mapping[str, Any]
     ) -> Any:
-        response = self.client.patch(
-            resource.path(namespace, name),
-            params={"fieldManager": migrate.FIELD_MANAGER},
-            content=json.dumps(patch),
-            headers={"Content-Type": MERGE_PATCH},
-        )
-        return self._check(response, f"patch {resource.kind} {name}")
+        return self.api.patch(resource, name, dict(patch), namespace=namespace, patch_type="merge",
+                              field_manager=migrate.FIELD_MANAGER)
 
     def delete(self, resource: Resource, namespace: str | None, name: str, uid: str | None) -> None:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        if uid:
-            body["preconditions"] = {"uid": uid}  # type: ignore[assignment]
-        response = self.client.request(
-            "DELETE", resource.path(namespace, name), content=json.dumps(body),
-            headers={"Content-Type": "application/json"},
-        )
-        if response.status_code != 404:
-            self._check(response, f"delete {resource.kind} {name}")
+        try:
+            self.api.delete(resource, name, namespace, uid=uid)
+        except kube.NotFound:
+            return
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -266,9 +203,6 @@ def apply_plan(cluster: Cluster, p: migrate.Plan) -> list[Outcome]:
             if exc.status == 404:
                 hint = f"; is the {planned.obj['kind']} CRD installed? (kubectl apply -f crds/)"
             outcomes.append(Outcome(str(planned.ref), False, f"{exc}{hint}"))
-        except httpx.HTTPError as exc:
-            failed = True
-            outcomes.append(Outcome(str(planned.ref), False, str(exc)))
     for change in p.workloads:
         wl = change.workload
         if failed:
@@ -281,8 +215,6 @@ def apply_plan(cluster: Cluster, p: migrate.Plan) -> list[Outcome]:
         except ApiError as exc:
             hint = "; it changed since it was read, run the command again" if exc.status == 409 else ""
             outcomes.append(Outcome(str(wl.ref), False, f"{exc}{hint}"))
-        except httpx.HTTPError as exc:
-            outcomes.append(Outcome(str(wl.ref), False, str(exc)))
     return outcomes
 
 
@@ -360,10 +292,10 @@ class Usage:
         for resource in WORKLOAD_RESOURCES.values():
             for obj in cluster.list(resource):
                 phase = (obj.get("status") or {}).get("phase")
-                if resource.kind == "Pod" and phase in ("Succeeded", "Failed"):
+                if resource is kube.Pod and phase in ("Succeeded", "Failed"):
                     continue  # KEP "InUse indicator": finished pods do not count
                 wl = migrate.workload_of(obj)
-                if wl is None or (wl.owner is not None and resource.kind != "Pod"):
+                if wl is None or (wl.owner is not None and resource is not kube.Pod):
                     continue  # an owned template is its owner's business, its pods count
                 text = wl.annotations.get(constants.NETWORKS_ANNOTATION)
                 try:
@@ -409,12 +341,12 @@ def rollback(cluster: Cluster, plan: PlanFile) -> list[Outcome]:
     for record in plan.header.get("workloads") or []:
         try:
             outcomes.append(_restore_workload(cluster, record))
-        except (ApiError, httpx.HTTPError) as exc:
+        except ApiError as exc:
             ref = f"{record.get('kind')} {record.get('namespace')}/{record.get('name')}"
             outcomes.append(Outcome(ref, False, str(exc)))
     try:
         usage = Usage.read(cluster)
-    except (ApiError, httpx.HTTPError) as exc:
+    except ApiError as exc:
         refs = [_ref_of(o) for o in plan.objects]
         return outcomes + [Outcome(r, False, f"kept: cannot tell whether it is used: {exc}") for r in refs]
     order = [constants.ATTACHMENT_KIND, migrate.OPTIONS_KIND, constants.PODNETWORK_KIND]
@@ -452,7 +384,7 @@ def _remove(cluster: Cluster, planned: Mapping[str, Any], usage: Usage) -> Outco
         cluster.delete(resource, namespace, name, live_meta.get("uid"))
         usage.forget(resource, namespace, name)
         return Outcome(ref, True, "deleted")
-    except (ApiError, httpx.HTTPError) as exc:
+    except ApiError as exc:
         return Outcome(ref, False, str(exc))
 
 
@@ -482,21 +414,22 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print("podnetwork migrate: nothing rolled back; fix the plan file above", file=err)
             return EXIT_USAGE
     try:
-        connection = migrate_kubeconfig.load(args.kubeconfig, args.context)
-    except migrate_kubeconfig.KubeconfigError as exc:
+        creds = credentials.resolve(args.kubeconfig, args.context)
+        credentials.check(creds)  # a failing exec plugin or unusable certificate: say so before reading
+    except credentials.CredentialsError as exc:
         print(f"podnetwork migrate: {exc}", file=err)
         return EXIT_USAGE
+    api = kube.Api(creds)
     try:
-        with connection.client() as client:
-            return _run(Cluster(client), args, out, err, plan_file)
-    except httpx.HTTPError as exc:
-        print(f"podnetwork migrate: cannot reach the API server {connection.server}: {exc}", file=err)
+        return _run(Cluster(api), args, out, err, plan_file)
+    except kube.Unreachable as exc:
+        print(f"podnetwork migrate: cannot reach the API server {creds.describe}: {exc}", file=err)
         return EXIT_USAGE
-    except ApiError as exc:
+    except (ApiError, credentials.CredentialsError) as exc:
         print(f"podnetwork migrate: {exc}", file=err)
         return EXIT_USAGE
     finally:
-        connection.close()
+        api.close()
 
 
 def _run(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from podnetwork import cli, manifests
+from podnetwork.kube import credentials
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -73,10 +74,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "-R", "--recursive", action="store_true", help="also read the subdirectories of directories"
     )
     live = parser.add_argument_group("live cluster")
-    live.add_argument(
-        "--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
-    )
-    live.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    credentials.add_arguments(live, kubeconfig_metavar="PATH", context_metavar="NAME")
     scope = live.add_mutually_exclusive_group()
     scope.add_argument(
         "-n",

@@ -1,6 +1,6 @@
 """`podnetwork bridge`: run the bridge controller's handlers alone, against a cluster.
 
-Heavy imports (kopf, the kubernetes client) stay inside `run`, so
+Heavy imports (kopf, the API client) stay inside `run`, so
 `podnetwork --help` stays fast.
 """
 
@@ -10,13 +10,12 @@ import argparse
 import asyncio
 from typing import Any
 
-from podnetwork import credentials
 from podnetwork.cli import Command
-from podnetwork.kube import operatorshell
+from podnetwork.kube import credentials, operatorshell
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
-(or the in-cluster service account):
+(or the in-cluster service account; docs/architecture.md "Reaching the API"):
 
   ParamsReady   on PodNetworks whose provider is multinetwork.x-k8s.io/npwg-bridge,
                 and on their PodNetworkAttachments: True when the referenced
@@ -55,10 +54,7 @@ COMMAND = "podnetwork bridge"
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kubeconfig", metavar="FILE",
-                   help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG "
-                   "or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+    credentials.add_arguments(p)
     p.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                    help="watch only this namespace for pods, attachments, NADs and options "
                    "(repeatable; glob patterns allowed); default: all namespaces")
@@ -77,35 +73,6 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
-
-
-def _login_from(kubeconfig: str | None, context: str | None) -> Any:
-    """A kopf login handler for an explicit kubeconfig/context (kopf's default takes neither)."""
-    import kopf
-    from kubernetes import client, config
-
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        cfg = client.Configuration()
-        try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        except (config.ConfigException, OSError) as exc:
-            raise kopf.LoginError(f"cannot use kubeconfig {kubeconfig or '(default)'}: {exc}") from None
-        header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-        parts = header.split(" ", 1) if header else []
-        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else parts
-        return kopf.ConnectionInfo(
-            server=cfg.host,
-            ca_path=cfg.ssl_ca_cert,
-            insecure=not cfg.verify_ssl,
-            username=cfg.username or None,
-            password=cfg.password or None,
-            scheme=scheme,
-            token=token,
-            certificate_path=cfg.cert_file,
-            private_key_path=cfg.key_file,
-        )
-
-    return login
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
@@ -144,6 +111,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
             await shell.run()
     except operatorshell.Refused as exc:
         return operatorshell.refuse(COMMAND, str(exc))
+    finally:
+        await bridge.api.close()
     return 0
 
 
@@ -160,17 +129,17 @@ def _run(args: argparse.Namespace) -> int:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
 
+    from podnetwork.kube import client as kube
+
+    creds = credentials.resolve(args.kubeconfig, args.context)
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
-    ))
+    ), api=kube.AsyncApi(creds))
     controller.register(registry, bridge)
-    if args.kubeconfig or args.context:
-        kopf.on.login(registry=registry, id="bridge_login")(_login_from(args.kubeconfig, args.context))
-    else:
-        kopf.on.login(registry=registry, id="bridge_login")(kopf.login_via_client)
+    kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
     return asyncio.run(_serve(args, registry, bridge))
 
 

@@ -36,22 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from kopf._cogs.clients import api as kopf_api
-from kopf._cogs.clients import errors as kopf_errors
 
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
 from podnetwork import conditions, constants, networks
 from podnetwork.fielderrors import InvalidObject
+from podnetwork.kube import client as kube
 
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 #: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
 Ref = tuple[str, str, str]
-
-_KEP_BASE = f"/apis/{constants.GROUP}/{constants.VERSION}"
 
 
 @dataclass
@@ -87,7 +84,8 @@ class Bridge:
     posted: set[str] = field(default_factory=set)
     """Names of the Events already posted (each disagreement is reported once)."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
-    kopf_settings: kopf.OperatorSettings | None = None
+    api: kube.AsyncApi | None = None
+    """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
 
@@ -138,22 +136,23 @@ class Bridge:
             lock = self.locks[key] = asyncio.Lock()
         return lock
 
-    # --- the API, through kopf's authenticated client ------------------------------------------
+    # --- the API, through podnetwork.kube ------------------------------------------------------
 
-    async def _call(self, method: str, url: str, payload: Any, headers: dict[str, str] | None) -> Any:
-        assert self.kopf_settings is not None, "the bridge's startup handler has not run"
-        try:
-            return await getattr(kopf_api, method)(
-                url=url, payload=payload, headers=headers, settings=self.kopf_settings, logger=logger
-            )
-        except kopf_errors.APIConflictError:
-            logger.info("%s %s conflicted with a newer change; the next event retries", method, url)
-        except kopf_errors.APINotFoundError:
-            logger.debug("%s %s: gone", method, url)
-        return None
+    def _api(self) -> kube.AsyncApi:
+        assert self.api is not None, "Bridge.api is not set: give it a podnetwork.kube.AsyncApi"
+        return self.api
 
-    async def patch(self, url: str, payload: Mapping[str, Any]) -> Any:
-        return await self._call("patch", url, payload, {"Content-Type": "application/merge-patch+json"})
+    async def patch(self, target: Ref, payload: Mapping[str, Any], *, status: bool = False) -> Any:
+        """A merge patch of a pod, or of a PodNetwork's or attachment's status (the operators'
+        shared write policy); None when it did not apply (the next event retries)."""
+        kind, namespace, name = target
+        resource = _RESOURCES[kind]
+        api = self._api()
+        what = f"patch {kube.path_of(resource, namespace, name)}{'/status' if status else ''}"
+        written = await api.write(
+            what, lambda: api.patch(resource, name, payload, namespace=namespace or None, status=status),
+            then="the next event retries")
+        return written.body
 
     async def post_event(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         body = pods.event(pod, reason, message, now=conditions.now())
@@ -162,13 +161,11 @@ class Bridge:
             return
         self.posted.add(name)
         namespace = body["metadata"]["namespace"]
-        assert self.kopf_settings is not None
         try:
-            await kopf_api.post(url=f"/api/v1/namespaces/{namespace}/events", payload=body,
-                                settings=self.kopf_settings, logger=logger)
-        except kopf_errors.APIConflictError:
+            await self._api().create(kube.Event, body)
+        except kube.Conflict:
             logger.debug("event %s was posted before this process started", name)
-        except kopf_errors.APIError as exc:
+        except kube.ApiError as exc:
             logger.warning("event %s not posted: %s", name, exc)
         logger.warning("pod %s/%s: %s", namespace, pod.get("metadata", {}).get("name"), message)
 
@@ -178,14 +175,16 @@ class Bridge:
             return
         from bridge.operator import admission
 
-        assert self.kopf_settings is not None
         obj = admission.webhook_configuration(self.config.webhook_client_config)
-        url = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+        api = self._api()
+        resource = kube.MutatingWebhookConfiguration
         try:
-            await kopf_api.post(url=url, payload=obj, settings=self.kopf_settings, logger=logger)
-        except kopf_errors.APIConflictError:
-            await self.patch(f"{url}/{obj['metadata']['name']}", obj)
-        except kopf_errors.APIError as exc:
+            await api.create(resource, obj)
+        except kube.Conflict:
+            name = obj["metadata"]["name"]
+            await api.write(f"patch {kube.path_of(resource, None, name)}",
+                            lambda: api.patch(resource, name, obj))
+        except kube.ApiError as exc:
             logger.error("cannot register MutatingWebhookConfiguration %s: %s (register it yourself, "
                          "see deploy/bridge/webhooks.yaml)", obj["metadata"]["name"], exc)
             return
@@ -214,7 +213,7 @@ class Bridge:
             new = params.conditions_after(body, desired, now=conditions.now())
             if new is None:
                 return
-            fresh = await self.patch(f"{_object_url(ref)}/status", conditions.status_patch(body, new))
+            fresh = await self.patch(ref, conditions.status_patch(body, new), status=True)
             if fresh:
                 if ref[0] == constants.PODNETWORK_KIND:
                     self.remember_podnetwork(fresh)
@@ -282,7 +281,7 @@ class Bridge:
                 self.waiting.pop(key, None)
                 decision = pods.selection(body, translation)
                 if decision.patch is not None:
-                    fresh = await self.patch(_pod_url(key), decision.patch)
+                    fresh = await self.patch(_pod(key), decision.patch)
                     if fresh:
                         body = fresh
                         wrote = "annotations" in decision.patch.get("metadata", {})
@@ -301,7 +300,7 @@ class Bridge:
             except ValueError as exc:
                 logger.warning("pod %s/%s: %s", *key, exc)
                 return
-            if patch is not None and await self.patch(_pod_url(key), patch):
+            if patch is not None and await self.patch(_pod(key), patch):
                 logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
 
     async def release(self, key: Key, body: Mapping[str, Any], why: str) -> Mapping[str, Any]:
@@ -310,7 +309,7 @@ class Bridge:
         Returns the pod as it is now (the API's answer when a patch was made).
         """
         patch = pods.release_patch(body)
-        fresh = None if patch is None else await self.patch(_pod_url(key), patch)
+        fresh = None if patch is None else await self.patch(_pod(key), patch)
         if not fresh:
             return body
         logger.warning("pod %s/%s: removed scheduling gate %s without a selection: %s",
@@ -365,15 +364,15 @@ def _show(ref: Ref) -> str:
     return f"{ref[1]}/{ref[2]}" if ref[1] else ref[2]
 
 
-def _object_url(ref: Ref) -> str:
-    kind, namespace, name = ref
-    if kind == constants.ATTACHMENT_KIND:
-        return f"{_KEP_BASE}/namespaces/{namespace}/{constants.ATTACHMENT_PLURAL}/{name}"
-    return f"{_KEP_BASE}/{constants.PODNETWORK_PLURAL}/{name}"
+_RESOURCES: dict[str, kube.Resource] = {
+    constants.PODNETWORK_KIND: kube.PodNetwork,
+    constants.ATTACHMENT_KIND: kube.PodNetworkAttachment,
+    "Pod": kube.Pod,
+}
 
 
-def _pod_url(key: Key) -> str:
-    return f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"
+def _pod(key: Key) -> Ref:
+    return ("Pod", *key)
 
 
 def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
@@ -383,9 +382,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf would post an Event for every warning logged about a handled pod.
         settings.posting.enabled = False
-        bridge.kopf_settings = settings
         if bridge.config.webhook_client_config is not None:
-            # In a task: kopf's API client waits for the login, which runs after startup.
+            # In a task: a slow API server must not hold up kopf's startup.
             bridge.background.add(asyncio.create_task(bridge.register_webhook()))
 
     @kopf.on.cleanup(registry=registry, id="bridge_cleanup")
@@ -394,6 +392,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
             task.cancel()
         await asyncio.gather(*bridge.background, return_exceptions=True)
         bridge.background.clear()
+        if bridge.api is not None:
+            await bridge.api.close()
 
     nad = (npwg.NAD_GROUP, npwg.NAD_VERSION, npwg.NAD_PLURAL)
     opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)

@@ -11,13 +11,15 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from podnetwork import cli, constants, credentials
-from podnetwork.kube import operatorshell
+from podnetwork import cli, constants
+from podnetwork.kube import credentials, operatorshell
+
+if TYPE_CHECKING:
+    from podnetwork.kube import client as kube
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +44,12 @@ Run the KEP-3698 PodNetwork controller:
     answers 503 so its failurePolicy decides) and static validation with field
     errors.
 
-Credentials: --kubeconfig, else the in-cluster service account, else $KUBECONFIG
-or ~/.kube/config. Without --webhook-cert/--webhook-key a self-signed
-certificate for --webhook-host and the host of --webhook-url is made at start;
---manage-webhooks then registers the webhook configurations with its CA bundle
-(development clusters; deploy/controller/ has static manifests for production).
+Credentials: --kubeconfig/--context, $KUBECONFIG, the in-cluster service account,
+~/.kube/config, in this order (docs/architecture.md "Reaching the API").
+Without --webhook-cert/--webhook-key a self-signed certificate for --webhook-host
+and the host of --webhook-url is made at start; --manage-webhooks then registers
+the webhook configurations with its CA bundle (development clusters;
+deploy/controller/ has static manifests for production).
 
 With --feature-gates MultiNetwork=false the controller watches nothing and
 writes nothing, and admission allows every pod unchanged (KEP Phase I req. 1).
@@ -83,8 +86,7 @@ def multinetwork_enabled(gates: Mapping[str, bool]) -> bool:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use (default: in-cluster, "
-                        "then $KUBECONFIG or ~/.kube/config)")
+    credentials.add_arguments(parser)
     parser.add_argument("--disable-default-podnetwork-creation", action="store_true",
                         help="do not create the `default` PodNetwork (KEP \"Manual creation\")")
     parser.add_argument("--default-provider", metavar="URL",
@@ -163,39 +165,36 @@ def any_object(_: Mapping[str, Any]) -> bool:
     return True
 
 
-async def mirror(settings: Any, resource: Any, cache: dict[str, dict[str, Any]],
+async def mirror(api: kube.AsyncApi, resource: kube.Resource, cache: dict[str, dict[str, Any]],
                  keep: Callable[[Mapping[str, Any]], bool]) -> None:
     """Keep `cache` (name -> body) equal to the objects of the cluster-scoped `resource`
-    that `keep` accepts, from a list+watch of its own (kopf's watch client, reconnects
-    and 410 re-lists included) that peering never pauses.
+    that `keep` accepts, from a list+watch of its own (`podnetwork.kube.client.list_and_watch`:
+    reconnects and 410 re-lists included) that peering never pauses.
 
     A replica paused by peering closes all of kopf's watches, so its controller
     never sees a namespace; admission, which every replica serves, still needs the
     profiles. After each (re-)listing the cache is replaced as a whole, so objects
     deleted while no watch was open leave it too; until then the old cache serves.
     """
-    from kopf._cogs.clients import watching
+    from podnetwork.kube import client as kube
 
-    listing: dict[str, dict[str, Any]] = {}
-    async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=None):
-        if event is watching.Bookmark.LISTED:
-            for name in set(cache) - set(listing):
-                del cache[name]
-            cache.update(listing)
-            listing = {}
-            continue
-        assert not isinstance(event, watching.Bookmark)
-        kind, body = event["type"], dict(event["object"])
+    def on_list(items: list[dict[str, Any]]) -> None:
+        listing = {name: body for body in items
+                   if (name := (body.get("metadata") or {}).get("name")) and keep(body)}
+        for name in set(cache) - set(listing):
+            del cache[name]
+        cache.update(listing)
+
+    def on_event(kind: str, body: dict[str, Any]) -> None:
         name = (body.get("metadata") or {}).get("name")
-        if kind == "BOOKMARK" or not name:
-            continue
-        if kind is None:
-            if keep(body):
-                listing[name] = body
-        elif kind != "DELETED" and keep(body):
+        if not name:
+            return
+        if kind != "DELETED" and keep(body):
             cache[name] = body
         else:
             cache.pop(name, None)
+
+    await kube.list_and_watch(api, resource, on_list=on_list, on_event=on_event)
 
 
 async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float = 10.0) -> None:
@@ -212,23 +211,24 @@ async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float
             await asyncio.sleep(backoff)
 
 
-def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: str = "namespaces",
+def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], api: kube.AsyncApi, *,
+                    resource: kube.Resource | None = None,
                     keep: Callable[[Mapping[str, Any]], bool] = has_profile) -> None:
-    """Mirror the core/v1 cluster-scoped objects `keep` accepts (by default the profiled
-    Namespaces; the controller passes `any_object`) into `cache` while the operator of
+    """Mirror the cluster-scoped objects (default: Namespaces) `keep` accepts (by default the
+    profiled ones; the controller passes `any_object`) into `cache` while the operator of
     `registry` runs, paused or not: the watch starts from kopf's startup activity, which
     peering does not gate."""
     import kopf
-    from kopf._cogs.structs import references
 
-    resource = references.Resource(group="", version="v1", plural=plural, namespaced=False,
-                                   verbs=frozenset({"list", "watch"}))
+    from podnetwork.kube import client as kube
+
+    watched = resource or kube.Namespace
     task: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
-    async def start_namespace_mirror(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def start_namespace_mirror(**_: Any) -> None:
         task.append(asyncio.create_task(retrying(
-            f"watching {plural} for admission", lambda: mirror(settings, resource, cache, keep))))
+            f"watching {kube.plural_of(watched)} for admission", lambda: mirror(api, watched, cache, keep))))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_namespace_mirror(**_: Any) -> None:
@@ -239,56 +239,35 @@ def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], *, plural: 
 
 
 def outranked(status: Mapping[str, Any], identity: str, priority: int) -> bool:
-    """kopf's pausing rule over a peering object's `status`: some live peer other than
-    `identity` has the same or a higher priority (kopf._core.engines.peering)."""
-    from kopf._core.engines import peering
+    """kopf's pausing rule over a peering object's `status` (`podnetwork.kube.peering`)."""
+    from podnetwork.kube import peering
 
-    for ident, info in status.items():
-        if ident == identity or not isinstance(info, Mapping):
-            continue
-        peer = peering.Peer(identity=peering.Identity(ident), **info)
-        if not peer.is_dead and peer.priority >= priority:
-            return True
-    return False
+    return peering.outranked(status, identity, priority)
 
 
-async def guard_demotion(settings: Any, identity: str, on_demoted: Callable[[], None]) -> None:
-    """Call `on_demoted` when kopf pauses this replica after it has been the active one.
+def register_demotion_guard(registry: Any, api: kube.AsyncApi, identity: str,
+                            on_demoted: Callable[[], None]) -> None:
+    """Call `on_demoted` when kopf pauses this replica after it has been the active one, beside
+    the operator of `registry` (which must use `identity`; `podnetwork.kube.peering.guard_demotion`).
 
     A resumed replica keeps what it had in memory when it paused, and kopf's
     re-listing does not report the objects deleted meanwhile: the in-use index
     would keep pods that are gone, and their finalizers. A clean restart avoids
     that, and it comes back as a paused standby.
     """
-    from kopf._cogs.clients import watching
-    from kopf._cogs.structs import references
-
-    resource = references.Resource(group="kopf.dev", version="v1", plural="clusterkopfpeerings",
-                                   namespaced=False, verbs=frozenset({"list", "watch"}))
-    active = False
-    async for event in watching.infinite_watch(settings=settings, resource=resource, namespace=None):
-        if isinstance(event, watching.Bookmark) or event["type"] in ("BOOKMARK", "DELETED"):
-            continue
-        body = event["object"]
-        if (body.get("metadata") or {}).get("name") != settings.peering.name:
-            continue
-        if not outranked(body.get("status") or {}, identity, settings.peering.priority):
-            active = True
-        elif active:
-            on_demoted()
-            return
-
-
-def register_demotion_guard(registry: Any, identity: str, on_demoted: Callable[[], None]) -> None:
-    """Run `guard_demotion` beside the operator of `registry` (which must use `identity`)."""
     import kopf
+
+    from podnetwork.kube import peering
 
     task: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def start_demotion_guard(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf's public settings say which peering object and priority the operator runs with.
+        name, priority = settings.peering.name, settings.peering.priority
         task.append(asyncio.create_task(retrying(
-            "watching the peering object", lambda: guard_demotion(settings, identity, on_demoted))))
+            "watching the peering object",
+            lambda: peering.guard_demotion(api, name, identity, priority, on_demoted))))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_demotion_guard(**_: Any) -> None:
@@ -296,18 +275,6 @@ def register_demotion_guard(registry: Any, identity: str, on_demoted: Callable[[
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-
-
-def _login(kubeconfig: str | None) -> Any:
-    import kopf
-
-    def login(**kwargs: Any) -> Any:
-        if kubeconfig:
-            os.environ["KUBECONFIG"] = kubeconfig
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-    return login
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
@@ -320,10 +287,15 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     import kopf
 
     from podnetwork import admission, controller
+    from podnetwork.kube import client as kube
+    from podnetwork.kube import peering
 
     demoted = asyncio.Event()
     gates = parse_feature_gates(args.feature_gates)
     enabled = multinetwork_enabled(gates)
+    # With the gate off nothing is read or written: no credentials are needed.
+    creds = credentials.resolve(args.kubeconfig, args.context) if enabled else None
+    api = kube.AsyncApi(creds) if creds is not None else None
     config = controller.ControllerSettings(
         create_default=not args.disable_default_podnetwork_creation,
         default_provider=args.default_provider,
@@ -331,7 +303,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         inuse_message_interval=args.inuse_message_interval,
         resync_interval=args.resync_interval,
     )
-    ctl = controller.Controller(config=config)
+    ctl = controller.Controller(config=config, api=api)
     flags = webhook_flags(args)
     try:
         with operatorshell.Shell(COMMAND, stop) as shell:
@@ -341,17 +313,15 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
                 shell.serve(app, endpoint.sockets, endpoint.certificate)
                 if flags.manage:
                     ctl.webhook_client_config = endpoint.client_config()
-            if enabled:
+            if api is not None and creds is not None:
                 registry = kopf.OperatorRegistry()
                 controller.register(registry, ctl)
                 if args.peering is not None and flags.serve and config.namespace_profiles:
                     # Every namespace, not only profiled ones: admission reads an unseen one once.
-                    register_mirror(registry, ctl.namespaces, keep=any_object)
+                    register_mirror(registry, ctl.namespaces, api, keep=any_object)
                 identity = None
                 if args.peering is not None:
-                    from kopf._core.engines import peering
-
-                    identity = peering.detect_own_id(manual=False)  # as kopf would, but known here
+                    identity = peering.identity()  # as kopf would make it, but known here
 
                     def demote() -> None:
                         logger.error("another replica of peering %r outranks this one, which was "
@@ -360,9 +330,10 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
                         demoted.set()
                         shell.stop.set()
 
-                    register_demotion_guard(registry, identity, demote)
-                kopf.on.login(registry=registry)(_login(args.kubeconfig))
-                shell.operator(registry=registry, clusterwide=True, identity=identity,
+                    register_demotion_guard(registry, api, identity, demote)
+                kopf.on.login(registry=registry)(credentials.kopf_login(creds))
+                # kopf types `identity` as its NewType of str, which only its private modules export.
+                shell.operator(registry=registry, clusterwide=True, identity=cast(Any, identity),
                                **peering_options(args))
             else:
                 logger.warning("feature gate %s=false: the controller watches and writes nothing; "
@@ -370,6 +341,9 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             await shell.run()
     except operatorshell.Refused as exc:
         return operatorshell.refuse(COMMAND, str(exc))
+    finally:
+        if api is not None:
+            await api.close()
     return 1 if demoted.is_set() else 0
 
 
@@ -385,10 +359,10 @@ def _run(args: argparse.Namespace) -> int:
         return operatorshell.refuse(COMMAND, "--priority only matters among peers: add --peering NAME "
                                     "(a ClusterKopfPeering object), or drop --priority")
     if multinetwork_enabled(gates):
-        problem = credentials.login_problem(args.kubeconfig)
+        problem = credentials.login_problem(args.kubeconfig, args.context)
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
-                                        "FILE or run in a pod with a service account")
+                                        "FILE (and --context) or run in a pod with a service account")
     return asyncio.run(serve(args))
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from podnetwork import cli
+from podnetwork.kube import credentials
 
 DESCRIPTION = """\
 Explain why a pod is Pending or a network is not Ready:
@@ -18,8 +19,9 @@ prints the chain of references (pod -> attachment -> PodNetwork -> parameters
 objects, pod -> node), each object with its state, then the first broken link
 (missing, invalid, not Ready, being deleted) with its reason.
 
-Objects come from the cluster (--kubeconfig, in-cluster credentials, or
-~/.kube/config), or from manifest files with -f (repeatable; `-` is stdin).
+Objects come from the cluster (--kubeconfig/--context, $KUBECONFIG, the in-cluster
+service account, ~/.kube/config: docs/architecture.md "Reaching the API"), or
+from manifest files with -f (repeatable; `-` is stdin).
 Without status in the files, readiness is computed with the controller's rules.
 
 exit status: 0 no broken link, 1 a broken link, 2 not found or unreadable input
@@ -30,8 +32,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--filename", action="append", default=[], metavar="FILE",
                         help="read objects from manifests (file, directory or -) instead of a cluster")
     parser.add_argument("-R", "--recursive", action="store_true", help="read directories recursively")
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for the cluster")
-    parser.add_argument("--context", help="kubeconfig context")
+    credentials.add_arguments(parser)
 
 
 def load_objects(args: argparse.Namespace) -> list[dict]:

@@ -53,7 +53,7 @@ async def running(k: kmock.KubernetesEmulator, config: controller.BridgeSettings
                   ) -> AsyncIterator[controller.Bridge]:
     """The bridge alone in an operator task of this loop; stopped and awaited on exit."""
     registry = kopf.OperatorRegistry()
-    bridge = controller.Bridge(config=config or controller.BridgeSettings())
+    bridge = controller.Bridge(config=config or controller.BridgeSettings(), api=kube_emulator.api(k))
     controller.register(registry, bridge)
     async with kube_emulator.operator(k, registry):
         yield bridge

@@ -26,7 +26,7 @@ async def running(k: kmock.KubernetesEmulator, config: controller.ControllerSett
     registry = kopf.OperatorRegistry()
     # kmock 0.8 cannot parse GET /api/v1/namespaces (it reads "namespaces" as a namespace).
     config = dataclasses.replace(config, namespace_profiles=False)
-    ctl = controller.Controller(config=config)
+    ctl = controller.Controller(config=config, api=kube_emulator.api(k))
     controller.register(registry, ctl)
     async with kube_emulator.operator(k, registry):
         yield ctl

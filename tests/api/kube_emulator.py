@@ -5,7 +5,8 @@ merge. `Emulator` adds what the operators rely on, as a real API server does it:
 every create or patch bumps `metadata.resourceVersion` (a counter, as etcd's
 revision is), a patch carrying a stale `resourceVersion` gets 409 Conflict, and a
 test can make writes to a path answer 503. `operator` runs a kopf registry in a
-task of the test's loop, logged in to the emulator over real HTTP.
+task of the test's loop, logged in to the emulator over real HTTP (`credentials` and
+`api` give the handlers' own client the same server).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import kopf
 import yaml
 
 from podnetwork import constants
+from podnetwork.kube import client as kube
+from podnetwork.kube import credentials as kube_credentials
 
 PN = f"{constants.GROUP}/{constants.VERSION}/{constants.PODNETWORK_PLURAL}"
 PNA = f"{constants.GROUP}/{constants.VERSION}/{constants.ATTACHMENT_PLURAL}"
@@ -98,6 +101,16 @@ def write_kubeconfig(path: Path, server: str, *, token: str | None = None, name:
     return path
 
 
+def credentials(k: kmock.KubernetesEmulator) -> kube_credentials.Credentials:
+    """The emulator as a server of `podnetwork.kube` (plain HTTP, no user)."""
+    return kube_credentials.Credentials(server=str(k.url).rstrip("/"), source="kmock")
+
+
+def api(k: kmock.KubernetesEmulator) -> kube.AsyncApi:
+    """The operators' API client for the emulator, retrying as fast as kopf does here (0.1 s)."""
+    return kube.AsyncApi(credentials(k), backoffs=[0.1])
+
+
 class _ForeignTasks(Collection[asyncio.Task[Any]]):
     """Tasks that kopf must not wait for at exit: kmock's server and the test's own.
 
@@ -126,9 +139,7 @@ async def operator(k: kmock.KubernetesEmulator, registry: kopf.OperatorRegistry,
     controller command's `peering_options(args)` and an `identity`.
     """
 
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=str(k.url).rstrip("/"), insecure=True)
+    kopf.on.login(registry=registry)(kube_credentials.kopf_login(credentials(k)))
 
     settings = kopf.OperatorSettings()
     settings.watching.reconnect_backoff = 0.1

@@ -58,7 +58,7 @@ async def test_the_agent_reads_each_object_by_name_and_a_missing_one_is_not_foun
         with pytest.raises(objects.NotFound):
             await source.get_pod("other", "web")
     finally:
-        source.close()
+        await source.close()
     gets = [r for r in cluster if r.method == kmock.method.GET]
     assert gets and all(r.name for r in gets), "single GETs by name, never a list"
 
@@ -68,7 +68,7 @@ async def test_the_agent_patches_only_the_pods_annotations(cluster: kmock.Kubern
     try:
         await source.patch_pod_annotations("ns", "web", {"k8s.v1.cni.cncf.io/network-status": "[]", "drop": None})
     finally:
-        source.close()
+        await source.close()
     (patch,) = [r for r in cluster if r.method == kmock.method.PATCH]
     assert patch.data == {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/network-status": "[]", "drop": None}}}
     content_type = {k.lower(): v for k, v in patch.headers.items()}["content-type"]

@@ -81,7 +81,7 @@ async def runtime(cluster: kmock.KubernetesEmulator, tmp_path: Path) -> AsyncIte
         yield Runtime(shim, config.socket_path)
     finally:
         await a.stop()
-        source.close()
+        await source.close()
 
 
 BAD = {

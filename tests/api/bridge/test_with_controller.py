@@ -26,8 +26,8 @@ async def both(k: kmock_lib.KubernetesEmulator) -> AsyncIterator[None]:
     registry = kopf.OperatorRegistry()
     # kmock 0.8 cannot serve the cluster-wide /api/v1/namespaces list the controller may watch.
     config = pn_controller.ControllerSettings(create_default=False, namespace_profiles=False)
-    pn_controller.register(registry, pn_controller.Controller(config=config))
-    bridge_controller.register(registry, bridge_controller.Bridge())
+    pn_controller.register(registry, pn_controller.Controller(config=config, api=ke.api(k)))
+    bridge_controller.register(registry, bridge_controller.Bridge(api=ke.api(k)))
     async with ke.operator(k, registry):
         yield
 

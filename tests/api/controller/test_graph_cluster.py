@@ -1,4 +1,4 @@
-"""`explain`/`graph` reading a cluster: the kubernetes client against kmock's emulator over HTTP."""
+"""`explain`/`graph` reading a cluster: podnetwork.kube's client against kmock's emulator over HTTP."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import pytest
 
 from podnetwork import constants, controller
 from podnetwork.commands import controller as command
+from podnetwork.kube import client as kube
 from tests.api import kube_emulator
 from tests.api.controller_support import node, podnetwork
 from tests.api.kube_emulator import NODES, PN, Emulator, declare_resources, eventually
@@ -60,11 +61,12 @@ async def test_paused_replica_writes_nothing_while_its_admission_cache_follows_t
     kmock.objects[NODES, None, "n1"] = {**node("n1"), "metadata": {**node("n1")["metadata"], "annotations": PROFILE}}
     kmock.objects[NODES, None, "n2"] = node("n2")
     ctl = controller.Controller(config=controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
-                                                                     namespace_profiles=False))
+                                                                     namespace_profiles=False),
+                                api=kube_emulator.api(kmock))
     registry = kopf.OperatorRegistry()
     controller.register(registry, ctl)
     cache: dict[str, dict[str, Any]] = {}
-    command.register_mirror(registry, cache, plural="nodes")
+    command.register_mirror(registry, cache, kube_emulator.api(kmock), resource=kube.Node)
 
     async with replica(kmock, registry, arguments("--peering", "podnetwork-controller", "--priority", "1")):
         await eventually(lambda: set(cache) == {"n1"})
@@ -86,7 +88,8 @@ async def test_standalone_replica_reconciles_so_the_paused_one_is_paused_by_peer
     declare_resources(kmock)
     kmock.objects[PN, None, "blue"] = podnetwork("blue")
     ctl = controller.Controller(config=controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
-                                                                     namespace_profiles=False))
+                                                                     namespace_profiles=False),
+                                api=kube_emulator.api(kmock))
     registry = kopf.OperatorRegistry()
     controller.register(registry, ctl)
     async with replica(kmock, registry, arguments()):
@@ -118,7 +121,7 @@ async def replica_in_thread(k: Any, ctl: controller.Controller, args: argparse.N
         stopping.append(asyncio.Event())
         registry = kopf.OperatorRegistry()
         controller.register(registry, ctl)
-        command.register_demotion_guard(registry, "replica-in-thread", demoted.set)
+        command.register_demotion_guard(registry, kube_emulator.api(k), "replica-in-thread", demoted.set)
         async with replica(k, registry, args, "replica-in-thread"):
             ready.set()
             await stopping[0].wait()
@@ -151,11 +154,12 @@ async def test_lower_priority_replica_waits_then_takes_over_when_the_active_one_
     kmock.objects[PN, None, "blue"] = podnetwork("blue")
     config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
                                            namespace_profiles=False)
-    first, second = controller.Controller(config=config), controller.Controller(config=config)
+    first = controller.Controller(config=config, api=kube_emulator.api(kmock))
+    second = controller.Controller(config=config, api=kube_emulator.api(kmock))
     registry = kopf.OperatorRegistry()
     controller.register(registry, first)
     first_demoted, second_demoted = threading.Event(), threading.Event()
-    command.register_demotion_guard(registry, "first", first_demoted.set)
+    command.register_demotion_guard(registry, kube_emulator.api(kmock), "first", first_demoted.set)
     older = command.parse_priority("start-time")
     await asyncio.sleep(0.001)
     newer = command.parse_priority("start-time")
@@ -193,9 +197,9 @@ async def test_active_replica_outranked_by_a_reappearing_older_peer_is_told_to_r
     config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
                                            namespace_profiles=False)
     registry = kopf.OperatorRegistry()
-    controller.register(registry, controller.Controller(config=config))
+    controller.register(registry, controller.Controller(config=config, api=kube_emulator.api(kmock)))
     demoted, other_demoted = threading.Event(), threading.Event()
-    command.register_demotion_guard(registry, "active", demoted.set)
+    command.register_demotion_guard(registry, kube_emulator.api(kmock), "active", demoted.set)
     priority = command.parse_priority("start-time")
 
     async with replica(kmock, registry, arguments("--peering", "podnetwork-controller",
@@ -203,7 +207,7 @@ async def test_active_replica_outranked_by_a_reappearing_older_peer_is_told_to_r
         await eventually(lambda: has_conditions(kmock, "blue"))
         assert not demoted.is_set()
         # An older replica (higher priority) whose keep-alive had expired comes back.
-        async with replica_in_thread(kmock, controller.Controller(config=config),
+        async with replica_in_thread(kmock, controller.Controller(config=config, api=kube_emulator.api(kmock)),
                                      arguments("--peering", "podnetwork-controller",
                                                "--priority", str(priority + 1)), other_demoted):
             await eventually(demoted.is_set)

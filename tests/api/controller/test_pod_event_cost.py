@@ -66,7 +66,8 @@ async def test_a_pod_event_on_a_busy_network_does_not_rebuild_the_inuse_message(
     index = CountingIndex()
     registry = kopf.OperatorRegistry()
     ctl = controller.Controller(
-        config=controller.ControllerSettings(inuse_message_interval=30, namespace_profiles=False), index=index)
+        config=controller.ControllerSettings(inuse_message_interval=30, namespace_profiles=False), index=index,
+        api=kube_emulator.api(kmock))
     controller.register(registry, ctl)
     blue = inuse.podnetwork_ref("blue")
     async with kube_emulator.operator(kmock, registry):
@@ -102,7 +103,7 @@ async def test_an_inuse_only_status_write_does_not_walk_the_nodes(kmock):
     kmock.objects[NODES, None, "n1"] = node("n1")
     kmock.objects[PODS, "ns", "a"] = pod("a")  # on `default`
     ctl = CountingController(config=controller.ControllerSettings(
-        inuse_message_interval=0.2, namespace_profiles=False))
+        inuse_message_interval=0.2, namespace_profiles=False), api=kube_emulator.api(kmock))
     registry = kopf.OperatorRegistry()
     controller.register(registry, ctl)
     async with kube_emulator.operator(kmock, registry):
@@ -150,7 +151,7 @@ async def test_pods_that_name_their_networks_do_not_parse_their_namespace_profil
     kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"}])
     kmock.objects[PODS, "other", "b"] = pod("b", ns="other")  # no annotation: the profile applies
     ctl = ProfileCountingController(config=controller.ControllerSettings(
-        inuse_message_interval=0.2, namespace_profiles=False))
+        inuse_message_interval=0.2, namespace_profiles=False), api=kube_emulator.api(kmock))
     for ns in ("ns", "other"):
         ctl.namespaces[ns] = {"metadata": {"name": ns, "annotations": {
             constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: '[{"podNetworkName": "blue"}]'}}}

@@ -7,8 +7,8 @@ once from the API and caches it. kmock 0.8 cannot route `/api/v1/namespaces/NAME
 as an object, so the test serves that path with a kmock reaction.
 
 `podnetwork controller` over HTTPS does the same: its webhook runs in uvicorn's
-tasks, outside kopf's, and the namespace GET must still use kopf's credentials
-(a context variable of kopf's tasks).
+tasks, outside kopf's, and the namespace GET goes through the controller's own
+client, made from the same credentials as kopf's login.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The extender's watch feeder against kmock's Kubernetes emulator, over real HTTP.
 
-The feeder runs the official `kubernetes` client (list, then watch) in its
-threads; kmock serves the API on loopback in this test's event loop. Changes
+The feeder lists, then watches, through podnetwork.kube in its own thread's event
+loop; kmock serves the API on loopback in this test's event loop. Changes
 made through the API reach the cache, and `/readyz` follows the first full list.
 """
 
@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import kmock
 import pytest
-from kubernetes import client
 
 from podnetwork import constants
+from podnetwork.kube import client as kube
+from podnetwork.kube import credentials
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import feeder as feeder_mod
@@ -43,16 +44,16 @@ async def fed(kmock: kmock.KubernetesEmulator) -> AsyncIterator[tuple[cache_mod.
     kmock.objects[PNA, "shop", "blue-fast"] = attachment("blue-fast", "blue")
     kmock.objects[NODES, None, "node-a"] = {**node("node-a", ["blue"]), "apiVersion": "v1", "kind": "Node"}
     kmock.objects[NODES, None, "node-b"] = {**node("node-b", []), "apiVersion": "v1", "kind": "Node"}
-    api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
+    api = kube.AsyncApi(credentials.Credentials(server=str(kmock.url).rstrip("/")))
     cache = cache_mod.Cache()
-    # kmock ignores the server-side watch timeout: a short read timeout lets the threads stop.
+    # kmock ignores the server-side watch timeout: a short read timeout makes the feeder
+    # open a new watch after a second of silence, as after a dead connection.
     feeder = feeder_mod.Feeder(cache, api, watch_timeout=1, read_timeout=1.0, retry_delay=0.1)
     feeder.start()
     try:
         yield cache, kmock
     finally:
         await asyncio.to_thread(feeder.stop, 5.0)
-        api.close()
 
 
 async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

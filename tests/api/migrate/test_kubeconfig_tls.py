@@ -1,7 +1,7 @@
 """A kubeconfig's certificates in use: HTTPS on loopback that requires a client certificate.
 
-bridge.migrate.kubeconfig reads the kubeconfig through the kubernetes client;
-these tests check that the resulting httpx client verifies the server with the
+podnetwork.kube reads the kubeconfig for every command (migrate included);
+these tests check that its lightkube client verifies the server with the
 kubeconfig's CA and presents its client certificate (as data, as files, or from
 an exec plugin).
 """
@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from cryptography import x509
@@ -28,7 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bridge.migrate import kubeconfig as migrate_kubeconfig
+from podnetwork.kube import client as kube
+from podnetwork.kube import credentials
 
 
 def self_signed(directory: Path, name: str, cn: str) -> tuple[Path, Path]:
@@ -118,41 +118,41 @@ def kubeconfig(path: Path, server: str, cluster: dict[str, Any], user: dict[str,
     return str(path)
 
 
-def get(conn: migrate_kubeconfig.Connection) -> int:
-    with conn.client(timeout=10) as client:
-        return client.get("/api").status_code
+def get(path: str) -> dict[str, Any]:
+    """One request through the client every command makes from this kubeconfig."""
+    api = kube.Api(credentials.resolve(path), timeout=10)
+    try:
+        return api.get(kube.Pod, "p", "ns")
+    finally:
+        api.close()
 
 
 def test_certificate_data_verifies_the_server_and_authenticates_the_client(
-    pki: Path, server: Server, tmp_path: Path
+    pki: Path, server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = kubeconfig(tmp_path / "k", server.url, {"certificate-authority-data": b64(pki / "server.pem")},
                       {"client-certificate-data": b64(pki / "client.pem"),
                        "client-key-data": b64(pki / "client.key"), "token": "abc"})
-    conn = migrate_kubeconfig.load(path)
-    assert get(conn) == 200
-    written = conn.configuration.cert_file
-    conn.close()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))  # where ssl's key files go for a moment
+    assert get(path)["kind"] == "APIVersions"
     assert server.seen == [{"client": "alice", "authorization": "Bearer abc"}]
-    assert not Path(written).exists()  # the key material written from *-data is removed on close
+    assert list(scratch.iterdir()) == []  # the key material written from *-data is gone already
 
 
 def test_certificate_files_are_relative_to_the_kubeconfig(pki: Path, server: Server) -> None:
     path = kubeconfig(pki / "k", server.url, {"certificate-authority": "server.pem"},
                       {"client-certificate": "client.pem", "client-key": "client.key"})
-    conn = migrate_kubeconfig.load(path)
-    assert get(conn) == 200
-    conn.close()
+    assert get(path)["kind"] == "APIVersions"
     assert server.seen == [{"client": "alice", "authorization": None}]
 
 
 def test_a_server_the_kubeconfig_does_not_vouch_for_is_refused(pki: Path, server: Server, tmp_path: Path) -> None:
     path = kubeconfig(tmp_path / "k", server.url, {},
                       {"client-certificate-data": b64(pki / "client.pem"), "client-key-data": b64(pki / "client.key")})
-    conn = migrate_kubeconfig.load(path)
-    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-        get(conn)
-    conn.close()
+    with pytest.raises(kube.Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        get(path)
     assert server.seen == []
 
 
@@ -161,9 +161,7 @@ def test_insecure_skip_tls_verify_still_presents_the_client_certificate(
 ) -> None:
     path = kubeconfig(tmp_path / "k", server.url, {"insecure-skip-tls-verify": True},
                       {"client-certificate-data": b64(pki / "client.pem"), "client-key-data": b64(pki / "client.key")})
-    conn = migrate_kubeconfig.load(path)
-    assert get(conn) == 200
-    conn.close()
+    assert get(path)["kind"] == "APIVersions"
     assert server.seen[0]["client"] == "alice"
 
 
@@ -176,7 +174,5 @@ def test_an_exec_plugin_may_answer_with_a_client_certificate(pki: Path, server: 
     user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
                      "args": [str(plugin)]}}
     path = kubeconfig(tmp_path / "k", server.url, {"certificate-authority-data": b64(pki / "server.pem")}, user)
-    conn = migrate_kubeconfig.load(path)
-    assert get(conn) == 200
-    conn.close()
+    assert get(path)["kind"] == "APIVersions"
     assert server.seen == [{"client": "alice", "authorization": None}]

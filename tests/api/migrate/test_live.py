@@ -151,7 +151,7 @@ async def test_apply_writes_networks_then_options_then_attachments_then_workload
             assert r.data["metadata"]["resourceVersion"] == "1"
         else:
             assert content_type == "application/apply-patch+yaml"
-            assert r.params["force"] == "false"
+            assert r.params.get("force", "false") == "false"  # the API default: lightkube sends none
 
     pn = stored(cluster, "PodNetwork", None, "app.bridge-net")
     assert pn is not None and pn["spec"]["provider"] == constants.BRIDGE_PROVIDER

@@ -102,7 +102,7 @@ async def test_a_throttled_or_failing_api_server_is_try_again_later_naming_the_o
             await source.patch_pod_annotations("ns", "web", {"a": "b"})
         assert caught.value.code == 11 and "Pod ns/web" in str(caught.value)
     finally:
-        source.close()
+        await source.close()
 
 
 async def test_404_is_still_not_found(tmp_path: Path, api: ScriptedServer) -> None:
@@ -112,7 +112,7 @@ async def test_404_is_still_not_found(tmp_path: Path, api: ScriptedServer) -> No
         with pytest.raises(objects.NotFound):
             await source.get_podnetwork("default")
     finally:
-        source.close()
+        await source.close()
 
 
 async def test_a_refused_connection_is_try_again_later(tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ async def test_a_refused_connection_is_try_again_later(tmp_path: Path) -> None:
         assert caught.value.code == 11
         assert "Pod ns/web" in str(caught.value)
     finally:
-        source.close()
+        await source.close()
 
 
 async def test_an_api_server_that_does_not_answer_in_time_is_try_again_later(tmp_path: Path, api: ScriptedServer) -> None:
@@ -140,7 +140,7 @@ async def test_an_api_server_that_does_not_answer_in_time_is_try_again_later(tmp
         assert caught.value.code == 11
         assert "Pod ns/web" in str(caught.value) and "time" in str(caught.value).lower()
     finally:
-        source.close()
+        await source.close()
 
 
 async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_internal_one(tmp_path: Path, api: ScriptedServer) -> None:
@@ -152,7 +152,7 @@ async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_intern
         assert caught.value.code == ErrorCode.IO_FAILURE
         assert "PodNetworkAttachment ns/a1" in str(caught.value) and "403" in str(caught.value)
     finally:
-        source.close()
+        await source.close()
 
 
 async def test_memory_objects_merge_patch_annotations_and_report_missing_objects() -> None:

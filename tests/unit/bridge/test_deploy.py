@@ -10,6 +10,7 @@ import kopf
 import yaml
 
 from bridge.operator import admission, controller
+from podnetwork.kube import client as kube
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy" / "bridge"
@@ -70,16 +71,15 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     source = (ROOT / "bridge" / "operator" / "controller.py").read_text()
     # The writes in the code: merge patches (pods, status subresources) and Event creation.
-    # The first post registers the webhook configuration, only with --manage-webhooks, which
+    # The other create registers the webhook configuration, only with --manage-webhooks, which
     # the Deployment does not pass (cert-manager and the static configuration do that job).
-    assert re.findall(r"kopf_api\.(\w+)\(", source) == ["post", "post"]
-    assert "mutatingwebhookconfigurations" in source
+    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event", "resource"]
+    assert "resource = kube.MutatingWebhookConfiguration" in source
     deployment, _ = documents("deployment.yaml")
     assert "--manage-webhooks" not in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert re.findall(r'self\._call\("(\w+)"', source) == ["patch"]
-    assert set(re.findall(r"self\.patch\((_pod_url|f\"\{_object_url\(ref\)\}/status)", source)) == {
-        "_pod_url", 'f"{_object_url(ref)}/status'}
-    assert "/events" in source
+    assert set(controller._RESOURCES.values()) == {kube.Pod, kube.PodNetwork, kube.PodNetworkAttachment}
+    assert set(re.findall(r"self\.patch\((_pod\(key\)|ref), ", source)) == {"_pod(key)", "ref"}
+    assert re.findall(r"self\.patch\(ref, [^\n]*", source) == ["self.patch(ref, conditions.status_patch(body, new), status=True)"]
     writes = {("", "pods", "patch"), ("", "events", "create"),
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
               ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from podnetwork import credentials
+from podnetwork.kube import credentials
 
 
 def write_kubeconfig(path: Path) -> Path:
@@ -45,3 +45,22 @@ def test_the_controller_exits_with_a_clear_line_instead_of_retrying_a_login(tmp_
     assert proc.returncode == 2
     assert "cannot reach a cluster" in proc.stderr and "--kubeconfig" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failing_credential_plugin_is_a_problem_before_the_operator_starts(tmp_path: Path):
+    path = write_kubeconfig(tmp_path / "kc")
+    data = yaml.safe_load(path.read_text())
+    data["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                         "command": sys.executable, "args": ["-c", "raise SystemExit('expired')"]}}
+    path.write_text(yaml.safe_dump(data))
+    problem = credentials.login_problem(str(path))
+    assert problem is not None and "credential plugin (exec) failed" in problem and "expired" in problem
+
+
+def test_an_unreadable_certificate_authority_is_a_problem(tmp_path: Path):
+    path = write_kubeconfig(tmp_path / "kc")
+    data = yaml.safe_load(path.read_text())
+    data["clusters"][0]["cluster"]["certificate-authority"] = "ca.pem"  # relative: next to the kubeconfig
+    path.write_text(yaml.safe_dump(data))
+    problem = credentials.login_problem(str(path))
+    assert problem is not None and f"{tmp_path / 'ca.pem'}: no such file" in problem

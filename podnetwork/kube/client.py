@@ -1,0 +1,636 @@
+"""lightkube clients made from `credentials`, our resource types, errors and retries.
+
+Every API call this project makes itself goes through here: the operators'
+writes and side watches (`AsyncApi`), the agent's reads, the extender's
+list+watch (`list_and_watch`), migrate and explain/graph (`Api`). kopf keeps
+its own aiohttp client for its watches, logged in from the same credentials
+(`credentials.kopf_login`).
+
+- TLS and authentication are ours, not lightkube's: lightkube is given a
+  transport (its public `transport=` parameter) that presents the client
+  certificate, verifies the server as the kubeconfig says and sets the
+  Authorization header of every request (token files re-read, exec plugins
+  re-run on expiry or on a 401). lightkube's own kubeconfig reading would
+  support one file, no v1 exec plugin and no contexts without a user.
+- Objects stay plain dicts as the API server sent them: every resource is a
+  lightkube generic resource (a dict), also the core kinds, whose typed models
+  would drop fields they do not know and reshape the rest.
+- Errors become `ApiError` (`NotFound` 404, `Conflict` 409, `Unreachable`
+  when no answer came), each naming the request.
+- `AsyncApi` retries what may pass (no answer, 429, 5xx) with `BACKOFFS`,
+  the operators' shared policy, and `AsyncApi.write` is the operators' one way
+  to write: a 404 or 409 is an answer, not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx2
+import lightkube
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import Cluster, Context, User
+from lightkube.core.resource import NamespacedResource, api_info
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_global_resource,
+    create_namespaced_resource,
+)
+from lightkube.types import OnErrorAction, OnErrorResult, PatchType
+
+from podnetwork.kube.credentials import Authenticator, Credentials, ssl_context
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Resource = type[GenericGlobalResource] | type[GenericNamespacedResource]
+
+# --- resources: the wire names of the kinds we read and write ------------------------------------
+# Repeated here because this package imports nothing else of podnetwork; a test checks they
+# match podnetwork.constants, bridge.npwg and bridge.translate.
+
+KEP_GROUP = "multinetwork.x-k8s.io"
+KEP_VERSION = "v1alpha1"
+PodNetwork = create_global_resource(KEP_GROUP, KEP_VERSION, "PodNetwork", "podnetworks")
+PodNetworkAttachment = create_namespaced_resource(KEP_GROUP, KEP_VERSION, "PodNetworkAttachment",
+                                                  "podnetworkattachments")
+NetworkAttachmentDefinition = create_namespaced_resource(
+    "k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition", "network-attachment-definitions")
+NetworkSelectionOptions = create_namespaced_resource("bridge.multinetwork.x-k8s.io", "v1alpha1",
+                                                     "NetworkSelectionOptions", "networkselectionoptions")
+#: kopf's peering objects (deploy/peering/), read by the controller's demotion guard.
+ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
+# The core kinds as generic resources too (group ""): bodies stay as sent (see the module doc).
+Pod = create_namespaced_resource("", "v1", "Pod", "pods")
+Node = create_global_resource("", "v1", "Node", "nodes")
+Namespace = create_global_resource("", "v1", "Namespace", "namespaces")
+Event = create_namespaced_resource("", "v1", "Event", "events")
+Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
+StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
+DaemonSet = create_namespaced_resource("apps", "v1", "DaemonSet", "daemonsets")
+ReplicaSet = create_namespaced_resource("apps", "v1", "ReplicaSet", "replicasets")
+Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
+CronJob = create_namespaced_resource("batch", "v1", "CronJob", "cronjobs")
+MutatingWebhookConfiguration = create_global_resource(
+    "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
+ValidatingWebhookConfiguration = create_global_resource(
+    "admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations")
+
+BY_KIND: dict[str, Resource] = {
+    api_info(r).resource.kind: r for r in (
+        PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
+        ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+        Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration)
+}
+
+
+def _any(resource: Resource) -> Any:
+    """A resource for lightkube's calls, whose overloads do not take our union of generic kinds."""
+    return resource
+
+
+def kind_of(resource: Resource) -> str:
+    return str(api_info(resource).resource.kind)
+
+
+def api_version_of(resource: Resource) -> str:
+    return str(api_info(resource).resource.api_version)
+
+
+def plural_of(resource: Resource) -> str:
+    return str(api_info(resource).plural)
+
+
+def namespaced(resource: Resource) -> bool:
+    return issubclass(resource, NamespacedResource)
+
+
+def path_of(resource: Resource, namespace: str | None = None, name: str | None = None) -> str:
+    """The URL path of a collection or an object (for messages and raw requests)."""
+    version = api_version_of(resource)
+    base = f"/apis/{version}" if "/" in version else f"/api/{version}"
+    if namespace and namespaced(resource):
+        base += f"/namespaces/{namespace}"
+    base += f"/{plural_of(resource)}"
+    return f"{base}/{name}" if name else base
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """The API server refused a request (`status`), or gave no answer (`status` 0)."""
+
+    def __init__(self, what: str, status: int, message: str, *, reason: str = "",
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{what}: HTTP {status}: {message}" if status else f"{what}: {message}")
+        self.what = what
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: no answer, throttled (429) or a server error (5xx)."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+class NotFound(ApiError):
+    """HTTP 404: the object (or its kind) does not exist."""
+
+
+class Conflict(ApiError):
+    """HTTP 409: a stale resourceVersion, or the object exists already."""
+
+
+class Gone(ApiError):
+    """HTTP 410: a watch's resourceVersion is too old; list again."""
+
+
+class Unreachable(ApiError):
+    """No answer: connection refused or reset, timeout, TLS failure."""
+
+
+def _retry_after(headers: Mapping[str, str] | None, details: Mapping[str, Any] | None) -> float | None:
+    value = (headers or {}).get("Retry-After") or (details or {}).get("retryAfterSeconds")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def error_of(exc: BaseException, what: str) -> ApiError:
+    """`exc` (lightkube's or httpx2's) as one of our `ApiError`s."""
+    status, message, reason, retry_after = 0, str(exc) or type(exc).__name__, "", None
+    if isinstance(exc, lightkube.ApiError):
+        status = int(exc.status.code or 0)
+        message, reason = str(exc.status.message or ""), str(exc.status.reason or "")
+        details = exc.status.details.to_dict() if exc.status.details is not None else None
+        response = getattr(exc, "response", None)
+        retry_after = _retry_after(response.headers if response is not None else None, details)
+    elif isinstance(exc, httpx2.HTTPStatusError):
+        response = exc.response
+        status, reason, message = response.status_code, response.reason_phrase, response.text[:500]
+        with contextlib.suppress(ValueError, AttributeError):
+            message = str(response.json().get("message") or message)
+        retry_after = _retry_after(response.headers, None)
+    elif isinstance(exc, httpx2.HTTPError | OSError):
+        message = f"no answer from the API server ({type(exc).__name__}: {exc})"
+    cls = {404: NotFound, 409: Conflict, 410: Gone, 0: Unreachable}.get(status, ApiError)
+    return cls(what, status, message, reason=reason, retry_after=retry_after)
+
+
+_FAILURES = (lightkube.ApiError, httpx2.HTTPError, OSError, KeyError)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """lightkube reads the Content-Type of an error answer without checking it is there: an
+    error without a body (e.g. a bare 503) surfaces as a KeyError raised while it handled the
+    HTTPStatusError. Any other KeyError is a bug, and raised as such."""
+    if isinstance(exc, KeyError):
+        if isinstance(exc.__context__, httpx2.HTTPStatusError):
+            return exc.__context__
+        raise exc
+    return exc
+
+
+# --- transports: our TLS and Authorization on every request ---------------------------------------
+
+
+def _sni(credentials: Credentials, request: httpx2.Request) -> None:
+    if credentials.tls_server_name:
+        request.extensions = {**request.extensions, "sni_hostname": credentials.tls_server_name}
+
+
+class _Transport(httpx2.BaseTransport):
+    def __init__(self, credentials: Credentials, auth: Authenticator) -> None:
+        self._creds, self._auth = credentials, auth
+        self._inner = httpx2.HTTPTransport(verify=ssl_context(credentials, auth), proxy=credentials.proxy_url,
+                                           trust_env=False)
+
+    def _send(self, request: httpx2.Request) -> httpx2.Response:
+        header = self._auth.header()
+        if header:
+            request.headers["Authorization"] = header
+        _sni(self._creds, request)
+        return self._inner.handle_request(request)
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self._send(request)
+        if response.status_code == 401 and self._auth.renewable:
+            response.close()
+            self._auth.invalidate()  # a rotated token file or an expired plugin token
+            response = self._send(request)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncTransport(httpx2.AsyncBaseTransport):
+    def __init__(self, credentials: Credentials, auth: Authenticator) -> None:
+        self._creds, self._auth = credentials, auth
+        self._inner = httpx2.AsyncHTTPTransport(verify=ssl_context(credentials, auth),
+                                                proxy=credentials.proxy_url, trust_env=False)
+
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
+        header = await self._auth.aheader()
+        if header:
+            request.headers["Authorization"] = header
+        _sni(self._creds, request)
+        return await self._inner.handle_async_request(request)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._send(request)
+        if response.status_code == 401 and self._auth.renewable:
+            await response.aclose()
+            self._auth.invalidate()
+            response = await self._send(request)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _config(credentials: Credentials) -> SingleConfig:
+    # lightkube builds an SSL context and auth from this config; the transport replaces both
+    # (httpx uses no `verify` when given a transport), so it gets the server and nothing else.
+    # `insecure` only spares it loading the system's CA bundle for a context nobody uses.
+    return SingleConfig(context_name=credentials.context or "podnetwork",
+                        context=Context(cluster="podnetwork", user="podnetwork",
+                                        namespace=credentials.namespace),
+                        cluster=Cluster(server=credentials.server, insecure=True), user=User())
+
+
+def sync_client(credentials: Credentials, *, timeout: float = 30.0) -> lightkube.Client:
+    """A blocking lightkube client. Raises `CredentialsError` when the TLS material is unusable."""
+    transport = _Transport(credentials, Authenticator(credentials))
+    return lightkube.Client(config=_config(credentials), timeout=httpx2.Timeout(timeout), trust_env=False,
+                            transport=transport, lazy=False)
+
+
+def async_client(credentials: Credentials, *, timeout: float = 30.0) -> lightkube.AsyncClient:
+    """An asyncio lightkube client. Raises `CredentialsError` when the TLS material is unusable."""
+    transport = _AsyncTransport(credentials, Authenticator(credentials))
+    return lightkube.AsyncClient(config=_config(credentials), timeout=httpx2.Timeout(timeout),
+                                 trust_env=False, transport=transport, lazy=False)
+
+
+# --- the calls -------------------------------------------------------------------------------------
+
+#: Seconds between the attempts of a call that may pass (no answer, 429, 5xx): kopf's default
+#: `error_backoffs`, the retries the operators' writes had when they went through kopf's client.
+#: A 429's Retry-After, when longer, wins.
+BACKOFFS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21)
+
+PATCH_TYPES = {"merge": PatchType.MERGE, "strategic": PatchType.STRATEGIC, "json": PatchType.JSON,
+               "apply": PatchType.APPLY}
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+
+
+def _with_kind(resource: Resource, item: Mapping[str, Any]) -> dict[str, Any]:
+    # Items of a list carry no apiVersion/kind on a real API server.
+    return {"apiVersion": api_version_of(resource), "kind": kind_of(resource), **item}
+
+
+def _scope(resource: Resource, namespace: str | None) -> str | None:
+    if not namespaced(resource):
+        return None
+    return namespace if namespace else lightkube.ALL_NS
+
+
+def _delete_options(uid: str | None) -> bytes:
+    body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return json.dumps(body).encode()
+
+
+def _what(verb: str, resource: Resource, namespace: str | None, name: str | None) -> str:
+    scope = f"in {namespace}" if namespace else ""
+    where = f"{namespace}/{name}" if namespace and name else (name or scope)
+    return f"{verb} {kind_of(resource)} {where}".rstrip()
+
+
+class Api:
+    """Blocking calls for the one-shot commands (migrate, explain/graph); no retries."""
+
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0, page_size: int = 500) -> None:
+        self.credentials = credentials
+        self.timeout = timeout
+        self.page_size = page_size
+        self._client: lightkube.Client | None = None
+        self._raw: httpx2.Client | None = None
+
+    @property
+    def client(self) -> lightkube.Client:
+        if self._client is None:
+            self._client = sync_client(self.credentials, timeout=self.timeout)
+        return self._client
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except _FAILURES as exc:
+            raise error_of(_unwrap(exc), what) from None
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        obj = self._call(_what("get", resource, namespace, name),
+                         lambda: self.client.get(_any(resource), name, namespace=_scope(resource, namespace)))
+        return _with_kind(resource, _plain(obj))
+
+    def list(self, resource: Resource, namespace: str | None = None) -> Listing:
+        """Every object (of a namespace, or everywhere), following pagination."""
+
+        def run() -> Listing:
+            pages = self.client.list(_any(resource), namespace=_scope(resource, namespace),
+                                     chunk_size=self.page_size)
+            items = [_with_kind(resource, _plain(item)) for item in pages]
+            return Listing(items, _list_version(pages))
+
+        return self._call(f"list {plural_of(resource)}", run)
+
+    def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None,
+              patch_type: str = "merge", field_manager: str | None = None, force: bool = False,
+              status: bool = False) -> dict[str, Any]:
+        target = resource.Status if status else resource
+        verb = "apply" if patch_type == "apply" else "patch"
+        obj = self._call(_what(verb, resource, namespace, name), lambda: self.client.patch(
+            target, name, patch, namespace=namespace, patch_type=PATCH_TYPES[patch_type],
+            field_manager=field_manager, force=force))
+        return _plain(obj)
+
+    def _raw_request(self, what: str, method: str, path: str, **kwargs: Any) -> httpx2.Response:
+        """A request lightkube cannot make, through an httpx client over the same transport
+        (credentials, TLS). Raises `ApiError` for an error status."""
+        if self._raw is None:
+            self._raw = httpx2.Client(base_url=self.credentials.server, timeout=self.timeout,
+                                      transport=_Transport(self.credentials, Authenticator(self.credentials)))
+        raw = self._raw
+        response = self._call(what, lambda: raw.request(method, path, **kwargs))
+        if response.status_code >= 400:
+            try:
+                response.raise_for_status()
+            except httpx2.HTTPStatusError as exc:
+                raise error_of(exc, what) from None
+        return response
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
+               uid: str | None = None) -> None:
+        """Delete; with `uid`, only the object of that uid (a recreated one is left alone).
+        lightkube's delete sends no DeleteOptions, hence the raw request."""
+        self._raw_request(_what("delete", resource, namespace, name), "DELETE",
+                          path_of(resource, namespace, name), content=_delete_options(uid),
+                          headers={"Content-Type": "application/json"})
+
+    def discover(self, group: str, name: str) -> Resource | None:
+        """The resource of API group `group` whose kind or plural is `name` (a parametersRef may
+        give either), from ours or else from the API's discovery documents; None if none."""
+        for resource in BY_KIND.values():
+            version = api_version_of(resource)
+            if (version.rpartition("/")[0] == group) and name in (kind_of(resource), plural_of(resource)):
+                return resource
+        what = f"discover {name} in API group {group or 'core'}"
+        if group:
+            versions = self._raw_request(what, "GET", f"/apis/{group}").json()
+            version = str((versions.get("preferredVersion") or {}).get("version") or "")
+            path = f"/apis/{group}/{version}"
+        else:
+            version, path = "v1", "/api/v1"
+        for item in self._raw_request(what, "GET", path).json().get("resources") or []:
+            plural, kind = str(item.get("name") or ""), str(item.get("kind") or "")
+            if "/" in plural or name not in (plural, kind):
+                continue  # a subresource, or another kind
+            create = create_namespaced_resource if item.get("namespaced") else create_global_resource
+            found: Resource = create(group, version, kind, plural)
+            return found
+        return None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+
+
+def _list_version(pages: Any) -> str:
+    try:
+        return str(pages.resourceVersion or "")
+    except lightkube.NotReadyError:  # an empty list that was never iterated
+        return ""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What `AsyncApi.write` got: the object as written, or why not."""
+
+    body: dict[str, Any] | None
+    failure: ApiError | None = None
+
+    @property
+    def conflict(self) -> bool:
+        return isinstance(self.failure, Conflict)
+
+    @property
+    def gone(self) -> bool:
+        return isinstance(self.failure, NotFound)
+
+    @property
+    def retry(self) -> bool:
+        """Worth writing again later: a conflict (with fresh data) or a failure that is not a 404."""
+        return self.failure is not None and not self.gone
+
+
+class AsyncApi:
+    """asyncio calls over one lightkube client, made when first used (in the loop that uses it).
+
+    Calls that may pass are retried with `backoffs` (default `BACKOFFS`; the
+    agent passes none: the runtime retries a CNI call).
+    """
+
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0,
+                 backoffs: Sequence[float] = BACKOFFS, page_size: int = 500) -> None:
+        self.credentials = credentials
+        self.timeout = timeout
+        self.backoffs = tuple(backoffs)
+        self.page_size = page_size
+        self._client: lightkube.AsyncClient | None = None
+
+    @property
+    def client(self) -> lightkube.AsyncClient:
+        if self._client is None:
+            self._client = async_client(self.credentials, timeout=self.timeout)
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def call(self, what: str, fn: Callable[[lightkube.AsyncClient], Awaitable[T]]) -> T:
+        """`fn(client)`, retried while it fails in a way that may pass. Raises `ApiError`."""
+        attempt = 0
+        while True:
+            try:
+                return await fn(self.client)
+            except _FAILURES as exc:
+                error = error_of(_unwrap(exc), what)
+            if not error.transient or attempt >= len(self.backoffs):
+                raise error
+            delay = self.backoffs[attempt]
+            if error.retry_after is not None and error.retry_after > delay:
+                delay = error.retry_after
+            attempt += 1
+            logger.debug("%s; attempt %d of %d in %ss", error, attempt + 1, len(self.backoffs) + 1, delay)
+            await asyncio.sleep(delay)
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        obj = await self.call(_what("get", resource, namespace, name),
+                              lambda c: c.get(_any(resource), name, namespace=_scope(resource, namespace)))
+        return _with_kind(resource, _plain(obj))
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> Listing:
+        async def run(client: lightkube.AsyncClient) -> Listing:
+            pages = client.list(_any(resource), namespace=_scope(resource, namespace),
+                                chunk_size=self.page_size)
+            items = [_with_kind(resource, _plain(item)) async for item in pages]
+            return Listing(items, _list_version(pages))
+
+        return await self.call(f"list {plural_of(resource)}", run)
+
+    async def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None,
+                    patch_type: str = "merge", status: bool = False) -> dict[str, Any]:
+        target = resource.Status if status else resource
+        what = _what("patch", resource, namespace, name) + ("/status" if status else "")
+        obj = await self.call(what, lambda c: c.patch(target, name, patch, namespace=namespace,
+                                                      patch_type=PATCH_TYPES[patch_type]))
+        return _plain(obj)
+
+    async def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        meta = body.get("metadata") or {}
+        obj = _any(resource)(dict(body))
+        what = _what("create", resource, meta.get("namespace"), meta.get("name"))
+        return _plain(await self.call(what, lambda c: c.create(obj)))
+
+    async def write(self, what: str, request: Callable[[], Awaitable[dict[str, Any]]], *,
+                    then: str = "") -> Written:
+        """The operators' writes: `request()` (its retries included), with 404 and 409 as answers.
+
+        Logged once here, the same way for both operators: a 404 at debug (the object
+        is gone, nothing to retry), a conflict at info, a failure as a warning; `then`
+        says what the caller does about it (e.g. "retrying in 10s").
+        """
+        suffix = f"; {then}" if then else ""
+        try:
+            return Written(await request())
+        except NotFound as exc:
+            logger.debug("%s: the object is gone", what)
+            return Written(None, exc)
+        except Conflict as exc:
+            logger.info("%s conflicted with a newer change%s", what, suffix)
+            return Written(None, exc)
+        except ApiError as exc:
+            logger.warning("%s failed (%s)%s", what, exc, suffix)
+            return Written(None, exc)
+
+
+# --- list+watch ------------------------------------------------------------------------------------
+
+
+def _raise(_: Exception, __: int) -> OnErrorResult:
+    return OnErrorResult(OnErrorAction.RAISE)
+
+
+async def _events(api: AsyncApi, resource: Resource, namespace: str | None, version: str,
+                  watch_timeout: int) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    stream = api.client.watch(_any(resource), namespace=_scope(resource, namespace),
+                              resource_version=version or None, server_timeout=watch_timeout, on_error=_raise)
+    async for kind, obj in stream:
+        yield kind, _with_kind(resource, _plain(obj))
+
+
+async def list_and_watch(api: AsyncApi, resource: Resource, *,
+                         on_list: Callable[[list[dict[str, Any]]], None],
+                         on_event: Callable[[str, dict[str, Any]], None],
+                         namespace: str | None = None, watch_timeout: int = 300,
+                         idle_timeout: float | None = None, retry_delay: float = 2.0) -> None:
+    """Keep a consumer equal to the API's objects of `resource`, until cancelled (the informer pattern).
+
+    `on_list` gets every object after each (re-)listing, to replace what it holds
+    as a whole (objects deleted while no watch was open go too); `on_event` gets
+    each ADDED, MODIFIED or DELETED after it. A watch the server ends (after
+    `watch_timeout` s) resumes from the last resourceVersion; one that says 410
+    Gone, fails or stays silent for `idle_timeout` s (default `watch_timeout` + 30:
+    only a dead connection does) is replaced by a new listing after `retry_delay`
+    s on errors. Errors are logged, never raised.
+    """
+    idle = idle_timeout if idle_timeout is not None else watch_timeout + 30.0
+    what = f"listing or watching {plural_of(resource)}"
+    while True:
+        try:
+            listing = await api.list(resource, namespace)
+            on_list(listing.items)
+            version = listing.resource_version
+            while True:
+                events = _events(api, resource, namespace, version, watch_timeout)
+                try:
+                    while True:
+                        try:
+                            kind, obj = await asyncio.wait_for(anext(events), idle)
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            break  # silent for too long: a dead connection; resume from `version`
+                        except _FAILURES as exc:
+                            raise error_of(_unwrap(exc), f"watch {plural_of(resource)}") from None
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                        if kind in ("ADDED", "MODIFIED", "DELETED"):
+                            on_event(kind, obj)
+                finally:
+                    await events.aclose()
+        except asyncio.CancelledError:
+            raise
+        except Gone:
+            logger.debug("%s: resourceVersion expired, listing again", what)
+            continue
+        except Exception as exc:  # logged, then listed again: a watcher must outlive API trouble
+            logger.warning("%s failed: %s; again in %ss", what, exc, retry_delay)
+        await asyncio.sleep(retry_delay)
+
+
+__all__ = [
+    "BACKOFFS",
+    "BY_KIND",
+    "Api",
+    "ApiError",
+    "AsyncApi",
+    "Conflict",
+    "Gone",
+    "Listing",
+    "NotFound",
+    "Unreachable",
+    "Written",
+    "async_client",
+    "error_of",
+    "list_and_watch",
+    "sync_client",
+]
