@@ -82,6 +82,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook-url", metavar="URL",
                    help="URL the API server uses to reach the webhook, for --manage-webhooks "
                    "(default https://HOST:PORT)")
+    p.add_argument("--webhook-max-body-bytes", type=webhookserver.byte_count,
+                   default=webhookserver.MAX_BODY_BYTES, metavar="BYTES",
+                   help="refuse larger webhook request bodies with HTTP 413, before reading them "
+                   "(default 3145728: 3 MiB, the API server's own cap on a request body)")
     p.add_argument("--manage-webhooks", action="store_true",
                    help="create/update the MutatingWebhookConfiguration at startup, with the serving "
                    "certificate as its CA bundle (development; deploy/bridge/ registers it statically)")
@@ -167,7 +171,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                 print(f"error: cannot serve the webhook on {args.webhook_host}:{args.webhook_port}: "
                       f"{exc.strerror or exc}; pick another --webhook-host/--webhook-port", file=sys.stderr)
                 return 2
-            server = webhookserver.server(admission.app(bridge.objects), cert)
+            server = webhookserver.server(admission.app(bridge.objects), cert,
+                                          max_body_bytes=args.webhook_max_body_bytes)
             tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
         tasks.append(asyncio.create_task(kopf.operator(
             registry=registry,

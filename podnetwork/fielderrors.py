@@ -36,6 +36,8 @@ def _format_value(value: Any) -> str:
         return "true" if value else "false"
     try:
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except RecursionError:  # parsed near the recursion limit, shown from deeper in the stack
+        return f"<a {'list' if isinstance(value, list) else type(value).__name__} nested too deeply to show>"
     except (TypeError, ValueError):
         return repr(value)
 

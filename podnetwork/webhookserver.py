@@ -1,8 +1,19 @@
-"""Serving an admission webhook over HTTPS: the certificate, the registration and the server.
+"""Serving an admission webhook over HTTPS: the certificate, the registration, the server,
+its body limit, and the HTTP face of an AdmissionReview endpoint.
 
 Shared by `podnetwork controller` and `podnetwork bridge`, which serve different
-apps with the same --webhook-* flags. uvicorn is imported where a server is made,
-so importing this module stays cheap for `podnetwork --help`.
+apps with the same --webhook-* flags. uvicorn and starlette are imported where a
+server or a response is made, so importing this module stays cheap for
+`podnetwork --help`.
+
+What a request gets (docs/controller.md "Limits"):
+- a body over --webhook-max-body-bytes (default 3 MiB, the API server's own cap
+  on a request body): 413, before the app runs, from Content-Length alone when
+  the header tells, else once the bytes read pass the limit (chunked, or a
+  Content-Length that lies low); the connection is closed;
+- a body that is not an AdmissionReview v1 request: 400 with what is wrong;
+- a read the answer depends on failing (`Unavailable`): 503 with the reason;
+- otherwise 200 and an AdmissionReview answer (allowed, or refused with a message).
 """
 
 from __future__ import annotations
@@ -15,12 +26,24 @@ import shutil
 import signal
 import subprocess
 import urllib.parse
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podnetwork import admissionreview
+
 #: Listen addresses that name no host the API server could dial.
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+#: The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the
+#: AdmissionReviews it sends stay near that; larger ones come from elsewhere.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -79,13 +102,120 @@ def client_config(url: str | None, host: str, port: int, cert: Certificate) -> d
     return {"url": url or f"https://{host}:{port}", "caBundle": cert.ca_bundle}
 
 
-def server(app: Any, cert: Certificate, **config: Any) -> Any:
-    """A uvicorn server of `app` over HTTPS with `cert`, leaving SIGINT/SIGTERM to the caller,
-    which stops it with `should_exit` together with its other tasks."""
+def byte_count(text: str) -> int:
+    """`--webhook-max-body-bytes`: a whole number of bytes, 1 or more."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid byte count {text!r}: expected a whole number, 1 or more")
+    return value
+
+
+class BodyLimit:
+    """ASGI middleware: HTTP request bodies over `max_bytes` get 413 and never reach `app`.
+
+    The body is read here, at most `max_bytes` of it, and handed to `app` whole:
+    the webhooks read it whole anyway. A Content-Length over the limit is refused
+    before any byte of the body is read; without one (chunked), or with one that
+    lies low, the count of bytes actually received decides. The 413 closes the
+    connection, so the rest of an upload is not read.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(
+                send, f"request body of {declared} bytes exceeds the limit of {self.max_bytes} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, f"request body exceeds the limit of {self.max_bytes} bytes")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        del chunks
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, detail: str) -> None:
+        body = admissionreview.encode({"detail": f"{detail} (--webhook-max-body-bytes)"})
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server's parser refuses it before we see it
+    return None
+
+
+class Unavailable(Exception):
+    """The answer depends on something that cannot be read now: HTTP 503 with this message,
+    and the webhook's failurePolicy decides."""
+
+
+def json_response(document: Any, status: int = 200) -> Any:
+    """A starlette Response of `document` as ASCII JSON (`admissionreview.encode`)."""
+    from starlette.responses import Response
+
+    return Response(admissionreview.encode(document), status_code=status, media_type="application/json")
+
+
+async def answer(request: Any, decide: Callable[[admissionreview.AdmissionReview], Awaitable[Any]]) -> Any:
+    """The HTTP face of an AdmissionReview endpoint: the body parsed at the edge, `decide`d,
+    and answered (the status codes are in the module docstring)."""
+    try:
+        review = admissionreview.parse(await request.body())
+        return json_response(await decide(review))
+    except admissionreview.BadReview as exc:
+        return json_response({"detail": str(exc)}, 400)
+    except Unavailable as exc:
+        return json_response({"detail": str(exc)}, 503)
+
+
+def server(app: Any, cert: Certificate, *, max_body_bytes: int = MAX_BODY_BYTES, **config: Any) -> Any:
+    """A uvicorn server of `app` over HTTPS with `cert`, request bodies limited to
+    `max_body_bytes` (`BodyLimit`), leaving SIGINT/SIGTERM to the caller, which stops it
+    with `should_exit` together with its other tasks."""
     import uvicorn
 
     served = uvicorn.Server(uvicorn.Config(
-        app, log_level="warning", ssl_certfile=str(cert.cert), ssl_keyfile=str(cert.key), **config))
+        BodyLimit(app, max_body_bytes), log_level="warning", ssl_certfile=str(cert.cert),
+        ssl_keyfile=str(cert.key), **config))
     served.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     return served
 

@@ -103,6 +103,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manage-webhooks", action="store_true",
                         help="create/update the Mutating- and ValidatingWebhookConfiguration")
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
+    parser.add_argument("--webhook-max-body-bytes", type=webhookserver.byte_count,
+                        default=webhookserver.MAX_BODY_BYTES, metavar="BYTES",
+                        help="refuse larger admission request bodies with HTTP 413, before reading "
+                        "them (default 3145728: 3 MiB, the API server's own cap on a request body)")
     parser.add_argument("--peering", metavar="NAME",
                         help="ClusterKopfPeering object for one active controller among replicas "
                         "(default: standalone; deploy/peering/ has the CRDs and the objects)")
@@ -348,7 +352,8 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             cert = webhookserver.certificate(args.webhook_cert, args.webhook_key, Path(tmp),
                                              args.webhook_host, args.webhook_url)
             app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
-            server = webhookserver.server(app, cert, host=args.webhook_host, port=args.webhook_port)
+            server = webhookserver.server(app, cert, max_body_bytes=args.webhook_max_body_bytes,
+                                          host=args.webhook_host, port=args.webhook_port)
             tasks.append(asyncio.create_task(server.serve()))
             if args.manage_webhooks:
                 ctl.webhook_client_config = webhookserver.client_config(

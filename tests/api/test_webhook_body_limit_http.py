@@ -1,0 +1,199 @@
+"""The webhooks' body limit over real HTTPS: 413 before the body is read, however it is framed.
+
+The API server caps request bodies at 3 MiB, so the AdmissionReviews it sends
+stay near that; `webhookserver.server` refuses larger ones for both webhooks
+(`--webhook-max-body-bytes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import bridge_api_support as bs
+import httpx
+import pytest
+import webhook_support as ws
+from kube_emulator import write_kubeconfig
+
+from bridge import command as bridge_command
+from podnetwork import cli, webhookserver
+from podnetwork.commands import controller as controller_command
+
+pytestmark = pytest.mark.timeout(120)
+
+HOOKS = [pytest.param(hook, id=hook.name) for hook in ws.HOOKS]
+MiB = 1024 * 1024
+PODNETWORK = [sys.executable, "-m", "podnetwork"]
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> webhookserver.Certificate:
+    return ws.certificate(Path(tmp_path_factory.mktemp("webhook-cert")))
+
+
+def padded(size: int) -> bytes:
+    """A valid AdmissionReview of exactly `size` bytes (padding in an annotation nobody reads)."""
+    body = ws.review()
+    body["request"]["object"]["metadata"]["annotations"] = {"example.com/pad": ""}
+    short = len(json.dumps(body).encode())
+    body["request"]["object"]["metadata"]["annotations"]["example.com/pad"] = "x" * (size - short)
+    raw = json.dumps(body).encode()
+    assert len(raw) == size
+    return raw
+
+
+def assert_too_large(reply: ws.Reply, limit: int = webhookserver.MAX_BODY_BYTES) -> None:
+    assert reply.status == 413, reply
+    assert f"exceeds the limit of {limit} bytes" in reply.json()["detail"]
+    assert reply.headers.get("connection") == "close"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_a_body_declared_over_3_mib_is_refused_with_413_before_it_is_sent(hook: ws.Hook, cert) -> None:
+    total = 200 * MiB
+    async with ws.serving(hook.app(), cert) as port:
+        reply = await ws.raw_post(port, hook.path, {"Content-Type": "application/json",
+                                                    "Content-Length": str(total)}, ws.repeated(total))
+    assert_too_large(reply)
+    assert f"request body of {total} bytes" in reply.json()["detail"]
+    assert reply.sent < total  # answered from the header, while the body was still on its way
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_a_chunked_body_over_the_limit_is_refused_with_413_once_the_limit_is_passed(
+        hook: ws.Hook, cert) -> None:
+    total = 200 * MiB
+    async with ws.serving(hook.app(), cert) as port:
+        reply = await ws.raw_post(port, hook.path, {"Content-Type": "application/json",
+                                                    "Transfer-Encoding": "chunked"}, ws.chunked(ws.repeated(total)))
+    assert_too_large(reply)
+    assert reply.sent < total
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_a_content_length_that_lies_low_beside_chunked_framing_does_not_get_a_large_body_in(
+        hook: ws.Hook, cert) -> None:
+    # HTTP/1.1: Transfer-Encoding wins over Content-Length, so the header is no bound; the bytes are.
+    total = 64 * MiB
+    async with ws.serving(hook.app(), cert) as port:
+        reply = await ws.raw_post(port, hook.path, {
+            "Content-Type": "application/json", "Content-Length": "100", "Transfer-Encoding": "chunked"},
+            ws.chunked(ws.repeated(total)))
+    assert_too_large(reply)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_a_content_length_that_lies_low_reads_only_what_it_declares(hook: ws.Hook, cert) -> None:
+    body = padded(2 * MiB)
+    async with ws.serving(hook.app(), cert) as port:
+        reply = await ws.raw_post(port, hook.path, {"Content-Type": "application/json", "Content-Length": "1000"},
+                                  ws.pieces(body + b" " * (8 * MiB)))
+    assert reply.status == 400  # the first 1000 bytes, which are not a whole JSON document
+    assert reply.json()["detail"].startswith("the body is not JSON")
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_the_default_limit_is_3_mib_exactly(hook: ws.Hook, cert) -> None:
+    limit = 3 * MiB
+    async with ws.serving(hook.app(), cert) as port:
+        at_limit = await ws.raw_post(port, hook.path, {"Content-Type": "application/json",
+                                                       "Content-Length": str(limit)}, ws.pieces(padded(limit)))
+        over = await ws.raw_post(port, hook.path, {"Content-Type": "application/json",
+                                                   "Transfer-Encoding": "chunked"},
+                                 ws.chunked(ws.pieces(padded(limit + 1))))
+    assert at_limit.status == 200, at_limit
+    assert at_limit.json()["response"]["uid"] == "u-1"
+    assert_too_large(over)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+async def test_a_smaller_limit_is_honoured_for_declared_and_chunked_bodies(hook: ws.Hook, cert) -> None:
+    limit = 4096
+    async with ws.serving(hook.app(), cert, max_body_bytes=limit) as port:
+        async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=ws.client_tls()) as client:
+            fits = await client.post(hook.path, content=padded(limit))
+            declared = await client.post(hook.path, content=padded(limit + 1))
+        chunks = await ws.raw_post(port, hook.path, {"Transfer-Encoding": "chunked"},
+                                   ws.chunked(ws.pieces(padded(limit + 1), 1000)))
+    assert fits.status_code == 200 and fits.json()["response"]["allowed"] is True
+    assert declared.status_code == 413 and f"{limit + 1} bytes exceeds the limit of {limit}" in declared.text
+    assert_too_large(chunks, limit)
+
+
+# --- the flag, in both commands ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["controller"], ["bridge", "--webhook"]], ids=["controller", "bridge"])
+def test_both_commands_default_to_3_mib(argv: list[str]) -> None:
+    parser = cli.build_parser({"controller": controller_command.command, "bridge": bridge_command.command})
+    assert parser.parse_args(argv).webhook_max_body_bytes == 3 * MiB
+
+
+@pytest.mark.parametrize("command", ["controller", "bridge"])
+@pytest.mark.parametrize("value", ["0", "-5", "3MiB"])
+async def test_a_limit_that_is_not_a_positive_byte_count_is_refused_at_the_command_line(
+        command: str, value: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, command, "--webhook-max-body-bytes", value,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert f"invalid byte count {value!r}: expected a whole number, 1 or more" in err.decode()
+
+
+async def answered(port: int, path: str, body: bytes) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=ws.client_tls()) as client:
+        for _ in range(300):
+            try:
+                return await client.post(path, content=body)
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+    raise AssertionError("the webhook never answered")
+
+
+async def stopped(proc: asyncio.subprocess.Process) -> str:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    return out.decode()
+
+
+async def test_podnetwork_controller_serves_admission_with_the_limit_of_its_flag() -> None:
+    port = ws.free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "controller", "--feature-gates", "MultiNetwork=false", "--webhook-host", "127.0.0.1",
+        "--webhook-port", str(port), "--webhook-max-body-bytes", "4096",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        fits = await answered(port, ws.CONTROLLER_VALIDATING.path, padded(4096))
+        over = await answered(port, ws.CONTROLLER_VALIDATING.path, padded(4097))
+    finally:
+        out = await stopped(proc)
+    assert proc.returncode == 0, out
+    assert fits.status_code == 200 and fits.json()["response"] == {"uid": "u-1", "allowed": True}
+    assert over.status_code == 413 and "exceeds the limit of 4096 bytes" in over.json()["detail"]
+
+
+@pytest.mark.kmock(cls=bs.Emulator)
+async def test_podnetwork_bridge_serves_its_webhook_with_the_limit_of_its_flag(kmock: Any, tmp_path: Path) -> None:
+    bs.declare_resources(kmock)
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    port = ws.free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook", "--webhook-host", "127.0.0.1",
+        "--webhook-port", str(port), "--webhook-max-body-bytes", "4096",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": ""})
+    try:
+        fits = await answered(port, ws.BRIDGE.path, padded(4096))
+        over = await answered(port, ws.BRIDGE.path, padded(4097))
+    finally:
+        out = await stopped(proc)
+    assert proc.returncode == 0, out
+    assert fits.status_code == 200 and fits.json()["response"]["uid"] == "u-1"
+    assert over.status_code == 413 and "exceeds the limit of 4096 bytes" in over.json()["detail"]
