@@ -135,23 +135,34 @@ def client_tls() -> ssl.SSLContext:
     return context
 
 
+#: `Reply.status` when the server closed the connection before its answer could be read: a
+#: server that refuses a body it has not read closes with bytes unread, so its kernel resets
+#: the connection, and the client's kernel may drop the answer that came just before.
+RESET = 0
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int
     headers: dict[str, str]
     body: bytes
     sent: int
-    """Body bytes the client managed to send before the server answered or closed."""
+    """Body bytes the client wrote before it read the answer (or the connection was reset)."""
 
     def json(self) -> Any:
         return json.loads(self.body)
 
 
-async def raw_post(port: int, path: str, headers: dict[str, str], chunks: Iterable[bytes]) -> Reply:
-    """POST over TLS with exactly these headers, writing `chunks` until the server answers.
+async def raw_post(port: int, path: str, headers: dict[str, str], chunks: Iterable[bytes] = (), *,
+                   until_answered: bool = False) -> Reply:
+    """POST over TLS with exactly these headers and then `chunks`, as written, and read the answer.
 
-    The answer is read while the body is still being written, as an API server would
-    see an early 413; writing stops once the answer has come or the server has closed.
+    By default every chunk is written before the answer is read: a test ends the
+    body where the server must answer (the headers alone, or the chunk that
+    passes the limit), so that the server has read all that was sent and its
+    answer cannot be lost to a reset. With `until_answered`, writing goes on
+    while the answer is awaited and stops when it comes; a reset then gives
+    `RESET` (for load, where the answer matters less than the server's memory).
     """
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls())
     head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(
@@ -161,15 +172,21 @@ async def raw_post(port: int, path: str, headers: dict[str, str], chunks: Iterab
     try:
         writer.write(head.encode())
         for chunk in chunks:
-            if answer.done():
+            if until_answered and answer.done():
                 break
             writer.write(chunk)
             await writer.drain()
             sent += len(chunk)
-        status, reply_headers, body = await answer
-    except (ConnectionError, ssl.SSLError):
-        status, reply_headers, body = await answer
+        status, reply_headers, body = await asyncio.wait_for(answer, 120)
+    except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+        if not until_answered:
+            raise
+        try:
+            status, reply_headers, body = await asyncio.wait_for(answer, 120)
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+            status, reply_headers, body = RESET, {}, b""
     finally:
+        answer.cancel()
         writer.close()
         with contextlib.suppress(ConnectionError, ssl.SSLError):
             await writer.wait_closed()
@@ -184,16 +201,25 @@ async def _read_reply(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]
     return int(status_line.split()[1]), headers, body
 
 
-def chunked(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """`chunks` in HTTP/1.1 chunked transfer coding, with the last chunk."""
+def chunked(chunks: Iterable[bytes], *, last: bool = True) -> Iterator[bytes]:
+    """`chunks` in HTTP/1.1 chunked transfer coding, ended by the last chunk unless `last` is False
+    (a body refused before its end: nothing is sent after the chunk that passes the limit)."""
     for chunk in chunks:
         yield f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
-    yield b"0\r\n\r\n"
+    if last:
+        yield b"0\r\n\r\n"
 
 
 def pieces(body: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
     for i in range(0, len(body), size):
         yield body[i:i + size]
+
+
+def past_the_limit(limit: int) -> Iterator[bytes]:
+    """`limit` bytes of body, then a small piece that passes it: the server reads it all before it
+    can know, and the piece that decides arrives in one TLS record (module docstring of `raw_post`)."""
+    yield from repeated(limit)
+    yield b" " * 1024
 
 
 def repeated(total: int, size: int = 1024 * 1024, byte: bytes = b" ") -> Iterator[bytes]:
