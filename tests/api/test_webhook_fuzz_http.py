@@ -13,6 +13,7 @@ import base64
 import binascii
 import contextlib
 import copy
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,7 +82,7 @@ def bases() -> list[dict[str, Any]]:
 def put(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) -> None:
     """Set `path` in `doc` to `value`, making (or replacing) containers on the way."""
     target: Any = doc
-    for key, child in zip(path, path[1:], strict=False):
+    for key, child in itertools.pairwise(path):
         want: type = list if isinstance(child, int) else dict
         if isinstance(key, int):
             while len(target) <= key:
