@@ -41,7 +41,9 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 deploy/bridge/ registers it). Without --webhook-cert/--webhook-key
                 a self-signed certificate for --webhook-host is made with openssl;
                 --manage-webhooks registers the MutatingWebhookConfiguration with
-                its CA bundle (development clusters).
+                its CA bundle (development clusters). Bodies over
+                --webhook-max-body-bytes get 413 unread, a body that is not an
+                AdmissionReview 400 (docs/bridge.md "Limits and malformed requests").
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.

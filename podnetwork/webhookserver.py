@@ -29,9 +29,13 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podnetwork import admissionreview
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 #: Listen addresses that name no host the API server could dial.
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -188,14 +192,15 @@ class Unavailable(Exception):
     and the webhook's failurePolicy decides."""
 
 
-def json_response(document: Any, status: int = 200) -> Any:
+def json_response(document: Any, status: int = 200) -> Response:
     """A starlette Response of `document` as ASCII JSON (`admissionreview.encode`)."""
     from starlette.responses import Response
 
     return Response(admissionreview.encode(document), status_code=status, media_type="application/json")
 
 
-async def answer(request: Any, decide: Callable[[admissionreview.AdmissionReview], Awaitable[Any]]) -> Any:
+async def answer(request: Request,
+                 decide: Callable[[admissionreview.AdmissionReview], Awaitable[Any]]) -> Response:
     """The HTTP face of an AdmissionReview endpoint: the body parsed at the edge, `decide`d,
     and answered (the status codes are in the module docstring)."""
     try:

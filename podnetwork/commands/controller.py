@@ -42,7 +42,10 @@ Run the KEP-3698 PodNetwork controller:
     auto-population (namespace profile: multinetwork.x-k8s.io/default-networks;
     a namespace not seen yet is read once, and when that read fails the webhook
     answers 503 so its failurePolicy decides) and static validation with field
-    errors.
+    errors. Request bodies over --webhook-max-body-bytes get 413 unread; a body
+    that is not an AdmissionReview gets 400 naming the field; a pod of the wrong
+    shape is refused in the answer (docs/controller.md "Limits and malformed
+    requests").
 
 Credentials: --kubeconfig, else the in-cluster service account, else $KUBECONFIG
 or ~/.kube/config. Without --webhook-cert/--webhook-key a self-signed

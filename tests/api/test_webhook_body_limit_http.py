@@ -56,7 +56,7 @@ def assert_too_large(reply: ws.Reply, limit: int = webhookserver.MAX_BODY_BYTES)
 
 @pytest.mark.parametrize("hook", HOOKS)
 async def test_a_body_declared_over_3_mib_is_refused_with_413_before_any_of_it_is_read(
-        hook: ws.Hook, cert) -> None:
+        hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     total = 200 * MiB
     async with ws.serving(hook.app(), cert) as port:
         # The headers alone: a server that waited for the body would never answer.
@@ -67,7 +67,7 @@ async def test_a_body_declared_over_3_mib_is_refused_with_413_before_any_of_it_i
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-async def test_a_chunked_body_is_refused_with_413_as_soon_as_it_passes_the_limit(hook: ws.Hook, cert) -> None:
+async def test_a_chunked_body_is_refused_with_413_as_soon_as_it_passes_the_limit(hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     async with ws.serving(hook.app(), cert) as port:
         # No last chunk: a server that read on to the end of the body would never answer.
         reply = await ws.raw_post(port, hook.path, {"Content-Type": "application/json",
@@ -78,7 +78,7 @@ async def test_a_chunked_body_is_refused_with_413_as_soon_as_it_passes_the_limit
 
 @pytest.mark.parametrize("hook", HOOKS)
 async def test_a_content_length_that_lies_low_beside_chunked_framing_does_not_get_a_large_body_in(
-        hook: ws.Hook, cert) -> None:
+        hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     # HTTP/1.1: Transfer-Encoding wins over Content-Length, so the header is no bound; the bytes are.
     async with ws.serving(hook.app(), cert) as port:
         reply = await ws.raw_post(port, hook.path, {
@@ -88,7 +88,7 @@ async def test_a_content_length_that_lies_low_beside_chunked_framing_does_not_ge
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-async def test_a_content_length_that_lies_low_reads_only_what_it_declares(hook: ws.Hook, cert) -> None:
+async def test_a_content_length_that_lies_low_reads_only_what_it_declares(hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     body = padded(4096)
     async with ws.serving(hook.app(), cert) as port:
         reply = await ws.raw_post(port, hook.path, {"Content-Type": "application/json", "Content-Length": "1000"},
@@ -98,7 +98,7 @@ async def test_a_content_length_that_lies_low_reads_only_what_it_declares(hook: 
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-async def test_the_default_limit_is_3_mib_exactly(hook: ws.Hook, cert) -> None:
+async def test_the_default_limit_is_3_mib_exactly(hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     limit = webhookserver.MAX_BODY_BYTES
     assert limit == 3 * MiB
     async with ws.serving(hook.app(), cert) as port:
@@ -115,7 +115,7 @@ async def test_the_default_limit_is_3_mib_exactly(hook: ws.Hook, cert) -> None:
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-async def test_a_smaller_limit_is_honoured_for_declared_and_chunked_bodies(hook: ws.Hook, cert) -> None:
+async def test_a_smaller_limit_is_honoured_for_declared_and_chunked_bodies(hook: ws.Hook, cert: webhookserver.Certificate) -> None:
     limit = 4096
     async with ws.serving(hook.app(), cert, max_body_bytes=limit) as port:
         async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=ws.client_tls()) as client:

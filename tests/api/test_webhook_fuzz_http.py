@@ -113,7 +113,7 @@ def remove(doc: dict[str, Any], path: tuple[str | int, ...]) -> None:
 @st.composite
 def reviews(draw: st.DrawFn) -> dict[str, Any]:
     """A base review with one to three fields set to anything, or removed."""
-    doc = copy.deepcopy(draw(st.sampled_from(bases())))
+    doc: dict[str, Any] = copy.deepcopy(draw(st.sampled_from(bases())))
     for _ in range(draw(st.integers(1, 3))):
         path = draw(st.sampled_from(PATHS))
         action = draw(st.sampled_from(["value", "value", "remove", "networks"]))

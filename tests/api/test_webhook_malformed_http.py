@@ -70,7 +70,7 @@ def assert_refused(resp: httpx.Response, field: str, *expected: str) -> dict[str
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["apiVersion"] == "admission.k8s.io/v1" and body["kind"] == "AdmissionReview"
-    response = body["response"]
+    response: dict[str, Any] = body["response"]
     assert response["uid"] == "u-1" and response["allowed"] is False, response
     status = response["status"]
     assert status["code"] == 422 and status["reason"] == "Invalid"
@@ -84,13 +84,13 @@ def assert_refused(resp: httpx.Response, field: str, *expected: str) -> dict[str
 # --- the request is not an AdmissionReview: 400 --------------------------------------------------
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_a_lone_surrogate_in_the_uid_is_a_400_naming_the_uid(hook: ws.Hook, servers) -> None:
+def test_a_lone_surrogate_in_the_uid_is_a_400_naming_the_uid(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
     resp = post(hook, servers, encoded(ws.review(uid="u-\ud800")))
     assert_bad_request(resp, "request.uid", "lone surrogate U+D800")
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_json_nested_100k_deep_is_a_400(hook: ws.Hook, servers) -> None:
+def test_json_nested_100k_deep_is_a_400(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
     deep = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":' + (
         b"[" * 100_000 + b"]" * 100_000 + b"}")
     resp = post(hook, servers, deep)
@@ -100,7 +100,7 @@ def test_json_nested_100k_deep_is_a_400(hook: ws.Hook, servers) -> None:
 @pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize("value", ["Pod", 1, [], None, {"kind": 7}],
                          ids=["a string", "a number", "a list", "null", "a number inside"])
-def test_a_request_kind_of_the_wrong_type_is_a_400_naming_the_field(hook: ws.Hook, servers, value: Any) -> None:
+def test_a_request_kind_of_the_wrong_type_is_a_400_naming_the_field(hook: ws.Hook, servers: dict[str, httpx.Client], value: Any) -> None:
     resp = post(hook, servers, encoded(with_field("kind", value)))
     if isinstance(value, dict):
         assert_bad_request(resp, "request.kind.kind: must be a string, not a number")
@@ -111,7 +111,7 @@ def test_a_request_kind_of_the_wrong_type_is_a_400_naming_the_field(hook: ws.Hoo
 @pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize(("value", "seen"), [(5, "a number"), ({"name": "app"}, "an object")],
                          ids=["a number", "an object"])
-def test_a_request_namespace_that_is_not_a_string_is_a_400(hook: ws.Hook, servers, value: Any, seen: str) -> None:
+def test_a_request_namespace_that_is_not_a_string_is_a_400(hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("namespace", value)))
     assert_bad_request(resp, f"request.namespace: must be a string, not {seen}")
 
@@ -126,7 +126,7 @@ def test_a_request_namespace_that_is_not_a_string_is_a_400(hook: ws.Hook, server
     ("subResource", {}, "request.subResource: must be a string, not an object"),
 ])
 def test_other_envelope_fields_of_the_wrong_type_are_a_400_naming_them(
-        hook: ws.Hook, servers, field: str, value: Any, expected: str) -> None:
+        hook: ws.Hook, servers: dict[str, httpx.Client], field: str, value: Any, expected: str) -> None:
     resp = post(hook, servers, encoded(with_field(field, value)))
     assert_bad_request(resp, expected)
 
@@ -143,36 +143,36 @@ def test_other_envelope_fields_of_the_wrong_type_are_a_400_naming_them(
      'apiVersion: must be "admission.k8s.io/v1"'),
 ], ids=["truncated", "not UTF-8", "NaN", "a list", "another kind", "no request", "another version"])
 def test_a_body_that_is_not_an_admission_review_is_a_400_saying_why(
-        hook: ws.Hook, servers, body: bytes, expected: str) -> None:
+        hook: ws.Hook, servers: dict[str, httpx.Client], body: bytes, expected: str) -> None:
     assert_bad_request(post(hook, servers, body), expected)
 
 
 # --- the pod is bad: an answer that refuses it ----------------------------------------------------
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_a_lone_surrogate_in_the_networks_annotation_refuses_the_pod(hook: ws.Hook, servers) -> None:
-    body = ws.review(ws.pod(**{ws.ANN: '[{"podNetworkName":"dataplane\ud800"}]'}))
+def test_a_lone_surrogate_in_the_networks_annotation_refuses_the_pod(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
+    body = ws.review(ws.pod(annotations={ws.ANN: '[{"podNetworkName":"dataplane\ud800"}]'}))
     resp = post(hook, servers, encoded(body))
     assert_refused(resp, f"metadata.annotations[{ws.ANN}]", "lone surrogate U+D800")
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_a_lone_surrogate_in_another_annotation_refuses_the_pod(hook: ws.Hook, servers) -> None:
-    body = ws.review(ws.pod([{"podNetworkName": "dataplane"}], **{"example.com/note": "\udc00"}))
+def test_a_lone_surrogate_in_another_annotation_refuses_the_pod(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
+    body = ws.review(ws.pod([{"podNetworkName": "dataplane"}], {"example.com/note": "\udc00"}))
     resp = post(hook, servers, encoded(body))
     assert_refused(resp, "metadata.annotations[example.com/note]", "lone surrogate U+DC00")
 
 
 @pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize(("value", "seen"), [("web", "a string"), ([], "a list"), (3, "a number"), (True, "a boolean")])
-def test_metadata_that_is_not_an_object_refuses_the_pod(hook: ws.Hook, servers, value: Any, seen: str) -> None:
+def test_metadata_that_is_not_an_object_refuses_the_pod(hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("object.metadata", value)))
     assert_refused(resp, "metadata", "metadata: Invalid value", f"must be an object, not {seen}")
 
 
 @pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize(("value", "seen"), [("x", "a string"), ([], "a list"), (3, "a number")])
-def test_a_spec_that_is_not_an_object_refuses_the_pod(hook: ws.Hook, servers, value: Any, seen: str) -> None:
+def test_a_spec_that_is_not_an_object_refuses_the_pod(hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("object.spec", value)))
     assert_refused(resp, "spec", f"must be an object, not {seen}")
 
@@ -186,7 +186,7 @@ def test_a_spec_that_is_not_an_object_refuses_the_pod(hook: ws.Hook, servers, va
     ([{"name": 1}], "spec.schedulingGates[0].name", "must be a string, not a number"),
 ], ids=["a string", "a number", "an object", "a list of strings", "a gate named by a number"])
 def test_scheduling_gates_of_the_wrong_type_refuse_the_pod(
-        hook: ws.Hook, servers, value: Any, field: str, seen: str) -> None:
+        hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, field: str, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("object.spec.schedulingGates", value)))
     assert_refused(resp, field, seen)
 
@@ -195,7 +195,7 @@ def test_scheduling_gates_of_the_wrong_type_refuse_the_pod(
 @pytest.mark.parametrize(("value", "seen"), [(5, "a number"), ({"name": "app"}, "an object")],
                          ids=["a number", "an object"])
 def test_a_metadata_namespace_that_is_not_a_string_refuses_the_pod(
-        hook: ws.Hook, servers, value: Any, seen: str) -> None:
+        hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("object.metadata.namespace", value)))
     assert_refused(resp, "metadata.namespace", "metadata.namespace: Invalid value", f"must be a string, not {seen}")
 
@@ -207,14 +207,14 @@ def test_a_metadata_namespace_that_is_not_a_string_refuses_the_pod(
     ("name", 7, "metadata.name: Invalid value: 7: must be a string, not a number"),
 ], ids=["annotations a string", "an annotation a list", "name a number"])
 def test_other_metadata_of_the_wrong_type_refuses_the_pod(
-        hook: ws.Hook, servers, field: str, value: Any, expected: str) -> None:
+        hook: ws.Hook, servers: dict[str, httpx.Client], field: str, value: Any, expected: str) -> None:
     resp = post(hook, servers, encoded(with_field(f"object.metadata.{field}", value)))
     path = f"metadata.annotations[{ws.ANN}]" if isinstance(value, dict) else f"metadata.{field}"
     assert_refused(resp, path, expected)
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_a_request_with_many_bad_fields_lists_ten_and_counts_the_rest(hook: ws.Hook, servers) -> None:
+def test_a_request_with_many_bad_fields_lists_ten_and_counts_the_rest(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
     annotations = {f"example.com/a{i}": i for i in range(25)}
     resp = post(hook, servers, encoded(with_field("object.metadata.annotations", annotations)))
     response = assert_refused(resp, "metadata.annotations[example.com/a0]", "; and 15 more")
@@ -222,7 +222,7 @@ def test_a_request_with_many_bad_fields_lists_ten_and_counts_the_rest(hook: ws.H
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_a_well_formed_pod_is_still_answered_as_before(hook: ws.Hook, servers) -> None:
+def test_a_well_formed_pod_is_still_answered_as_before(hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
     resp = post(hook, servers, encoded(ws.review()))
     assert resp.status_code == 200
     response = resp.json()["response"]

@@ -51,8 +51,10 @@ PROFILED_NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
     "name": NS, "annotations": {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: '[{"podNetworkName":"dataplane"}]'}}}
 
 
-def pod(networks: list[dict[str, Any]] | None = None, **annotations: str) -> dict[str, Any]:
+def pod(networks: list[dict[str, Any]] | None = None, annotations: dict[str, str] | None = None
+        ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "web", "namespace": NS}
+    annotations = dict(annotations or {})
     if networks is not None:
         annotations[ANN] = json.dumps(networks)
     if annotations:
