@@ -27,11 +27,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from podnetwork import constants, networks, validation
+from podnetwork import admissionreview, constants, networks, validation
+from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
 from podnetwork.api import DEFAULT_NETWORKS, Network
 from podnetwork.fielderrors import FieldError, InvalidObject, forbidden
 
-REVIEW_API_VERSION = "admission.k8s.io/v1"
+REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
 VALIDATE_PATH = "/validate-pods"
 WEBHOOK_NAME_MUTATE = f"pods.mutate.{constants.GROUP}"
@@ -78,31 +79,9 @@ def _rebase(error: FieldError) -> FieldError:
     return FieldError(path, error.type, error.value, error.detail)
 
 
-def _response(uid: str, *, allowed: bool = True, **extra: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": REVIEW_API_VERSION,
-        "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": allowed, **extra},
-    }
-
-
-def _refusal(uid: str, pod: Mapping[str, Any], errors: Sequence[FieldError], *,
+def _refusal(uid: str, pod: Mapping[str, Any] | None, errors: Sequence[FieldError], *,
              what: str = "is invalid") -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
-    name = meta.get("name") or meta.get("generateName") or ""
-    message = f'Pod "{name}" {what}: ' + "; ".join(str(e) for e in errors)
-    return _response(uid, allowed=False, status={
-        "status": "Failure",
-        "code": 422,
-        "reason": "Invalid",
-        "message": message,
-        "details": {"name": name, "kind": "Pod", "causes": [e.to_status_cause() for e in errors]},
-    })
-
-
-def _is_pod(request: Mapping[str, Any]) -> bool:
-    kind = request.get("kind") or {}
-    return kind.get("kind") == "Pod" and not kind.get("group")
+    return admissionreview.refused(uid, pod, errors, what=what)
 
 
 def _declared_text(pod: Mapping[str, Any]) -> str | None:
@@ -117,66 +96,89 @@ def _annotation_patch(pod: Mapping[str, Any], value: str) -> list[dict[str, Any]
     return [{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]
 
 
-def mutate(request: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The mutating webhook's decision for one AdmissionRequest (auto-population)."""
-    uid = str(request.get("uid") or "")
-    pod = request.get("object") or {}
-    if not _is_pod(request) or request.get("operation") != "CREATE":
-        return _response(uid)
-    if _declared_text(pod) is not None or (pod.get("spec") or {}).get("hostNetwork"):
-        return _response(uid)
+def _pod_of(request: AdmissionRequest) -> tuple[dict[str, Any], list[FieldError]]:
+    """The pod of a CREATE or UPDATE, and what makes it (or the old pod) not a Pod's shape."""
+    pod = request.object or {}
+    errors = admissionreview.pod_errors(pod)
+    if request.old_object is not None:
+        errors += admissionreview.pod_errors(request.old_object, prefix="oldObject.")
+    return pod, errors
+
+
+def _auto_populates(request: AdmissionRequest) -> bool:
+    """A new pod that names no network and is not hostNetwork (read once its shape is known)."""
+    pod = request.object or {}
+    return (request.is_pod and request.operation == "CREATE" and not admissionreview.pod_errors(pod)
+            and _declared_text(pod) is None and not (pod.get("spec") or {}).get("hostNetwork"))
+
+
+def mutate(request: AdmissionRequest | Mapping[str, Any],
+           namespace: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The mutating webhook's decision for one AdmissionRequest (auto-population).
+
+    Raises `admissionreview.BadReview` when `request` is not an AdmissionRequest.
+    """
+    request = admissionreview.request_of(request)
+    uid = request.uid
+    if not request.is_pod or request.operation != "CREATE":
+        return admissionreview.allowed(uid)
+    pod, errors = _pod_of(request)
+    if errors:
+        return _refusal(uid, pod, errors)
+    if not _auto_populates(request):
+        return admissionreview.allowed(uid)
     try:
         profile = namespace_default(namespace)
     except InvalidObject as exc:
-        ns = request.get("namespace") or ""
         return _refusal(uid, pod, exc.errors,
-                        what=f'cannot get networks from namespace "{ns}" (fix its annotation)')
+                        what=f'cannot get networks from namespace "{request.namespace}" (fix its annotation)')
     nets = profile or list(DEFAULT_NETWORKS)
     patch = _annotation_patch(pod, networks.format(nets))
     encoded = base64.b64encode(json.dumps(patch).encode()).decode()
-    return _response(uid, patchType="JSONPatch", patch=encoded)
+    return admissionreview.allowed(uid, patchType="JSONPatch", patch=encoded)
 
 
-def validate(request: Mapping[str, Any]) -> dict[str, Any]:
-    """The validating webhook's decision for one AdmissionRequest."""
-    uid = str(request.get("uid") or "")
-    pod = request.get("object") or {}
-    if not _is_pod(request):
-        return _response(uid)
-    operation = request.get("operation")
-    if operation == "CREATE":
+def validate(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
+    """The validating webhook's decision for one AdmissionRequest.
+
+    Raises `admissionreview.BadReview` when `request` is not an AdmissionRequest.
+    """
+    request = admissionreview.request_of(request)
+    uid = request.uid
+    if not request.is_pod or request.operation not in ("CREATE", "UPDATE"):
+        return admissionreview.allowed(uid)
+    pod, errors = _pod_of(request)
+    if errors:
+        return _refusal(uid, pod, errors)
+    if request.operation == "CREATE":
         errors = validation.validate_pod(pod)
-        return _refusal(uid, pod, errors) if errors else _response(uid)
-    if operation == "UPDATE":
-        old = request.get("oldObject") or {}
-        if _declared_text(pod) != _declared_text(old):
-            return _refusal(uid, pod, [forbidden(
-                networks.ANNOTATION_FIELD,
-                "the networks of a pod cannot change after creation; delete and re-create the pod")])
-    return _response(uid)
+        return _refusal(uid, pod, errors) if errors else admissionreview.allowed(uid)
+    if _declared_text(pod) != _declared_text(request.old_object or {}):
+        return _refusal(uid, pod, [forbidden(
+            networks.ANNOTATION_FIELD,
+            "the networks of a pod cannot change after creation; delete and re-create the pod")])
+    return admissionreview.allowed(uid)
 
 
 def review(
-    body: Mapping[str, Any],
+    body: Any,
     webhook: Webhook,
     *,
     enabled: bool = True,
     namespace: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """AdmissionReview v1 in, AdmissionReview v1 out.
+    """AdmissionReview v1 in (decoded JSON, or the typed model), AdmissionReview v1 out.
 
     `namespace` is the pod's Namespace object (for its profile annotation);
     `enabled` is the MultiNetwork feature gate: when off, everything is
     allowed unchanged (KEP Phase I requirement 1). A body that is not an
-    AdmissionReview raises ValueError (the server answers 400).
+    AdmissionReview raises `admissionreview.BadReview`, a ValueError naming the
+    field (the server answers 400); a pod of the wrong shape is refused in the
+    answer (module docstring of `podnetwork.admissionreview`).
     """
-    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview" or not isinstance(
-        body.get("request"), Mapping
-    ):
-        raise ValueError("expected an AdmissionReview (admission.k8s.io/v1) with a request")
-    request = body["request"]
+    request = admissionreview.review_of(body).request
     if not enabled:
-        return _response(str(request.get("uid") or ""))
+        return admissionreview.allowed(request.uid)
     if webhook is Webhook.MUTATING:
         return mutate(request, namespace)
     return validate(request)
@@ -242,13 +244,17 @@ NamespaceFetch = Callable[[str], Awaitable[Mapping[str, Any]]]
 
 
 def needs_namespace(body: Any, webhook: Webhook) -> bool:
-    """Whether deciding this review reads the pod's namespace: only auto-population does."""
-    request = body.get("request") if isinstance(body, Mapping) else None
-    if webhook is not Webhook.MUTATING or not isinstance(request, Mapping):
+    """Whether deciding this review reads the pod's namespace: only auto-population does.
+
+    `body` is decoded JSON or the typed review; one that is not an AdmissionReview needs none.
+    """
+    if webhook is not Webhook.MUTATING:
         return False
-    pod = request.get("object") or {}
-    return (_is_pod(request) and request.get("operation") == "CREATE" and isinstance(pod, Mapping)
-            and _declared_text(pod) is None and not (pod.get("spec") or {}).get("hostNetwork"))
+    try:
+        request = admissionreview.review_of(body).request
+    except admissionreview.BadReview:
+        return False
+    return _auto_populates(request)
 
 
 def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
@@ -264,8 +270,11 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
     the request fails with 503 and the reason, and the webhook's failurePolicy
     decides: defaulting to `default` instead would pin the pods to the wrong
     networks for good (their networks annotation is immutable).
+
+    A body that is not an AdmissionReview gets 400 naming what is wrong; a pod of
+    the wrong shape is refused in the answer (`podnetwork.admissionreview`).
     """
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, Request, Response
 
     api = FastAPI(title="podnetwork admission", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -278,28 +287,26 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
         try:
             return await fetch_namespace(name)
         except NamespaceUnavailable as exc:
-            raise HTTPException(status_code=503, detail=(
+            raise admissionreview.Unavailable(
                 f'cannot read namespace "{name}" to apply its networks profile '
-                f"({constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}): {exc}; retry the request")) from None
+                f"({constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}): {exc}; retry the request") from None
 
-    async def handle(request: Request, webhook: Webhook) -> dict[str, Any]:
-        try:
-            body = await request.json()
-            ns = ((body.get("request") or {}).get("namespace") or "") if isinstance(body, dict) else ""
-            if not isinstance(ns, str):
-                raise ValueError(f"request.namespace must be a string, not {type(ns).__name__}")
+    def decider(webhook: Webhook) -> Callable[[AdmissionReview], Awaitable[dict[str, Any]]]:
+        async def decide(body: AdmissionReview) -> dict[str, Any]:
+            ns = body.request.namespace
             found = await namespace(ns) if ns and enabled and needs_namespace(body, webhook) else None
             return review(body, webhook, enabled=enabled, namespace=found)
-        except (ValueError, AttributeError) as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
+        return decide
+
+    mutating_decision, validating_decision = decider(Webhook.MUTATING), decider(Webhook.VALIDATING)
 
     @api.post(MUTATE_PATH)
-    async def mutating(request: Request) -> dict[str, Any]:
-        return await handle(request, Webhook.MUTATING)
+    async def mutating(request: Request) -> Response:
+        return await admissionreview.answer(request, mutating_decision)
 
     @api.post(VALIDATE_PATH)
-    async def validating(request: Request) -> dict[str, Any]:
-        return await handle(request, Webhook.VALIDATING)
+    async def validating(request: Request) -> Response:
+        return await admissionreview.answer(request, validating_decision)
 
     @api.get("/healthz")
     async def healthz() -> dict[str, str]:

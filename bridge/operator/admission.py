@@ -9,10 +9,13 @@ so kubelet cannot run CNI ADD, before the selection is there: with Multus as the
 NPWG implementation a pod created before its networks were Ready would otherwise
 be attached to the default network only (docs/bridge.md "The scheduling gate").
 
-The webhook never refuses a pod (validation is the PodNetwork controller's
-webhook) and never calls the API: it reads the bridge controller's watch-fed
-memory. Its answer is idempotent (a pod that already has the selection or the
-gate gets nothing more), so the configuration uses reinvocationPolicy IfNeeded
+The webhook never refuses a pod for its networks (validation is the PodNetwork
+controller's webhook) and never calls the API: it reads the bridge controller's
+watch-fed memory. A pod object whose fields have the wrong JSON types (which the
+API server never sends) is refused naming the field, and a body that is not an
+AdmissionReview gets 400 (`podnetwork.admissionreview`). Its answer is
+idempotent (a pod that already has the selection or the gate gets nothing
+more), so the configuration uses reinvocationPolicy IfNeeded
 and still sees the networks the PodNetwork controller's webhook auto-populates,
 whichever runs first.
 
@@ -29,9 +32,10 @@ from typing import Any
 
 from bridge import translate
 from bridge.operator import pods
-from podnetwork import constants
+from podnetwork import admissionreview, constants
+from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
 
-REVIEW_API_VERSION = "admission.k8s.io/v1"
+REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
 WEBHOOK_NAME = f"pods.npwg.{constants.GROUP}"
 #: Sorts after the PodNetwork controller's `podnetwork`, so on a first pass the API server
@@ -45,51 +49,39 @@ GATE_WARNING = (
 )
 
 
-def _response(uid: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": REVIEW_API_VERSION,
-        "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": True, **extra},
-    }
+def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Objects) -> dict[str, Any]:
+    """The webhook's answer to one AdmissionRequest: allowed, with a JSON Patch or none; refused
+    only for a pod object of the wrong shape.
 
-
-def mutate(request: Mapping[str, Any], objects: translate.Objects) -> dict[str, Any]:
-    """The webhook's answer to one AdmissionRequest: always allowed, with a JSON Patch or none."""
-    uid = str(request.get("uid") or "")
-    kind = request.get("kind") or {}
-    if (
-        kind.get("kind") != "Pod"
-        or kind.get("group")
-        or request.get("subResource")
-        or request.get("operation") != "CREATE"
-    ):
-        return _response(uid)
-    pod = request.get("object")
-    if not isinstance(pod, Mapping):
-        return _response(uid)
-    ops = pods.admission_patch(pod, objects, namespace=request.get("namespace") or None)
+    Raises `admissionreview.BadReview` when `request` is not an AdmissionRequest.
+    """
+    request = admissionreview.request_of(request)
+    uid = request.uid
+    if not request.is_pod or request.sub_resource or request.operation != "CREATE" or request.object is None:
+        return admissionreview.allowed(uid)
+    pod = request.object
+    errors = admissionreview.pod_errors(pod)
+    if errors:
+        return admissionreview.refused(uid, pod, errors)
+    ops = pods.admission_patch(pod, objects, namespace=request.namespace or None)
     if not ops:
-        return _response(uid)
+        return admissionreview.allowed(uid)
     extra: dict[str, Any] = {
         "patchType": "JSONPatch",
         "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
     }
     if any(op["path"].startswith("/spec/schedulingGates") for op in ops):
         extra["warnings"] = [GATE_WARNING]
-    return _response(uid, **extra)
+    return admissionreview.allowed(uid, **extra)
 
 
 def review(body: Any, objects: translate.Objects) -> dict[str, Any]:
-    """AdmissionReview v1 in, AdmissionReview v1 out.
+    """AdmissionReview v1 in (decoded JSON, or the typed model), AdmissionReview v1 out.
 
-    Raises ValueError for a body that is not an AdmissionReview with a request
-    (the server answers 400).
+    Raises `admissionreview.BadReview`, a ValueError naming the field, for a body
+    that is not an AdmissionReview v1 request (the server answers 400).
     """
-    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview" or not isinstance(
-        body.get("request"), Mapping
-    ):
-        raise ValueError("expected an AdmissionReview (admission.k8s.io/v1) with a request")
-    return mutate(body["request"], objects)
+    return mutate(admissionreview.review_of(body).request, objects)
 
 
 def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,20 +127,16 @@ def app(objects: Callable[[], translate.Objects]) -> Any:
 
     `objects()` returns what the bridge controller knows now (its watch-fed memory).
     """
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, Request, Response
 
     api = FastAPI(title="podnetwork bridge admission", docs_url=None, redoc_url=None, openapi_url=None)
 
+    async def decide(body: AdmissionReview) -> dict[str, Any]:
+        return review(body, objects())
+
     @api.post(MUTATE_PATH)
-    async def mutating(request: Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=f"the body is not JSON: {exc}") from None
-        try:
-            return review(body, objects())
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
+    async def mutating(request: Request) -> Response:
+        return await admissionreview.answer(request, decide)
 
     @api.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -99,7 +99,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                 endpoint = shell.webhook(flags)
                 if flags.manage:
                     bridge.config.webhook_client_config = endpoint.client_config()
-                shell.serve(admission.app(bridge.objects), endpoint.sockets, endpoint.certificate)
+                shell.serve(admission.app(bridge.objects), endpoint.sockets, endpoint.certificate,
+                            max_body_bytes=flags.max_body_bytes)
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,

@@ -42,7 +42,10 @@ Run the KEP-3698 PodNetwork controller:
     auto-population (namespace profile: multinetwork.x-k8s.io/default-networks;
     a namespace not seen yet is read once, and when that read fails the webhook
     answers 503 so its failurePolicy decides) and static validation with field
-    errors.
+    errors. Request bodies over --webhook-max-body-bytes get 413 unread; a body
+    that is not an AdmissionReview gets 400 naming the field; a pod of the wrong
+    shape is refused in the answer (docs/controller.md "Limits and malformed
+    requests").
 
 Credentials: --kubeconfig/--context, $KUBECONFIG, the in-cluster service account,
 ~/.kube/config, in this order (docs/architecture.md "Reaching the API").
@@ -310,7 +313,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             if flags.serve:
                 endpoint = shell.webhook(flags)
                 app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
-                shell.serve(app, endpoint.sockets, endpoint.certificate)
+                shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes)
                 if flags.manage:
                     ctl.webhook_client_config = endpoint.client_config()
             if api is not None and creds is not None:

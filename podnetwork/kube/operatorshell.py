@@ -63,6 +63,22 @@ def tcp_port(text: str) -> int:
     return port
 
 
+#: The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the
+#: AdmissionReviews it sends stay near that; larger ones come from elsewhere.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+def byte_count(text: str) -> int:
+    """`--webhook-max-body-bytes`: a whole number of bytes, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid byte count {text!r}: expected a whole number, 1 or more")
+    return value
+
+
 def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     """The --webhook-* flags, the same for every command that serves admission webhooks."""
     parser.add_argument("--webhook-host", default="0.0.0.0",
@@ -77,6 +93,10 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int)
     parser.add_argument("--webhook-url", metavar="URL",
                         help="https URL the API server calls the webhooks at, for --manage-webhooks "
                         "(default https://HOST:PORT)")
+    parser.add_argument("--webhook-max-body-bytes", type=byte_count,
+                        default=MAX_BODY_BYTES, metavar="BYTES",
+                        help="refuse larger webhook request bodies with HTTP 413, before reading them "
+                        "(default 3145728: 3 MiB, the API server's own cap on a request body)")
     parser.add_argument("--manage-webhooks", action="store_true",
                         help="create/update the webhook configurations at startup, with the serving "
                         "certificate as their CA bundle (development clusters; deploy/ registers "
@@ -94,11 +114,14 @@ class WebhookFlags:
     key: Path | None
     url: str | None
     manage: bool
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Larger request bodies get 413 unread (`webhooks.BodyLimit`)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, serve: bool) -> WebhookFlags:
         return cls(serve=serve, host=args.webhook_host, port=args.webhook_port, cert=args.webhook_cert,
-                   key=args.webhook_key, url=args.webhook_url, manage=args.manage_webhooks)
+                   key=args.webhook_key, url=args.webhook_url, manage=args.manage_webhooks,
+                   max_body_bytes=args.webhook_max_body_bytes)
 
 
 def url_problem(url: str) -> str | None:

@@ -11,8 +11,9 @@ server here never installs handlers (see `Server`) and stops when its
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import uvicorn
@@ -54,6 +55,81 @@ def listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI middleware: HTTP request bodies over `max_bytes` get 413 and never reach `app`.
+
+    The body is read here, at most `max_bytes` of it, and handed to `app` whole:
+    the webhooks read it whole anyway. A Content-Length over the limit is refused
+    before any byte of the body is read; without one (chunked), or with one that
+    lies low, the count of bytes actually received decides. The 413 closes the
+    connection, so the rest of an upload is not read.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(
+                send, f"request body of {declared} bytes exceeds the limit of {self.max_bytes} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, f"request body exceeds the limit of {self.max_bytes} bytes")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        del chunks
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, detail: str) -> None:
+        body = json.dumps({"detail": f"{detail} (--webhook-max-body-bytes)"}).encode("ascii")
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server's parser refuses it before we see it
+    return None
+
+
 class Server(uvicorn.Server):
     """A uvicorn server that leaves SIGINT/SIGTERM to its command.
 
@@ -69,9 +145,13 @@ class Server(uvicorn.Server):
         yield
 
 
-def server(app: Any, certificate: Certificate | None = None, **config: Any) -> Server:
-    """A server of `app`, over HTTPS with `certificate` when given; `config` goes to
+def server(app: Any, certificate: Certificate | None = None, *, max_body_bytes: int | None = None,
+           **config: Any) -> Server:
+    """A server of `app`, over HTTPS with `certificate` when given, with request bodies
+    limited to `max_body_bytes` (`BodyLimit`) when given; `config` goes to
     `uvicorn.Config` (defaults: warnings only, no lifespan events)."""
+    if max_body_bytes is not None:
+        app = BodyLimit(app, max_body_bytes)
     options: dict[str, Any] = {"log_level": "warning", "lifespan": "off",
                                "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS, **config}
     if certificate is not None:
