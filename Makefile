@@ -16,6 +16,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q
 
 setup: $(STAMP) system-deps
@@ -42,6 +43,7 @@ system-deps:
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # Benchmarks report ratios against a baseline measured in the same run
 # (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins.

@@ -95,7 +95,8 @@ def register(api: Store, *, enabled: bool = True) -> None:
         if not answer.get("allowed"):
             raise _refused(answer)
         if answer.get("patchType") == "JSONPatch":
-            return apply_json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+            patched: dict[str, Any] = apply_json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+            return patched
         return pod
 
     def validate(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:

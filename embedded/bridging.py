@@ -111,7 +111,7 @@ class Bridge:
                 )
             except store_mod.Conflict:
                 continue
-            before = next(
+            before: dict[str, Any] = next(
                 (
                     c
                     for c in (current.get("status") or {}).get("conditions") or []

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,6 @@ from embedded.store import Store
 from podnetwork import constants, networks
 
 if TYPE_CHECKING:
-    from bridge.agent.agent import Agent
     from embedded.kubelet import Kubelet
 
 NS = "demo"
@@ -171,7 +171,7 @@ def condition_summary(obj: dict[str, Any] | None) -> str:
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
-            return cond
+            return dict(cond)
     return {}
 
 
@@ -187,7 +187,7 @@ class Demo:
         self.extender = Extender(self.api)
         self.scheduler: Scheduler | None = None
         self.kubelets: dict[str, Kubelet] = {}
-        self.agents: list[Agent] = []
+        self.agents: list[Running] = []
         self.data_plane = False
         self.ipam_dirs: dict[str, Path] = {}
 
@@ -469,7 +469,7 @@ class Demo:
             r.check(False, "static validation rejected pod demo/bad", "it was admitted")
         r.check(api.find(*POD, "bad", NS) is None, "the rejected pod was not stored")
 
-        web = [
+        web: list[dict[str, Any]] = [
             {"podNetworkName": "default"},
             {"podNetworkName": "blue", "interfaceName": "blue0", "isDefaultGW4": True},
             {"podNetworkAttachmentName": "green-port"},
@@ -584,7 +584,8 @@ class Demo:
         )
 
     def _check_pending(
-        self, pod: str, reason: str, *, unresolvable: bool, nodes: set[str] = frozenset({NODE_A, NODE_B})
+        self, pod: str, reason: str, *, unresolvable: bool,
+        nodes: Collection[str] = frozenset({NODE_A, NODE_B}),
     ) -> None:
         assert self.scheduler is not None
         obj = self.api.get(*POD, pod, NS)
@@ -707,17 +708,18 @@ class Demo:
         for pod in pods:
             self._show_pod_networks(pod["metadata"]["name"])
         r.say("")
-        for pod in ("web-a", "web-b"):
-            netns = self._sandbox(pod).netns
+        for name in ("web-a", "web-b"):
+            netns = self._sandbox(name).netns
             route = host_mod.run(
                 ["ip", "-n", netns, "-4", "route", "show", "default"], check=False
             ).stdout.strip()
             r.say(
-                f"{pod}: isDefaultGW4 on blue -> default-route -> in the pod: {route or '(no default route)'}"
+                f"{name}: isDefaultGW4 on blue -> default-route -> in the pod: "
+                f"{route or '(no default route)'}"
             )
             r.check(
                 route.startswith(f"default via {BLUE.gateway} dev blue0"),
-                f"the agent moved {pod}'s default route to blue0 via {BLUE.gateway} (isDefaultGW4)",
+                f"the agent moved {name}'s default route to blue0 via {BLUE.gateway} (isDefaultGW4)",
                 route,
             )
         r.say("")
@@ -841,11 +843,11 @@ class Demo:
             red["metadata"],
         )
         await self._delete_pod("db-1")
-        red = api.find(*PN, RED.name)
+        red_now = api.find(*PN, RED.name)
         r.check(
-            red is not None and "1 pod" in condition(red, "InUse").get("message", ""),
+            red_now is not None and "1 pod" in condition(red_now, "InUse").get("message", ""),
             "red still waits for db-2 (InUse names it)",
-            condition_summary(red),
+            condition_summary(red_now),
         )
         await self._delete_pod("db-2")
         r.check(

@@ -29,7 +29,7 @@ def checksum(data: bytes) -> int:
     total = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+    return int(~total & 0xFFFF)
 
 
 def echo_request(ident: int, seq: int, payload: bytes, *, v6: bool) -> bytes:

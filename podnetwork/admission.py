@@ -281,7 +281,7 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
     async def namespace(name: str) -> Mapping[str, Any] | None:
         found = namespace_of(name)
         if found is not UNSEEN:
-            return found  # type: ignore[return-value]
+            return found
         if fetch_namespace is None:
             return None
         try:

@@ -37,7 +37,8 @@ from typing import Any, TypeVar
 
 import kopf
 
-from podnetwork import admission, api, conditions, constants, defaultnet, inuse
+from podnetwork import admission, conditions, constants, defaultnet, inuse
+from podnetwork import api as models
 from podnetwork.api import KepObject, Network
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
@@ -151,14 +152,14 @@ class Controller:
             lock = self.locks[ref] = asyncio.Lock()
         return lock
 
-    def podnetwork(self, name: str) -> api.PodNetwork | None:
+    def podnetwork(self, name: str) -> models.PodNetwork | None:
         network = self.objects.get(inuse.podnetwork_ref(name))
-        return network if isinstance(network, api.PodNetwork) else None
+        return network if isinstance(network, models.PodNetwork) else None
 
     def desired_conditions(self, ref: Ref, body: KepObject) -> list[dict[str, Any]] | None:
         usage = self.index.usage(ref)
         now = conditions.now()
-        if isinstance(body, api.PodNetworkAttachment):
+        if isinstance(body, models.PodNetworkAttachment):
             network = self.podnetwork(body.spec.pod_network_name)
             if network is not None and _unevaluated(network):
                 return None  # its first status write is coming, and re-evaluates its attachments
@@ -171,7 +172,7 @@ class Controller:
         inuse_cond = conditions.find(body, constants.ConditionType.IN_USE)
         if inuse_cond is None or inuse_cond.status != want:
             return False
-        if isinstance(body, api.PodNetworkAttachment):
+        if isinstance(body, models.PodNetworkAttachment):
             ready = conditions.attachment_ready(body, self.podnetwork(body.spec.pod_network_name))
         else:
             ready = conditions.podnetwork_ready(body)
@@ -339,7 +340,7 @@ class Controller:
                         pna = None if obj is None else _read_kep(obj, kind)
                         self.pending |= (self.index.remove_attachment(key) if obj is None
                                          else self.index.set_attachment(pna)
-                                         if isinstance(pna, api.PodNetworkAttachment) else set())
+                                         if isinstance(pna, models.PodNetworkAttachment) else set())
                     if obj is None:
                         logger.info("forgot %s %s: gone from the API without a DELETED event", kind, key)
         refs, self.pending = self.pending, set()
@@ -517,13 +518,13 @@ def _read(model: Callable[[Mapping[str, Any]], _T], body: Mapping[str, Any], wha
     """
     try:
         return model(body)
-    except ValueError as exc:  # pydantic.ValidationError, or api.parse's unknown kind
+    except ValueError as exc:  # pydantic.ValidationError, or models.parse's unknown kind
         logger.warning("ignored %s: it does not fit its model: %s", what, exc)
         return None
 
 
 def _read_kep(body: Mapping[str, Any], kind: str) -> KepObject | None:
-    return _read(lambda b: api.parse(b, kind), body, f"{kind} {_key(body)}")
+    return _read(lambda b: models.parse(b, kind), body, f"{kind} {_key(body)}")
 
 
 def _key(body: Mapping[str, Any]) -> str:
@@ -605,7 +606,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
     @kopf.index(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
     def attachments(body: kopf.Body, **_: Any) -> None:
         obj = _read_kep(body, constants.ATTACHMENT_KIND)
-        if isinstance(obj, api.PodNetworkAttachment):
+        if isinstance(obj, models.PodNetworkAttachment):
             ctl.remember(inuse.ref_of(obj), obj)
             ctl.pending |= ctl.index.set_attachment(obj)
 

@@ -293,8 +293,8 @@ class Agent:
         """The conflist the runtime reads: the shim as the only plugin, speaking the default
         network's cniVersion and offering the capabilities its plugins declare (7.5)."""
         capabilities: dict[str, bool] = {}
-        for plugin in npwg.plugins_of(default_config):
-            for cap, on in (plugin.get("capabilities") or {}).items():
+        for delegate in npwg.plugins_of(default_config):
+            for cap, on in (delegate.get("capabilities") or {}).items():
                 if on is True:
                     capabilities[cap] = True
         plugin: dict[str, Any] = {"type": PLUGIN_TYPE, "socketPath": str(self.config.socket_path)}
@@ -538,7 +538,7 @@ class Agent:
             log.info("%s: %s", what, warning)
         return translation.elements
 
-    async def plan(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
+    async def plan_attachments(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
         """Every attachment of this ADD, resolved and validated before anything executes."""
         default_name, default_config = await self._default_network(request.runtime_config)
         elements = await self._selection(pod)
@@ -630,7 +630,7 @@ class Agent:
                 f"pod {request.pod_namespace}/{request.pod_name} not found",
                 "the agent reads the pod's networks from the API before attaching them",
             ) from None
-        planned = await self.plan(request, pod)
+        planned = await self.plan_attachments(request, pod)
         record = Record(
             container_id=args.container_id,
             netns=args.netns,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import hashlib
 import ipaddress
 import json
@@ -689,7 +690,7 @@ def _plan_workload(
             )
         seen_ifnames[element.interface] = index
 
-    entries: list[Network] = [Network(podNetworkName=constants.DEFAULT_PODNETWORK)]
+    entries: list[Network] = [Network(pod_network_name=constants.DEFAULT_PODNETWORK)]
     uses: Counter[tuple[str, str]] = Counter()
     for index, element in enumerate(elements):
         nad_ns = element.namespace or wl.namespace
@@ -713,7 +714,7 @@ def _plan_workload(
         claimed = pn_names.claim(
             network_name(nad_ns, element.name, occurrence),
             origin,
-            lambda n, o=origin, ns=nad_ns, name=element.name: podnetwork_object(n, ns, name, o),
+            functools.partial(podnetwork_object, nad_namespace=nad_ns, nad_name=element.name, origin=origin),
         )
         if claimed is None:
             raise _CannotMigrate(
@@ -732,12 +733,13 @@ def _plan_workload(
                 f"(it holds {', '.join(translate.OPTIONS_KEYS)})",
             )
         if not keys:
-            entries.append(Network(podNetworkName=pn, interfaceName=element.interface))
+            entries.append(Network(pod_network_name=pn, interface_name=element.interface))
             continue
         eorigin = _origin_element(wl, index)
         natural = attachment_name(str(wl.kind), wl.name, index)
         opt = names_in(OPTIONS_KIND, wl.namespace).claim(
-            natural, eorigin, lambda n, o=eorigin, k=keys: options_object(n, wl.namespace, k, o)
+            natural, eorigin,
+            functools.partial(options_object, namespace=wl.namespace, keys=keys, origin=eorigin),
         )
         if opt is None:
             raise _CannotMigrate(
@@ -747,7 +749,8 @@ def _plan_workload(
         pna = names_in(constants.ATTACHMENT_KIND, wl.namespace).claim(
             natural,
             eorigin,
-            lambda n, o=eorigin, p=pn, q=opt_name: attachment_object(n, wl.namespace, p, q, o),
+            functools.partial(attachment_object, namespace=wl.namespace, podnetwork=pn,
+                              options_name=opt_name, origin=eorigin),
         )
         if pna is None:
             raise _CannotMigrate(
@@ -763,10 +766,10 @@ def _plan_workload(
         gw4, gw6 = _gateway_flags(element.default_route)
         entries.append(
             Network(
-                podNetworkAttachmentName=pna_name,
-                interfaceName=element.interface,
-                isDefaultGW4=gw4,
-                isDefaultGW6=gw6,
+                pod_network_attachment_name=pna_name,
+                interface_name=element.interface,
+                is_default_gw4=gw4,
+                is_default_gw6=gw6,
             )
         )
 

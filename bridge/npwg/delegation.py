@@ -135,6 +135,7 @@ def delegate_config(
     caller's business: they are not CNI configuration.
     """
     source = f"NetworkAttachmentDefinition {nad_namespace}/{nad_name}"
+    config: dict[str, Any] | None
     if nad_config is not None and nad_config.strip():
         config = load_cni_config(nad_config, f"{source} spec.config")
     else:

@@ -143,7 +143,7 @@ def ipam_gateways(nad: Obj) -> list[str]:
         config = json.loads(config_text)
     except ValueError:
         return []
-    found: list[str] = []
+    found: list[Any] = []
     plugins = config.get("plugins") if isinstance(config.get("plugins"), list) else [config]
     for plugin in plugins:
         ipam = plugin.get("ipam") if isinstance(plugin, dict) else None

@@ -102,7 +102,7 @@ def pod_ips(
                 continue
             seen.add((source.pod_network, addr.version))
             out.append(
-                PodIP(ip=str(addr), podNetwork=source.pod_network, interfaceName=interface).to_dict()
+                PodIP(ip=str(addr), pod_network=source.pod_network, interface_name=interface).to_dict()
             )
     return out
 

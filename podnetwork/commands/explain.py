@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from podnetwork import cli
 from podnetwork.kube import credentials
@@ -35,7 +36,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     credentials.add_arguments(parser)
 
 
-def load_objects(args: argparse.Namespace) -> list[dict]:
+def load_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Objects from -f, else the cluster. Raises RuntimeError or ManifestError with a readable message."""
     from podnetwork import graph_source
 

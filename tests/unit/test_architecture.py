@@ -1,0 +1,94 @@
+"""The architecture as docs/architecture.md draws it: no import cycle, and the map matches the tree.
+
+The layers themselves are import-linter contracts (`.importlinter`, run by `make test`);
+what a contract cannot say is checked here: that no module imports itself back through
+others (at run time or for type checking), and that the package table of
+docs/architecture.md and the README's layout name every module there is and nothing
+that is not.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import grimp
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "embedded")
+
+
+def _import_graph(*, type_checking: bool) -> nx.DiGraph:
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=not type_checking)
+    out = nx.DiGraph()
+    for module in graph.modules:
+        out.add_node(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            out.add_edge(module, imported)
+    return out
+
+
+@pytest.mark.parametrize("type_checking", [False, True], ids=["at run time", "with type-checking imports"])
+def test_no_module_imports_itself_back_through_others(type_checking: bool) -> None:
+    graph = _import_graph(type_checking=type_checking)
+    cycle = next(iter(nx.simple_cycles(graph)), None)
+    assert cycle is None, "import cycle: " + " -> ".join([*cycle, cycle[0]])
+
+
+def _modules_on_disk() -> dict[str, set[str]]:
+    """Package path (as the docs write it, `bridge/agent/`) -> its module names."""
+    found: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for init in (ROOT / package).rglob("__init__.py"):
+            directory = init.parent
+            rel = directory.relative_to(ROOT).as_posix() + "/"
+            modules = {p.stem for p in directory.glob("*.py") if p.stem not in ("__init__", "__main__")}
+            if modules:  # `bridge/` holds only its products' packages
+                found[rel] = modules
+    return found
+
+
+def _documented_packages() -> dict[str, set[str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## What each package holds", 1)[1].split("\n## ", 1)[0]
+    documented: dict[str, set[str]] = {}
+    current = None
+    for line in table.splitlines():
+        if not line.startswith("|") or line.startswith("| ---") or line.startswith("| package"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        package = re.match(r"`([a-z_/]+/)`", cells[0])
+        if package:
+            current = package.group(1)
+        assert current is not None, f"a row before any package: {line}"
+        # Module names are the backticked words at the start of a list item, before any
+        # explanation in parentheses.
+        modules = set()
+        for item in re.split(r",\s*(?![^()]*\))", cells[1]):
+            name = re.match(r"\s*`([a-z_/]+)`", item)
+            if name:
+                modules.add(name.group(1).split("/")[-1])
+        documented.setdefault(current, set()).update(modules)
+    return documented
+
+
+def test_the_package_table_of_docs_architecture_names_every_module_and_no_other() -> None:
+    on_disk = _modules_on_disk()
+    documented = _documented_packages()
+    assert set(documented) == set(on_disk), "packages documented vs on disk"
+    for package, modules in on_disk.items():
+        assert documented[package] == modules, (
+            f"{package}: undocumented {sorted(modules - documented[package])}, "
+            f"documented but absent {sorted(documented[package] - modules)}"
+        )
+
+
+def test_the_readme_layout_names_every_package_of_the_tree() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    for package in _modules_on_disk():
+        if package == "podnetwork/commands/":
+            continue
+        assert f"`{package}" in layout, f"README's layout table does not name {package}"
