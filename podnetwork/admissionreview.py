@@ -34,6 +34,7 @@ import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from podnetwork.fielderrors import ErrorType, FieldError
+from podnetwork.kube import jsontype
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -177,7 +178,7 @@ def review_of(body: Any) -> AdmissionReview:
     if isinstance(body, AdmissionReview):
         return body
     if not isinstance(body, Mapping):
-        raise BadReview(f"expected an AdmissionReview ({API_VERSION}) object, got {_json_type(body)}")
+        raise BadReview(f"expected an AdmissionReview ({API_VERSION}) object, got {jsontype.describe(body)}")
     try:
         return AdmissionReview.model_validate(body)
     except pydantic.ValidationError as exc:
@@ -254,20 +255,6 @@ def _path(loc: Sequence[str | int]) -> str:
     return out or "<body>"
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return "an object"
-
-
 _EXPECTED = {
     "string_type": "must be a string",
     "bool_type": "must be true or false",
@@ -283,7 +270,7 @@ def _problem(err: Mapping[str, Any]) -> str:
     if kind == "missing":
         return "is required"
     if kind in _EXPECTED:
-        return f"{_EXPECTED[kind]}, not {_json_type(err.get('input'))}"
+        return f"{_EXPECTED[kind]}, not {jsontype.describe(err.get('input'))}"
     if kind == "literal_error":
         expected = str((err.get("ctx") or {}).get("expected", "")).replace("'", '"')
         return f"must be {expected}, not {_shown(err.get('input'))}"
@@ -299,7 +286,7 @@ def _shown(value: Any) -> str:
         return json.dumps(_cut(value), ensure_ascii=False)
     if value is None or isinstance(value, bool | int | float):
         return json.dumps(value)
-    return _json_type(value)
+    return jsontype.describe(value)
 
 
 def _field_error(path: str, err: Mapping[str, Any]) -> FieldError:

@@ -28,6 +28,7 @@ from typing import Any
 import pydantic
 
 from podnetwork import api, conditions, constants
+from podnetwork.kube import jsontype
 from podnetwork.kube.core import Node
 from scheduler_plugin import wire
 
@@ -114,18 +115,6 @@ _WHERE = f"node annotation {constants.NODE_PODNETWORKS_ANNOTATION}"
 _EXAMPLE = 'a JSON list of PodNetwork names such as ["dataplane"]'
 
 
-def _json_type(value: Any) -> str:
-    """How a JSON value's type reads in a message."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _parse(text: str) -> NodeOffer:
     try:
         data = json.loads(text)
@@ -137,10 +126,10 @@ def _parse(text: str) -> NodeOffer:
     except RecursionError:
         return InvalidOffer(f"{_WHERE} is not valid JSON (nested too deeply); expected {_EXAMPLE}")
     if not isinstance(data, list):
-        return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}, not {_json_type(data)}")
+        return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}, not {jsontype.describe(data)}")
     for i, item in enumerate(data):
         if not isinstance(item, str):
-            return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}; item {i} is {_json_type(item)}")
+            return InvalidOffer(f"{_WHERE} must be {_EXAMPLE}; item {i} is {jsontype.describe(item)}")
     return frozenset(data)
 
 

@@ -22,6 +22,7 @@ from bridge.npwg.names import (
     name_problem,
     subdomain_problem,
 )
+from podnetwork.kube import jsontype
 
 # --- Errors ------------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ def _fail(index: int | None, key: str | None, message: str) -> InvalidSelection:
 
 def _string(index: int, key: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise _fail(index, key, f"must be a string, not {_json_type(value)}")
+        raise _fail(index, key, f"must be a string, not {jsontype.describe(value)}")
     return value
 
 
@@ -167,20 +168,6 @@ def _string_list(index: int, key: str, value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise _fail(index, key, "must be a list of strings")
     return list(value)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def _port_number(index: int, key: str, value: Any, what: str) -> int:
@@ -234,7 +221,7 @@ def _bandwidth(index: int, value: Any) -> dict[str, int]:
 
 def _element(index: int, raw: Any, pod_namespace: str) -> NetworkSelectionElement:
     if not isinstance(raw, dict):
-        raise _fail(index, None, f"must be an object with at least a \"name\", not {_json_type(raw)}")
+        raise _fail(index, None, f"must be an object with at least a \"name\", not {jsontype.describe(raw)}")
     for key in raw:
         if not isinstance(key, str) or ("." not in key and key not in ELEMENT_ATTRIBUTES):
             raise InvalidSelection(
@@ -285,7 +272,7 @@ def _element_keys(
         kwargs["interface"] = ifname
     if "cni-args" in raw:
         if not isinstance(raw["cni-args"], dict):
-            raise _fail(index, "cni-args", f"must be an object, not {_json_type(raw['cni-args'])}")
+            raise _fail(index, "cni-args", f"must be an object, not {jsontype.describe(raw['cni-args'])}")
         kwargs["cni_args"] = dict(raw["cni-args"])
     if "portMappings" in raw:
         kwargs["port_mappings"] = _port_mappings(index, raw["portMappings"])
@@ -342,7 +329,7 @@ def parse_selection(annotation: str, pod_namespace: str) -> list[NetworkSelectio
     invalid, including `default-route` on more than one element (4.1.2.1.9).
     """
     if not isinstance(annotation, str):
-        raise InvalidSelection(f"must be a string, not {_json_type(annotation)}")
+        raise InvalidSelection(f"must be a string, not {jsontype.describe(annotation)}")
     if problem := name_problem(pod_namespace, max_length=NAMESPACE_MAX):
         raise ValueError(f"pod namespace {pod_namespace!r} {problem}")
     text = annotation.strip()
