@@ -77,6 +77,38 @@ def test_multus_selection_cases(annotation: str, namespace: str, expected: list[
         assert "'interfaceRequest'" in warnings[0]
 
 
+# Facts from k8snetworkplumbingwg/network-resources-injector pkg/webhook/webhook_test.go,
+# DescribeTable("Network selection elements parsing"), pod namespace "default":
+# (annotation, expected [(namespace, name, interface)] or the index of the invalid item).
+INJECTOR_CASES = [
+    pytest.param("", [], id="empty config"),
+    pytest.param("ns1/net1@eth0", [("ns1", "net1", "eth0")], id="csv - correct ns/net@if format"),
+    pytest.param("net1@eth0", [("default", "net1", "eth0")], id="csv - correct net@if format"),
+    pytest.param("net1", [("default", "net1", None)], id="csv - correct name-only format"),
+    pytest.param("ns1/net1", [("ns1", "net1", None)], id="csv - correct ns/net format"),
+    pytest.param("ns1/net1,net2", [("ns1", "net1", None), ("default", "net2", None)],
+                 id="csv - correct multiple networks format"),
+    pytest.param("ns1/net1/if1", 0, id="csv - incorrect format forward slashes"),
+    pytest.param("net1@if1@if2", 0, id="csv - incorrect format @'s"),
+    pytest.param("ns/net1,net2,net3@if1@if2", 2, id="csv - incorrect mixed with correct"),
+    pytest.param('{"name": "net1"}', None, id="json - not an array"),
+    pytest.param('[{"name": "net1"},{"name": "net2", "namespace": "ns1"}]',
+                 [("default", "net1", None), ("ns1", "net2", None)], id="json - correct example"),
+]
+
+
+@pytest.mark.parametrize(("annotation", "expected"), INJECTOR_CASES)
+def test_network_resources_injector_selection_cases(
+    annotation: str, expected: list[tuple[str, str, str | None]] | int | None
+) -> None:
+    if expected is None or isinstance(expected, int):
+        with pytest.raises(InvalidSelection) as exc:
+            npwg.parse_selection(annotation, "default")
+        assert exc.value.index == expected, str(exc.value)
+        return
+    assert [(e.namespace, e.name, e.interface) for e in npwg.parse_selection(annotation, "default")] == expected
+
+
 # --- Status (5) -------------------------------------------------------------------------------
 # Facts from k8snetworkplumbingwg/network-attachment-definition-client
 # pkg/utils/net-attach-def_test.go (CreateNetworkStatus, CreateNetworkStatuses). The peer
