@@ -324,7 +324,12 @@ def _comma_element(index: int, item: str, pod_namespace: str) -> NetworkSelectio
     ref, at, ifname = item.partition("@")
     if "@" in ifname:
         # `net1@if1@if2` has no one reading: Multus and the NAD client refuse it too.
-        raise _fail(index, "interface", f"{json.dumps(item)} has more than one '@'").with_section("4.1.1")
+        raise _fail(
+            index,
+            "interface",
+            f"{json.dumps(item)} has more than one '@'; write namespace/name@interface "
+            "with one interface name",
+        ).with_section("4.1.1")
     namespace, slash, name = ref.rpartition("/")
     if slash and not namespace:
         raise _fail(index, "namespace", f"{json.dumps(item)} has an empty namespace before '/'")
