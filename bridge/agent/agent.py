@@ -204,6 +204,15 @@ def pod_ref_problems(namespace: str | None, name: str | None) -> list[tuple[str,
     return problems
 
 
+def _default_version(config: Mapping[str, Any]) -> str:
+    """The version the default network runs at, which the agent's own conflist speaks:
+    CNI 1.1's `cniVersions` chosen as libcni does, else `cniVersion`, else the latest."""
+    if "cniVersions" in config:
+        with contextlib.suppress(CNIError):  # conflist.load reports it, with context
+            return conflist.chosen_version(config)
+    return str(config.get("cniVersion") or invoke.LATEST_VERSION)
+
+
 class Agent:
     """The delegating plugin. Safe to run several in one process (distinct sockets and caches)."""
 
@@ -277,7 +286,7 @@ class Agent:
             conflist.resolve(conflist.load(config, what=f"default network {name!r}"), self.config.bin_dirs)
         except CNIError as exc:
             return str(exc)
-        version = str(config.get("cniVersion") or invoke.LATEST_VERSION)
+        version = _default_version(config)
         if version not in invoke.SUPPORTED_VERSIONS:
             # The agent's conflist speaks the default network's version (own_conflist), and
             # parse_request refuses a version it does not speak: every pod would fail.
@@ -301,7 +310,7 @@ class Agent:
         if capabilities:
             plugin["capabilities"] = capabilities
         return {
-            "cniVersion": str(default_config.get("cniVersion") or invoke.LATEST_VERSION),
+            "cniVersion": _default_version(default_config),
             "name": NETWORK_NAME,
             "plugins": [plugin],
         }
@@ -499,11 +508,14 @@ class Agent:
         if not annotation:
             return []
         try:
-            return npwg.parse_selection(annotation, namespace)
+            elements = npwg.parse_selection(annotation, namespace)
         except npwg.InvalidSelection as exc:
             # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
             log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, meta.get("name"), exc)
             return []
+        for warning in npwg.ignored_key_warnings(elements):
+            log.warning("pod %s/%s: %s", namespace, meta.get("name"), warning)
+        return elements
 
     async def _translated(self, namespace: str, text: str) -> list[npwg.NetworkSelectionElement]:
         what = f"pod annotation {objects_mod.KEP_NETWORKS_ANNOTATION}"

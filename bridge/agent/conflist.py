@@ -51,6 +51,41 @@ class ConfList:
         return out
 
 
+def chosen_version(conf: Mapping[str, Any], *, what: str = "network configuration") -> str:
+    """The version a configuration runs at, as libcni chooses it: with CNI 1.1's
+    `cniVersions`, the highest of those listed (and of `cniVersion`, when also given) that
+    this agent speaks; versions newer than it speaks are skipped. Raises INVALID_CONFIG
+    for a malformed version, INCOMPATIBLE_VERSION when `cniVersions` names none it speaks."""
+
+    def bad(detail: str) -> CNIError:
+        return CNIError(ErrorCode.INVALID_CONFIG, f"invalid {what}", detail)
+
+    version = conf.get("cniVersion")
+    if "cniVersion" in conf and (not isinstance(version, str) or not version):
+        raise bad('"cniVersion" must be a version string such as "1.0.0"')
+    if "cniVersions" not in conf:
+        if not isinstance(version, str):
+            raise bad('"cniVersion" (or CNI 1.1\'s "cniVersions") must give a version such as "1.0.0"')
+        return version
+    listed = conf["cniVersions"]
+    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+        raise bad('"cniVersions" must be a list of version strings such as ["1.0.0", "1.1.0"]')
+    candidates = [*listed, *([version] if isinstance(version, str) else [])]
+    for v in candidates:
+        parts = v.split(".")
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise bad(f'"cniVersions": {v!r} is not a version such as "1.0.0"')
+    newest = invoke.version_tuple(invoke.SUPPORTED_VERSIONS[-1])
+    usable = [v for v in candidates if invoke.version_tuple(v) <= newest]
+    if not usable:
+        raise CNIError(
+            ErrorCode.INCOMPATIBLE_VERSION,
+            f"no version of \"cniVersions\" {candidates} in {what} is one this agent speaks",
+            f"supported: {', '.join(invoke.SUPPORTED_VERSIONS)}",
+        )
+    return str(max(usable, key=invoke.version_tuple))
+
+
 def load(conf: Any, *, what: str = "network configuration") -> ConfList:
     """A CNI configuration (single or list) -> ConfList, validating everything before any exec."""
 
@@ -62,9 +97,7 @@ def load(conf: Any, *, what: str = "network configuration") -> ConfList:
     name = conf.get("name")
     if not isinstance(name, str) or not name:
         raise bad('"name" must be a non-empty string')
-    version = conf.get("cniVersion")
-    if not isinstance(version, str) or not version:
-        raise bad('"cniVersion" must be a version string such as "1.0.0"')
+    version = chosen_version(conf, what=what)
     if invoke.version_tuple(version) > invoke.version_tuple(invoke.SUPPORTED_VERSIONS[-1]):
         raise CNIError(
             ErrorCode.INCOMPATIBLE_VERSION,

@@ -334,4 +334,21 @@ async def call(
     code, stdout, stderr = await executor.run(plugin, env, json.dumps(config).encode(), timeout)
     if code != 0:
         raise decode_failure(plugin.name, code, stdout, stderr)
-    return decode(stdout, expect_result=args.command in (Command.ADD, Command.VERSION))
+    result = decode(stdout, expect_result=args.command in (Command.ADD, Command.VERSION))
+    if args.command is Command.ADD and result is not None:
+        result_version = result.get("cniVersion")
+        if "cniVersion" in result and (
+            not isinstance(result_version, str)
+            or len(parts := result_version.split(".")) != 3
+            or not all(p.isascii() and p.isdigit() for p in parts)
+            or version_tuple(result_version) > version_tuple(LATEST_VERSION)
+        ):
+            # libcni refuses a result it has no type for; guessing its meaning from its
+            # shape would put guesses into prevResult, the cache and network-status.
+            raise CNIError(
+                ErrorCode.INCOMPATIBLE_VERSION,
+                f"plugin {plugin.name} returned a result of cniVersion {result_version!r}, "
+                "which is not a version this agent reads",
+                f"supported: {', '.join(SUPPORTED_VERSIONS)}; set the network's cniVersion to one of those",
+            )
+    return result

@@ -344,6 +344,9 @@ class WorkloadChange:
     after: str
     """The KEP networks annotation that replaces it."""
     networks: list[Network]
+    notes: list[str] = field(default_factory=list)
+    """What the migration drops on purpose: reserved keys the NPWG spec does not define
+    (4.1.2.1), e.g. the pre-spec `interfaceRequest`, which no implementation acts on."""
 
     def new_annotations(self) -> dict[str, str]:
         out = {k: v for k, v in self.workload.annotations.items() if k != NPWG_NETWORKS_ANNOTATION}
@@ -785,7 +788,9 @@ def _plan_workload(
             f"also has {constants.NETWORKS_ANNOTATION}={excerpts.cut(existing)}; "
             "keep one of the two annotations",
         )
-    return WorkloadChange(workload=wl, before=text, after=after, networks=entries)
+    return WorkloadChange(
+        workload=wl, before=text, after=after, networks=entries, notes=npwg.ignored_key_warnings(elements)
+    )
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -862,8 +867,15 @@ def _annotation_lines(annotations: Mapping[str, str]) -> list[str]:
 
 
 def problems(p: Plan) -> str:
-    """One line per workload that cannot be migrated (`!`) or is left to its owner (`~`)."""
+    """One line per workload that cannot be migrated (`!`) or is left to its owner (`~`),
+    and per note of a migrated one (`i`: a key it drops)."""
     lines = [f"! {u}\n" for u in p.unmigratable]
+    lines += [
+        f"i {c.workload.source + ': ' if c.workload.source else ''}{c.workload.ref}: "
+        f"{excerpts.cut(note, excerpts.LINE_LIMIT)}\n"
+        for c in p.workloads
+        for note in c.notes
+    ]
     lines += [f"~ {s.source + ': ' if s.source else ''}{s.ref}: {s.message}\n" for s in p.skipped]
     return "".join(lines)
 

@@ -58,15 +58,19 @@ from bridge.npwg.selection import (
     InvalidSelection,
     NetworkSelectionElement,
     format_selection,
+    ignored_key_warnings,
     parse_selection,
 )
 from bridge.npwg.status import (
+    CNI_RESULT_VERSIONS,
+    UnsupportedResultVersion,
     parse_status,
     status_entry,
 )
 
 __all__ = [
     "CAPABILITIES",
+    "CNI_RESULT_VERSIONS",
     "DEFAULT_BURST_BITS",
     "IFNAME_MAX_BYTES",
     "NAD_API_VERSION",
@@ -85,8 +89,10 @@ __all__ = [
     "DelegationError",
     "InvalidSelection",
     "NetworkSelectionElement",
+    "UnsupportedResultVersion",
     "delegate_config",
     "format_selection",
+    "ignored_key_warnings",
     "interface_problem",
     "ip_problem",
     "load_cni_config",

@@ -63,6 +63,12 @@ def load_cni_config(text: str, source: str) -> dict[str, Any]:
     for key in ("name", "cniVersion"):
         if key in config and not isinstance(config[key], str):
             raise DelegationError(f"{source}: {key!r} must be a string")
+    versions = config.get("cniVersions")
+    if "cniVersions" in config and (
+        not isinstance(versions, list) or not all(isinstance(v, str) for v in versions)
+    ):
+        # CNI 1.1 "cniVersions": the runtime picks the highest it supports (libcni does).
+        raise DelegationError(f"{source}: \"cniVersions\" must be a list of version strings")
     return config
 
 
@@ -118,8 +124,8 @@ def delegate_config(
 
     Source, by 3.4.1's order: `nad_config` (the NAD's `spec.config`, when non-blank);
     else a `.conflist` in `cni_conf_dir` whose `name` is `nad_name`; else a `.conf` or
-    `.json` there whose `name` is `nad_name`; else `DelegationError`. A missing `name`
-    is injected as `nad_name` (3.4.2).
+    `.json` there whose `name` is `nad_name`; else `DelegationError`. A missing or
+    empty `name` is injected as `nad_name` (3.4.2).
 
     The result is a single config or a config list, shaped as found, with per-plugin
     additions applied the way libcni applies capability arguments: each plugin
@@ -146,7 +152,8 @@ def delegate_config(
                 f"{nad_name!r} exists in {cni_conf_dir} (NPWG multi-net spec 3.4.1)"
             )
     config = json.loads(json.dumps(config))  # a private copy we may change
-    config.setdefault("name", nad_name)
+    if not config.get("name"):
+        config["name"] = nad_name  # 3.4.2: an empty name is as good as none
     is_list = "plugins" in config
     plugins: list[dict[str, Any]] = config["plugins"] if is_list else [config]
 

@@ -69,6 +69,12 @@ class InvalidSelection(ValueError):
     def __str__(self) -> str:
         return self._text()
 
+    def with_section(self, section: str) -> InvalidSelection:
+        """The same error, citing `section`."""
+        self.section = section
+        self.args = (self._text(),)
+        return self
+
 
 _MAC_RES = (
     re.compile(r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"),
@@ -93,7 +99,8 @@ class NetworkSelectionElement:
     """One element of the selection annotation (4.1.2.1). Unset keys are None.
 
     `namespace` is always filled: from the annotation, else from the pod (4.1.2.1.2).
-    `extensions` holds the implementation keys (those with a dot, 4.1.2.1), kept as given.
+    `extensions` holds the implementation keys (those with a dot, 4.1.2.1), kept as given;
+    `ignored` the reserved keys the spec does not define.
     Values are kept as written (e.g. a MAC's case, a port mapping's protocol case), so
     `parse_selection(format_selection(x), ns) == x`.
     """
@@ -110,6 +117,11 @@ class NetworkSelectionElement:
     infiniband_guid: str | None = None
     ipam_claim_reference: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
+    ignored: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Keys without a period that the spec does not define (4.1.2.1 reserves them), such as
+    the pre-spec `ipRequest`, `macRequest`, `interfaceRequest`: ignored, not refused, so
+    older manifests keep working; `ignored_key_warnings` says so. Never written back and
+    not part of equality: they select nothing."""
 
     @property
     def ref(self) -> str:
@@ -222,15 +234,6 @@ def _bandwidth(index: int, value: Any) -> dict[str, int]:
 def _element(index: int, raw: Any, pod_namespace: str) -> NetworkSelectionElement:
     if not isinstance(raw, dict):
         raise _fail(index, None, f"must be an object with at least a \"name\", not {jsontype.describe(raw)}")
-    for key in raw:
-        if not isinstance(key, str) or ("." not in key and key not in ELEMENT_ATTRIBUTES):
-            raise InvalidSelection(
-                f"unknown key {key!r}: keys without a period are reserved by the spec; "
-                "implementation keys use reverse domain names such as \"org.example.key\"",
-                index=index,
-                key=key,
-                section="4.1.2.1",
-            )
     if "name" not in raw:
         raise _fail(index, "name", "is required")
     kwargs: dict[str, Any] = {}
@@ -299,12 +302,21 @@ def _element_keys(
             raise _fail(index, "ipam-claim-reference", "may not be set together with \"ips\"")
         kwargs["ipam_claim_reference"] = claim
     kwargs["extensions"] = {k: v for k, v in raw.items() if "." in k}
+    kwargs["ignored"] = {k: v for k, v in raw.items() if "." not in k and k not in ELEMENT_ATTRIBUTES}
     return NetworkSelectionElement(**kwargs)
 
 
 def _comma_element(index: int, item: str, pod_namespace: str) -> NetworkSelectionElement:
     """4.1.1 `name`, `namespace/name`, and the common `...@interface` suffix."""
     ref, at, ifname = item.partition("@")
+    if "@" in ifname:
+        # `net1@if1@if2` has no one reading: Multus and the NAD client refuse it too.
+        raise _fail(
+            index,
+            "interface",
+            f"{json.dumps(item)} has more than one '@'; write namespace/name@interface "
+            "with one interface name",
+        ).with_section("4.1.1")
     namespace, slash, name = ref.rpartition("/")
     if slash and not namespace:
         raise _fail(index, "namespace", f"{json.dumps(item)} has an empty namespace before '/'")
@@ -326,7 +338,10 @@ def parse_selection(annotation: str, pod_namespace: str) -> list[NetworkSelectio
     interface (a widely used extension; the name after `@` follows the Linux rule
     of 4.1.2.1.5). An empty or blank annotation selects nothing. Raises
     `InvalidSelection` naming the element and key for anything the spec calls
-    invalid, including `default-route` on more than one element (4.1.2.1.9).
+    invalid, including `default-route` on more than one element (4.1.2.1.9) and a
+    comma-format item with more than one `@`. Keys without a period that the spec does
+    not define are not invalid: they land in each element's `ignored`
+    (`ignored_key_warnings` words the warning a caller shows).
     """
     if not isinstance(annotation, str):
         raise InvalidSelection(f"must be a string, not {jsontype.describe(annotation)}")
@@ -365,6 +380,21 @@ def parse_selection(annotation: str, pod_namespace: str) -> list[NetworkSelectio
     return elements
 
 
+def ignored_key_warnings(elements: Iterable[NetworkSelectionElement]) -> list[str]:
+    """One warning per element that carries reserved keys the spec does not define."""
+    out = []
+    for index, element in enumerate(elements):
+        if element.ignored:
+            keys = ", ".join(sorted(repr(k) for k in element.ignored))
+            out.append(
+                f"{NETWORKS_ANNOTATION}[{index}] (element {element.name!r}): ignoring key(s) {keys}: "
+                "keys without a period are reserved by NPWG multi-net spec 4.1.2.1 and these are not "
+                "defined by it, so nothing acts on them; use the spec's keys (\"ips\", \"mac\", "
+                "\"interface\", ...) or a reverse-domain key such as \"org.example.key\""
+            )
+    return out
+
+
 def format_selection(elements: Iterable[NetworkSelectionElement]) -> str:
     """The JSON list format (4.1.2) of `elements`, compact, namespaces explicit."""
     return json.dumps([e.to_json() for e in elements], separators=(",", ":"))
@@ -374,5 +404,6 @@ __all__ = [
     "InvalidSelection",
     "NetworkSelectionElement",
     "format_selection",
+    "ignored_key_warnings",
     "parse_selection",
 ]

@@ -14,12 +14,41 @@ from bridge.npwg.names import NETWORK_STATUS_ANNOTATION
 
 # --- Status (5) ----------------------------------------------------------------------------
 
+#: The CNI result formats this library reads (CNI SPEC.md, "Result"). A result of a newer
+#: version may have changed meaning; reading it by its shape would report guesses as facts.
+CNI_RESULT_VERSIONS: tuple[str, ...] = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
-def _version_tuple(version: Any) -> tuple[int, ...]:
+
+class UnsupportedResultVersion(ValueError):
+    """A CNI result whose `cniVersion` this library cannot read (5.3.2.1, 5.3.3.1 name the versions)."""
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() and p.isascii() for p in parts):
+        raise UnsupportedResultVersion(
+            f"CNI result cniVersion {version!r} is not a version of the form MAJOR.MINOR.PATCH"
+        )
+    return tuple(int(p) for p in parts)
+
+
+def result_version_problem(result: Mapping[str, Any]) -> str | None:
+    """Why `result` cannot be read (its `cniVersion` is malformed or newer than
+    `CNI_RESULT_VERSIONS`), or None. A result without `cniVersion` is read by its shape."""
+    if "cniVersion" not in result:
+        return None
+    version = result["cniVersion"]
+    if not isinstance(version, str):
+        return f"CNI result cniVersion must be a string, not {type(version).__name__}"
     try:
-        return tuple(int(p) for p in str(version).split(".")[:3])
-    except ValueError:
-        return (0, 0, 0)
+        if _version_tuple(version) > _version_tuple(CNI_RESULT_VERSIONS[-1]):
+            return (
+                f"CNI result cniVersion {version!r} is newer than any this project reads "
+                f"({', '.join(CNI_RESULT_VERSIONS)}); its fields may mean something else"
+            )
+    except UnsupportedResultVersion as exc:
+        return str(exc)
+    return None
 
 
 def _dns(result: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -63,18 +92,24 @@ def status_entry(
     `sandbox`, `ips` from the result's entries pointing at that interface, or from
     those with no interface index when no sandbox interface exists (5.3.3.1); from
     a 0.1.0/0.2.0 result, `ips` from `ip4`/`ip6` and `interface` from the
-    `interface` argument (the CNI_IFNAME used, 5.3.2.1). `dns` keeps `nameservers`,
+    `interface` argument (the CNI_IFNAME used, 5.3.2.1). A 0.3.0+ result without a
+    sandbox interface gives no `interface` and no `mac` (5.3.2.1 sources them from that
+    interface only; 5.3.3.1 rule 2 is the case where none exists). `dns` keeps `nameservers`,
     `domain` and `search` (5.3.6). With no result (None) the map is minimal (5.1.1).
     `default_route` is None unless the selection asked for the default route; then
     the entry carries it: the given gateways, or when the list is empty, the
     gateways of the result's default routes (5.3.6.4). IP addresses are reported
     as the result gives them, with their prefix length, as in 5.4's examples.
+    Raises `UnsupportedResultVersion` for a result whose `cniVersion` is malformed or
+    newer than `CNI_RESULT_VERSIONS`.
     """
     entry: dict[str, Any] = {"name": name}
     mac: str | None = None
     ips: list[str] = []
     result: Mapping[str, Any] = cni_result or {}
     if result:
+        if problem := result_version_problem(result):
+            raise UnsupportedResultVersion(f"{name}: {problem}")
         # The shape decides, the version only when the shape is silent: some plugins
         # omit cniVersion, some echo a config version their result does not follow.
         if "ips" in result or "interfaces" in result:
@@ -82,7 +117,7 @@ def status_entry(
         elif "ip4" in result or "ip6" in result:
             legacy = True
         else:
-            legacy = _version_tuple(result.get("cniVersion", "0.1.0")) < (0, 3, 0)
+            legacy = _version_tuple(str(result.get("cniVersion", "0.1.0"))) < (0, 3, 0)
         if legacy:
             for block in (result.get("ip4"), result.get("ip6")):
                 if isinstance(block, dict) and block.get("ip"):
@@ -104,6 +139,9 @@ def status_entry(
                 mac = itf.get("mac") or None
                 ips = [str(e["address"]) for e in entries if e.get("interface") == sandbox_index]
             else:
+                # No sandbox interface: the result does not say which interface is the pod's,
+                # so the status does not either (the runtime's CNI_IFNAME may not be it).
+                interface = None
                 ips = [
                     str(e["address"])
                     for e in entries
@@ -146,6 +184,9 @@ def parse_status(annotation: str) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "CNI_RESULT_VERSIONS",
+    "UnsupportedResultVersion",
     "parse_status",
+    "result_version_problem",
     "status_entry",
 ]

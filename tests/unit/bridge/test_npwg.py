@@ -65,6 +65,8 @@ def test_spec_4_1_1_comma_delimited_format_is_parsed(annotation: str, expected: 
         pytest.param("net-a@a:b", 0, "interface", "4.1.2.1.5", id="4.1.2.1.5 colon in interface"),
         pytest.param("net-a@..", 0, "interface", "4.1.2.1.5", id="4.1.2.1.5 dot-dot interface"),
         pytest.param("net-a, Ns/x", 1, "namespace", "4.1.2.1.2", id="3.3 upper case namespace"),
+        pytest.param("net1@if1@if2", 0, "interface", "4.1.1", id="4.1.1 more than one @"),
+        pytest.param("ns/net-a@eth0@1", 0, "interface", "4.1.1", id="4.1.1 a second @ after a valid ifname"),
     ],
 )
 def test_spec_4_1_1_invalid_comma_items_name_the_element_and_key(
@@ -192,7 +194,6 @@ BAD_ELEMENTS = [
                  id="4.1.2.1.11 empty claim name"),
     pytest.param({"name": "n", "ips": ["10.0.0.1"], "ipam-claim-reference": "c"}, "ipam-claim-reference",
                  "4.1.2.1.11", id="4.1.2.1.11 ips together with a claim"),
-    pytest.param({"name": "n", "overrides": {}}, "overrides", "4.1.2.1", id="4.1.2.1 reserved unknown key"),
 ]
 
 
@@ -236,6 +237,26 @@ def test_spec_4_1_2_1_keys_with_a_period_are_kept_as_implementation_extensions()
     assert json.loads(npwg.format_selection([element])) == [
         {"name": "n", "namespace": NS, "org.example.x": {"deep": [1, 2]}}
     ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param({"name": "n", "overrides": {}}, id="4.1.2.1 a reserved key the spec does not define"),
+        pytest.param({"name": "n", "ipRequest": ["10.0.0.5/24"]}, id="pre-spec ipRequest"),
+        pytest.param({"name": "n", "macRequest": "02:00:00:00:00:01"}, id="pre-spec macRequest"),
+        pytest.param({"name": "n", "interfaceRequest": "eth1"}, id="pre-spec interfaceRequest"),
+    ],
+)
+def test_spec_4_1_2_1_undefined_keys_without_a_period_are_ignored_with_a_warning(raw: dict[str, Any]) -> None:
+    elements = npwg.parse_selection(json.dumps([{"name": "ok"}, raw]), NS)
+    (key,) = set(raw) - {"name"}
+    assert elements[1] == NetworkSelectionElement(name="n", namespace=NS), "the key selects nothing"
+    assert elements[1].ignored == {key: raw[key]}
+    assert key not in elements[1].to_json(), "not written back"
+    (warning,) = npwg.ignored_key_warnings(elements)
+    assert f"{npwg.NETWORKS_ANNOTATION}[1]" in warning and repr(key) in warning and "4.1.2.1" in warning
+    assert npwg.ignored_key_warnings(elements[:1]) == []
 
 
 def test_spec_4_1_2_to_json_omits_unset_keys() -> None:
@@ -308,7 +329,9 @@ def test_spec_4_1_parse_of_arbitrary_text_either_succeeds_or_raises_invalid_sele
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.none() | labels, labels, st.none() | ifnames.filter(lambda s: "," not in s)),
+@given(st.lists(st.tuples(st.none() | labels, labels,
+                          # 4.1.1: a second '@' makes the item invalid, so the format cannot carry one
+                          st.none() | ifnames.filter(lambda s: "," not in s and "@" not in s)),
                 min_size=1, max_size=4))
 def test_spec_4_1_1_comma_format_items_parse_to_their_parts(parts: list[tuple]) -> None:
     text = ",".join(
@@ -374,6 +397,13 @@ def test_spec_3_4_2_name_is_injected_when_missing() -> None:
     config = npwg.delegate_config(None, "a-bridge-network", "ns",
                                   '{"cniVersion": "0.3.0", "type": "awesome-plugin"}', None)
     assert config == {"cniVersion": "0.3.0", "name": "a-bridge-network", "type": "awesome-plugin"}
+
+
+def test_spec_3_4_2_an_empty_name_counts_as_missing() -> None:
+    config = npwg.delegate_config(None, "nad", "ns", '{"name": "", "type": "bridge"}', None)
+    assert config["name"] == "nad"
+    plugins = '{"name": "", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}]}'
+    assert npwg.delegate_config(None, "nad", "ns", plugins, None)["name"] == "nad"
 
 
 def test_spec_3_4_2_an_existing_name_is_kept() -> None:
@@ -521,8 +551,29 @@ def test_spec_5_3_3_1_without_a_sandbox_interface_ips_without_an_interface_index
               "ips": [{"address": "10.0.0.9/24", "interface": 0}, {"address": "10.0.0.7/24"},
                       {"address": "10.0.0.8/24", "interface": -1}]}
     entry = npwg.status_entry("ns/n", result, default=False, interface="net2")
-    assert entry == {"name": "ns/n", "interface": "net2", "ips": ["10.0.0.7/24", "10.0.0.8/24"],
-                     "default": False}
+    assert entry == {"name": "ns/n", "ips": ["10.0.0.7/24", "10.0.0.8/24"], "default": False}
+
+
+def test_spec_5_3_2_1_without_a_sandbox_interface_the_entry_has_no_interface_or_mac() -> None:
+    result = {"cniVersion": "1.0.0", "interfaces": [{"name": "host0", "mac": "02:00:00:00:00:0a"}],
+              "ips": [{"address": "10.0.0.7/24"}]}
+    entry = npwg.status_entry("ns/n", result, default=False, interface="net2")
+    assert "interface" not in entry and "mac" not in entry
+    assert entry["ips"] == ["10.0.0.7/24"]
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param("1.2.3", id="newer than any known"),
+        pytest.param("2.0.0", id="a new major"),
+        pytest.param("1.0", id="not MAJOR.MINOR.PATCH"),
+        pytest.param("1.0.x", id="not digits"),
+    ],
+)
+def test_spec_5_3_a_result_of_an_unknown_cni_version_is_an_error_not_a_guess(version: str) -> None:
+    with pytest.raises(npwg.UnsupportedResultVersion, match=f"ns/n: CNI result cniVersion '{version}'"):
+        npwg.status_entry("ns/n", {**RESULT_1_0, "cniVersion": version}, default=False)
 
 
 @pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])

@@ -274,6 +274,20 @@ def test_extension_keys_that_options_cannot_carry_are_reported() -> None:
     assert "org.example.color" in problem.message
 
 
+def test_pre_spec_keys_do_not_stop_the_migration_and_are_reported_as_dropped() -> None:
+    # NPWG 4.1.2.1 reserves keys without a period; the spec does not define these, no
+    # implementation acts on them, so the workload migrates and the user is told what goes.
+    selection = '[{"name": "a", "interface": "net5", "interfaceRequest": "eth9", "ipRequest": ["10.0.0.5"]}]'
+    p = plan_of([nad("ns", "a"), pod("ns", "p", selection)])
+    assert p.unmigratable == []
+    [change] = p.workloads
+    assert kep(change) == [{"podNetworkName": "default"}, {"podNetworkName": "ns.a", "interfaceName": "net5"}]
+    assert change.before == selection, "the plan keeps the original, so --rollback restores the keys"
+    [note] = change.notes
+    assert "'interfaceRequest'" in note and "'ipRequest'" in note and "4.1.2.1" in note
+    assert migrate.problems(p) == f"i Pod ns/p: {note}\n"
+
+
 def test_an_empty_selection_becomes_the_default_network_alone() -> None:
     p = plan_of([pod("ns", "p", "")])
     assert kep(p.workloads[0]) == [{"podNetworkName": "default"}]
