@@ -13,6 +13,15 @@ field error, as the API server reports its own validation; an update that
 changes the networks annotation is refused (the KEP's Pod.spec.networks is
 immutable, like the rest of a pod's spec).
 
+Use permission (KEP Phase II requirement 16, "controlled via RBAC
+configuration"): with enforcement on, a new pod may name a PodNetwork (or a
+PodNetworkAttachment of one) only when the requesting user or the pod's
+ServiceAccount may `use` that PodNetwork (`podnetworks`, resourceName the
+network), asked of the API server with a SubjectAccessReview in the pod's
+namespace, as PodSecurityPolicy's `use` was; `default` needs no permission.
+The decisions here are pure (`use_requests`, `use_refusal`); the app asks the
+API through the async callables it is given.
+
 Why FastAPI and not kopf's admission handlers: kopf turns a refusal into one
 message and builds the JSONPatch from its own patch object; we want the
 review-to-review function below, testable and reusable as is (the demo calls
@@ -21,14 +30,16 @@ FastAPI/uvicorn stack serves the scheduler extender.
 """
 
 
+import asyncio
 import base64
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from podnetwork import admissionreview, constants, networks, validation
-from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
+from podnetwork.admissionreview import AdmissionRequest, AdmissionReview, UserInfo
 from podnetwork.api import DEFAULT_NETWORKS, Network
 from podnetwork.fielderrors import FieldError, InvalidObject, forbidden
 
@@ -184,6 +195,169 @@ def review(
     return validate(request)
 
 
+# --- use permission (KEP Phase II requirement 16) -------------------------------------------------
+
+USE_VERB = "use"
+USE_RESOURCE = constants.PODNETWORK_PLURAL
+SERVICE_ACCOUNT_GROUP = "system:serviceaccounts"
+#: Seconds one pod's use checks (SubjectAccessReviews, attachment reads, their retries) may
+#: take before the request fails with 503: within the webhook's timeoutSeconds (5).
+USE_CHECK_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Who a SubjectAccessReview asks about: a user with its groups, uid and extra (hashable)."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def spec(self) -> dict[str, Any]:
+        """The subject fields of a SubjectAccessReview spec."""
+        spec: dict[str, Any] = {"user": self.user, "groups": list(self.groups)}
+        if self.uid:
+            spec["uid"] = self.uid
+        if self.extra:
+            spec["extra"] = {key: list(values) for key, values in self.extra}
+        return spec
+
+
+def requester(user_info: UserInfo) -> Subject:
+    """The user who sent the request, as the API server authenticated it."""
+    extra = tuple(sorted((k, tuple(v or ())) for k, v in (user_info.extra or {}).items()))
+    return Subject(user_info.username, tuple(user_info.groups or ()), user_info.uid, extra)
+
+
+def service_account(pod: Mapping[str, Any], namespace: str) -> Subject:
+    """The pod's ServiceAccount as the user its token authenticates as (`default` when unset)."""
+    name = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+    return Subject(f"system:serviceaccount:{namespace}:{name}",
+                   (SERVICE_ACCOUNT_GROUP, f"{SERVICE_ACCOUNT_GROUP}:{namespace}"))
+
+
+@dataclass(frozen=True)
+class UseRequest:
+    """One network entry of a pod that needs `use` permission: on `podnetwork`, reached
+    directly or through the PodNetworkAttachment `attachment` (then `podnetwork` is "" until
+    the attachment is looked up)."""
+
+    index: int
+    podnetwork: str
+    attachment: str = ""
+
+
+def use_requests(request: AdmissionRequest) -> list[UseRequest]:
+    """The entries of a new pod whose PodNetwork needs `use` (pure).
+
+    Only CREATE: a pod's networks cannot change afterwards. Entries naming `default`
+    need none (KEP "Cluster Default PodNetwork": every pod may attach to it). A pod
+    of the wrong shape or with unparseable networks has none: validation refuses it
+    first. Attachments are listed for the caller to resolve to their PodNetwork.
+    """
+    pod = request.object or {}
+    if (not request.is_pod or request.operation != "CREATE" or admissionreview.pod_errors(pod)
+            or _declared_text(pod) is None):
+        return []
+    try:
+        nets = networks.parse(_declared_text(pod) or "")
+    except InvalidObject:
+        return []
+    found: list[UseRequest] = []
+    for i, net in enumerate(nets):
+        if net.pod_network_attachment_name:
+            found.append(UseRequest(i, "", net.pod_network_attachment_name))
+        elif net.pod_network_name and net.pod_network_name != constants.DEFAULT_PODNETWORK:
+            found.append(UseRequest(i, net.pod_network_name))
+    return found
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "")
+
+
+def use_refusal(uid: str, pod: Mapping[str, Any], namespace: str, use: UseRequest,
+                subjects: Sequence[Subject]) -> dict[str, Any]:
+    """The answer refusing a pod whose `subjects` may not use `use.podnetwork`: 403 Forbidden,
+    naming the network, the verb, the resource and who lacks it, and how to grant it."""
+    name = _pod_name(pod)
+    via = (f' (through PodNetworkAttachment "{use.attachment}")' if use.attachment else "")
+    who = " nor ".join(f'"{s.user}"' for s in subjects)
+    message = (f'Pod "{name}" is forbidden: neither {who} may use PodNetwork "{use.podnetwork}"{via}: '
+               f'missing permission: verb "{USE_VERB}" on resource "{USE_RESOURCE}" in API group '
+               f'"{constants.GROUP}" with resourceName "{use.podnetwork}" in namespace "{namespace}"; '
+               "grant it to the pod's ServiceAccount or to the user with a Role or ClusterRole and a "
+               "RoleBinding (docs/controller.md \"Permission to use a PodNetwork\")")
+    if len(subjects) == 1:
+        message = message.replace("neither ", "", 1)
+    field = f"{networks.ANNOTATION_FIELD}[{use.index}]"
+    return {"apiVersion": REVIEW_API_VERSION, "kind": admissionreview.KIND, "response": {
+        "uid": uid, "allowed": False, "status": {
+            "status": "Failure", "code": 403, "reason": "Forbidden", "message": message,
+            "details": {"name": name, "kind": "Pod", "causes": [
+                {"type": "FieldValueForbidden", "field": field, "message": message}]}}}}
+
+
+class UseUnavailable(Exception):
+    """Whether a subject may use a PodNetwork could not be found out; the message says why."""
+
+
+#: `may_use(subject, podnetwork, namespace)`: the API server's answer to a SubjectAccessReview
+#: for verb `use` on `podnetworks`. Raises `UseUnavailable` when it cannot ask.
+MayUse = Callable[[Subject, str, str], Awaitable[bool]]
+#: `attachment_network(namespace, name)`: the PodNetwork of a PodNetworkAttachment, or None
+#: when it does not exist. Raises `UseUnavailable` when it cannot tell.
+AttachmentNetwork = Callable[[str, str], Awaitable["str | None"]]
+
+
+def attachment_missing(uid: str, pod: Mapping[str, Any], namespace: str, use: UseRequest) -> dict[str, Any]:
+    """The answer refusing a pod whose PodNetworkAttachment does not exist (its PodNetwork,
+    and so the permission it needs, is unknown)."""
+    field = f"{networks.ANNOTATION_FIELD}[{use.index}].podNetworkAttachmentName"
+    return _refusal(uid, pod, [forbidden(
+        field,
+        f'PodNetworkAttachment "{use.attachment}" does not exist in namespace "{namespace}", so the '
+        "permission to use its PodNetwork cannot be checked; create the attachment first")],
+        what="is forbidden")
+
+
+async def authorize_use(request: AdmissionRequest, may_use: MayUse,
+                        attachment_network: AttachmentNetwork) -> dict[str, Any] | None:
+    """The refusal of a new pod that names a PodNetwork neither its requester nor its
+    ServiceAccount may use, or None when every network is allowed. Raises `UseUnavailable`.
+
+    Either subject suffices, as with PodSecurityPolicy: pods made by controllers
+    (a ReplicaSet's) are created by the controller's account, which rarely holds
+    `use` itself, while the pod's ServiceAccount does.
+    """
+    uses = use_requests(request)
+    if not uses:
+        return None
+    pod = request.object or {}
+    namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+    subjects = [requester(request.user_info or UserInfo()), service_account(pod, namespace)]
+    if subjects[0].user == subjects[1].user or not subjects[0].user:
+        subjects = subjects[1:]
+    for use in uses:
+        if use.attachment:
+            target = await attachment_network(namespace, use.attachment)
+            if target is None:
+                return attachment_missing(request.uid, pod, namespace, use)
+            if target == constants.DEFAULT_PODNETWORK:
+                continue
+            use = UseRequest(use.index, target, use.attachment)
+        allowed = False
+        for subject in subjects:
+            if await may_use(subject, use.podnetwork, namespace):
+                allowed = True
+                break
+        if not allowed:
+            return use_refusal(request.uid, pod, namespace, use, subjects)
+    return None
+
+
 def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The Mutating- and ValidatingWebhookConfiguration for pods, for a given clientConfig.
 
@@ -258,7 +432,8 @@ def needs_namespace(body: Any, webhook: Webhook) -> bool:
 
 
 def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
-        fetch_namespace: NamespaceFetch | None = None) -> Any:
+        fetch_namespace: NamespaceFetch | None = None, may_use: MayUse | None = None,
+        attachment_network: AttachmentNetwork | None = None) -> Any:
     """The FastAPI application serving both webhooks (and `/healthz`).
 
     `namespace_of(name)` answers from the caller's watch-fed cache: the
@@ -270,6 +445,12 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
     the request fails with 503 and the reason, and the webhook's failurePolicy
     decides: defaulting to `default` instead would pin the pods to the wrong
     networks for good (their networks annotation is immutable).
+
+    With `may_use` (`--enforce-use-permission`), the validating webhook refuses a
+    new pod that names a PodNetwork neither its requester nor its ServiceAccount may
+    use (`authorize_use`; attachments are resolved with `attachment_network`). It
+    runs after every mutating webhook, so networks from a namespace profile are
+    checked too. When the API cannot answer, the request fails with 503, as above.
 
     A body that is not an AdmissionReview gets 400 naming what is wrong; a pod of
     the wrong shape is refused in the answer (`podnetwork.admissionreview`).
@@ -295,8 +476,30 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
         async def decide(body: AdmissionReview) -> dict[str, Any]:
             ns = body.request.namespace
             found = await namespace(ns) if ns and enabled and needs_namespace(body, webhook) else None
-            return review(body, webhook, enabled=enabled, namespace=found)
+            answer = review(body, webhook, enabled=enabled, namespace=found)
+            if (webhook is Webhook.VALIDATING and enabled and may_use is not None
+                    and answer["response"]["allowed"]):
+                refusal = await authorize(body.request, may_use)
+                if refusal is not None:
+                    return refusal
+            return answer
         return decide
+
+    async def no_attachments(namespace: str, name: str) -> str | None:
+        return None
+
+    async def authorize(request: AdmissionRequest, check: MayUse) -> dict[str, Any] | None:
+        try:
+            async with asyncio.timeout(USE_CHECK_SECONDS):
+                return await authorize_use(request, check, attachment_network or no_attachments)
+        except TimeoutError:
+            raise admissionreview.Unavailable(
+                "cannot check the permission to use the pod's PodNetworks: the API server did not "
+                f"answer within {USE_CHECK_SECONDS:g}s; retry the request") from None
+        except UseUnavailable as exc:
+            raise admissionreview.Unavailable(
+                f"cannot check the permission to use the pod's PodNetworks: {exc}; "
+                "retry the request") from None
 
     mutating_decision, validating_decision = decider(Webhook.MUTATING), decider(Webhook.VALIDATING)
 
@@ -318,14 +521,26 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
 __all__ = [
     "MUTATE_PATH",
     "UNSEEN",
+    "USE_RESOURCE",
+    "USE_VERB",
     "VALIDATE_PATH",
+    "AttachmentNetwork",
+    "MayUse",
     "NamespaceUnavailable",
+    "Subject",
+    "UseRequest",
+    "UseUnavailable",
     "Webhook",
     "app",
+    "authorize_use",
     "mutate",
     "namespace_default",
     "needs_namespace",
+    "requester",
     "review",
+    "service_account",
+    "use_refusal",
+    "use_requests",
     "validate",
     "webhook_configurations",
 ]

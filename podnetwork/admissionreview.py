@@ -85,6 +85,15 @@ class GroupVersionKind(_Model):
     kind: OptionalText = ""
 
 
+class UserInfo(_Model):
+    """Who sent the request (k8s.io/api/authentication/v1 UserInfo), as a SubjectAccessReview takes it."""
+
+    username: OptionalText = ""
+    uid: OptionalText = ""
+    groups: list[Text] | None = None
+    extra: dict[Text, list[Text] | None] | None = None
+
+
 class AdmissionRequest(_Model):
     """The fields of `request` the webhooks read (k8s.io/api/admission/v1 AdmissionRequest)."""
 
@@ -99,6 +108,8 @@ class AdmissionRequest(_Model):
     object: dict[str, Any] | None = None
     """The object as it would be stored; its shape is checked apart (`pod_errors`)."""
     old_object: dict[str, Any] | None = Field(None, alias="oldObject")
+    user_info: UserInfo | None = Field(None, alias="userInfo")
+    """The requesting user; absent from in-process callers (the demo), which are not authorized."""
 
     @property
     def is_pod(self) -> bool:
@@ -135,6 +146,7 @@ class PodSpec(_Model):
     host_network: bool | None = Field(None, alias="hostNetwork")
     node_name: OptionalText = Field("", alias="nodeName")
     scheduling_gates: list[SchedulingGate] | None = Field(None, alias="schedulingGates")
+    service_account_name: OptionalText = Field("", alias="serviceAccountName")
     os: PodOS | None = None
 
 
@@ -342,6 +354,7 @@ __all__ = [
     "GroupVersionKind",
     "Pod",
     "Unavailable",
+    "UserInfo",
     "allowed",
     "answer",
     "decode",

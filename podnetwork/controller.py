@@ -31,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -52,6 +54,12 @@ NODE = "Node"
 GHOST_CHECKS = 20
 #: Seconds admission waits for its GET of an unseen namespace (the webhook times out at 5).
 NAMESPACE_GET_TIMEOUT = 3.0
+#: SubjectAccessReview answers kept for `--enforce-use-permission` (docs/controller.md
+#: "Permission to use a PodNetwork"): at most this many, an allowance for 60 s, a denial for
+#: 5 s (a permission just granted works within seconds; one revoked, within a minute).
+USE_CACHE_SIZE = 4096
+USE_CACHE_ALLOWED_SECONDS = 60.0
+USE_CACHE_DENIED_SECONDS = 5.0
 
 
 @dataclass
@@ -81,6 +89,37 @@ class ControllerSettings:
 
 
 @dataclass
+class UseCache:
+    """Answers of SubjectAccessReviews, bounded in size (least recently used out first) and in age."""
+
+    size: int = USE_CACHE_SIZE
+    allowed_seconds: float = USE_CACHE_ALLOWED_SECONDS
+    denied_seconds: float = USE_CACHE_DENIED_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    entries: OrderedDict[Hashable, tuple[bool, float]] = field(default_factory=OrderedDict)
+    """Key -> (allowed, expiry on `clock`)."""
+
+    def get(self, key: Hashable) -> bool | None:
+        """The answer cached for `key`, or None when there is none that is fresh."""
+        found = self.entries.get(key)
+        if found is None:
+            return None
+        allowed, expiry = found
+        if self.clock() >= expiry:
+            del self.entries[key]
+            return None
+        self.entries.move_to_end(key)
+        return allowed
+
+    def put(self, key: Hashable, allowed: bool) -> None:
+        ttl = self.allowed_seconds if allowed else self.denied_seconds
+        self.entries[key] = (allowed, self.clock() + ttl)
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+
+@dataclass
 class Controller:
     """The controller's memory: caches of watched objects and the in-use index."""
 
@@ -106,6 +145,8 @@ class Controller:
     setup_pending: bool = True
     """The webhook configurations or the `default` PodNetwork still need writing: an API
     error (after the client's retries) is retried at the next flush, not fatal."""
+    use_cache: UseCache = field(default_factory=UseCache)
+    """SubjectAccessReview answers for `may_use` (`--enforce-use-permission`)."""
     _flusher: asyncio.Task[None] | None = None
     _resyncer: asyncio.Task[None] | None = None
 
@@ -423,6 +464,57 @@ class Controller:
         slim = namespace_entry(body)
         # A watch event that arrived meanwhile is at least as new: keep it.
         return self.namespaces.setdefault(name, slim)
+
+    async def may_use(self, subject: admission.Subject, podnetwork: str, namespace: str) -> bool:
+        """Whether `subject` may `use` the PodNetwork `podnetwork` for a pod in `namespace`, as
+        the API server's authorizers answer a SubjectAccessReview (cached: `use_cache`).
+
+        The namespace is the pod's, as PodSecurityPolicy's `use` check did: a RoleBinding
+        there to a ClusterRole granting `use` suffices, though PodNetworks are
+        cluster-scoped. Raises `admission.UseUnavailable` when the API does not answer.
+        """
+        key = (subject, podnetwork, namespace)
+        cached = self.use_cache.get(key)
+        if cached is not None:
+            return cached
+        if self.api is None:
+            raise admission.UseUnavailable("the controller has not connected to the API yet")
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            **subject.spec(),
+            "resourceAttributes": {"group": constants.GROUP, "resource": admission.USE_RESOURCE,
+                                   "verb": admission.USE_VERB, "name": podnetwork, "namespace": namespace}}}
+        try:
+            answer = await self.api.create(kube.SubjectAccessReview, review)
+        except kube.ApiError as exc:
+            raise admission.UseUnavailable(f"POST /apis/authorization.k8s.io/v1/subjectaccessreviews "
+                                           f"failed: {exc}") from None
+        status = answer.get("status")
+        if not isinstance(status, Mapping):
+            raise admission.UseUnavailable("the SubjectAccessReview came back without a status")
+        allowed = status.get("allowed") is True and status.get("denied") is not True
+        self.use_cache.put(key, allowed)
+        return allowed
+
+    async def attachment_network(self, namespace: str, name: str) -> str | None:
+        """The PodNetwork of a PodNetworkAttachment, or None when it does not exist.
+
+        From the watch-fed cache; an attachment the cache has not seen (created just
+        before its pods, or this replica is paused by peering and watches nothing) is
+        read from the API. Raises `admission.UseUnavailable` when that read fails.
+        """
+        cached = self.objects.get(inuse.attachment_ref(namespace, name))
+        if isinstance(cached, models.PodNetworkAttachment):
+            return cached.spec.pod_network_name
+        if self.api is None:
+            raise admission.UseUnavailable("the controller has not connected to the API yet")
+        try:
+            body = await self.api.get(kube.PodNetworkAttachment, name, namespace)
+        except kube.NotFound:
+            return None
+        except kube.ApiError as exc:
+            raise admission.UseUnavailable(str(exc)) from None
+        network = (body.get("spec") or {}).get("podNetworkName")
+        return network if isinstance(network, str) and network else None
 
     def namespace_profile(self, name: str) -> list[Network] | None:
         try:

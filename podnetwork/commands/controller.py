@@ -42,7 +42,10 @@ Run the KEP-3698 PodNetwork controller:
     auto-population (namespace profile: multinetwork.x-k8s.io/default-networks;
     a namespace not seen yet is read once, and when that read fails the webhook
     answers 503 so its failurePolicy decides) and static validation with field
-    errors. Request bodies over --webhook-max-body-bytes get 413 unread; a body
+    errors; with --enforce-use-permission, a new pod may name a PodNetwork
+    other than `default` only when its requester or its ServiceAccount may
+    `use` it (RBAC, SubjectAccessReview; 503 when the API cannot answer).
+    Request bodies over --webhook-max-body-bytes get 413 unread; a body
     that is not an AdmissionReview gets 400 naming the field; a pod of the wrong
     shape is refused in the answer (docs/controller.md "Limits and malformed
     requests").
@@ -98,6 +101,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="e.g. MultiNetwork=false to make the controller and admission a no-op")
     operatorshell.add_webhook_arguments(parser, default_port=9443)
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
+    parser.add_argument("--enforce-use-permission", action="store_true",
+                        help="refuse a new pod naming a PodNetwork (or an attachment of one) other than "
+                        "`default` unless its requester or its ServiceAccount may `use` that PodNetwork "
+                        "(RBAC verb use on podnetworks, checked with SubjectAccessReviews); off by default "
+                        "so that an upgrade does not refuse pods before the RoleBindings exist "
+                        "(docs/controller.md \"Permission to use a PodNetwork\")")
     parser.add_argument("--peering", metavar="NAME",
                         help="ClusterKopfPeering object for one active controller among replicas "
                         "(default: standalone; deploy/peering/ has the CRDs and the objects)")
@@ -312,7 +321,9 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         with operatorshell.Shell(COMMAND, stop) as shell:
             if flags.serve:
                 endpoint = shell.webhook(flags)
-                app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace)
+                app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
+                                    may_use=ctl.may_use if args.enforce_use_permission else None,
+                                    attachment_network=ctl.attachment_network)
                 shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes)
                 if flags.manage:
                     ctl.webhook_client_config = endpoint.client_config()

@@ -78,6 +78,9 @@ DaemonSet = create_namespaced_resource("apps", "v1", "DaemonSet", "daemonsets")
 ReplicaSet = create_namespaced_resource("apps", "v1", "ReplicaSet", "replicasets")
 Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
 CronJob = create_namespaced_resource("batch", "v1", "CronJob", "cronjobs")
+#: Created (never stored) to ask the API server's authorizers whether a subject may do something.
+SubjectAccessReview = create_global_resource(
+    "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews")
 MutatingWebhookConfiguration = create_global_resource(
     "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
 ValidatingWebhookConfiguration = create_global_resource(

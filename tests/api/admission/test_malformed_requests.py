@@ -125,6 +125,11 @@ def test_a_request_namespace_that_is_not_a_string_is_a_400(hook: ws.Hook, server
     ("object", "a pod", "request.object: must be an object, not a string"),
     ("oldObject", 3, "request.oldObject: must be an object, not a number"),
     ("subResource", {}, "request.subResource: must be a string, not an object"),
+    # Who asks (read for the permission to use a PodNetwork).
+    ("userInfo", "alice", "request.userInfo: must be an object, not a string"),
+    ("userInfo", {"username": 7}, "request.userInfo.username: must be a string, not a number"),
+    ("userInfo", {"groups": "devs"}, "request.userInfo.groups: must be a list, not a string"),
+    ("userInfo", {"extra": {"k": "v"}}, "request.userInfo.extra.k: must be a list, not a string"),
 ])
 def test_other_envelope_fields_of_the_wrong_type_are_a_400_naming_them(
         hook: ws.Hook, servers: dict[str, httpx.Client], field: str, value: Any, expected: str) -> None:
@@ -190,6 +195,13 @@ def test_scheduling_gates_of_the_wrong_type_refuse_the_pod(
         hook: ws.Hook, servers: dict[str, httpx.Client], value: Any, field: str, seen: str) -> None:
     resp = post(hook, servers, encoded(with_field("object.spec.schedulingGates", value)))
     assert_refused(resp, field, seen)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_a_service_account_name_that_is_not_a_string_refuses_the_pod(
+        hook: ws.Hook, servers: dict[str, httpx.Client]) -> None:
+    resp = post(hook, servers, encoded(with_field("object.spec.serviceAccountName", ["web"])))
+    assert_refused(resp, "spec.serviceAccountName", "must be a string, not a list")
 
 
 @pytest.mark.parametrize("hook", HOOKS)

@@ -83,7 +83,10 @@ def test_rbac_allows_every_write_the_controller_makes():
                  ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
                  ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"),
                  ("", "pods", "watch"), ("", "pods", "patch"), ("", "nodes/status", "patch"),
-                 ("", "namespaces", "watch"), ("", "namespaces", "get")]:
+                 ("", "namespaces", "watch"), ("", "namespaces", "get"),
+                 # --enforce-use-permission: Controller.may_use, Controller.attachment_network
+                 ("authorization.k8s.io", "subjectaccessreviews", "create"),
+                 ("multinetwork.x-k8s.io", "podnetworkattachments", "get")]:
         assert need in allowed(role), need
 
 

@@ -1,0 +1,253 @@
+"""Permission to use a PodNetwork (KEP Phase II requirement 16) at the validating webhook, over HTTP.
+
+The admission app (httpx against the ASGI app) asks the running controller
+(real kopf, logged in to kmock over HTTP), which sends SubjectAccessReviews to
+the API through its own client. kmock answers them with a reaction that plays
+the API server's RBAC authorizer over the grants each test sets, and records
+every review, so the tests assert what was asked as well as what was decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from podnetwork import admission, cli, constants, controller
+from podnetwork.commands import controller as command
+from tests.api.controller_support import attachment, running
+from tests.api.kube_emulator import PNA, Emulator, declare_resources, requests_to
+
+# Emulator: it answers reviews without storing them, as an API server does.
+pytestmark = pytest.mark.kmock(cls=Emulator)
+
+ANN = constants.NETWORKS_ANNOTATION
+SETTINGS = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2)
+SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+ALICE = {"username": "alice", "uid": "u-alice", "groups": ["devs", "system:authenticated"],
+         "extra": {"scopes": ["a", "b"]}}
+RS_CONTROLLER = {"username": "system:serviceaccount:kube-system:replicaset-controller",
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system"]}
+
+
+def review(nets: list[dict[str, str]], *, user: dict[str, Any] | None = None, sa: str | None = None,
+           ns: str = "ns", operation: str = "CREATE") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
+    if sa is not None:
+        spec["serviceAccountName"] = sa
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+           "metadata": {"name": "web", "namespace": ns, "annotations": {ANN: json.dumps(nets)}}}
+    request: dict[str, Any] = {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": ns,
+        "operation": operation, "object": pod, "userInfo": user if user is not None else ALICE}
+    if operation == "UPDATE":
+        request["oldObject"] = pod
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def authorizer(kmock: Any, grants: set[tuple[str, str]]) -> None:
+    """Answer SubjectAccessReviews as RBAC would with `grants`: (user, PodNetwork) pairs that
+    may `use`, in any namespace."""
+    def answer(request: Any) -> dict[str, Any]:
+        spec = request.data["spec"]
+        attrs = spec["resourceAttributes"]
+        allowed = (attrs.get("verb") == "use" and attrs.get("resource") == "podnetworks"
+                   and attrs.get("group") == constants.GROUP
+                   and (spec["user"], attrs.get("name")) in grants)
+        return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec,
+                "status": {"allowed": allowed}}
+    kmock[f"post {SAR_PATH}"] << answer
+
+
+def reviews(kmock: Any) -> list[tuple[str, str]]:
+    """(user, PodNetwork) of every SubjectAccessReview the controller sent, in order."""
+    return [(body["spec"]["user"], body["spec"]["resourceAttributes"]["name"])
+            for body in requests_to(kmock, "POST", SAR_PATH)]
+
+
+async def post(ctl: controller.Controller, body: dict[str, Any], *, enforce: bool = True) -> httpx.Response:
+    app = admission.app(ctl.namespace, may_use=ctl.may_use if enforce else None,
+                        attachment_network=ctl.attachment_network)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
+        return await client.post(admission.VALIDATE_PATH, json=body)
+
+
+async def test_a_user_who_may_use_the_podnetwork_creates_the_pod(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue")})
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "blue"}]))
+    assert resp.status_code == 200
+    assert resp.json()["response"] == {"uid": "u-1", "allowed": True}
+    (sent,) = requests_to(kmock, "POST", SAR_PATH)
+    # The whole user as the API server authenticated it, in the pod's namespace (as PSP's `use`).
+    assert sent["spec"] == {
+        "user": "alice", "uid": "u-alice", "groups": ["devs", "system:authenticated"],
+        "extra": {"scopes": ["a", "b"]},
+        "resourceAttributes": {"group": constants.GROUP, "resource": "podnetworks", "verb": "use",
+                               "name": "blue", "namespace": "ns"}}
+
+
+async def test_a_pod_made_by_a_controller_is_allowed_by_its_service_account(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("system:serviceaccount:ns:web-sa", "blue")})
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "blue"}], user=RS_CONTROLLER, sa="web-sa"))
+    assert resp.json()["response"]["allowed"] is True
+    assert reviews(kmock) == [(RS_CONTROLLER["username"], "blue"), ("system:serviceaccount:ns:web-sa", "blue")]
+    sa_review = requests_to(kmock, "POST", SAR_PATH)[1]["spec"]
+    assert sa_review["groups"] == ["system:serviceaccounts", "system:serviceaccounts:ns"]
+
+
+async def test_neither_user_nor_service_account_may_use_it_refuses_naming_network_verb_and_resource(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue")})
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "blue"}, {"podNetworkName": "red"}]))
+    assert resp.status_code == 200
+    response = resp.json()["response"]
+    assert response["allowed"] is False
+    status = response["status"]
+    assert status["code"] == 403 and status["reason"] == "Forbidden"
+    message = status["message"]
+    assert message.startswith('Pod "web" is forbidden: neither "alice" nor "system:serviceaccount:ns:default" '
+                              'may use PodNetwork "red": missing permission: verb "use" on resource '
+                              f'"podnetworks" in API group "{constants.GROUP}" with resourceName "red" '
+                              'in namespace "ns"')
+    assert status["details"]["causes"] == [{"type": "FieldValueForbidden",
+                                            "field": f"metadata.annotations[{ANN}][1]", "message": message}]
+    assert reviews(kmock) == [("alice", "blue"), ("alice", "red"), ("system:serviceaccount:ns:default", "red")]
+
+
+async def test_default_is_always_allowed_and_asks_nothing(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, set())
+    kmock.objects[PNA, "ns", "to-default"] = attachment("to-default", "default")
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "default"}]))
+        via_attachment = await post(ctl, review([{"podNetworkAttachmentName": "to-default"}]))
+    assert resp.json()["response"]["allowed"] is True
+    assert via_attachment.json()["response"]["allowed"] is True
+    assert reviews(kmock) == []
+
+
+async def test_an_attachment_is_checked_against_its_podnetwork(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("system:serviceaccount:ns:default", "blue")})
+    kmock.objects[PNA, "ns", "fast"] = (
+        attachment("fast", "blue"))
+    kmock.objects[PNA, "ns", "slow"] = (
+        attachment("slow", "red"))
+    async with running(kmock, SETTINGS) as ctl:
+        allowed = await post(ctl, review([{"podNetworkAttachmentName": "fast"}]))
+        denied = await post(ctl, review([{"podNetworkAttachmentName": "slow"}]))
+        missing = await post(ctl, review([{"podNetworkAttachmentName": "nowhere"}]))
+    assert allowed.json()["response"]["allowed"] is True
+    status = denied.json()["response"]["status"]
+    assert status["code"] == 403
+    assert 'may use PodNetwork "red" (through PodNetworkAttachment "slow")' in status["message"]
+    assert reviews(kmock) == [("alice", "blue"), ("system:serviceaccount:ns:default", "blue"),
+                              ("alice", "red"), ("system:serviceaccount:ns:default", "red")]
+    # An attachment that does not exist names no PodNetwork: refused, saying so.
+    refusal = missing.json()["response"]
+    assert refusal["allowed"] is False
+    assert ('PodNetworkAttachment "nowhere" does not exist in namespace "ns", so the permission to use its '
+            'PodNetwork cannot be checked; create the attachment first') in refusal["status"]["message"]
+
+
+async def test_enforcement_off_asks_nothing_and_allows(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, set())
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "blue"}]), enforce=False)
+    assert resp.json()["response"] == {"uid": "u-1", "allowed": True}
+    assert reviews(kmock) == []
+
+
+async def test_updates_and_invalid_pods_ask_nothing(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, set())
+    async with running(kmock, SETTINGS) as ctl:
+        updated = await post(ctl, review([{"podNetworkName": "blue"}], operation="UPDATE"))
+        invalid = await post(ctl, review([{"podNetworkName": "blue"}, {"podNetworkName": "blue"}]))
+    assert updated.json()["response"]["allowed"] is True
+    assert invalid.json()["response"]["status"]["code"] == 422  # static validation speaks first
+    assert reviews(kmock) == []
+
+
+async def test_a_failing_subject_access_review_answers_503_and_is_not_cached(kmock):
+    declare_resources(kmock)
+    kmock[f"post {SAR_PATH}"] << 403
+    async with running(kmock, SETTINGS) as ctl:
+        resp = await post(ctl, review([{"podNetworkName": "blue"}]))
+        assert ctl.use_cache.entries == {}
+    assert resp.status_code == 503
+    detail = resp.json()["detail"]
+    assert detail.startswith("cannot check the permission to use the pod's PodNetworks: "
+                             f"POST {SAR_PATH} failed: ")
+    assert "HTTP 403" in detail and detail.endswith("retry the request")
+
+
+async def test_answers_are_cached_up_to_the_size_bound(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue"), ("alice", "green")})
+    async with running(kmock, SETTINGS) as ctl:
+        ctl.use_cache = controller.UseCache(size=1)
+        for _ in range(2):
+            assert (await post(ctl, review([{"podNetworkName": "blue"}]))).json()["response"]["allowed"]
+        # A second network evicts the first (size 1): blue is asked again.
+        assert (await post(ctl, review([{"podNetworkName": "green"}]))).json()["response"]["allowed"]
+        assert (await post(ctl, review([{"podNetworkName": "blue"}]))).json()["response"]["allowed"]
+    assert reviews(kmock) == [("alice", "blue"), ("alice", "green"), ("alice", "blue")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.timeout(60)
+async def test_the_command_flag_turns_enforcement_on_over_https_with_the_controllers_credentials(
+        kmock, tmp_path: Path):
+    declare_resources(kmock)
+    authorizer(kmock, set())
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "secret-token"}}]}))
+    port = free_port()
+    stop = asyncio.Event()
+    argv = ["controller", "--kubeconfig", str(kubeconfig), "--disable-default-podnetwork-creation",
+            "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--enforce-use-permission"]
+    parser = cli.build_parser({"controller": command.command})
+    assert parser.parse_args(argv[:-1]).enforce_use_permission is False  # off unless asked
+    task = asyncio.create_task(command.serve(parser.parse_args(argv), stop=stop))
+    try:
+        async with httpx.AsyncClient(verify=False) as client:  # self-signed, made by the command
+            for _ in range(200):
+                try:
+                    resp = await client.post(f"https://127.0.0.1:{port}{admission.VALIDATE_PATH}",
+                                             json=review([{"podNetworkName": "blue"}]))
+                    if resp.status_code == 200:
+                        break
+                except httpx.ConnectError:
+                    pass
+                await asyncio.sleep(0.05)  # webhook starting, or kopf not logged in yet (503)
+            else:
+                raise AssertionError("webhook did not answer")
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+    status = resp.json()["response"]["status"]
+    assert status["code"] == 403 and 'may use PodNetwork "blue"' in status["message"]
+    sent = [r for r in list(kmock) if r.method.value == "POST" and str(r.url.path) == SAR_PATH]
+    assert [r.data["spec"]["user"] for r in sent] == ["alice", "system:serviceaccount:ns:default"]
+    assert all(r.headers.get("Authorization") == "Bearer secret-token" for r in sent)
