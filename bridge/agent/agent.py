@@ -98,7 +98,10 @@ class _Found:
     options: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def objects(self) -> translate.Objects:
-        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
+        return translate.Objects.from_objects(
+            [*self.podnetworks.values(), *self.attachments.values(),
+             *self.nads.values(), *self.options.values()]
+        )
 
 
 @dataclass
@@ -434,7 +437,13 @@ class Agent:
         Missing ones are left out, and so are names no API path may carry (`..`, `a/b`):
         the translation then reports them by name.
         """
-        nads, options = translate.references(obj)
+        try:
+            typed = translate.read(obj)
+        except ValueError:
+            return  # the translation reports what does not fit (Objects.invalid)
+        if not isinstance(typed, (translate.PodNetwork, translate.PodNetworkAttachment)):
+            return
+        nads, options = translate.references(typed)
         for key in sorted(nads):
             if key not in found.nads and _fetchable(key):
                 with contextlib.suppress(NotFound):
@@ -457,7 +466,15 @@ class Agent:
                 f"give --default-network-conf FILE, or create the PodNetwork {DEFAULT_PODNETWORK!r} "
                 f"with provider {objects_mod.BRIDGE_PROVIDER} and one NetworkAttachmentDefinition",
             ) from None
-        if not translate.is_bridge(podnetwork):
+        try:
+            typed = translate.read(podnetwork)
+        except ValueError as exc:
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} does not fit its schema",
+                str(exc),
+            ) from None
+        if not isinstance(typed, translate.PodNetwork) or not translate.is_bridge(typed):
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 f"the PodNetwork {DEFAULT_PODNETWORK!r} is not provided by the NPWG bridge",
@@ -467,12 +484,12 @@ class Agent:
         found = _Found()
         await self._follow_refs(podnetwork, found)
         try:
-            (namespace, name), nad = translate.podnetwork_nad(podnetwork, found.objects())
+            (namespace, name), nad = translate.podnetwork_nad(typed, found.objects())
             config = npwg.delegate_config(
                 None,
                 name,
                 namespace,
-                (nad.get("spec") or {}).get("config"),
+                nad.spec.config,
                 self.config.conf_dir,
                 is_default=True,
                 k8s_runtime_config=k8s_runtime_config,

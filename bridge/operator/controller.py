@@ -92,14 +92,23 @@ class Bridge:
     # --- memory ----------------------------------------------------------------------------
 
     def objects(self) -> translate.Objects:
-        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
+        return translate.Objects.from_objects(
+            [*self.podnetworks.values(), *self.attachments.values(),
+             *self.nads.values(), *self.options.values()]
+        )
 
     def _index_refs(self, ref: Ref, body: Mapping[str, Any] | None) -> None:
         for users in (*self.nad_users.values(), *self.options_users.values()):
             users.discard(ref)
         if body is None:
             return
-        nad_keys, option_keys = translate.references(body)
+        try:
+            typed = translate.read(body)
+        except ValueError:
+            return
+        if not isinstance(typed, (translate.PodNetwork, translate.PodNetworkAttachment)):
+            return
+        nad_keys, option_keys = translate.references(typed)
         for key in nad_keys:
             self.nad_users.setdefault(key, set()).add(ref)
         for key in option_keys:
@@ -192,16 +201,19 @@ class Bridge:
 
     # --- ParamsReady -----------------------------------------------------------------------
 
-    def params_decision(self, ref: Ref) -> tuple[dict[str, Any] | None, conditions.Desired | None]:
+    def params_decision(
+        self, ref: Ref
+    ) -> tuple[translate.PodNetwork | translate.PodNetworkAttachment | None, conditions.Desired | None]:
         kind, namespace, name = ref
+        objects = self.objects()
         if kind == constants.PODNETWORK_KIND:
-            body = self.podnetworks.get(name)
-            return body, None if body is None else params.podnetwork_params(body, self.objects())
-        body = self.attachments.get((namespace, name))
-        if body is None:
+            pn = objects.podnetworks.get(name)
+            return pn, None if pn is None else params.podnetwork_params(pn, objects)
+        pna = objects.attachments.get((namespace, name))
+        if pna is None:
             return None, None
-        podnetwork = self.podnetworks.get((body.get("spec") or {}).get("podNetworkName") or "")
-        return body, params.attachment_params(body, podnetwork, self.objects())
+        podnetwork = objects.podnetworks.get(pna.spec.pod_network_name)
+        return pna, params.attachment_params(pna, podnetwork, objects)
 
     async def reconcile_params(self, ref: Ref) -> None:
         if not self.config.params_ready:
