@@ -37,6 +37,7 @@ from bridge.agent import objects as objects_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
+from podnetwork.kube.core import Pod
 
 log = logging.getLogger(__name__)
 
@@ -92,16 +93,14 @@ class AgentConfig:
 class _Found:
     """Objects fetched for one translation, keyed as `bridge.translate.Objects` wants them."""
 
-    podnetworks: dict[str, Any] = field(default_factory=dict)
-    attachments: dict[tuple[str, str], Any] = field(default_factory=dict)
-    nads: dict[tuple[str, str], Any] = field(default_factory=dict)
-    options: dict[tuple[str, str], Any] = field(default_factory=dict)
+    podnetworks: dict[str, translate.PodNetwork] = field(default_factory=dict)
+    attachments: dict[tuple[str, str], translate.PodNetworkAttachment] = field(default_factory=dict)
+    nads: dict[tuple[str, str], npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
+    options: dict[tuple[str, str], translate.NetworkSelectionOptions] = field(default_factory=dict)
 
     def objects(self) -> translate.Objects:
-        return translate.Objects.from_objects(
-            [*self.podnetworks.values(), *self.attachments.values(),
-             *self.nads.values(), *self.options.values()]
-        )
+        # The object source read each into its model (`objects.read_object`).
+        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
 
 
 @dataclass
@@ -430,20 +429,16 @@ class Agent:
             ) from None
         return name, config
 
-    async def _follow_refs(self, obj: Mapping[str, Any], found: _Found) -> None:
+    async def _follow_refs(
+        self, obj: translate.PodNetwork | translate.PodNetworkAttachment, found: _Found
+    ) -> None:
         """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name
         (as `translate.references` reads them).
 
         Missing ones are left out, and so are names no API path may carry (`..`, `a/b`):
         the translation then reports them by name.
         """
-        try:
-            typed = translate.read(obj)
-        except ValueError:
-            return  # the translation reports what does not fit (Objects.invalid)
-        if not isinstance(typed, (translate.PodNetwork, translate.PodNetworkAttachment)):
-            return
-        nads, options = translate.references(typed)
+        nads, options = translate.references(obj)
         for key in sorted(nads):
             if key not in found.nads and _fetchable(key):
                 with contextlib.suppress(NotFound):
@@ -466,15 +461,7 @@ class Agent:
                 f"give --default-network-conf FILE, or create the PodNetwork {DEFAULT_PODNETWORK!r} "
                 f"with provider {objects_mod.BRIDGE_PROVIDER} and one NetworkAttachmentDefinition",
             ) from None
-        try:
-            typed = translate.read(podnetwork)
-        except ValueError as exc:
-            raise CNIError(
-                ErrorCode.INVALID_CONFIG,
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} does not fit its schema",
-                str(exc),
-            ) from None
-        if not isinstance(typed, translate.PodNetwork) or not translate.is_bridge(typed):
+        if not translate.is_bridge(podnetwork):
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 f"the PodNetwork {DEFAULT_PODNETWORK!r} is not provided by the NPWG bridge",
@@ -484,7 +471,7 @@ class Agent:
         found = _Found()
         await self._follow_refs(podnetwork, found)
         try:
-            (namespace, name), nad = translate.podnetwork_nad(typed, found.objects())
+            (namespace, name), nad = translate.podnetwork_nad(podnetwork, found.objects())
             config = npwg.delegate_config(
                 None,
                 name,
@@ -500,16 +487,15 @@ class Agent:
             ) from None
         return npwg.nad_ref(namespace, name), config
 
-    async def _selection(self, pod: Mapping[str, Any]) -> list[npwg.NetworkSelectionElement]:
+    async def _selection(self, pod: Pod) -> list[npwg.NetworkSelectionElement]:
         """The pod's secondary networks in order.
 
         The pod's spec-style networks (`multinetwork.x-k8s.io/networks`) are the source
         of truth, through the bridge's translation; without them, the NPWG selection
         annotation `k8s.v1.cni.cncf.io/networks`.
         """
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        annotations = meta.get("annotations") or {}
+        namespace = pod.metadata.namespace or "default"
+        annotations = pod.metadata.annotations or {}
         if objects_mod.KEP_NETWORKS_ANNOTATION in annotations:
             return await self._translated(namespace, annotations[objects_mod.KEP_NETWORKS_ANNOTATION])
         annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
@@ -519,7 +505,7 @@ class Agent:
             return npwg.parse_selection(annotation, namespace)
         except npwg.InvalidSelection as exc:
             # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
-            log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, meta.get("name"), exc)
+            log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, pod.metadata.name, exc)
             return []
 
     async def _translated(self, namespace: str, text: str) -> list[npwg.NetworkSelectionElement]:
@@ -540,7 +526,7 @@ class Agent:
                     attachment = await self.objects.get_attachment(*key)
                     found.attachments[key] = attachment
                     await self._follow_refs(attachment, found)
-                    pn_name = (attachment.get("spec") or {}).get("podNetworkName")
+                    pn_name = attachment.spec.pod_network_name
             if pn_name and pn_name != DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
                 with contextlib.suppress(NotFound):
                     found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
@@ -555,7 +541,7 @@ class Agent:
             log.info("%s: %s", what, warning)
         return translation.elements
 
-    async def plan_attachments(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
+    async def plan_attachments(self, request: _Request, pod: Pod) -> list[plan.Planned]:
         """Every attachment of this ADD, resolved and validated before anything executes."""
         default_name, default_config = await self._default_network(request.runtime_config)
         elements = await self._selection(pod)
@@ -570,7 +556,7 @@ class Agent:
                     f"NetworkAttachmentDefinition {element.ref} not found",
                     "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
                 ) from None
-            nad_config = (nad.get("spec") or {}).get("config")
+            nad_config = nad.spec.config
             try:
                 config = npwg.delegate_config(
                     element, element.name, element.namespace, nad_config, self.config.conf_dir
