@@ -91,21 +91,31 @@ class Bridge:
             if current is None:
                 return
             objects = self._objects()
+            # The store's admission applied the CRD schemas (the models'): what is in
+            # Objects fits; an object missing from it does not, and gets no decision.
             if coords == PN:
-                want = params.podnetwork_params(current, objects)
+                typed_pn = objects.podnetworks.get(meta["name"])
+                if typed_pn is None:
+                    return
+                typed: translate.PodNetwork | translate.PodNetworkAttachment = typed_pn
+                want = params.podnetwork_params(typed_pn, objects)
             else:
-                pn = objects.podnetworks.get((current.get("spec") or {}).get("podNetworkName", ""))
-                want = params.attachment_params(current, pn, objects)
+                pna = objects.attachments.get((meta.get("namespace") or "", meta["name"]))
+                if pna is None:
+                    return
+                typed = pna
+                pn = objects.podnetworks.get(pna.spec.pod_network_name)
+                want = params.attachment_params(pna, pn, objects)
             if want is None:
                 return  # another provider's object, or nothing to resolve: not ours to judge
-            new = params.conditions_after(current, want, now=self._now())
+            new = params.conditions_after(typed, want, now=self._now())
             if new is None:
                 return
             try:
                 self.api.patch(
                     *coords,
                     meta["name"],
-                    conditions.status_patch(current, new),
+                    conditions.status_patch(typed, new),
                     meta.get("namespace"),
                     subresource="status",
                 )

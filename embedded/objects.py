@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bridge import npwg, translate
 from bridge.agent import objects as cni_objects
 from embedded import store as store_mod
+from podnetwork.kube.core import Pod
 
 _COORDINATES: dict[str, str] = {
     cni_objects.POD: "v1",
@@ -30,26 +32,32 @@ class StoreObjects:
         self.patches: list[tuple[str, str, dict[str, str | None]]] = []
         """Every annotation patch the agent made, in order (the demo prints them)."""
 
-    def _get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+    def _get(self, kind: str, namespace: str | None, name: str) -> Any:
         try:
-            return self._api.get(_COORDINATES[kind], kind, name, namespace)
+            obj = self._api.get(_COORDINATES[kind], kind, name, namespace)
         except store_mod.NotFound:
             raise cni_objects.NotFound(kind, namespace, name) from None
+        return cni_objects.read_object(kind, namespace, name, obj)
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._get(cni_objects.POD, namespace, name)
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        pod: Pod = self._get(cni_objects.POD, namespace, name)
+        return pod
 
-    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._get(cni_objects.NAD, namespace, name)
+    async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
+        nad: npwg.NetworkAttachmentDefinition = self._get(cni_objects.NAD, namespace, name)
+        return nad
 
-    async def get_podnetwork(self, name: str) -> dict[str, Any]:
-        return self._get(cni_objects.PODNETWORK, None, name)
+    async def get_podnetwork(self, name: str) -> translate.PodNetwork:
+        pn: translate.PodNetwork = self._get(cni_objects.PODNETWORK, None, name)
+        return pn
 
-    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._get(cni_objects.ATTACHMENT, namespace, name)
+    async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
+        pna: translate.PodNetworkAttachment = self._get(cni_objects.ATTACHMENT, namespace, name)
+        return pna
 
-    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._get(cni_objects.SELECTION_OPTIONS, namespace, name)
+    async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
+        opts: translate.NetworkSelectionOptions = self._get(cni_objects.SELECTION_OPTIONS, namespace, name)
+        return opts
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]

@@ -104,23 +104,9 @@ def is_true(obj: KepObject | None, type_: str) -> bool:
     return cond is not None and cond.status == ConditionStatus.TRUE.value
 
 
-def is_ready(obj: KepObject | Mapping[str, Any] | None) -> bool:
-    """Whether the object's Ready condition is True (False when absent).
-
-    Also takes an object as the API serves it (a mapping), for callers that do not
-    read objects into the models yet (the NPWG bridge); the mapping is read as is.
-    """
-    if isinstance(obj, Mapping):
-        ready = next((c for c in wire_conditions(obj) if c.get("type") == ConditionType.READY), None)
-        return ready is not None and ready.get("status") == ConditionStatus.TRUE
+def is_ready(obj: KepObject | None) -> bool:
+    """Whether the object's Ready condition is True (False when absent)."""
     return is_true(obj, ConditionType.READY)
-
-
-def wire_conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """`status.conditions` of an object as the API serves it, skipping what is not an object."""
-    status = obj.get("status")
-    conds = status.get("conditions") if isinstance(status, Mapping) else None
-    return [c for c in conds if isinstance(c, Mapping)] if isinstance(conds, list) else []
 
 
 def _params_not_ready(obj: KepObject) -> Desired | None:
@@ -300,21 +286,15 @@ def attachment_conditions(
     )
 
 
-def status_patch(obj: KepObject | Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
+def status_patch(obj: KepObject, conditions: list[dict[str, Any]]) -> dict[str, Any]:
     """A merge patch for the status subresource.
 
     A merge patch replaces the whole list, so it carries `resourceVersion`: a
     real API server then refuses it (409) if the provider changed ParamsReady in
-    between, instead of losing that change; the next event retries. `obj` may
-    also be the object as the API serves it (a mapping).
+    between, instead of losing that change; the next event retries.
     """
     patch: dict[str, Any] = {"status": {"conditions": conditions}}
-    if isinstance(obj, Mapping):
-        meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    else:
-        rv = obj.metadata.resource_version
-    if rv:
+    if rv := obj.metadata.resource_version:
         patch["metadata"] = {"resourceVersion": rv}
     return patch
 
@@ -349,5 +329,4 @@ __all__ = [
     "podnetwork_conditions",
     "podnetwork_ready",
     "status_patch",
-    "wire_conditions",
 ]

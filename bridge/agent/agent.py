@@ -37,6 +37,7 @@ from bridge.agent import objects as objects_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
+from podnetwork.kube.core import Pod
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +93,13 @@ class AgentConfig:
 class _Found:
     """Objects fetched for one translation, keyed as `bridge.translate.Objects` wants them."""
 
-    podnetworks: dict[str, Any] = field(default_factory=dict)
-    attachments: dict[tuple[str, str], Any] = field(default_factory=dict)
-    nads: dict[tuple[str, str], Any] = field(default_factory=dict)
-    options: dict[tuple[str, str], Any] = field(default_factory=dict)
+    podnetworks: dict[str, translate.PodNetwork] = field(default_factory=dict)
+    attachments: dict[tuple[str, str], translate.PodNetworkAttachment] = field(default_factory=dict)
+    nads: dict[tuple[str, str], npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
+    options: dict[tuple[str, str], translate.NetworkSelectionOptions] = field(default_factory=dict)
 
     def objects(self) -> translate.Objects:
+        # The object source read each into its model (`objects.read_object`).
         return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
 
 
@@ -436,7 +438,9 @@ class Agent:
             ) from None
         return name, config
 
-    async def _follow_refs(self, obj: Mapping[str, Any], found: _Found) -> None:
+    async def _follow_refs(
+        self, obj: translate.PodNetwork | translate.PodNetworkAttachment, found: _Found
+    ) -> None:
         """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name
         (as `translate.references` reads them).
 
@@ -481,7 +485,7 @@ class Agent:
                 None,
                 name,
                 namespace,
-                (nad.get("spec") or {}).get("config"),
+                nad.spec.config,
                 self.config.conf_dir,
                 is_default=True,
                 k8s_runtime_config=k8s_runtime_config,
@@ -492,16 +496,15 @@ class Agent:
             ) from None
         return npwg.nad_ref(namespace, name), config
 
-    async def _selection(self, pod: Mapping[str, Any]) -> list[npwg.NetworkSelectionElement]:
+    async def _selection(self, pod: Pod) -> list[npwg.NetworkSelectionElement]:
         """The pod's secondary networks in order.
 
         The pod's spec-style networks (`multinetwork.x-k8s.io/networks`) are the source
         of truth, through the bridge's translation; without them, the NPWG selection
         annotation `k8s.v1.cni.cncf.io/networks`.
         """
-        meta = pod.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        annotations = meta.get("annotations") or {}
+        namespace = pod.metadata.namespace or "default"
+        annotations = pod.metadata.annotations or {}
         if objects_mod.KEP_NETWORKS_ANNOTATION in annotations:
             return await self._translated(namespace, annotations[objects_mod.KEP_NETWORKS_ANNOTATION])
         annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
@@ -511,10 +514,10 @@ class Agent:
             elements = npwg.parse_selection(annotation, namespace)
         except npwg.InvalidSelection as exc:
             # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
-            log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, meta.get("name"), exc)
+            log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, pod.metadata.name, exc)
             return []
         for warning in npwg.ignored_key_warnings(elements):
-            log.warning("pod %s/%s: %s", namespace, meta.get("name"), warning)
+            log.warning("pod %s/%s: %s", namespace, pod.metadata.name, warning)
         return elements
 
     async def _translated(self, namespace: str, text: str) -> list[npwg.NetworkSelectionElement]:
@@ -535,7 +538,7 @@ class Agent:
                     attachment = await self.objects.get_attachment(*key)
                     found.attachments[key] = attachment
                     await self._follow_refs(attachment, found)
-                    pn_name = (attachment.get("spec") or {}).get("podNetworkName")
+                    pn_name = attachment.spec.pod_network_name
             if pn_name and pn_name != DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
                 with contextlib.suppress(NotFound):
                     found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
@@ -550,7 +553,7 @@ class Agent:
             log.info("%s: %s", what, warning)
         return translation.elements
 
-    async def plan_attachments(self, request: _Request, pod: Mapping[str, Any]) -> list[plan.Planned]:
+    async def plan_attachments(self, request: _Request, pod: Pod) -> list[plan.Planned]:
         """Every attachment of this ADD, resolved and validated before anything executes."""
         default_name, default_config = await self._default_network(request.runtime_config)
         elements = await self._selection(pod)
@@ -565,7 +568,7 @@ class Agent:
                     f"NetworkAttachmentDefinition {element.ref} not found",
                     "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
                 ) from None
-            nad_config = (nad.get("spec") or {}).get("config")
+            nad_config = nad.spec.config
             try:
                 config = npwg.delegate_config(
                     element, element.name, element.namespace, nad_config, self.config.conf_dir

@@ -1,7 +1,11 @@
 """The agent's access to the cluster: a small async protocol, and two implementations.
 
 The agent reads a few objects by name and patches pod annotations; nothing else.
-Objects are plain Kubernetes JSON (dicts), as the API server returns them.
+The getters return typed values, read where the objects enter the agent
+(`read_object`): the pod as `podnetwork.kube.core.Pod`, a NAD as
+`npwg.NetworkAttachmentDefinition`, the KEP objects and the options through
+`bridge.translate` (the agent's only way to the KEP layer). An object that does
+not fit fails the call with a `CNIError` naming the fields (INVALID_CONFIG).
 
 - `ObjectSource`: the protocol. The local demo implements it over its own store.
 - `MemoryObjects`: a dict-backed implementation with the API server's merge-patch
@@ -18,7 +22,11 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ValidationError
+
+from bridge import npwg, translate
 from bridge.agent.invoke import CNIError, ErrorCode
+from podnetwork.kube.core import Pod
 
 # The API coordinates of the objects the agent reads. They are the wire names of
 # the KEP API and of the NPWG standard; the KEP layer's own constants are not
@@ -54,19 +62,41 @@ class NotFound(LookupError):
         self.kind, self.namespace, self.name = kind, namespace, name
 
 
+_VIEWS: dict[str, type[BaseModel]] = {
+    POD: Pod,
+    NAD: npwg.NetworkAttachmentDefinition,
+    PODNETWORK: translate.PodNetwork,
+    ATTACHMENT: translate.PodNetworkAttachment,
+    SELECTION_OPTIONS: translate.NetworkSelectionOptions,
+}
+
+
+def read_object(kind: str, namespace: str | None, name: str, obj: Mapping[str, Any]) -> Any:
+    """An object as the API serves it, read into its model or view (see the module docstring)."""
+    try:
+        return _VIEWS[kind].model_validate(obj)
+    except ValidationError as exc:
+        where = f"{namespace}/{name}" if namespace else name
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG,
+            f"{kind} {where} does not fit its schema",
+            f"{translate.field_errors(exc)}; fix the object (its CRD may be older than this agent)",
+        ) from None
+
+
 class ObjectSource(Protocol):
     """What the agent needs from the cluster. Every getter raises `NotFound` when absent;
     other failures are `CNIError`s (11, "try again later", for transient ones)."""
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def get_pod(self, namespace: str, name: str) -> Pod: ...
 
-    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition: ...
 
-    async def get_podnetwork(self, name: str) -> dict[str, Any]: ...
+    async def get_podnetwork(self, name: str) -> translate.PodNetwork: ...
 
-    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment: ...
 
-    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]: ...
+    async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions: ...
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -109,20 +139,28 @@ class MemoryObjects:
         except KeyError:
             raise NotFound(kind, namespace if kind in _NAMESPACED else None, name) from None
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.get(POD, namespace, name)
+    def _read(self, kind: str, namespace: str | None, name: str) -> Any:
+        return read_object(kind, namespace, name, self.get(kind, namespace, name))
 
-    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.get(NAD, namespace, name)
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        pod: Pod = self._read(POD, namespace, name)
+        return pod
 
-    async def get_podnetwork(self, name: str) -> dict[str, Any]:
-        return self.get(PODNETWORK, None, name)
+    async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
+        nad: npwg.NetworkAttachmentDefinition = self._read(NAD, namespace, name)
+        return nad
 
-    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.get(ATTACHMENT, namespace, name)
+    async def get_podnetwork(self, name: str) -> translate.PodNetwork:
+        pn: translate.PodNetwork = self._read(PODNETWORK, None, name)
+        return pn
 
-    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.get(SELECTION_OPTIONS, namespace, name)
+    async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
+        pna: translate.PodNetworkAttachment = self._read(ATTACHMENT, namespace, name)
+        return pna
+
+    async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
+        opts: translate.NetworkSelectionOptions = self._read(SELECTION_OPTIONS, namespace, name)
+        return opts
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -186,23 +224,34 @@ class KubernetesObjects:
         except self._credentials_error as exc:
             raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {exc}") from None
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return dict(await self._call(POD, namespace, name, self._api.get(self._kube.Pod, name, namespace)))
+    async def _read(self, kind: str, namespace: str | None, name: str, request: Any) -> Any:
+        return read_object(kind, namespace, name, await self._call(kind, namespace, name, request))
 
-    async def get_nad(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        pod: Pod = await self._read(POD, namespace, name, self._api.get(self._kube.Pod, name, namespace))
+        return pod
+
+    async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
         request = self._api.get(self._kube.NetworkAttachmentDefinition, name, namespace)
-        return dict(await self._call(NAD, namespace, name, request))
+        nad: npwg.NetworkAttachmentDefinition = await self._read(NAD, namespace, name, request)
+        return nad
 
-    async def get_podnetwork(self, name: str) -> dict[str, Any]:
-        return dict(await self._call(PODNETWORK, None, name, self._api.get(self._kube.PodNetwork, name)))
+    async def get_podnetwork(self, name: str) -> translate.PodNetwork:
+        request = self._api.get(self._kube.PodNetwork, name)
+        pn: translate.PodNetwork = await self._read(PODNETWORK, None, name, request)
+        return pn
 
-    async def get_attachment(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
         request = self._api.get(self._kube.PodNetworkAttachment, name, namespace)
-        return dict(await self._call(ATTACHMENT, namespace, name, request))
+        pna: translate.PodNetworkAttachment = await self._read(ATTACHMENT, namespace, name, request)
+        return pna
 
-    async def get_selection_options(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
         request = self._api.get(self._kube.NetworkSelectionOptions, name, namespace)
-        return dict(await self._call(SELECTION_OPTIONS, namespace, name, request))
+        opts: translate.NetworkSelectionOptions = await self._read(
+            SELECTION_OPTIONS, namespace, name, request
+        )
+        return opts
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]

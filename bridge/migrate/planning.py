@@ -52,6 +52,7 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from bridge import npwg, translate
 from podnetwork import constants, excerpts, validation
@@ -616,6 +617,15 @@ def _gateway_flags(default_route: list[str] | None) -> tuple[bool | None, bool |
     return (True if 4 in families else None), (True if 6 in families else None)
 
 
+def _nad_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why a NAD of the inventory cannot be used: it does not fit the NAD schema, or its config."""
+    try:
+        nad = npwg.NetworkAttachmentDefinition.model_validate(obj)
+    except ValidationError as exc:
+        return f"it does not fit the NetworkAttachmentDefinition schema: {translate.field_errors(exc)}"
+    return translate.nad_config_problem(nad)
+
+
 def _check_round_trip(
     wl: Workload,
     elements: Sequence[npwg.NetworkSelectionElement],
@@ -624,7 +634,7 @@ def _check_round_trip(
     scratch: Plan,
 ) -> None:
     """Translate the planned networks back with the bridge: they must give the original selection."""
-    objects = translate.Objects(
+    objects = translate.Objects.from_keyed(
         podnetworks={**inventory.podnetworks, **{p.obj["metadata"]["name"]: p.obj for p in scratch.networks}},
         attachments={
             **inventory.attachments,
@@ -705,7 +715,7 @@ def _plan_workload(
                 f"element {index} selects NetworkAttachmentDefinition {nad_ref}, "
                 "which does not exist; create it or fix the annotation",
             )
-        if problem := translate.nad_config_problem(inventory.nads[nad]):
+        if problem := _nad_problem(inventory.nads[nad]):
             raise _CannotMigrate(
                 Reason.INVALID_NAD,
                 f"element {index} selects NetworkAttachmentDefinition {nad_ref}, "

@@ -1,10 +1,12 @@
 """The Network Plumbing WG "net-attach-def" standard (multi-net spec v1.3) as a library.
 
 Self-contained on purpose: of this project it imports only the name rules of
-`podnetwork.kube.names` (see `.importlinter`), so any tool may use it — the
+`podnetwork.kube.names` and the metadata view of `podnetwork.kube.core` (see
+`.importlinter`), so any tool may use it — the
 translation, the migration, the CNI agent, or a program that has never heard of
 PodNetworks. One module per part of the standard: `names` (1, 3.3, 4.1.2.1.x
-value rules), `selection` (4.1), `delegation` (3.4, 4.1.2.1.x.2, 7.5), `status` (5).
+value rules), `nad` (3.1, the NAD's typed view), `selection` (4.1), `delegation`
+(3.4, 4.1.2.1.x.2, 7.5), `status` (5).
 This package re-exports their public names, so `npwg.parse_selection(...)` reads
 as the spec does.
 
@@ -31,6 +33,7 @@ from bridge.npwg.delegation import (
     load_cni_config,
     plugins_of,
 )
+from bridge.npwg.nad import NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec
 from bridge.npwg.names import (
     CAPABILITIES,
     DEFAULT_BURST_BITS,
@@ -88,6 +91,8 @@ __all__ = [
     "SELECTION_KEYS",
     "DelegationError",
     "InvalidSelection",
+    "NetworkAttachmentDefinition",
+    "NetworkAttachmentDefinitionSpec",
     "NetworkSelectionElement",
     "UnsupportedResultVersion",
     "delegate_config",

@@ -33,9 +33,10 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
+import pydantic
 
 from bridge import npwg, translate
 from bridge.operator import pods
@@ -43,6 +44,7 @@ from bridge.translate import params
 from podnetwork import conditions, constants, networks
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.kube import client as kube
+from podnetwork.kube import core as kube_core
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +74,10 @@ class Bridge:
     """The bridge's memory: the objects translations read, and pods waiting for readiness."""
 
     config: BridgeSettings = field(default_factory=BridgeSettings)
-    podnetworks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    attachments: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    nads: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    options: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    podnetworks: dict[str, translate.PodNetwork] = field(default_factory=dict)
+    attachments: dict[Key, translate.PodNetworkAttachment] = field(default_factory=dict)
+    nads: dict[Key, npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
+    options: dict[Key, translate.NetworkSelectionOptions] = field(default_factory=dict)
     nad_users: dict[Key, set[Ref]] = field(default_factory=dict)
     """NAD key -> the PodNetworks and attachments whose parametersRefs name it."""
     options_users: dict[Key, set[Ref]] = field(default_factory=dict)
@@ -92,35 +94,61 @@ class Bridge:
     # --- memory ----------------------------------------------------------------------------
 
     def objects(self) -> translate.Objects:
+        # The memory holds only objects that fit their models (`_read`): nothing is invalid.
         return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
 
-    def _index_refs(self, ref: Ref, body: Mapping[str, Any] | None) -> None:
+    def _index_refs(
+        self, ref: Ref, obj: translate.PodNetwork | translate.PodNetworkAttachment | None
+    ) -> None:
         for users in (*self.nad_users.values(), *self.options_users.values()):
             users.discard(ref)
-        if body is None:
+        if obj is None:
             return
-        nad_keys, option_keys = translate.references(body)
+        nad_keys, option_keys = translate.references(obj)
         for key in nad_keys:
             self.nad_users.setdefault(key, set()).add(ref)
         for key in option_keys:
             self.options_users.setdefault(key, set()).add(ref)
 
-    def remember_podnetwork(self, body: Mapping[str, Any]) -> Ref:
-        name = (body.get("metadata") or {}).get("name") or ""
-        obj = _newest(self.podnetworks.get(name), body, constants.PODNETWORK_KIND)
+    def remember_podnetwork(self, body: Mapping[str, Any]) -> Ref | None:
+        """Caches a PodNetwork body; None (logged) when it does not fit the model."""
+        obj = _read(translate.PodNetwork, body)
+        if obj is None:
+            return None
+        name = obj.metadata.name or ""
+        obj = _newest(self.podnetworks.get(name), obj)
         self.podnetworks[name] = obj
         ref = (constants.PODNETWORK_KIND, "", name)
         self._index_refs(ref, obj)
         return ref
 
-    def remember_attachment(self, body: Mapping[str, Any]) -> Ref:
-        meta = body.get("metadata") or {}
-        key = (meta.get("namespace") or "", meta.get("name") or "")
-        obj = _newest(self.attachments.get(key), body, constants.ATTACHMENT_KIND)
+    def remember_attachment(self, body: Mapping[str, Any]) -> Ref | None:
+        """Caches a PodNetworkAttachment body; None (logged) when it does not fit the model."""
+        obj = _read(translate.PodNetworkAttachment, body)
+        if obj is None:
+            return None
+        key = _key_of(obj)
+        obj = _newest(self.attachments.get(key), obj)
         self.attachments[key] = obj
         ref = (constants.ATTACHMENT_KIND, *key)
         self._index_refs(ref, obj)
         return ref
+
+    def remember_nad(self, body: Mapping[str, Any]) -> Key | None:
+        obj = _read(npwg.NetworkAttachmentDefinition, body)
+        if obj is None:
+            return None
+        key = _key_of(obj)
+        self.nads[key] = _newest(self.nads.get(key), obj)
+        return key
+
+    def remember_options(self, body: Mapping[str, Any]) -> Key | None:
+        obj = _read(translate.NetworkSelectionOptions, body)
+        if obj is None:
+            return None
+        key = _key_of(obj)
+        self.options[key] = _newest(self.options.get(key), obj)
+        return key
 
     def forget(self, ref: Ref) -> None:
         kind, namespace, name = ref
@@ -192,16 +220,18 @@ class Bridge:
 
     # --- ParamsReady -----------------------------------------------------------------------
 
-    def params_decision(self, ref: Ref) -> tuple[dict[str, Any] | None, conditions.Desired | None]:
+    def params_decision(
+        self, ref: Ref
+    ) -> tuple[translate.PodNetwork | translate.PodNetworkAttachment | None, conditions.Desired | None]:
         kind, namespace, name = ref
         if kind == constants.PODNETWORK_KIND:
-            body = self.podnetworks.get(name)
-            return body, None if body is None else params.podnetwork_params(body, self.objects())
-        body = self.attachments.get((namespace, name))
-        if body is None:
+            pn = self.podnetworks.get(name)
+            return pn, None if pn is None else params.podnetwork_params(pn, self.objects())
+        pna = self.attachments.get((namespace, name))
+        if pna is None:
             return None, None
-        podnetwork = self.podnetworks.get((body.get("spec") or {}).get("podNetworkName") or "")
-        return body, params.attachment_params(body, podnetwork, self.objects())
+        podnetwork = self.podnetworks.get(pna.spec.pod_network_name)
+        return pna, params.attachment_params(pna, podnetwork, self.objects())
 
     async def reconcile_params(self, ref: Ref) -> None:
         if not self.config.params_ready:
@@ -228,8 +258,8 @@ class Bridge:
     def attachments_of(self, podnetwork: str) -> set[Ref]:
         return {
             (constants.ATTACHMENT_KIND, ns, name)
-            for (ns, name), body in self.attachments.items()
-            if (body.get("spec") or {}).get("podNetworkName") == podnetwork
+            for (ns, name), pna in self.attachments.items()
+            if pna.spec.pod_network_name == podnetwork
         }
 
     # --- pods ------------------------------------------------------------------------------
@@ -241,11 +271,14 @@ class Bridge:
             await self._reconcile_pod(key, body)
 
     async def _reconcile_pod(self, key: Key, body: Mapping[str, Any]) -> None:
-        phase = (body.get("status") or {}).get("phase")
+        pod = _read(kube_core.Pod, body)
+        if pod is None:  # the pod holds no network, as one whose annotation cannot be parsed
+            self.waiting.pop(key, None)
+            return
         if (
-            phase in ("Succeeded", "Failed")
-            or (body.get("metadata") or {}).get("deletionTimestamp")
-            or (body.get("spec") or {}).get("hostNetwork")
+            pod.status.phase in ("Succeeded", "Failed")
+            or pod.metadata.deletion_timestamp
+            or pod.spec.host_network
         ):
             self.waiting.pop(key, None)
             return
@@ -343,16 +376,41 @@ class Bridge:
         await self.retry_waiting()
 
 
-def _newest(cached: Mapping[str, Any] | None, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The newer of a cached body and an incoming one (resourceVersion is etcd's revision)."""
-    obj = dict(body)
-    obj.setdefault("kind", kind)
+_T = TypeVar("_T", bound=kube_core.HasMetadata)
+_M = TypeVar("_M", bound=pydantic.BaseModel)
+
+
+def _newest(cached: _T | None, obj: _T) -> _T:
+    """The newer of a cached object and an incoming one (resourceVersion is etcd's revision)."""
     if cached is not None:
-        a = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        b = str((cached.get("metadata") or {}).get("resourceVersion") or "")
+        a = obj.metadata.resource_version or ""
+        b = cached.metadata.resource_version or ""
         if a.isdigit() and b.isdigit() and int(a) < int(b):
-            return dict(cached)
+            return cached
     return obj
+
+
+def _read(model: type[_M], body: Mapping[str, Any]) -> _M | None:
+    """`body` read into its model or view; None (logged) when it does not fit.
+
+    As `podnetwork.controller` does: an API server serving the CRDs never sends
+    one; a mismatched CRD or an emulator can. The last good object stays cached.
+    """
+    try:
+        return model.model_validate(body)
+    except pydantic.ValidationError as exc:
+        logger.warning("ignored %s %s: it does not fit its model: %s", model.__name__, _show_key(body),
+                       translate.field_errors(exc))
+        return None
+
+
+def _key_of(obj: kube_core.HasMetadata) -> Key:
+    return (obj.metadata.namespace or "", obj.metadata.name or "")
+
+
+def _show_key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata")
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}" if isinstance(meta, Mapping) else "?"
 
 
 def _key(body: Mapping[str, Any]) -> Key:
@@ -411,20 +469,19 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
 
     @kopf.index(*nad, registry=registry, id="bridge_nads")
     def bridge_nads(body: kopf.Body, **_: Any) -> None:
-        bridge.nads[_key(body)] = _newest(bridge.nads.get(_key(body)), body, npwg.NAD_KIND)
+        bridge.remember_nad(body)
 
     @kopf.index(*opts, registry=registry, id="bridge_options")
     def bridge_options(body: kopf.Body, **_: Any) -> None:
-        bridge.options[_key(body)] = _newest(bridge.options.get(_key(body)), body, translate.OPTIONS_KIND)
+        bridge.remember_options(body)
 
     @kopf.on.event(*pn, registry=registry, id="bridge_podnetwork_event")
     async def bridge_podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
-        name = body.get("metadata", {}).get("name") or ""
-        ref: Ref = (constants.PODNETWORK_KIND, "", name)
+        ref: Ref = (constants.PODNETWORK_KIND, "", _key(body)[1])
         if type == "DELETED":
             bridge.forget(ref)
-        else:
-            bridge.remember_podnetwork(body)
+        elif bridge.remember_podnetwork(body) is None:
+            return
         await bridge.podnetwork_changed(ref)
 
     @kopf.on.event(*pna, registry=registry, id="bridge_attachment_event")
@@ -432,8 +489,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
         ref: Ref = (constants.ATTACHMENT_KIND, *_key(body))
         if type == "DELETED":
             bridge.forget(ref)
-        else:
-            bridge.remember_attachment(body)
+        elif bridge.remember_attachment(body) is None:
+            return
         await bridge.attachment_changed(ref)
 
     @kopf.on.event(*nad, registry=registry, id="bridge_nad_event")
@@ -441,8 +498,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
         key = _key(body)
         if type == "DELETED":
             bridge.nads.pop(key, None)
-        else:
-            bridge.nads[key] = _newest(bridge.nads.get(key), body, npwg.NAD_KIND)
+        elif bridge.remember_nad(body) is None:
+            return
         await bridge.nad_changed(key)
 
     @kopf.on.event(*opts, registry=registry, id="bridge_options_event")
@@ -450,8 +507,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
         key = _key(body)
         if type == "DELETED":
             bridge.options.pop(key, None)
-        else:
-            bridge.options[key] = _newest(bridge.options.get(key), body, translate.OPTIONS_KIND)
+        elif bridge.remember_options(body) is None:
+            return
         await bridge.options_changed(key)
 
     @kopf.on.event(

@@ -65,11 +65,11 @@ def not_ready(
         if net.pod_network_attachment_name:
             key = (pod_namespace, net.pod_network_attachment_name)
             pna = objects.attachments.get(key)
-            if not conditions.is_ready(pna):
+            if pna is None or not conditions.is_ready(pna):
                 what = translate.describe(constants.ATTACHMENT_KIND, key[1], key[0])
                 problems.append(f"{what} is {'missing' if pna is None else 'not Ready'}")
                 continue
-            pn_name = (pna or {}).get("spec", {}).get("podNetworkName") or ""
+            pn_name = pna.spec.pod_network_name
         else:
             pn_name = net.pod_network_name or ""
         pn = objects.podnetworks.get(pn_name)
@@ -234,7 +234,7 @@ def may_be_bridged(networks: Sequence[Network], pod_namespace: str, objects: tra
             pna = objects.attachments.get((pod_namespace, net.pod_network_attachment_name))
             if pna is None:
                 return True
-            pn_name = (pna.get("spec") or {}).get("podNetworkName")
+            pn_name = pna.spec.pod_network_name
         if pn_name == constants.DEFAULT_PODNETWORK:
             continue
         podnetwork = objects.podnetworks.get(pn_name or "")

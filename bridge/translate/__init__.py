@@ -33,25 +33,28 @@ from bridge.translate.refs import (
     OPTIONS_SINGULAR,
     OPTIONS_VERSION,
     AttachmentParams,
+    InvalidKey,
     Key,
+    NetworkSelectionOptions,
     Obj,
     Objects,
     Reason,
     TranslationError,
+    Typed,
     attachment_params,
     describe,
+    field_errors,
     is_bridge,
-    meta_of,
     nad_config_problem,
     options_problem,
     podnetwork_nad,
+    read,
     references,
-    spec_of,
 )
 
-# The KEP entry of a pod's networks list: re-exported for the agent, which sees
-# the KEP layer only through this package (.importlinter).
-from podnetwork.api import Network
+# The KEP entry of a pod's networks list and the KEP objects' models: re-exported
+# for the agent, which sees the KEP layer only through this package (.importlinter).
+from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
 
 __all__ = [
     "DEFAULT_ROUTE_FAMILIES_KEY",
@@ -67,25 +70,30 @@ __all__ = [
     "OPTIONS_VERSION",
     "WRITTEN_ANNOTATION",
     "AttachmentParams",
+    "InvalidKey",
     "Key",
     "Network",
+    "NetworkSelectionOptions",
     "Obj",
     "Objects",
+    "PodNetwork",
+    "PodNetworkAttachment",
     "Reason",
     "Source",
     "Translation",
     "TranslationError",
+    "Typed",
     "attachment_params",
     "describe",
+    "field_errors",
     "ipam_gateways",
     "is_bridge",
-    "meta_of",
     "nad_config_problem",
     "options_problem",
     "podnetwork_nad",
+    "read",
     "references",
     "selection_digest",
-    "spec_of",
     "translate",
     "written_by_bridge",
 ]

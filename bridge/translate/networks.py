@@ -60,7 +60,6 @@ from typing import Any
 from bridge import npwg
 from bridge.translate.refs import (
     AttachmentParams,
-    Obj,
     Objects,
     Reason,
     TranslationError,
@@ -68,7 +67,6 @@ from bridge.translate.refs import (
     describe,
     is_bridge,
     podnetwork_nad,
-    spec_of,
 )
 from podnetwork import constants
 from podnetwork.api import Network
@@ -134,10 +132,10 @@ class Translation:
 # --- Gateways ----------------------------------------------------------------------------------
 
 
-def ipam_gateways(nad: Obj) -> list[str]:
+def ipam_gateways(nad: npwg.NetworkAttachmentDefinition) -> list[str]:
     """The gateways a NAD's IPAM configuration names, in order, without duplicates."""
-    config_text = spec_of(nad).get("config")
-    if not isinstance(config_text, str) or not config_text.strip():
+    config_text = nad.spec.config
+    if config_text is None or not config_text.strip():
         return []
     try:
         config = json.loads(config_text)
@@ -195,12 +193,13 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
         if attachment_name:
             attachment = objects.attachments.get((pod_namespace, attachment_name))
             if attachment is None:
-                raise TranslationError(
-                    Reason.ATTACHMENT_NOT_FOUND,
-                    f"{label}: {describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)} "
-                    "does not exist",
-                )
-            pn_name = spec_of(attachment).get("podNetworkName") or ""
+                what = describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)
+                if problem := objects.problem(constants.ATTACHMENT_KIND, pod_namespace, attachment_name):
+                    raise TranslationError(
+                        Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
+                    )
+                raise TranslationError(Reason.ATTACHMENT_NOT_FOUND, f"{label}: {what} does not exist")
+            pn_name = attachment.spec.pod_network_name
             params = attachment_params(attachment, objects)
         else:
             pn_name = net.pod_network_name or ""
@@ -229,15 +228,17 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
 
         podnetwork = objects.podnetworks.get(pn_name)
         if podnetwork is None:
-            raise TranslationError(
-                Reason.PODNETWORK_NOT_FOUND,
-                f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} does not exist",
-            )
+            what = describe(constants.PODNETWORK_KIND, pn_name)
+            if problem := objects.problem(constants.PODNETWORK_KIND, "", pn_name):
+                raise TranslationError(
+                    Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
+                )
+            raise TranslationError(Reason.PODNETWORK_NOT_FOUND, f"{label}: {what} does not exist")
         if not is_bridge(podnetwork):
             raise TranslationError(
                 Reason.NOT_BRIDGE_PROVIDER,
                 f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} has provider "
-                f"{spec_of(podnetwork).get('provider')!r}, not {constants.BRIDGE_PROVIDER!r}",
+                f"{podnetwork.spec.provider!r}, not {constants.BRIDGE_PROVIDER!r}",
             )
         if params.nad is not None:
             nad_key = params.nad
@@ -285,7 +286,7 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
 def _gateways(
     label: str,
     params: AttachmentParams,
-    nad: Obj,
+    nad: npwg.NetworkAttachmentDefinition,
     wants4: bool,
     wants6: bool,
     warnings: list[str],

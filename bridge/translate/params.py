@@ -18,7 +18,6 @@ decision (None): the bridge leaves them alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -26,6 +25,7 @@ from bridge import npwg
 from bridge.translate import refs
 from bridge.translate.refs import Objects, TranslationError
 from podnetwork import conditions
+from podnetwork.api import PodNetwork, PodNetworkAttachment
 from podnetwork.constants import ConditionStatus, ConditionType
 
 
@@ -55,7 +55,7 @@ def _false(exc: TranslationError) -> conditions.Desired:
     return conditions.Desired(ConditionType.PARAMS_READY, ConditionStatus.FALSE, reason, str(exc))
 
 
-def podnetwork_params(podnetwork: Mapping[str, Any], objects: Objects) -> conditions.Desired | None:
+def podnetwork_params(podnetwork: PodNetwork, objects: Objects) -> conditions.Desired | None:
     """ParamsReady of a PodNetwork, or None when its provider is not the bridge."""
     if not refs.is_bridge(podnetwork):
         return None
@@ -72,7 +72,7 @@ def podnetwork_params(podnetwork: Mapping[str, Any], objects: Objects) -> condit
 
 
 def attachment_params(
-    attachment: Mapping[str, Any], podnetwork: Mapping[str, Any] | None, objects: Objects
+    attachment: PodNetworkAttachment, podnetwork: PodNetwork | None, objects: Objects
 ) -> conditions.Desired | None:
     """ParamsReady of a PodNetworkAttachment, given its PodNetwork (None when missing).
 
@@ -82,7 +82,7 @@ def attachment_params(
     """
     if podnetwork is None or not refs.is_bridge(podnetwork):
         return None
-    if not (attachment.get("spec") or {}).get("parametersRefs"):
+    if not attachment.spec.parameters_refs:
         return None
     try:
         params = refs.attachment_params(attachment, objects)
@@ -102,14 +102,11 @@ def attachment_params(
 
 
 def conditions_after(
-    obj: Mapping[str, Any], desired: conditions.Desired, *, now: str
+    obj: PodNetwork | PodNetworkAttachment, desired: conditions.Desired, *, now: str
 ) -> list[dict[str, Any]] | None:
     """The object's `status.conditions` with ParamsReady set, or None when unchanged."""
-    existing = [c for c in ((obj.get("status") or {}).get("conditions") or []) if isinstance(c, dict)]
-    generation = (obj.get("metadata") or {}).get("generation")
-    return conditions.merge(
-        existing, [desired], now=now, generation=generation if isinstance(generation, int) else None
-    )
+    existing = [c.to_dict() for c in (obj.status.conditions or [])] if obj.status is not None else []
+    return conditions.merge(existing, [desired], now=now, generation=obj.metadata.generation)
 
 
 __all__ = [

@@ -12,7 +12,9 @@ indexes and the CNI agent all ask this module.
   defaults to the attachment's) and at most one `NetworkSelectionOptions` (group
   `bridge.multinetwork.x-k8s.io`), which gives the per-pod keys of the element.
 
-Objects are plain dicts as the API server returns them (kopf bodies work too).
+The decisions read the models (`podnetwork.api`, `npwg.NetworkAttachmentDefinition`,
+`NetworkSelectionOptions`); `Objects.from_objects` and `read` are where API
+objects (dicts, kopf bodies) become them.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from bridge import npwg
 from podnetwork import constants
+from podnetwork.api import ParametersRef, PodNetwork, PodNetworkAttachment
+from podnetwork.kube.core import ObjectMeta, PartialObjectMetadata
 
 #: The bridge's own API group, for NetworkSelectionOptions.
 OPTIONS_GROUP = f"bridge.{constants.GROUP}"
@@ -77,85 +83,185 @@ class TranslationError(ValueError):
 
 Obj = Mapping[str, Any]
 Key = tuple[str, str]
+InvalidKey = tuple[str, str, str]
+"""(kind, namespace, name) of an object that does not fit its model."""
 
+
+class NetworkSelectionOptions(BaseModel):
+    """The bridge's NetworkSelectionOptions: the per-pod keys of one selection element.
+
+    `spec` stays a mapping on purpose: it *is* the per-pod part of an NPWG
+    selection element (4.1.2.1), which `npwg.parse_selection` validates with
+    messages naming the spec's section; a second schema here would only drift
+    from it. The view checks the shape (an object); `problem` says whether the
+    keys are valid, once, when the view is built.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    api_version: str = Field(OPTIONS_API_VERSION, alias="apiVersion")
+    kind: str = OPTIONS_KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the spec is not a valid set of per-pod keys, or None."""
+        return options_problem(self.spec)
+
+
+#: What `Objects` holds, and what `Objects.from_objects` accepts already read.
+Typed = PodNetwork | PodNetworkAttachment | npwg.NetworkAttachmentDefinition | NetworkSelectionOptions
+
+
+def field_errors(exc: ValidationError) -> str:
+    """A pydantic error on one line: `spec.config: Input should be a valid string; ...`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(object)'}: {err['msg']}" for err in exc.errors()
+    )
 
 
 @dataclass(frozen=True)
 class Objects:
-    """The objects a translation may read, keyed the way pods reference them."""
+    """The objects a translation may read, keyed the way pods reference them, read into their models."""
 
-    podnetworks: Mapping[str, Obj] = field(default_factory=dict)
+    podnetworks: Mapping[str, PodNetwork] = field(default_factory=dict)
     """PodNetwork by name (cluster-scoped)."""
-    attachments: Mapping[Key, Obj] = field(default_factory=dict)
+    attachments: Mapping[Key, PodNetworkAttachment] = field(default_factory=dict)
     """PodNetworkAttachment by (namespace, name)."""
-    nads: Mapping[Key, Obj] = field(default_factory=dict)
+    nads: Mapping[Key, npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
     """NetworkAttachmentDefinition by (namespace, name)."""
-    options: Mapping[Key, Obj] = field(default_factory=dict)
+    options: Mapping[Key, NetworkSelectionOptions] = field(default_factory=dict)
     """NetworkSelectionOptions by (namespace, name)."""
+    invalid: Mapping[InvalidKey, str] = field(default_factory=dict)
+    """Objects that do not fit their model, by (kind, namespace, name): the fields that do not fit.
+    A reference to one fails with InvalidParameters naming them, not with "does not exist"."""
 
     @classmethod
-    def from_objects(cls, objs: Iterable[Obj]) -> Objects:
-        """Sort API objects by `kind`; other kinds are ignored."""
-        pns: dict[str, Obj] = {}
-        pnas: dict[Key, Obj] = {}
-        nads: dict[Key, Obj] = {}
-        opts: dict[Key, Obj] = {}
-        for obj in objs:
-            meta = obj.get("metadata") or {}
-            name, ns = meta.get("name", ""), meta.get("namespace", "")
-            kind = obj.get("kind")
-            if kind == constants.PODNETWORK_KIND:
-                pns[name] = obj
-            elif kind == constants.ATTACHMENT_KIND:
-                pnas[(ns, name)] = obj
-            elif kind == npwg.NAD_KIND:
-                nads[(ns, name)] = obj
-            elif kind == OPTIONS_KIND:
-                opts[(ns, name)] = obj
-        return cls(pns, pnas, nads, opts)
+    def from_objects(cls, objs: Iterable[Obj | Typed]) -> Objects:
+        """Sort objects by `kind`, reading API objects (mappings) into their models.
 
+        The edge of the translation: an object that does not fit is kept in
+        `invalid`; one whose metadata cannot be read, and other kinds, are ignored.
+        """
+        pns: dict[str, PodNetwork] = {}
+        pnas: dict[Key, PodNetworkAttachment] = {}
+        nads: dict[Key, npwg.NetworkAttachmentDefinition] = {}
+        opts: dict[Key, NetworkSelectionOptions] = {}
+        invalid: dict[InvalidKey, str] = {}
+        for obj in objs:
+            typed = obj if isinstance(obj, BaseModel) else _read(obj, invalid)
+            if isinstance(typed, PodNetwork):
+                pns[typed.metadata.name or ""] = typed
+            elif isinstance(typed, PodNetworkAttachment):
+                pnas[_key(typed)] = typed
+            elif isinstance(typed, npwg.NetworkAttachmentDefinition):
+                nads[_key(typed)] = typed
+            elif isinstance(typed, NetworkSelectionOptions):
+                opts[_key(typed)] = typed
+        return cls(pns, pnas, nads, opts, invalid)
+
+    @classmethod
+    def from_keyed(
+        cls,
+        podnetworks: Mapping[str, Obj] | None = None,
+        attachments: Mapping[Key, Obj] | None = None,
+        nads: Mapping[Key, Obj] | None = None,
+        options: Mapping[Key, Obj] | None = None,
+    ) -> Objects:
+        """Like `from_objects`, for API objects already keyed by the caller (a manifest's
+        objects without namespace take the one given on the command line): the keys are kept."""
+        invalid: dict[InvalidKey, str] = {}
+
+        def read_all(kind: str, objs: Mapping[Any, Obj] | None) -> dict[Any, Any]:
+            out: dict[Any, Any] = {}
+            for key, obj in (objs or {}).items():
+                try:
+                    out[key] = _READERS[kind](obj)
+                except ValidationError as exc:
+                    ns, name = ("", key) if kind == constants.PODNETWORK_KIND else key
+                    invalid[(kind, ns, name)] = field_errors(exc)
+            return out
+
+        return cls(
+            read_all(constants.PODNETWORK_KIND, podnetworks),
+            read_all(constants.ATTACHMENT_KIND, attachments),
+            read_all(npwg.NAD_KIND, nads),
+            read_all(OPTIONS_KIND, options),
+            invalid,
+        )
+
+    def problem(self, kind: str, namespace: str, name: str) -> str | None:
+        """Why the object named does not fit its model, or None (it fits, or does not exist)."""
+        return self.invalid.get((kind, namespace, name))
+
+
+_READERS: dict[str, Any] = {
+    constants.PODNETWORK_KIND: PodNetwork.model_validate,
+    constants.ATTACHMENT_KIND: PodNetworkAttachment.model_validate,
+    npwg.NAD_KIND: npwg.NetworkAttachmentDefinition.model_validate,
+    OPTIONS_KIND: NetworkSelectionOptions.model_validate,
+}
+
+
+def read(obj: Obj) -> Typed:
+    """An API object of one of the four kinds the translation reads, into its model.
+
+    Raises `ValueError` (a `pydantic.ValidationError` naming the fields) when it
+    does not fit, or for another kind.
+    """
+    reader = _READERS.get(obj.get("kind") or "")
+    if reader is None:
+        raise ValueError(f"expected one of {sorted(_READERS)}, not kind {obj.get('kind')!r}")
+    typed: Typed = reader(obj)
+    return typed
+
+
+def _read(obj: Obj, invalid: dict[InvalidKey, str]) -> Typed | None:
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in _READERS:
+        return None
+    try:
+        return read(obj)
+    except ValidationError as exc:
+        try:
+            meta = PartialObjectMetadata.model_validate(obj).metadata
+        except ValidationError:
+            return None
+        namespace = "" if kind == constants.PODNETWORK_KIND else meta.namespace or ""
+        invalid[(kind, namespace, meta.name or "")] = field_errors(exc)
+        return None
+
+
+def _key(obj: Typed) -> Key:
+    return (obj.metadata.namespace or "", obj.metadata.name or "")
 
 
 # --- References ----------------------------------------------------------------------------
-
-
-def spec_of(obj: Obj) -> Mapping[str, Any]:
-    # Objects may come from files (podnetwork migrate): a non-object spec reads as empty.
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
-def meta_of(obj: Obj) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def describe(kind: str, name: str, namespace: str | None = None) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
-def _is_nad(ref: Mapping[str, Any]) -> bool:
-    return ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in NAD_KINDS
+def _is_nad(ref: ParametersRef) -> bool:
+    return ref.group == npwg.NAD_GROUP and ref.kind in NAD_KINDS
 
 
-def _is_options(ref: Mapping[str, Any]) -> bool:
-    return ref.get("group") == OPTIONS_GROUP and ref.get("kind") in OPTIONS_KINDS
+def _is_options(ref: ParametersRef) -> bool:
+    return ref.group == OPTIONS_GROUP and ref.kind in OPTIONS_KINDS
 
 
-def is_bridge(podnetwork: Obj) -> bool:
+def is_bridge(podnetwork: PodNetwork) -> bool:
     """The PodNetwork is provided by this bridge."""
-    return spec_of(podnetwork).get("provider") == constants.BRIDGE_PROVIDER
+    return podnetwork.spec.provider == constants.BRIDGE_PROVIDER
 
 
-def nad_config_problem(nad: Obj) -> str | None:
+def nad_config_problem(nad: npwg.NetworkAttachmentDefinition) -> str | None:
     """Why a NAD's `spec.config` cannot be executed, or None (an absent config is fine, 3.2.4)."""
-    if not isinstance(nad.get("spec") or {}, Mapping):
-        return "spec must be an object (NPWG 3.1)"
-    config = spec_of(nad).get("config")
-    if config is None or (isinstance(config, str) and not config.strip()):
+    config = nad.spec.config
+    if config is None or not config.strip():
         return None
-    if not isinstance(config, str):
-        return "spec.config must be a string holding CNI JSON (NPWG 3.2)"
     try:
         npwg.load_cni_config(config, "spec.config")
     except npwg.DelegationError as exc:
@@ -163,8 +269,8 @@ def nad_config_problem(nad: Obj) -> str | None:
     return None
 
 
-def _resolve_nad(ref: Mapping[str, Any], namespace: str, owner: str) -> Key:
-    name = ref.get("name") or ""
+def _resolve_nad(ref: ParametersRef, namespace: str, owner: str) -> Key:
+    name = ref.name
     if problem := npwg.name_problem(name):
         raise TranslationError(
             Reason.INVALID_PARAMETERS,
@@ -173,26 +279,42 @@ def _resolve_nad(ref: Mapping[str, Any], namespace: str, owner: str) -> Key:
     return (namespace, name)
 
 
-def _check_nad(key: Key, objects: Objects, owner: str) -> Obj:
+def _unfit(kind: str, key: Key, objects: Objects, owner: str) -> TranslationError:
+    """The error for a referenced object that is missing, or there but not fitting its model."""
+    what = describe(kind, key[1], key[0])
+    if problem := objects.problem(kind, *key):
+        return TranslationError(
+            Reason.INVALID_PARAMETERS, f"{owner}: {what} does not fit the {kind} schema: {problem}"
+        )
+    return TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
+
+
+def _check_nad(key: Key, objects: Objects, owner: str) -> npwg.NetworkAttachmentDefinition:
     nad = objects.nads.get(key)
-    what = describe(npwg.NAD_KIND, key[1], key[0])
     if nad is None:
-        raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
+        raise _unfit(npwg.NAD_KIND, key, objects, owner)
     if problem := nad_config_problem(nad):
+        what = describe(npwg.NAD_KIND, key[1], key[0])
         raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
     return nad
 
 
-def podnetwork_nad(podnetwork: Obj, objects: Objects) -> tuple[Key, Obj]:
-    """The one NAD of a bridge PodNetwork: its key and object. Raises `TranslationError`."""
-    owner = describe(constants.PODNETWORK_KIND, meta_of(podnetwork).get("name", ""))
-    refs = list(spec_of(podnetwork).get("parametersRefs") or [])
+def _ref_text(ref: ParametersRef) -> str:
+    return f"{ref.group}/{ref.kind} {ref.name!r}"
+
+
+def podnetwork_nad(
+    podnetwork: PodNetwork, objects: Objects
+) -> tuple[Key, npwg.NetworkAttachmentDefinition]:
+    """The one NAD of a bridge PodNetwork: its key and view. Raises `TranslationError`."""
+    owner = describe(constants.PODNETWORK_KIND, podnetwork.metadata.name or "")
+    refs = podnetwork.spec.parameters_refs or []
     for ref in refs:
         if not _is_nad(ref):
             raise TranslationError(
                 Reason.UNSUPPORTED_PARAMETERS_KIND,
                 f"{owner}: parametersRefs may only name {npwg.NAD_GROUP} network-attachment-definitions, "
-                f"not {ref.get('group')}/{ref.get('kind')} {ref.get('name')!r}",
+                f"not {_ref_text(ref)}",
             )
     if len(refs) != 1:
         raise TranslationError(
@@ -201,13 +323,13 @@ def podnetwork_nad(podnetwork: Obj, objects: Objects) -> tuple[Key, Obj]:
             f"NetworkAttachmentDefinition in parametersRefs, found {len(refs)}",
         )
     ref = refs[0]
-    if not ref.get("namespace"):
+    if not ref.namespace:
         raise TranslationError(
             Reason.INVALID_PARAMETERS,
             f"{owner}: parametersRefs[0].namespace is required: a PodNetwork is cluster-scoped "
             "and a NetworkAttachmentDefinition is namespaced",
         )
-    key = _resolve_nad(ref, ref["namespace"], owner)
+    key = _resolve_nad(ref, ref.namespace, owner)
     return key, _check_nad(key, objects, owner)
 
 
@@ -222,8 +344,11 @@ class AttachmentParams:
     options_key: Key | None = None
 
 
-def options_problem(spec: Mapping[str, Any]) -> str | None:
-    """Why a NetworkSelectionOptions spec is invalid (per NPWG 4.1.2.1), or None."""
+def options_problem(spec: Any) -> str | None:
+    """Why a NetworkSelectionOptions spec is invalid (per NPWG 4.1.2.1), or None.
+
+    Takes the spec as written (a manifest's, `podnetwork migrate`'s), so anything.
+    """
     if not isinstance(spec, Mapping):
         return "spec must be an object"
     unknown = sorted(set(spec) - set(OPTIONS_KEYS))
@@ -238,13 +363,13 @@ def options_problem(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def attachment_params(attachment: Obj, objects: Objects) -> AttachmentParams:
+def attachment_params(attachment: PodNetworkAttachment, objects: Objects) -> AttachmentParams:
     """Resolve a PodNetworkAttachment's parametersRefs. Raises `TranslationError`."""
-    meta = meta_of(attachment)
-    namespace = meta.get("namespace") or ""
-    owner = describe(constants.ATTACHMENT_KIND, meta.get("name", ""), namespace)
-    nad_refs, option_refs = [], []
-    for ref in spec_of(attachment).get("parametersRefs") or []:
+    namespace = attachment.metadata.namespace or ""
+    owner = describe(constants.ATTACHMENT_KIND, attachment.metadata.name or "", namespace)
+    nad_refs: list[ParametersRef] = []
+    option_refs: list[ParametersRef] = []
+    for ref in attachment.spec.parameters_refs or []:
         if _is_nad(ref):
             nad_refs.append(ref)
         elif _is_options(ref):
@@ -253,8 +378,7 @@ def attachment_params(attachment: Obj, objects: Objects) -> AttachmentParams:
             raise TranslationError(
                 Reason.UNSUPPORTED_PARAMETERS_KIND,
                 f"{owner}: parametersRefs may name {npwg.NAD_GROUP} network-attachment-definitions "
-                f"or {OPTIONS_GROUP} {OPTIONS_PLURAL}, not {ref.get('group')}/{ref.get('kind')} "
-                f"{ref.get('name')!r}",
+                f"or {OPTIONS_GROUP} {OPTIONS_PLURAL}, not {_ref_text(ref)}",
             )
     if len(nad_refs) > 1 or len(option_refs) > 1:
         raise TranslationError(
@@ -264,43 +388,38 @@ def attachment_params(attachment: Obj, objects: Objects) -> AttachmentParams:
         )
     nad_key = None
     if nad_refs:
-        nad_key = _resolve_nad(nad_refs[0], nad_refs[0].get("namespace") or namespace, owner)
+        nad_key = _resolve_nad(nad_refs[0], nad_refs[0].namespace or namespace, owner)
         _check_nad(nad_key, objects, owner)
     options: dict[str, Any] = {}
     options_key = None
     if option_refs:
         ref = option_refs[0]
-        options_key = (ref.get("namespace") or namespace, ref.get("name") or "")
-        what = describe(OPTIONS_KIND, options_key[1], options_key[0])
+        options_key = (ref.namespace or namespace, ref.name)
         found = objects.options.get(options_key)
         if found is None:
-            raise TranslationError(Reason.PARAMETERS_NOT_FOUND, f"{owner}: {what} does not exist")
-        spec = found.get("spec") or {}
-        if problem := options_problem(spec):
+            raise _unfit(OPTIONS_KIND, options_key, objects, owner)
+        if problem := found.problem:
+            what = describe(OPTIONS_KIND, options_key[1], options_key[0])
             raise TranslationError(Reason.INVALID_PARAMETERS, f"{owner}: {what}: {problem}")
-        options = dict(spec)
+        options = dict(found.spec)
     return AttachmentParams(nad_key, options, options_key)
 
 
-
-def references(obj: Mapping[str, Any]) -> tuple[set[Key], set[Key]]:
+def references(obj: PodNetwork | PodNetworkAttachment) -> tuple[set[Key], set[Key]]:
     """The (NAD keys, NetworkSelectionOptions keys) an object's parametersRefs name.
 
     For following changes: a NAD or options event re-evaluates the objects that
     name it. References without a namespace take the object's own (attachments);
     a PodNetwork's are recorded as written, so a missing namespace matches nothing.
     """
-    meta = obj.get("metadata") or {}
-    own_ns = meta.get("namespace") or ""
+    own_ns = obj.metadata.namespace or ""
     nads: set[Key] = set()
     options: set[Key] = set()
-    for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
-        if not isinstance(ref, Mapping):
-            continue
-        key = (ref.get("namespace") or own_ns, ref.get("name") or "")
-        if ref.get("group") == npwg.NAD_GROUP and ref.get("kind") in NAD_KINDS:
+    for ref in obj.spec.parameters_refs or []:
+        key = (ref.namespace or own_ns, ref.name)
+        if _is_nad(ref):
             nads.add(key)
-        elif ref.get("group") == OPTIONS_GROUP and ref.get("kind") in OPTIONS_KINDS:
+        elif _is_options(ref):
             options.add(key)
     return nads, options
 
@@ -316,18 +435,21 @@ __all__ = [
     "OPTIONS_SINGULAR",
     "OPTIONS_VERSION",
     "AttachmentParams",
+    "InvalidKey",
     "Key",
+    "NetworkSelectionOptions",
     "Obj",
     "Objects",
     "Reason",
     "TranslationError",
+    "Typed",
     "attachment_params",
     "describe",
+    "field_errors",
     "is_bridge",
-    "meta_of",
     "nad_config_problem",
     "options_problem",
     "podnetwork_nad",
+    "read",
     "references",
-    "spec_of",
 ]

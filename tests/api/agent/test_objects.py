@@ -48,11 +48,11 @@ def kubeconfig(tmp_path: Path, kmock: kmock.KubernetesEmulator) -> Path:
 async def test_the_agent_reads_each_object_by_name_and_a_missing_one_is_not_found(cluster: kmock.KubernetesEmulator, kubeconfig: Path) -> None:
     source = await asyncio.to_thread(objects.KubernetesObjects, str(kubeconfig))
     try:
-        assert (await source.get_pod("ns", "web"))["metadata"]["annotations"]["keep"] == "me"
-        assert (await source.get_nad("ns", "blue"))["spec"]["config"] == "{}"
-        assert (await source.get_podnetwork("default"))["spec"]["enabled"] is True
-        assert (await source.get_attachment("ns", "a1"))["spec"]["podNetworkName"] == "blue"
-        assert (await source.get_selection_options("ns", "o1"))["spec"]["mac"] == "02:00:00:00:00:01"
+        assert (await source.get_pod("ns", "web")).metadata.annotation("keep") == "me"
+        assert (await source.get_nad("ns", "blue")).spec.config == "{}"
+        assert (await source.get_podnetwork("default")).spec.enabled is True
+        assert (await source.get_attachment("ns", "a1")).spec.pod_network_name == "blue"
+        assert (await source.get_selection_options("ns", "o1")).spec["mac"] == "02:00:00:00:00:01"
         with pytest.raises(objects.NotFound, match="NetworkAttachmentDefinition ns/red not found"):
             await source.get_nad("ns", "red")
         with pytest.raises(objects.NotFound):

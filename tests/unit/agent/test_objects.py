@@ -158,7 +158,7 @@ async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_intern
 async def test_memory_objects_merge_patch_annotations_and_report_missing_objects() -> None:
     objs = objects.MemoryObjects([{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "annotations": {"a": "1", "b": "2"}}}])
     await objs.patch_pod_annotations("ns", "p", {"a": None, "c": "3"})
-    assert (await objs.get_pod("ns", "p"))["metadata"]["annotations"] == {"b": "2", "c": "3"}
+    assert (await objs.get_pod("ns", "p")).metadata.annotations == {"b": "2", "c": "3"}
     with pytest.raises(objects.NotFound, match="Pod ns/q not found"):
         await objs.patch_pod_annotations("ns", "q", {"a": "1"})
     with pytest.raises(objects.NotFound):
@@ -171,3 +171,22 @@ def test_the_agents_copies_of_api_names_match_the_kep_layer() -> None:
     assert objects.BRIDGE_PROVIDER == constants.BRIDGE_PROVIDER
     assert agent.DEFAULT_PODNETWORK == constants.DEFAULT_PODNETWORK
 
+
+
+async def test_the_object_source_returns_typed_objects_and_refuses_what_does_not_fit() -> None:
+    objs = objects.MemoryObjects([
+        {"kind": "NetworkAttachmentDefinition", "metadata": {"name": "blue", "namespace": "ns"},
+         "spec": {"config": '{"type": "bridge"}'}},
+        {"kind": "NetworkAttachmentDefinition", "metadata": {"name": "odd", "namespace": "ns"},
+         "spec": {"config": {"type": "bridge"}}},
+        {"kind": "PodNetworkAttachment", "metadata": {"name": "a1", "namespace": "ns"},
+         "spec": {"podNetworkName": "blue", "colour": "red"}},
+    ])
+    assert (await objs.get_nad("ns", "blue")).spec.config == '{"type": "bridge"}'
+    with pytest.raises(CNIError) as caught:
+        await objs.get_nad("ns", "odd")
+    assert caught.value.code == ErrorCode.INVALID_CONFIG
+    assert caught.value.msg == "NetworkAttachmentDefinition ns/odd does not fit its schema"
+    assert "spec.config: Input should be a valid string" in caught.value.details
+    with pytest.raises(CNIError, match=r"PodNetworkAttachment ns/a1 does not fit its schema: spec\.colour"):
+        await objs.get_attachment("ns", "a1")

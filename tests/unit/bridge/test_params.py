@@ -7,10 +7,16 @@ import pytest
 from bridge import translate
 from bridge.translate import Objects, params
 from bridge.translate.params import ParamsReason
+from podnetwork import api
 from podnetwork.constants import ConditionStatus, ConditionType
 from tests.unit.bridge_support import NS, attachment, nad, nad_ref, options, options_ref, podnetwork
 
 DATAPLANE = podnetwork("dataplane")
+
+
+def kep(obj: dict) -> api.KepObject:
+    """The object read into its model, as the bridge's edges read it."""
+    return api.parse(obj)
 
 
 def objects(*objs: dict) -> Objects:
@@ -18,7 +24,7 @@ def objects(*objs: dict) -> Objects:
 
 
 def test_kep_params_ready_is_true_when_the_one_nad_exists_and_is_valid() -> None:
-    got = params.podnetwork_params(DATAPLANE, objects(nad("dataplane")))
+    got = params.podnetwork_params(kep(DATAPLANE), objects(nad("dataplane")))
     assert got is not None
     assert (got.type, got.status, got.reason) == (
         ConditionType.PARAMS_READY, ConditionStatus.TRUE, ParamsReason.READY)
@@ -26,10 +32,10 @@ def test_kep_params_ready_is_true_when_the_one_nad_exists_and_is_valid() -> None
 
 
 def test_kep_other_providers_podnetworks_are_left_alone() -> None:
-    assert params.podnetwork_params(podnetwork("x", provider="example.com/other"), objects()) is None
+    assert params.podnetwork_params(kep(podnetwork("x", provider="example.com/other")), objects()) is None
     no_provider = podnetwork("x")
     del no_provider["spec"]["provider"]
-    assert params.podnetwork_params(no_provider, objects(nad("x"))) is None
+    assert params.podnetwork_params(kep(no_provider), objects(nad("x"))) is None
 
 
 @pytest.mark.parametrize(
@@ -52,7 +58,7 @@ def test_kep_other_providers_podnetworks_are_left_alone() -> None:
 def test_kep_params_ready_is_false_with_a_reason_naming_the_object(
     pn: dict, objs: list[dict], reason: ParamsReason, needle: str
 ) -> None:
-    got = params.podnetwork_params(pn, objects(*objs))
+    got = params.podnetwork_params(kep(pn), objects(*objs))
     assert got is not None
     assert (got.status, got.reason) == (ConditionStatus.FALSE, reason)
     assert needle in got.message and "PodNetwork dataplane" in got.message
@@ -61,7 +67,7 @@ def test_kep_params_ready_is_false_with_a_reason_naming_the_object(
 def test_kep_attachment_params_ready_covers_its_nad_override_and_options() -> None:
     pna = attachment("pna1", "dataplane", [nad_ref("special"), options_ref("opts")])
     world = objects(nad("special", namespace=NS), options("opts", {"mac": "02:00:00:00:00:01"}))
-    got = params.attachment_params(pna, DATAPLANE, world)
+    got = params.attachment_params(kep(pna), kep(DATAPLANE), world)
     assert got is not None and got.status == ConditionStatus.TRUE
     assert got.message == (f"NetworkAttachmentDefinition {NS}/special and NetworkSelectionOptions {NS}/opts "
                            "are usable")
@@ -81,35 +87,35 @@ def test_kep_attachment_params_ready_covers_its_nad_override_and_options() -> No
     ],
 )
 def test_kep_attachment_params_ready_false(pna: dict, objs: list[dict], reason: ParamsReason) -> None:
-    got = params.attachment_params(pna, DATAPLANE, objects(*objs))
+    got = params.attachment_params(kep(pna), kep(DATAPLANE), objects(*objs))
     assert got is not None and (got.status, got.reason) == (ConditionStatus.FALSE, reason)
     assert f"PodNetworkAttachment {NS}/p" in got.message
 
 
 def test_kep_attachments_without_refs_or_of_other_providers_get_no_decision() -> None:
-    assert params.attachment_params(attachment("p", "dataplane"), DATAPLANE, objects()) is None
+    assert params.attachment_params(kep(attachment("p", "dataplane")), kep(DATAPLANE), objects()) is None
     with_refs = attachment("p", "x", [options_ref("o")])
-    assert params.attachment_params(with_refs, None, objects()) is None
-    assert params.attachment_params(with_refs, podnetwork("x", provider="example.com/o"), objects()) is None
+    assert params.attachment_params(kep(with_refs), None, objects()) is None
+    assert params.attachment_params(kep(with_refs), kep(podnetwork("x", provider="example.com/o")), objects()) is None
 
 
 def test_references_name_nads_and_options_with_the_attachments_namespace_by_default() -> None:
     pna = attachment("p", "dataplane", [nad_ref("n"), nad_ref("m", "other"), options_ref("o")])
-    assert translate.references(pna) == ({(NS, "n"), ("other", "m")}, {(NS, "o")})
-    assert translate.references(DATAPLANE) == ({("nets", "dataplane")}, set())
+    assert translate.references(kep(pna)) == ({(NS, "n"), ("other", "m")}, {(NS, "o")})
+    assert translate.references(kep(DATAPLANE)) == ({("nets", "dataplane")}, set())
 
 
 def test_kep_params_ready_keeps_last_transition_time_while_status_stays() -> None:
     pn = {**DATAPLANE, "metadata": {"name": "dataplane", "generation": 3}}
-    true = params.podnetwork_params(pn, objects(nad("dataplane")))
+    true = params.podnetwork_params(kep(pn), objects(nad("dataplane")))
     assert true is not None
-    first = params.conditions_after(pn, true, now="2026-01-01T00:00:00Z")
+    first = params.conditions_after(kep(pn), true, now="2026-01-01T00:00:00Z")
     assert first == [{"type": "ParamsReady", "status": "True", "reason": "ParametersReady",
                       "message": true.message, "observedGeneration": 3,
                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     pn["status"] = {"conditions": first}
-    assert params.conditions_after(pn, true, now="2026-01-02T00:00:00Z") is None
-    false = params.podnetwork_params(pn, objects())
+    assert params.conditions_after(kep(pn), true, now="2026-01-02T00:00:00Z") is None
+    false = params.podnetwork_params(kep(pn), objects())
     assert false is not None
-    second = params.conditions_after(pn, false, now="2026-01-03T00:00:00Z")
+    second = params.conditions_after(kep(pn), false, now="2026-01-03T00:00:00Z")
     assert second is not None and second[0]["lastTransitionTime"] == "2026-01-03T00:00:00Z"

@@ -184,7 +184,7 @@ def test_merge_keeps_unknown_condition_positions():
 def test_status_patch_carries_resource_version_for_optimistic_concurrency():
     obj = pn()
     obj["metadata"]["resourceVersion"] = "42"
-    patch = conditions.status_patch(obj, [])
+    patch = conditions.status_patch(typed(obj), [])
     assert patch == {"status": {"conditions": []}, "metadata": {"resourceVersion": "42"}}
 
 

@@ -42,9 +42,9 @@ def make() -> tuple[Store, StoreObjects]:
 
 def test_reads_return_the_stored_objects() -> None:
     _, objs = make()
-    assert asyncio.run(objs.get_pod("demo", "p"))["metadata"]["name"] == "p"
-    assert asyncio.run(objs.get_nad("demo", "blue"))["spec"]["config"] == "{}"
-    assert asyncio.run(objs.get_podnetwork("blue"))["kind"] == "PodNetwork"
+    assert asyncio.run(objs.get_pod("demo", "p")).metadata.name == "p"
+    assert asyncio.run(objs.get_nad("demo", "blue")).spec.config == "{}"
+    assert asyncio.run(objs.get_podnetwork("blue")).kind == "PodNetwork"
 
 
 @pytest.mark.parametrize(
