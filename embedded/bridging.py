@@ -24,8 +24,9 @@ from bridge.operator import pods
 from bridge.translate import params
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import conditions, constants, networks
+from podnetwork import conditions, constants
 from podnetwork.fielderrors import InvalidObject
+from podnetwork.kube.core import Pod
 
 log = logging.getLogger(__name__)
 
@@ -151,22 +152,23 @@ class Bridge:
             self._pod_ips(fresh)
 
     def _translate(self, event_pod: dict[str, Any]) -> None:
-        pod = self.api.find(*POD, event_pod["metadata"]["name"], event_pod["metadata"]["namespace"])
-        if pod is None:
+        found = self.api.find(*POD, event_pod["metadata"]["name"], event_pod["metadata"]["namespace"])
+        pod = None if found is None else _view(found)
+        if found is None or pod is None:
             return
-        meta = pod["metadata"]
-        key = store_mod.names([pod])[0]
+        namespace, name = pod.metadata.namespace or "", pod.metadata.name or ""
+        key = store_mod.names([found])[0]
         try:
-            nets = networks.declared(pod)
+            nets = pods.declared(pod)
         except InvalidObject:
             return  # admission refuses such pods; nothing to translate
         if nets is None:
             return
         objects = self._objects()
-        if pods.not_ready(nets, meta["namespace"], objects):
+        if pods.not_ready(nets, namespace, objects):
             return  # written only once everything the pod references is Ready
         try:
-            translation = translate.translate(nets, meta["namespace"], objects)
+            translation = translate.translate(nets, namespace, objects)
         except translate.TranslationError as exc:
             self.translation_errors[key] = f"{exc.reason}: {exc}"
             return
@@ -174,7 +176,7 @@ class Bridge:
         decision = pods.selection(pod, translation)
         if decision.patch is not None:
             try:
-                self.api.patch(*POD, meta["name"], decision.patch, meta["namespace"])
+                self.api.patch(*POD, name, decision.patch, namespace)
             except store_mod.Conflict:
                 return  # the pod changed meanwhile; its own event brings us back
             value = decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION]
@@ -184,10 +186,11 @@ class Bridge:
                 self.api.create(pods.event(pod, pods.CONFLICT_REASON, decision.conflict, now=self._now()))
                 self._note(f"bridge: event on pod {key}: {decision.conflict}")
 
-    def _pod_ips(self, pod: dict[str, Any]) -> None:
-        key = store_mod.names([pod])[0]
+    def _pod_ips(self, body: dict[str, Any]) -> None:
+        key = store_mod.names([body])[0]
         translation = self.translations.get(key)
-        if translation is None:
+        pod = None if translation is None else _view(body)
+        if pod is None or translation is None:
             return
         try:
             patch = pods.pod_ips_patch(pod, translation)
@@ -195,4 +198,17 @@ class Bridge:
             log.warning("pod %s: unreadable %s: %s", key, npwg.NETWORK_STATUS_ANNOTATION, exc)
             return
         if patch is not None:
-            self.api.patch(*POD, pod["metadata"]["name"], patch, pod["metadata"]["namespace"])
+            self.api.patch(*POD, pod.metadata.name or "", patch, pod.metadata.namespace)
+
+
+def _view(body: dict[str, Any]) -> Pod | None:
+    """The pod as the bridge's decisions read it; None (logged) when it does not fit the view.
+
+    The store's admission refuses pods of the wrong shape, so this is for a hand-made store:
+    a pod that does not fit holds no network, as in the operator.
+    """
+    try:
+        return Pod.model_validate(body)
+    except ValueError as exc:  # pydantic.ValidationError
+        log.warning("pod %s ignored: it does not fit the Pod view: %s", store_mod.names([body])[0], exc)
+        return None

@@ -30,10 +30,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pydantic
+
 from bridge import translate
 from bridge.operator import pods
 from podnetwork import admissionreview, constants
 from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
+from podnetwork.kube.core import Pod
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
@@ -63,7 +66,14 @@ def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Obj
     errors = admissionreview.pod_errors(pod)
     if errors:
         return admissionreview.refused(uid, pod, errors)
-    ops = pods.admission_patch(pod, objects, namespace=request.namespace or None)
+    try:
+        view = Pod.model_validate(pod)
+    except pydantic.ValidationError:
+        # Fits the webhook's shape but not the view (a label that is not text...): the API
+        # server decodes a pod into its type before admission, so it never sends one. As
+        # for a pod whose networks cannot be read, no patch: validation is the other webhook's.
+        return admissionreview.allowed(uid)
+    ops = pods.admission_patch(view, objects, namespace=request.namespace or None)
     if not ops:
         return admissionreview.allowed(uid)
     extra: dict[str, Any] = {

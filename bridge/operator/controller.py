@@ -41,7 +41,7 @@ import pydantic
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
-from podnetwork import conditions, constants, networks
+from podnetwork import conditions, constants
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.kube import client as kube
 from podnetwork.kube import core as kube_core
@@ -81,7 +81,7 @@ class Bridge:
     nad_users: dict[Key, set[Ref]] = field(default_factory=dict)
     """NAD key -> the PodNetworks and attachments whose parametersRefs name it."""
     options_users: dict[Key, set[Ref]] = field(default_factory=dict)
-    waiting: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    waiting: dict[Key, kube_core.Pod] = field(default_factory=dict)
     """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
     posted: set[str] = field(default_factory=set)
     """Names of the Events already posted (each disagreement is reported once)."""
@@ -182,7 +182,7 @@ class Bridge:
             then="the next event retries")
         return written.body
 
-    async def post_event(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+    async def post_event(self, pod: kube_core.Pod, reason: str, message: str) -> None:
         body = pods.event(pod, reason, message, now=conditions.now())
         name = body["metadata"]["name"]
         if name in self.posted:
@@ -195,7 +195,7 @@ class Bridge:
             logger.debug("event %s was posted before this process started", name)
         except kube.ApiError as exc:
             logger.warning("event %s not posted: %s", name, exc)
-        logger.warning("pod %s/%s: %s", namespace, pod.get("metadata", {}).get("name"), message)
+        logger.warning("pod %s/%s: %s", namespace, pod.metadata.name, message)
 
     async def register_webhook(self) -> None:
         """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to."""
@@ -265,16 +265,15 @@ class Bridge:
     # --- pods ------------------------------------------------------------------------------
 
     async def reconcile_pod(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        key = (meta.get("namespace") or "", meta.get("name") or "")
+        key = _key(body)
         async with self.lock(("Pod", *key)):
-            await self._reconcile_pod(key, body)
+            pod = _read(kube_core.Pod, body)
+            if pod is None:  # the pod holds no network, as one whose annotation cannot be parsed
+                self.waiting.pop(key, None)
+                return
+            await self._reconcile_pod(key, pod)
 
-    async def _reconcile_pod(self, key: Key, body: Mapping[str, Any]) -> None:
-        pod = _read(kube_core.Pod, body)
-        if pod is None:  # the pod holds no network, as one whose annotation cannot be parsed
-            self.waiting.pop(key, None)
-            return
+    async def _reconcile_pod(self, key: Key, pod: kube_core.Pod) -> None:
         if (
             pod.status.phase in ("Succeeded", "Failed")
             or pod.metadata.deletion_timestamp
@@ -283,15 +282,15 @@ class Bridge:
             self.waiting.pop(key, None)
             return
         try:
-            nets = networks.declared(body)
+            nets = pods.declared(pod)
         except InvalidObject as exc:
             logger.debug("pod %s/%s: networks annotation is invalid (admission reports it): %s", *key, exc)
             self.waiting.pop(key, None)
-            await self.release(key, body, "its networks annotation is invalid")
+            await self.release(key, pod, "its networks annotation is invalid")
             return
         if nets is None:
             self.waiting.pop(key, None)
-            await self.release(key, body, "it names no networks")
+            await self.release(key, pod, "it names no networks")
             return
         objects = self.objects()
         try:
@@ -300,23 +299,23 @@ class Bridge:
             logger.info("pod %s/%s waits: %s", *key, exc)
             if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
                 # Providers do not change: the bridge will never write this pod's selection.
-                body = await self.release(key, body, str(exc))
-            self.waiting[key] = dict(body)
+                pod = await self.release(key, pod, str(exc))
+            self.waiting[key] = pod
             return
         if not self.config.write_selection:
-            await self.release(key, body, "the bridge runs with --no-selection")
+            await self.release(key, pod, "the bridge runs with --no-selection")
         else:
             blockers = pods.not_ready(nets, key[0], objects)
-            if blockers and not pods.attached(body):
+            if blockers and not pods.attached(pod):
                 logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
-                self.waiting[key] = dict(body)
+                self.waiting[key] = pod
             else:
                 self.waiting.pop(key, None)
-                decision = pods.selection(body, translation)
+                decision = pods.selection(pod, translation)
                 if decision.patch is not None:
                     fresh = await self.patch(_pod(key), decision.patch)
                     if fresh:
-                        body = fresh
+                        pod = _read(kube_core.Pod, fresh) or pod
                         wrote = "annotations" in decision.patch.get("metadata", {})
                         logger.info("pod %s/%s: %s%s", *key,
                                     f"wrote {npwg.NETWORKS_ANNOTATION}" if wrote else "nothing to write",
@@ -326,35 +325,36 @@ class Bridge:
                             for warning in translation.warnings:
                                 logger.warning("pod %s/%s: %s", *key, warning)
                 if decision.conflict is not None:
-                    await self.post_event(body, pods.CONFLICT_REASON, decision.conflict)
+                    await self.post_event(pod, pods.CONFLICT_REASON, decision.conflict)
         if self.config.write_pod_ips:
             try:
-                patch = pods.pod_ips_patch(body, translation)
+                patch = pods.pod_ips_patch(pod, translation)
             except ValueError as exc:
                 logger.warning("pod %s/%s: %s", *key, exc)
                 return
             if patch is not None and await self.patch(_pod(key), patch):
                 logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
 
-    async def release(self, key: Key, body: Mapping[str, Any], why: str) -> Mapping[str, Any]:
+    async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
         """Remove the bridge's scheduling gate from a pod it will write no selection for.
 
         Returns the pod as it is now (the API's answer when a patch was made).
         """
-        patch = pods.release_patch(body)
+        patch = pods.release_patch(pod)
         fresh = None if patch is None else await self.patch(_pod(key), patch)
         if not fresh:
-            return body
+            return pod
         logger.warning("pod %s/%s: removed scheduling gate %s without a selection: %s",
                        *key, pods.SCHEDULING_GATE, why)
-        return dict(fresh)
+        return _read(kube_core.Pod, fresh) or pod
 
     async def retry_waiting(self) -> None:
         """Re-evaluate the pods waiting for objects; called when one of those objects changes."""
         for key in sorted(self.waiting):
-            body = self.waiting.get(key)
-            if body is not None:
-                await self.reconcile_pod(body)
+            pod = self.waiting.get(key)
+            if pod is not None:
+                async with self.lock(("Pod", *key)):
+                    await self._reconcile_pod(key, pod)
 
     # --- follow-ups of object events ----------------------------------------------------------
 

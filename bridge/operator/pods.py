@@ -19,6 +19,9 @@
   (`selection`), or alone once it knows it will write nothing (`release_patch`),
   so kube-scheduler binds the pod, and kubelet runs CNI ADD, only after the
   selection is on the pod. See docs/bridge.md "The scheduling gate".
+
+Every decision reads the typed view `podnetwork.kube.core.Pod`, built where the
+pod enters (the operator's handlers, the admission request, the demo's store).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from podnetwork import conditions, constants
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
 from podnetwork.fielderrors import InvalidObject
+from podnetwork.kube.core import Pod, PodSchedulingGate
 
 #: Pod annotation: digest of the selection value the bridge wrote (see `bridge.translate.networks`).
 WRITTEN_ANNOTATION = translate.WRITTEN_ANNOTATION
@@ -47,11 +51,20 @@ SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
 digest = translate.selection_digest
 
 
-def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
+def annotations_of(pod: Pod) -> Mapping[str, str]:
+    return pod.metadata.annotations or {}
 
 
-def attached(pod: Mapping[str, Any]) -> bool:
+def declared(pod: Pod) -> list[Network] | None:
+    """The networks the pod names in its KEP annotation, or None when it names none.
+
+    Raises `InvalidObject` when the annotation cannot be parsed.
+    """
+    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    return None if text is None else kep_networks.parse(text)
+
+
+def attached(pod: Pod) -> bool:
     """The NPWG implementation has reported the pod's attachments (NPWG 5)."""
     return npwg.NETWORK_STATUS_ANNOTATION in annotations_of(pod)
 
@@ -96,7 +109,7 @@ def _same(text: str, translation: Translation, pod_namespace: str) -> bool:
         return False
 
 
-def selection(pod: Mapping[str, Any], translation: Translation) -> SelectionDecision:
+def selection(pod: Pod, translation: Translation) -> SelectionDecision:
     """Write, keep, or report the pod's `k8s.v1.cni.cncf.io/networks` (module docstring).
 
     Call it once every object the pod names is Ready. A pod carrying
@@ -104,16 +117,14 @@ def selection(pod: Mapping[str, Any], translation: Translation) -> SelectionDeci
     in a patch of its own when there is nothing to write (the selection agrees,
     a hand-written one disagrees, the pod is attached): the decision is final then.
     """
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    annotations = annotations_of(pod)
-    have = annotations.get(npwg.NETWORKS_ANNOTATION)
+    namespace = pod.metadata.namespace or ""
+    have = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
     wanted = translation.annotation
     if have is None and not translation.elements:
         return SelectionDecision(patch=release_patch(pod))
     if have is not None and _same(have, translation, namespace):
         return SelectionDecision(patch=release_patch(pod))
-    if have is not None and annotations.get(WRITTEN_ANNOTATION) != digest(have):
+    if have is not None and pod.metadata.annotation(WRITTEN_ANNOTATION) != digest(have):
         return SelectionDecision(
             patch=release_patch(pod),
             conflict=(
@@ -127,32 +138,38 @@ def selection(pod: Mapping[str, Any], translation: Translation) -> SelectionDeci
     patch: dict[str, Any] = {
         "metadata": {"annotations": {npwg.NETWORKS_ANNOTATION: wanted, WRITTEN_ANNOTATION: digest(wanted)}}
     }
-    if meta.get("resourceVersion"):
-        patch["metadata"]["resourceVersion"] = meta["resourceVersion"]
+    if pod.metadata.resource_version:
+        patch["metadata"]["resourceVersion"] = pod.metadata.resource_version
     if gated(pod):
         patch["spec"] = _gates_without_ours(pod)
     return SelectionDecision(patch=patch)
 
 
-def scheduling_gates(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((pod.get("spec") or {}).get("schedulingGates") or [])
+def scheduling_gates(pod: Pod) -> list[PodSchedulingGate]:
+    return list(pod.spec.scheduling_gates or [])
 
 
-def gated(pod: Mapping[str, Any]) -> bool:
+def gated(pod: Pod) -> bool:
     """The pod carries the bridge's scheduling gate."""
-    return any(gate.get("name") == SCHEDULING_GATE for gate in scheduling_gates(pod))
+    return any(gate.name == SCHEDULING_GATE for gate in scheduling_gates(pod))
 
 
-def _gates_without_ours(pod: Mapping[str, Any]) -> dict[str, Any]:
+def _gate(gate: PodSchedulingGate) -> dict[str, Any]:
+    # `v1.PodSchedulingGate` has one field, `name`: the view keeps all of it, so the
+    # gate written back is the gate the API server stored.
+    return {"name": gate.name}
+
+
+def _gates_without_ours(pod: Pod) -> dict[str, Any]:
     # A merge patch (RFC 7386) replaces a list whole, so it carries the gates that
     # remain (other controllers' own), and null when none do (deleting the field).
     # The resourceVersion sent with it turns a concurrent change of the list into
     # a 409, never into a gate lost or restored.
-    rest = [dict(gate) for gate in scheduling_gates(pod) if gate.get("name") != SCHEDULING_GATE]
+    rest = [_gate(gate) for gate in scheduling_gates(pod) if gate.name != SCHEDULING_GATE]
     return {"schedulingGates": rest or None}
 
 
-def release_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+def release_patch(pod: Pod) -> dict[str, Any] | None:
     """Merge patch removing the bridge's scheduling gate (keeping any other), or None if ungated.
 
     For pods the bridge will write nothing for; `selection` removes the gate
@@ -161,48 +178,47 @@ def release_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     if not gated(pod):
         return None
     patch: dict[str, Any] = {"spec": _gates_without_ours(pod)}
-    rv = (pod.get("metadata") or {}).get("resourceVersion")
+    rv = pod.metadata.resource_version
     if rv:
         patch["metadata"] = {"resourceVersion": rv}
     return patch
 
 
-def pod_ips_patch(pod: Mapping[str, Any], translation: Translation) -> dict[str, Any] | None:
+def pod_ips_patch(pod: Pod, translation: Translation) -> dict[str, Any] | None:
     """Merge patch setting `multinetwork.x-k8s.io/pod-ips` from `network-status`, or None.
 
     Raises `ValueError` when the status annotation is malformed.
     """
-    annotations = annotations_of(pod)
-    text = annotations.get(npwg.NETWORK_STATUS_ANNOTATION)
+    text = pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION)
     if text is None:
         return None
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    namespace = pod.metadata.namespace or ""
     ips = podips.pod_ips(npwg.parse_status(text), translation, namespace)
     value = podips.format_pod_ips(ips)
-    current = annotations.get(constants.POD_IPS_ANNOTATION)
+    current = pod.metadata.annotation(constants.POD_IPS_ANNOTATION)
     if current == value or (current is None and not ips):
         return None
     return {"metadata": {"annotations": {constants.POD_IPS_ANNOTATION: value}}}
 
 
 def event(
-    pod: Mapping[str, Any], reason: str, message: str, *, now: str, type_: str = "Warning"
+    pod: Pod, reason: str, message: str, *, now: str, type_: str = "Warning"
 ) -> dict[str, Any]:
     """A core/v1 Event about the pod, named from the pod and the message so it is posted once."""
-    meta = pod.get("metadata") or {}
-    name = meta.get("name") or ""
-    suffix = digest(f"{meta.get('uid')}/{reason}/{message}")
+    meta = pod.metadata
+    name = meta.name or ""
+    suffix = digest(f"{meta.uid}/{reason}/{message}")
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{name[: 253 - len(suffix) - 1]}.{suffix}", "namespace": meta.get("namespace")},
+        "metadata": {"name": f"{name[: 253 - len(suffix) - 1]}.{suffix}", "namespace": meta.namespace},
         "involvedObject": {
             "apiVersion": "v1",
             "kind": "Pod",
             "name": name,
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
         },
         "reason": reason,
         "message": message[:1024],
@@ -243,17 +259,16 @@ def may_be_bridged(networks: Sequence[Network], pod_namespace: str, objects: tra
     return False
 
 
-def _gate_ops(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    gates = (pod.get("spec") or {}).get("schedulingGates")
+def _gate_ops(pod: Pod) -> list[dict[str, Any]]:
     if gated(pod):
         return []
-    if gates:
+    if pod.spec.scheduling_gates:
         return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": SCHEDULING_GATE}}]
     return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": SCHEDULING_GATE}]}]
 
 
 def admission_patch(
-    pod: Mapping[str, Any], objects: translate.Objects, namespace: str | None = None
+    pod: Pod, objects: translate.Objects, namespace: str | None = None
 ) -> list[dict[str, Any]]:
     """JSON Patch operations (RFC 6902) the bridge's mutating webhook returns for a new pod.
 
@@ -270,16 +285,15 @@ def admission_patch(
     does not carry one yet.
     """
     try:
-        nets = kep_networks.declared(pod)
+        nets = declared(pod)
     except InvalidObject:
         return []
-    namespace = (pod.get("metadata") or {}).get("namespace") or namespace or ""
-    spec = pod.get("spec") or {}
-    if nets is None or spec.get("hostNetwork") or not namespace:
+    namespace = pod.metadata.namespace or namespace or ""
+    if nets is None or pod.spec.host_network or not namespace:
         return []
     if npwg.NETWORKS_ANNOTATION in annotations_of(pod) or not may_be_bridged(nets, namespace, objects):
         return []
-    if spec.get("nodeName"):
+    if pod.spec.node_name:
         return []
     try:
         translation = translate.translate(nets, namespace, objects)
@@ -287,8 +301,8 @@ def admission_patch(
         return [] if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER else _gate_ops(pod)
     if not_ready(nets, namespace, objects):
         return _gate_ops(pod)
-    with_namespace = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
-    decision = selection(with_namespace, translation)
+    meta = pod.metadata.model_copy(update={"namespace": namespace})
+    decision = selection(pod.model_copy(update={"metadata": meta}), translation)
     if decision.patch is None or "annotations" not in decision.patch.get("metadata", {}):
         return []
     # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
@@ -312,6 +326,7 @@ __all__ = [
     "SelectionDecision",
     "admission_patch",
     "attached",
+    "declared",
     "digest",
     "event",
     "gated",

@@ -109,3 +109,14 @@ def test_the_webhook_configuration_is_create_only_fail_closed_reinvoked_and_skip
     assert sorted(["podnetwork", cfg["metadata"]["name"]])[0] == "podnetwork"
     service = admission.webhook_configuration({"service": {"name": "s", "namespace": "n", "port": 443}})
     assert service["webhooks"][0]["clientConfig"]["service"]["path"] == admission.MUTATE_PATH
+
+
+def test_a_pod_that_fits_the_webhooks_shape_but_not_the_pod_view_gets_no_patch() -> None:
+    """The bridge's decisions read `podnetwork.kube.core.Pod`; a label that is not text fits
+    the shape this webhook checks, not the view: allowed, and nothing written."""
+    req = request([{"podNetworkName": "storage"}])
+    req["object"]["metadata"]["labels"] = {"app": 1}
+    assert admission.mutate(req, WORLD) == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                            "response": {"uid": "u-7", "allowed": True}}
+    req["object"]["metadata"]["labels"] = {"app": "web"}
+    assert "patch" in admission.mutate(req, WORLD)["response"]

@@ -14,6 +14,7 @@ from bridge import npwg, translate
 from bridge.operator import pods
 from podnetwork import constants
 from podnetwork.api import Network
+from podnetwork.kube.core import Pod
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork
 
 READY = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
@@ -45,14 +46,14 @@ def tr(nets: list[dict] = NETS) -> translate.Translation:
 
 
 def test_a_pod_without_selection_gets_the_translation_with_the_written_marker_and_resource_version() -> None:
-    decision = pods.selection(pod(), tr())
+    decision = pods.selection(Pod.model_validate(pod()), tr())
     assert decision.conflict is None
     assert decision.patch == {"metadata": {"resourceVersion": "7", "annotations": {
         npwg.NETWORKS_ANNOTATION: WANTED, pods.WRITTEN_ANNOTATION: pods.digest(WANTED)}}}
 
 
 def test_npwg_4_a_default_only_pod_gets_no_selection() -> None:
-    assert pods.selection(pod(), tr([{"podNetworkName": "default"}])) == pods.SelectionDecision()
+    assert pods.selection(Pod.model_validate(pod()), tr([{"podNetworkName": "default"}])) == pods.SelectionDecision()
 
 
 @pytest.mark.parametrize(
@@ -61,25 +62,25 @@ def test_npwg_4_a_default_only_pod_gets_no_selection() -> None:
      pytest.param("nets/dataplane@net1", id="NPWG 4.1.1 the same in the comma-delimited format")],
 )
 def test_a_selection_that_already_agrees_is_left_alone(have: str) -> None:
-    assert pods.selection(pod({npwg.NETWORKS_ANNOTATION: have}), tr()) == pods.SelectionDecision()
+    assert pods.selection(Pod.model_validate(pod({npwg.NETWORKS_ANNOTATION: have})), tr()) == pods.SelectionDecision()
 
 
 def test_a_hand_written_selection_that_disagrees_is_reported_not_overwritten() -> None:
-    decision = pods.selection(pod({npwg.NETWORKS_ANNOTATION: "nets/storage"}), tr())
+    decision = pods.selection(Pod.model_validate(pod({npwg.NETWORKS_ANNOTATION: "nets/storage"})), tr())
     assert decision.patch is None
     assert decision.conflict is not None
     assert "nets/storage" in decision.conflict and WANTED in decision.conflict
 
 
 def test_an_invalid_hand_written_selection_is_reported_too() -> None:
-    decision = pods.selection(pod({npwg.NETWORKS_ANNOTATION: "[oops"}), tr())
+    decision = pods.selection(Pod.model_validate(pod({npwg.NETWORKS_ANNOTATION: "[oops"})), tr())
     assert decision.patch is None and decision.conflict is not None
 
 
 def test_the_bridges_own_older_selection_is_updated_while_the_pod_is_not_attached() -> None:
     old = '[{"name":"storage","namespace":"nets"}]'
     annotations = {npwg.NETWORKS_ANNOTATION: old, pods.WRITTEN_ANNOTATION: pods.digest(old)}
-    decision = pods.selection(pod(annotations), tr())
+    decision = pods.selection(Pod.model_validate(pod(annotations)), tr())
     assert decision.patch is not None
     assert decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
 
@@ -88,8 +89,8 @@ def test_npwg_5_an_attached_pod_keeps_the_selection_it_was_attached_with() -> No
     old = '[{"name":"storage","namespace":"nets"}]'
     annotations = {npwg.NETWORKS_ANNOTATION: old, pods.WRITTEN_ANNOTATION: pods.digest(old),
                    npwg.NETWORK_STATUS_ANNOTATION: "[]"}
-    assert pods.selection(pod(annotations), tr()) == pods.SelectionDecision()
-    assert pods.selection(pod({npwg.NETWORK_STATUS_ANNOTATION: "[]"}), tr()) == pods.SelectionDecision()
+    assert pods.selection(Pod.model_validate(pod(annotations)), tr()) == pods.SelectionDecision()
+    assert pods.selection(Pod.model_validate(pod({npwg.NETWORK_STATUS_ANNOTATION: "[]"})), tr()) == pods.SelectionDecision()
 
 
 @pytest.mark.parametrize(
@@ -113,31 +114,31 @@ def test_kep_status_pod_ips_are_patched_from_network_status_only_when_they_chang
     status = [{"name": "x/default-net", "interface": "eth0", "ips": ["10.244.0.9/24"], "default": True},
               {"name": "nets/dataplane", "interface": "net1", "ips": ["10.1.0.9/24"], "default": False}]
     p = pod({npwg.NETWORK_STATUS_ANNOTATION: json.dumps(status)})
-    patch = pods.pod_ips_patch(p, tr())
+    patch = pods.pod_ips_patch(Pod.model_validate(p), tr())
     assert patch is not None
     value = patch["metadata"]["annotations"][constants.POD_IPS_ANNOTATION]
     assert json.loads(value) == [{"ip": "10.244.0.9", "podNetwork": "default", "interfaceName": "eth0"},
                                  {"ip": "10.1.0.9", "podNetwork": "dataplane", "interfaceName": "net1"}]
     p["metadata"]["annotations"][constants.POD_IPS_ANNOTATION] = value
-    assert pods.pod_ips_patch(p, tr()) is None
+    assert pods.pod_ips_patch(Pod.model_validate(p), tr()) is None
 
 
 def test_pod_ips_need_network_status_and_a_well_formed_one() -> None:
-    assert pods.pod_ips_patch(pod(), tr()) is None
+    assert pods.pod_ips_patch(Pod.model_validate(pod()), tr()) is None
     with pytest.raises(ValueError, match="network-status"):
-        pods.pod_ips_patch(pod({npwg.NETWORK_STATUS_ANNOTATION: "{"}), tr())
+        pods.pod_ips_patch(Pod.model_validate(pod({npwg.NETWORK_STATUS_ANNOTATION: "{"})), tr())
 
 
 def test_events_are_named_from_pod_and_message_so_each_is_posted_once() -> None:
-    a = pods.event(pod(), "SelectionDisagrees", "m1", now="2026-01-01T00:00:00Z")
-    b = pods.event(pod(rv="8"), "SelectionDisagrees", "m1", now="2026-01-02T00:00:00Z")
-    c = pods.event(pod(), "SelectionDisagrees", "m2", now="2026-01-01T00:00:00Z")
+    a = pods.event(Pod.model_validate(pod()), "SelectionDisagrees", "m1", now="2026-01-01T00:00:00Z")
+    b = pods.event(Pod.model_validate(pod(rv="8")), "SelectionDisagrees", "m1", now="2026-01-02T00:00:00Z")
+    c = pods.event(Pod.model_validate(pod()), "SelectionDisagrees", "m2", now="2026-01-01T00:00:00Z")
     assert a["metadata"]["name"] == b["metadata"]["name"] != c["metadata"]["name"]
     assert a["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": NS, "uid": "u1",
                                    "resourceVersion": "7"}
     assert (a["type"], a["reason"], a["count"]) == ("Warning", "SelectionDisagrees", 1)
     long = {"metadata": {"name": "x" * 253, "namespace": NS, "uid": "u"}}
-    assert len(pods.event(long, "R", "m", now="t")["metadata"]["name"]) == 253
+    assert len(pods.event(Pod.model_validate(long), "R", "m", now="t")["metadata"]["name"]) == 253
 
 
 GATE = {"name": pods.SCHEDULING_GATE}
@@ -158,11 +159,11 @@ def new_pod(nets: Any = NETS, *, gates: list | None = None, extra: dict[str, str
 
 def admitted(pod_: dict[str, Any]) -> dict[str, Any]:
     """The pod after the webhook's JSON Patch, applied by an RFC 6902 implementation."""
-    return jsonpatch.apply_patch(pod_, pods.admission_patch(pod_, WORLD, namespace=NS))
+    return jsonpatch.apply_patch(pod_, pods.admission_patch(Pod.model_validate(pod_), WORLD, namespace=NS))
 
 
 def test_admission_patch_adds_the_selection_to_a_new_pod_with_escaped_annotation_paths() -> None:
-    ops = pods.admission_patch(new_pod(), WORLD, namespace=NS)
+    ops = pods.admission_patch(Pod.model_validate(new_pod()), WORLD, namespace=NS)
     assert ops and all("~1" in op["path"] for op in ops)
     patched = admitted(new_pod())
     assert patched["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
@@ -211,7 +212,7 @@ VENDOR_WORLD = translate.Objects.from_objects([
     ],
 )
 def test_admission_leaves_pods_naming_no_bridge_network_untouched(nets: list) -> None:
-    assert pods.admission_patch(new_pod(nets), VENDOR_WORLD, namespace=NS) == []
+    assert pods.admission_patch(Pod.model_validate(new_pod(nets)), VENDOR_WORLD, namespace=NS) == []
 
 
 @pytest.mark.parametrize(
@@ -229,14 +230,14 @@ def test_admission_leaves_pods_naming_no_bridge_network_untouched(nets: list) ->
     ],
 )
 def test_admission_patch_adds_nothing_it_cannot_stand_behind(pod_: dict) -> None:
-    assert pods.admission_patch(pod_, WORLD, namespace=NS) == []
+    assert pods.admission_patch(Pod.model_validate(pod_), WORLD, namespace=NS) == []
 
 
 def test_admission_needs_a_namespace_from_the_pod_or_the_request() -> None:
-    assert pods.admission_patch(new_pod([{"podNetworkName": "storage"}]), WORLD) == []
+    assert pods.admission_patch(Pod.model_validate(new_pod([{"podNetworkName": "storage"}])), WORLD) == []
     with_ns = new_pod([{"podNetworkName": "storage"}])
     with_ns["metadata"]["namespace"] = NS
-    assert pods.admission_patch(with_ns, WORLD) != []
+    assert pods.admission_patch(Pod.model_validate(with_ns), WORLD) != []
 
 
 def gated_pod(annotations: dict[str, str] | None = None, gates: list | None = None) -> dict[str, Any]:
@@ -246,7 +247,7 @@ def gated_pod(annotations: dict[str, str] | None = None, gates: list | None = No
 
 
 def test_the_selection_write_removes_the_gate_in_the_same_patch() -> None:
-    decision = pods.selection(gated_pod(), tr())
+    decision = pods.selection(Pod.model_validate(gated_pod()), tr())
     assert decision.patch == {
         "metadata": {"resourceVersion": "7", "annotations": {
             npwg.NETWORKS_ANNOTATION: WANTED, pods.WRITTEN_ANNOTATION: pods.digest(WANTED)}},
@@ -255,7 +256,7 @@ def test_the_selection_write_removes_the_gate_in_the_same_patch() -> None:
 
 
 def test_the_selection_write_keeps_other_controllers_gates() -> None:
-    decision = pods.selection(gated_pod(gates=[OTHER_GATE, GATE]), tr())
+    decision = pods.selection(Pod.model_validate(gated_pod(gates=[OTHER_GATE, GATE])), tr())
     assert decision.patch is not None
     assert decision.patch["spec"] == {"schedulingGates": [OTHER_GATE]}
 
@@ -272,15 +273,15 @@ def test_the_selection_write_keeps_other_controllers_gates() -> None:
 def test_a_final_decision_without_a_write_still_releases_the_gate(
     annotations: dict, nets: list, conflict: bool
 ) -> None:
-    decision = pods.selection(gated_pod(annotations), tr(nets))
+    decision = pods.selection(Pod.model_validate(gated_pod(annotations)), tr(nets))
     assert decision.patch == {"metadata": {"resourceVersion": "7"}, "spec": {"schedulingGates": None}}
     assert (decision.conflict is not None) is conflict
 
 
 def test_release_patch_is_none_for_an_ungated_pod_and_keeps_other_gates() -> None:
-    assert pods.release_patch(pod()) is None
-    assert pods.release_patch(gated_pod(gates=[OTHER_GATE])) is None
-    assert pods.release_patch(gated_pod(gates=[GATE, OTHER_GATE])) == {
+    assert pods.release_patch(Pod.model_validate(pod())) is None
+    assert pods.release_patch(Pod.model_validate(gated_pod(gates=[OTHER_GATE]))) is None
+    assert pods.release_patch(Pod.model_validate(gated_pod(gates=[GATE, OTHER_GATE]))) == {
         "metadata": {"resourceVersion": "7"}, "spec": {"schedulingGates": [OTHER_GATE]}}
 
 
@@ -288,7 +289,7 @@ def test_the_real_api_servers_rule_holds_gates_are_only_ever_removed() -> None:
     """Pod update validation: after creation a gate may be removed, never added."""
     for gates in ([GATE], [OTHER_GATE, GATE], [GATE, OTHER_GATE]):
         before = gated_pod(gates=gates)
-        decision = pods.selection(before, tr())
+        decision = pods.selection(Pod.model_validate(before), tr())
         assert decision.patch is not None
         after = decision.patch["spec"]["schedulingGates"] or []
         assert [g for g in gates if g in after] == after and GATE not in after
@@ -305,7 +306,7 @@ def test_admission_then_the_controller_leaves_the_pod_ungated_by_the_bridge_with
     """Whatever other gates a pod has: one bridge gate at most, removed with the selection, the rest kept in order."""
     nets = [{"podNetworkName": "dataplane"}] if ready_at_creation else [{"podNetworkName": "storage"}]
     created = new_pod(nets, gates=[{"name": n} for n in others] or None)
-    created = jsonpatch.apply_patch(created, pods.admission_patch(created, WORLD, namespace=NS))
+    created = jsonpatch.apply_patch(created, pods.admission_patch(Pod.model_validate(created), WORLD, namespace=NS))
     names = [g["name"] for g in created["spec"].get("schedulingGates") or []]
     assert names == others + ([] if ready_at_creation else [pods.SCHEDULING_GATE])
     assert (npwg.NETWORKS_ANNOTATION in created["metadata"]["annotations"]) is ready_at_creation
@@ -315,7 +316,7 @@ def test_admission_then_the_controller_leaves_the_pod_ungated_by_the_bridge_with
     stored = {**created, "metadata": {**created["metadata"], "namespace": NS, "resourceVersion": "9"}}
     world = translate.Objects.from_objects([ready(podnetwork("storage")), nad("storage")])
     translation = translate.translate([Network.model_validate(n) for n in nets], NS, world)
-    decision = pods.selection(stored, translation)
+    decision = pods.selection(Pod.model_validate(stored), translation)
     assert decision.patch is not None and decision.conflict is None
     assert decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == '[{"name":"storage","namespace":"nets"}]'
     remaining = decision.patch["spec"]["schedulingGates"]
