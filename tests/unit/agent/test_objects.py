@@ -133,10 +133,9 @@ async def test_an_api_server_that_does_not_answer_in_time_is_try_again_later(tmp
     api.delay = 2.0
     source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}", request_timeout=0.3)
     try:
-        started = time.monotonic()
+        # The server answers the pod after its delay: only the agent's own timeout makes this an error.
         with pytest.raises(CNIError) as caught:
             await source.get_pod("ns", "web")
-        assert time.monotonic() - started < 1.9, "the agent's own timeout applies, not the server's delay"
         assert caught.value.code == 11
         assert "Pod ns/web" in str(caught.value) and "time" in str(caught.value).lower()
     finally:
