@@ -81,32 +81,26 @@ IFNAME_MAX_BYTES = names.LINUX_IFNAME_MAX_BYTES
 # --- Value rules (each returns a reason, or None when the value is valid) ------------------
 
 
-def name_problem(value: str, *, max_length: int = NAME_MAX) -> str | None:
-    """3.3: units of the DNS-1123 label format."""
+def _dns_problem(value: str, max_length: int, fits: bool, form: str) -> str | None:
     if not value:
         return "must not be empty"
     if len(value) > max_length:
         return f"must be at most {max_length} characters"
-    if not names.is_dns1123_label(value):
-        return (
-            "must be a DNS-1123 label: lower case alphanumeric characters or '-', "
-            "starting and ending with an alphanumeric character"
-        )
+    if not fits:
+        return f"must be a DNS-1123 {form}, starting and ending with an alphanumeric character"
     return None
+
+
+def name_problem(value: str, *, max_length: int = NAME_MAX) -> str | None:
+    """3.3: units of the DNS-1123 label format."""
+    return _dns_problem(value, max_length, names.is_dns1123_label(value),
+                        "label: lower case alphanumeric characters or '-'")
 
 
 def subdomain_problem(value: str, *, max_length: int = NAME_MAX) -> str | None:
     """A Kubernetes object name, such as a pod's: a DNS-1123 subdomain."""
-    if not value:
-        return "must not be empty"
-    if len(value) > max_length:
-        return f"must be at most {max_length} characters"
-    if not names.is_dns1123_subdomain(value):
-        return (
-            "must be a DNS-1123 subdomain: lower case alphanumeric characters, '-' or '.', "
-            "starting and ending with an alphanumeric character"
-        )
-    return None
+    return _dns_problem(value, max_length, names.is_dns1123_subdomain(value),
+                        "subdomain: lower case alphanumeric characters, '-' or '.'")
 
 
 def interface_problem(value: str) -> str | None:

@@ -6,16 +6,21 @@ the stored result, which is what a real API server would also receive.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
+import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import kmock
 import kopf
 
-from podnetwork import constants, controller
+from podnetwork import cli, constants, controller
+from podnetwork.commands import controller as command
 from tests.api import kube_emulator
 
 
@@ -63,3 +68,40 @@ def node(name: str, override: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": {"conditions": [
         {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "",
          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (yet)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def ask_the_command(k: kmock.KubernetesEmulator, tmp_path: Path, path: str, review: Any,
+                          *flags: str, token: str = "secret-token") -> httpx.Response:
+    """Run `podnetwork controller FLAGS` (its serve(), in this loop) against `k` with a bearer
+    `token`, post `review` to its webhook at `path` over HTTPS until it answers 200 (the
+    webhook starting, or kopf not logged in yet, answers otherwise), stop the command (it
+    must exit 0) and return the answer."""
+    kubeconfig = kube_emulator.write_kubeconfig(tmp_path / "kubeconfig", str(k.url).rstrip("/"), token=token)
+    port = free_port()
+    stop = asyncio.Event()
+    argv = ["controller", "--kubeconfig", str(kubeconfig), "--webhook-host", "127.0.0.1",
+            "--webhook-port", str(port), *flags]
+    task = asyncio.create_task(command.serve(
+        cli.build_parser({"controller": command.command}).parse_args(argv), stop=stop))
+    try:
+        async with httpx.AsyncClient(verify=False) as client:  # self-signed, made by the command
+            for _ in range(200):
+                try:
+                    resp = await client.post(f"https://127.0.0.1:{port}{path}", json=review)
+                    if resp.status_code == 200:
+                        return resp
+                except httpx.ConnectError:
+                    pass
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"the webhook at {path} did not answer 200")
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+

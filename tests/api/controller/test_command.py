@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
 from pathlib import Path
 
 import httpx
@@ -12,14 +10,10 @@ import pytest
 
 from podnetwork import admission, cli, constants
 from podnetwork.commands import controller as command
+from tests.api.controller_support import free_port
+from tests.api.kube_emulator import write_kubeconfig
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def args(*argv: str):
@@ -27,12 +21,7 @@ def args(*argv: str):
 
 
 async def test_gate_off_watches_nothing_and_admission_allows_everything(kmock, tmp_path: Path):
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"), token="t")
     port = free_port()
     stop = asyncio.Event()
     task = asyncio.create_task(command.serve(args(

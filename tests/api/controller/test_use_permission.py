@@ -9,9 +9,7 @@ every review, so the tests assert what was asked as well as what was decided.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import pytest
 
 from podnetwork import admission, cli, constants, controller
 from podnetwork.commands import controller as command
-from tests.api.controller_support import attachment, running
+from tests.api.controller_support import ask_the_command, attachment, running
 from tests.api.kube_emulator import PNA, Emulator, declare_resources, requests_to
 
 # Emulator: it answers reviews without storing them, as an API server does.
@@ -206,46 +204,15 @@ async def test_answers_are_cached_up_to_the_size_bound(kmock):
     assert reviews(kmock) == [("alice", "blue"), ("alice", "green"), ("alice", "blue")]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.timeout(60)
 async def test_the_command_flag_turns_enforcement_on_over_https_with_the_controllers_credentials(
         kmock, tmp_path: Path):
     declare_resources(kmock)
     authorizer(kmock, set())
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "secret-token"}}]}))
-    port = free_port()
-    stop = asyncio.Event()
-    argv = ["controller", "--kubeconfig", str(kubeconfig), "--disable-default-podnetwork-creation",
-            "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--enforce-use-permission"]
     parser = cli.build_parser({"controller": command.command})
-    assert parser.parse_args(argv[:-1]).enforce_use_permission is False  # off unless asked
-    task = asyncio.create_task(command.serve(parser.parse_args(argv), stop=stop))
-    try:
-        async with httpx.AsyncClient(verify=False) as client:  # self-signed, made by the command
-            for _ in range(200):
-                try:
-                    resp = await client.post(f"https://127.0.0.1:{port}{admission.VALIDATE_PATH}",
-                                             json=review([{"podNetworkName": "blue"}]))
-                    if resp.status_code == 200:
-                        break
-                except httpx.ConnectError:
-                    pass
-                await asyncio.sleep(0.05)  # webhook starting, or kopf not logged in yet (503)
-            else:
-                raise AssertionError("webhook did not answer")
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, 10) == 0
+    assert parser.parse_args(["controller"]).enforce_use_permission is False  # off unless asked
+    resp = await ask_the_command(kmock, tmp_path, admission.VALIDATE_PATH, review([{"podNetworkName": "blue"}]),
+                                 "--disable-default-podnetwork-creation", "--enforce-use-permission")
     status = resp.json()["response"]["status"]
     assert status["code"] == 403 and 'may use PodNetwork "blue"' in status["message"]
     sent = [r for r in list(kmock) if r.method.value == "POST" and str(r.url.path) == SAR_PATH]
