@@ -220,6 +220,13 @@ def _default_version(config: Mapping[str, Any]) -> str:
     return str(config.get("cniVersion") or invoke.LATEST_VERSION)
 
 
+def _shape(record: Record) -> list[tuple[str, str, bool]]:
+    """What a network-status is made of: each attachment's network, interface and state."""
+    return [(a.name, a.ifname, a.state is State.ATTACHED) for a in record.attachments] + [
+        ("", "", record.complete)
+    ]
+
+
 class Agent:
     """The delegating plugin. Safe to run several in one process (distinct sockets and caches)."""
 
@@ -782,6 +789,22 @@ class Agent:
         # Under the container's lock: a DEL or another change of the pod's attachments is not
         # interleaved with this write (a DEL first stops the watch, cancelling a write waiting here).
         async with self._container_lock(record.container_id):
+            try:
+                current = self.cache.load(record.container_id)
+            except cache.CacheError:
+                current = None
+            if current is None or _shape(current) != _shape(record):
+                # The pod's attachments changed since the watch began (or its record is gone):
+                # this status would undo that. Watch again from the record as it is now; this
+                # watch ends once the call below replaces it.
+                log.info(
+                    "pod %s/%s: its attachments changed; watching its addresses again",
+                    record.pod_namespace,
+                    record.pod_name,
+                )
+                if current is not None:
+                    asyncio.get_running_loop().call_soon(self._watch_addresses, current)
+                return False
             return await self._write_status(record, entries)
 
     def _save(self, record: Record) -> None:
