@@ -34,10 +34,9 @@ opened once, by a short-lived thread that enters the namespace
 pyroute2's asyncio API: one file descriptor per pod, no thread per pod, and no
 child process. Events only mark the pod as changed; the flush dumps the
 namespace's addresses on the same socket and decides from that, so a lost or
-reordered event cannot leave the status wrong. Interface names are dumped on the
-first look and again only when an address is on an interface index not seen
-before (a link dump is ~10 times the memory of an address dump); a renamed
-interface keeps its old name until then. docs/agent.md "Live IP
+reordered event cannot leave the status wrong. The socket also hears link changes:
+interface names are dumped on the first look and again after an interface came,
+went or was renamed (a link dump is ~10 times the memory of an address dump). docs/agent.md "Live IP
 changes" has the measured cost per pod.
 
 Which pods are watched is the agent's cache: a pod is watched from the end of
@@ -64,9 +63,13 @@ log = logging.getLogger(__name__)
 #: Kernel address flags (linux/if_addr.h) the decision reads.
 IFA_F_DADFAILED = 0x08
 IFA_F_TENTATIVE = 0x40
-#: rtnetlink multicast groups (linux/rtnetlink.h) of IPv4 and IPv6 address changes.
+#: rtnetlink multicast groups (linux/rtnetlink.h) of link, IPv4 and IPv6 address changes.
+RTMGRP_LINK = 0x1
 RTMGRP_IPV4_IFADDR = 0x10
 RTMGRP_IPV6_IFADDR = 0x100
+#: Message types (linux/rtnetlink.h) after which the interface names are dumped again.
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
 #: linux/netlink.h: the socket option level, and the option that turns off ENOBUFS reports.
 SOL_NETLINK = 270
 NETLINK_NO_ENOBUFS = 5
@@ -292,15 +295,23 @@ class _PodWatch:
                 # An overrun of the socket's buffer (a storm the loop did not read in time) then
                 # drops messages instead of failing the socket: events only say "look again",
                 # and the next one that arrives leads to a full dump.
-                sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
-                ipr = routes._pyroute2().AsyncIPRoute(fileno=sock.detach())
-                await ipr.bind(groups=RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
+                try:
+                    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+                    ipr = routes._pyroute2().AsyncIPRoute(fileno=sock.detach())
+                except BaseException:
+                    sock.close()
+                    raise
+                await ipr.bind(groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
                 events = asyncio.create_task(self._events(ipr))
                 # What changed while nothing watched (the agent restarted, or the ADD's last moments).
                 if await self._flush(ipr) is False:
                     self._failures = 1
                     self.changed()
             await self._loop(ipr)
+        except Exception as exc:  # a netlink failure: this pod's watch ends, the agent goes on
+            log.warning(
+                "pod %s/%s: address watch stopped: %s", self.record.pod_namespace, self.record.pod_name, exc
+            )
         finally:
             if events is not None:
                 events.cancel()
@@ -313,8 +324,10 @@ class _PodWatch:
         try:
             while True:
                 got = False
-                async for _msg in ipr.get():
+                async for msg in ipr.get():
                     got = True
+                    if msg["header"]["type"] in (RTM_NEWLINK, RTM_DELLINK):
+                        self._names = None  # an interface came, went or was renamed
                 if got:
                     self.changed()
                 else:  # pyroute2 ends a read with nothing when the socket closes
@@ -357,7 +370,7 @@ class _PodWatch:
         addresses = [m async for m in await ipr.addr("dump")]
         if self._names is None or any(int(m["index"]) not in self._names for m in addresses):
             # Link messages are large (every IFLA attribute and counter): the names are
-            # dumped once, and again only for an interface not seen before.
+            # dumped on the first look, and again after a link changed.
             self._names = link_names([m async for m in await ipr.link("dump")])
         new = updated_status(self.status, observed_addresses(self._names, addresses))
         if new == self.status:
@@ -413,8 +426,9 @@ class AddressWatch:
             await self.unwatch(container_id)
 
     def watched(self) -> list[str]:
-        """Container IDs being watched."""
-        return sorted(self._pods)
+        """Container IDs being watched (a watch that could not open its namespace, or whose
+        socket failed, has ended and is not listed)."""
+        return sorted(cid for cid, pod in self._pods.items() if not pod.task.done())
 
     def looks(self, container_id: str) -> int:
         """How many times a container's namespace was looked at (0 if not watched)."""

@@ -22,7 +22,7 @@ import pytest
 
 from bridge.agent.addresswatch import Settings
 from bridge.agent.cache import Attachment, State
-from tests.cni.agent_support import NPWG_STATUS, World, run, status_of
+from tests.cni.agent_support import NPWG_NETWORKS, NPWG_STATUS, World, run, status_of
 
 pytestmark = pytest.mark.cni
 
@@ -58,8 +58,10 @@ def status_writes(world: World, pod: str) -> list[dict[str, Any]]:
     return [p for p in world.objects.patches if p[1] == pod and NPWG_STATUS in p[2]]
 
 
-async def attached(world: World, pod: str = "web", container: str = "ctr-live") -> str:
-    world.pod(pod)
+async def attached(
+    world: World, pod: str = "web", container: str = "ctr-live", annotations: dict[str, str] | None = None
+) -> str:
+    world.pod(pod, annotations)
     netns = world.make_netns()
     added = await world.cni("ADD", container, netns, pod)
     assert added.returncode == 0, added.stdout + added.stderr
@@ -153,6 +155,33 @@ async def test_a_watch_whose_pod_s_attachments_changed_does_not_write_the_old_sh
     assert all(len(json.loads(p[2][NPWG_STATUS])) == 2 for p in status_writes(world, "web")[1:]), (
         "no write after the ADD's lacks the new attachment"
     )
+    deleted = await world.cni("DEL", "ctr-live", netns, "web")
+    assert deleted.returncode == 0, deleted.stdout
+
+
+async def test_a_renamed_interface_is_no_longer_the_attached_one(world: World) -> None:
+    """The watch learns interface names again after a link change: an address on eth0 renamed
+    to eth9 is not eth0's. net1 (a second attachment) marks when a look saw the rename."""
+    world.nad("blue", world.network("blue", 1))
+    netns = await attached(world, annotations={NPWG_NETWORKS: "blue"})
+    assigned = eth0_ips(world, "web")
+    name = Path(netns).name
+    script = "link set eth0 down\nlink set eth0 name eth9\nlink set eth9 up\naddr add 2001:db8:4::9/64 dev eth9 nodad\n"
+    proc = await asyncio.create_subprocess_exec("ip", "-n", name, "-batch", "-", stdin=asyncio.subprocess.PIPE)
+    await proc.communicate(script.encode())
+    assert proc.returncode == 0
+    ip_in(netns, "addr", "add", "2001:db8:3::1/64", "dev", "net1", "nodad")
+
+    def net1_ips() -> list[str]:
+        entry = next(e for e in status_of(world, "web") if e.get("interface") == "net1")
+        return list(entry.get("ips") or [])
+
+    await until("the marker on net1", lambda: "2001:db8:3::1/64" in net1_ips())
+    assert eth0_ips(world, "web") == assigned, "eth0 is gone: its entry keeps what its plugin reported"
+    assert not any("2001:db8:4::9/64" in p[2][NPWG_STATUS] for p in status_writes(world, "web"))
+    # Named eth0 again, so the DEL tears down what the ADD made.
+    ip_in(netns, "link", "set", "eth9", "down")
+    ip_in(netns, "link", "set", "eth9", "name", "eth0")
     deleted = await world.cni("DEL", "ctr-live", netns, "web")
     assert deleted.returncode == 0, deleted.stdout
 
