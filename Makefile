@@ -52,6 +52,7 @@ bench: setup
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_agent.py -n 40
 	$(PY) benchmarks/bench_routes.py
+	$(PY) benchmarks/bench_addresswatch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

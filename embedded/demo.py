@@ -272,6 +272,7 @@ class Demo:
         self._translation()
         if self.data_plane:
             await self._attach()
+            await self._live_ips()
         else:
             why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
             self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")
@@ -748,6 +749,13 @@ class Demo:
             f"CNI CHECK of {len(pods)} pods through the shim: every delegate plugin confirms its attachment"
         )
         r.check(not failures, "CNI CHECK succeeded for every pod", failures)
+
+    async def _live_ips(self) -> None:
+        """KEP Req 25 (embedded.liveips): an IPv6 address added in web-a shows in its status."""
+        from embedded import liveips
+
+        netns = self._sandbox("web-a").netns
+        await liveips.show(self.report, self.api, NS, "web-a", netns, "eth0", DEFAULT.name)
 
     def _sandbox(self, pod: str) -> Any:
         node = self.api.get(*POD, pod, NS)["spec"]["nodeName"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import cache, conflist, invoke, orphans, plan, routes
+from bridge.agent import addresswatch, cache, conflist, invoke, orphans, plan, routes
 from bridge.agent import objects as objects_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
@@ -87,6 +87,11 @@ class AgentConfig:
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5)."""
     durable_cache: bool = False
     """fsync every cache write (survives a power loss, ~10 ms per write); see `bridge.agent.cache`."""
+    watch_addresses: bool = True
+    """Follow address changes on the attached interfaces into network-status (KEP Req 25;
+    `bridge.agent.addresswatch`). Only with `patch_status`."""
+    address_watch: addresswatch.Settings = field(default_factory=addresswatch.Settings)
+    """Debounce and rate bound of those status writes."""
 
 
 @dataclass
@@ -215,6 +220,13 @@ def _default_version(config: Mapping[str, Any]) -> str:
     return str(config.get("cniVersion") or invoke.LATEST_VERSION)
 
 
+def _shape(record: Record) -> list[tuple[str, str, bool]]:
+    """What a network-status is made of: each attachment's network, interface and state."""
+    return [(a.name, a.ifname, a.state is State.ATTACHED) for a in record.attachments] + [
+        ("", "", record.complete)
+    ]
+
+
 class Agent:
     """The delegating plugin. Safe to run several in one process (distinct sockets and caches)."""
 
@@ -247,12 +259,16 @@ class Agent:
         self._readiness: asyncio.Task[None] | None = None
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
+        self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
+        """One watch per attached pod while `watch_addresses` (KEP Req 25)."""
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Makes the cache directory. The socket is not the agent's: `running.Running` serves it."""
+        """Makes the cache directory and watches the addresses of the pods already recorded.
+        The socket is not the agent's: `running.Running` serves it."""
         self.cache.ensure()
+        self._watch_recorded()
 
     def announce(self) -> None:
         """When `conf_file` is set, start waiting for the default network, then write the
@@ -262,6 +278,7 @@ class Agent:
 
     async def stop(self) -> None:
         """Removes the agent's conflist: without the agent, the node is not ready."""
+        await self.address_watch.close()
         if self._readiness is not None:
             self._readiness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -694,6 +711,7 @@ class Agent:
         self._save(record)
         if self.config.patch_status:
             await self._write_status(record)
+        self._watch_addresses(record)
         return record.result
 
     async def _apply_default_routes(self, record: Record, planned: list[plan.Planned]) -> None:
@@ -713,13 +731,20 @@ class Agent:
                 record.netns, plan.default_route_ops(attachment.ifname, gateways), self.config.plugin_timeout
             )
 
-    async def _write_status(self, record: Record) -> None:
-        entries = [
+    @staticmethod
+    def _status_entries(record: Record) -> list[dict[str, Any]]:
+        """The network-status (5) the record's CNI results give."""
+        return [
             npwg.status_entry(
                 a.name, a.result, default=a.default, interface=a.ifname, default_route=a.default_route
             )
             for a in record.attachments
         ]
+
+    async def _write_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
+        """Writes the pod's network-status: `entries`, else the record's (False: not written)."""
+        if entries is None:
+            entries = self._status_entries(record)
         try:
             await self.objects.patch_pod_annotations(
                 record.pod_namespace, record.pod_name, {npwg.NETWORK_STATUS_ANNOTATION: json.dumps(entries)}
@@ -729,6 +754,58 @@ class Agent:
             log.warning(
                 "pod %s/%s: network-status not written: %s", record.pod_namespace, record.pod_name, exc
             )
+            return False
+        return True
+
+    # --- live IP changes (KEP Story 9, Req 25) -----------------------------------------
+
+    def _watch_addresses(self, record: Record) -> None:
+        """Follows the addresses of a complete record's interfaces into its pod's network-status."""
+        if not (self.config.watch_addresses and self.config.patch_status and record.complete):
+            return
+        try:
+            entries = self._status_entries(record)
+        except npwg.UnsupportedResultVersion as exc:
+            log.warning(
+                "pod %s/%s: not watching its addresses: %s", record.pod_namespace, record.pod_name, exc
+            )
+            return
+        self.address_watch.watch(record, entries)
+
+    def _watch_recorded(self) -> None:
+        """After a restart: every complete record is watched again (its first look writes the
+        status if the addresses changed while no agent watched)."""
+        if not (self.config.watch_addresses and self.config.patch_status):
+            return
+        for container_id in self.cache.container_ids():
+            try:
+                record = self.cache.load(container_id)
+            except cache.CacheError:
+                continue  # its DEL deals with it
+            if record is not None:
+                self._watch_addresses(record)
+
+    async def _publish_observed(self, record: Record, entries: list[dict[str, Any]]) -> bool:
+        # Under the container's lock: a DEL or another change of the pod's attachments is not
+        # interleaved with this write (a DEL first stops the watch, cancelling a write waiting here).
+        async with self._container_lock(record.container_id):
+            try:
+                current = self.cache.load(record.container_id)
+            except cache.CacheError:
+                current = None
+            if current is None or _shape(current) != _shape(record):
+                # The pod's attachments changed since the watch began (or its record is gone):
+                # this status would undo that. Watch again from the record as it is now; this
+                # watch ends once the call below replaces it.
+                log.info(
+                    "pod %s/%s: its attachments changed; watching its addresses again",
+                    record.pod_namespace,
+                    record.pod_name,
+                )
+                if current is not None:
+                    asyncio.get_running_loop().call_soon(self._watch_addresses, current)
+                return False
+            return await self._write_status(record, entries)
 
     def _save(self, record: Record) -> None:
         self.cache.save(record)
@@ -743,6 +820,8 @@ class Agent:
 
     async def _teardown(self, record: Record, args: RuntimeArgs, *, raise_errors: bool = True) -> list[str]:
         """DEL every attempted attachment in reverse, past failures (7.2); the failures' messages."""
+        # Before the interfaces go: their removal is not a change of the pod's addresses.
+        await self.address_watch.unwatch(record.container_id)
         await self._stop_orphans(record.container_id)
         netns = args.netns or record.netns
         problems: list[str] = []
@@ -793,6 +872,7 @@ class Agent:
         try:
             record = self.cache.load(container_id)
         except cache.CacheError as exc:
+            await self.address_watch.unwatch(container_id)
             await self._stop_orphans(container_id)
             # The record names no attachment to DEL; refusing every DEL would keep the pod
             # forever (CRI: tear-down must eventually succeed). Keep the file for a human,

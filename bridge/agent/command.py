@@ -121,6 +121,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="fsync every cache write, so records survive a power loss too (~10 ms per write)",
     )
     p.add_argument(
+        "--watch-addresses",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="follow addresses added to or removed from the interfaces the agent attached (SLAAC, "
+        "`ip addr` in the pod) into the pod's network-status, KEP Req 25; one netlink socket per pod, "
+        "at most one status write per pod every 2 s (default: on; see docs/agent.md)",
+    )
+    p.add_argument(
         "--install",
         action="store_true",
         help="copy the shim into the CNI bin dir as `multinetwork`, and write the agent's "
@@ -198,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
         plugin_timeout=args.plugin_timeout,
         max_request_bytes=args.max_request_bytes,
         durable_cache=args.durable_cache,
+        watch_addresses=args.watch_addresses,
     )
     if args.default_network_conf is not None and not args.default_network_conf.is_file():
         print(f"error: --default-network-conf {args.default_network_conf}: no such file", file=sys.stderr)

@@ -22,6 +22,13 @@ def test_cni_agent_is_a_podnetwork_subcommand_with_its_options() -> None:
         parser.parse_args(["cni-agent", "--plugin-timeout", "-1"])
 
 
+def test_the_address_watch_is_on_unless_turned_off() -> None:
+    parser = cli.build_parser({"cni-agent": command.command})
+    assert parser.parse_args(["cni-agent"]).watch_addresses is True
+    assert parser.parse_args(["cni-agent", "--no-watch-addresses"]).watch_addresses is False
+    assert agent.AgentConfig().watch_addresses is True
+
+
 def test_the_installed_shim_starts_with_the_nodes_python_isolated(tmp_path: Path) -> None:
     shim = command.install_shim(tmp_path, "/usr/bin/python3")
     assert shim == tmp_path / "multinetwork"

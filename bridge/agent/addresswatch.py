@@ -1,0 +1,450 @@
+"""Live IP changes (KEP Story 9, Req 25): the addresses of the interfaces the agent
+attached, followed into the pod's network-status.
+
+An address added to or removed from an attached interface inside the pod (IPv6
+SLAAC, DHCP run by the workload, `ip addr add` in the pod) changes the `ips` of
+that interface's entry in `k8s.v1.cni.cncf.io/network-status` (NPWG 5.3.3); the
+bridge then maps the status to the KEP pod IPs (`bridge.translate.podips`).
+
+Decisions are pure and live at the top of this module:
+
+- `updated_status`: the last status written, plus the addresses seen per
+  interface, gives the new status. Link-local IPv6 (fe80::/10) is left out: every
+  IPv6 interface has one, it reaches only its own link, CNI results never
+  report it, and `podips` would otherwise take it as the PodNetwork's IPv6 pod
+  IP (the KEP's pod IPs are the addresses other pods reach it on). IPv4
+  link-local (169.254/16) is kept: a plugin only has one when its IPAM chose it.
+  An address whose duplicate detection is still running (IFA_F_TENTATIVE) is
+  not added until it finishes (the kernel then reports it again); an address
+  whose detection failed (IFA_F_DADFAILED) is not a pod IP. An entry whose
+  interface is not in the namespace keeps the IPs its CNI result gave.
+- `flush_at`: when the next look at the namespace (and possibly a write) is
+  due. A burst of changes is one write: the watch waits for `quiet` seconds
+  without a change, at most `max_delay` after the first unseen one, and never
+  sooner than `min_interval` after the previous look. With the defaults
+  (`Settings`: 0.5 s, 2 s, 2 s) one pod's status is written at most once every
+  2 s, whatever happens in it. A write the API refused is retried after 2 s,
+  doubling to at most `retry_max` (60 s), until it passes or the next change.
+
+The I/O (`AddressWatch`) is one netlink socket per watched pod, in the pod's
+network namespace and subscribed to the address groups (RTMGRP_IPV4_IFADDR,
+RTMGRP_IPV6_IFADDR). A socket stays in the namespace it was created in, so it is
+opened once, by a short-lived thread that enters the namespace
+(`routes._socket_in`), and then read on the agent's event loop through
+pyroute2's asyncio API: one file descriptor per pod, no thread per pod, and no
+child process. Events only mark the pod as changed; the flush dumps the
+namespace's addresses on the same socket and decides from that, so a lost or
+reordered event cannot leave the status wrong. The socket also hears link changes:
+interface names are dumped on the first look and again after an interface came,
+went or was renamed (a link dump is ~10 times the memory of an address dump). docs/agent.md "Live IP
+changes" has the measured cost per pod.
+
+Which pods are watched is the agent's cache: a pod is watched from the end of
+its ADD to the start of its DEL, and when the agent starts, every complete
+record is watched again (opening at most `OPEN_CONCURRENCY` namespaces at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.agent import routes
+from bridge.agent.cache import Record
+
+log = logging.getLogger(__name__)
+
+#: Kernel address flags (linux/if_addr.h) the decision reads.
+IFA_F_DADFAILED = 0x08
+IFA_F_TENTATIVE = 0x40
+#: rtnetlink multicast groups (linux/rtnetlink.h) of link, IPv4 and IPv6 address changes.
+RTMGRP_LINK = 0x1
+RTMGRP_IPV4_IFADDR = 0x10
+RTMGRP_IPV6_IFADDR = 0x100
+#: Message types (linux/rtnetlink.h) after which the interface names are dumped again.
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
+#: linux/netlink.h: the socket option level, and the option that turns off ENOBUFS reports.
+SOL_NETLINK = 270
+NETLINK_NO_ENOBUFS = 5
+#: Namespaces entered at once when the agent starts and watches every recorded pod again:
+#: each open is a thread that lives for the setns(2) and socket(2) calls only.
+OPEN_CONCURRENCY = 8
+
+_LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
+
+
+@dataclass(frozen=True)
+class Address:
+    """One address the kernel reports on an interface."""
+
+    ip: str
+    """The address, without its prefix length."""
+    prefixlen: int
+    flags: int = 0
+    """IFA_F_* flags (the 32-bit IFA_FLAGS attribute when present)."""
+
+    @property
+    def text(self) -> str:
+        """As network-status writes IPs: with their prefix length (NPWG 5.4's examples)."""
+        return f"{self.ip}/{self.prefixlen}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How often one pod's status may be written; see the module docstring."""
+
+    quiet: float = 0.5
+    """Seconds without a change before the namespace is looked at."""
+    max_delay: float = 2.0
+    """Seconds after the first unseen change by which it is looked at, even during a storm."""
+    min_interval: float = 2.0
+    """Seconds between two looks at one pod (and so between two writes of its status)."""
+    retry_max: float = 60.0
+    """Longest wait before retrying a status write the API refused."""
+
+    def __post_init__(self) -> None:
+        for name in ("quiet", "max_delay", "min_interval", "retry_max"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"address watch setting {name} must not be negative")
+        if self.max_delay < self.quiet:
+            raise ValueError("address watch setting max_delay must be at least quiet")
+
+
+# --- the decisions (pure) ------------------------------------------------------------------
+
+
+def _key(text: Any) -> str | None:
+    """An IP of the status (which may carry a prefix length) as a comparable address."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return str(ipaddress.ip_interface(text).ip)
+    except ValueError:
+        return None
+
+
+def is_pod_ip(address: Address) -> bool:
+    """Whether an address on an attached interface may be reported as one of the pod's IPs."""
+    if address.flags & IFA_F_DADFAILED:
+        return False
+    try:
+        ip = ipaddress.ip_address(address.ip)
+    except ValueError:
+        return False
+    return not (ip.version == 6 and ip in _LINK_LOCAL_V6)
+
+
+def interface_ips(old: Sequence[Any], observed: Sequence[Address]) -> list[str]:
+    """The `ips` of one entry: the old ones still present, in their order and spelling, then
+    the new ones in the kernel's order. A tentative address is kept if already listed, not added."""
+    usable = [a for a in observed if is_pod_ip(a)]
+    present = {a.ip for a in usable}
+    kept: list[str] = []
+    seen: set[str] = set()
+    for text in old:
+        key = _key(text)
+        if key is not None and key in present and key not in seen:
+            kept.append(str(text))
+            seen.add(key)
+    for address in usable:
+        if address.ip in seen or address.flags & IFA_F_TENTATIVE:
+            continue
+        kept.append(address.text)
+        seen.add(address.ip)
+    return kept
+
+
+def updated_status(
+    status: Sequence[Mapping[str, Any]], observed: Mapping[str, Sequence[Address]]
+) -> list[dict[str, Any]]:
+    """The network-status after a look at the pod's namespace.
+
+    `status` is the last status written; `observed` maps each interface present in the
+    namespace to its addresses. Each entry whose `interface` is present gets the
+    interface's pod IPs as `ips` (NPWG 5.3.3), without the key when there are none
+    (`ips` is optional, 5.3.3); every other key and entry is unchanged.
+    """
+    out: list[dict[str, Any]] = []
+    for entry in status:
+        new = dict(entry)
+        interface = entry.get("interface")
+        if isinstance(interface, str) and interface in observed:
+            ips = interface_ips(entry.get("ips") or [], observed[interface])
+            if ips:
+                new["ips"] = ips
+            else:
+                new.pop("ips", None)
+        out.append(new)
+    return out
+
+
+def flush_at(
+    first_change: float, last_change: float, previous_look: float | None, settings: Settings
+) -> float:
+    """When the pod's namespace is next looked at, given when the first and the latest
+    change not yet looked at happened and when it was last looked at (None: never)."""
+    due = min(last_change + settings.quiet, first_change + settings.max_delay)
+    if previous_look is not None:
+        due = max(due, previous_look + settings.min_interval)
+    return due
+
+
+def retry_delay(failures: int, settings: Settings) -> float:
+    """Seconds before retrying a write after `failures` (>= 1) failed writes in a row."""
+    return float(min(settings.retry_max, max(settings.min_interval, 1.0) * 2 ** (failures - 1)))
+
+
+# --- reading the kernel's messages ---------------------------------------------------------
+
+
+def _attr(msg: Any, name: str) -> Any:
+    return msg.get_attr(name)
+
+
+def link_names(links: Sequence[Any]) -> dict[int, str]:
+    """pyroute2 link messages of one namespace -> interface index -> name."""
+    return {int(link["index"]): str(_attr(link, "IFLA_IFNAME")) for link in links}
+
+
+def observed_addresses(names: Mapping[int, str], addresses: Sequence[Any]) -> dict[str, list[Address]]:
+    """pyroute2 address messages of one namespace -> interface name -> its addresses
+    (every interface of `names`, with none when it has none)."""
+    out: dict[str, list[Address]] = {name: [] for name in names.values()}
+    for msg in addresses:
+        name = names.get(int(msg["index"]))
+        # IPv4's IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer's on
+        # point-to-point links); IPv6 has IFA_ADDRESS only.
+        ip = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
+        if name is None or not ip:
+            continue
+        flags = _attr(msg, "IFA_FLAGS")
+        flags = int(flags if flags is not None else msg["flags"])
+        out[name].append(Address(str(ip), int(msg["prefixlen"]), flags))
+    return out
+
+
+# --- the watch (I/O) -----------------------------------------------------------------------
+
+Publish = Callable[[Record, list[dict[str, Any]]], Awaitable[bool]]
+"""Writes a status for a record's pod; False when the write did not happen (the agent logged why)."""
+
+
+class _PodWatch:
+    """One pod's socket, its pending change and its last status."""
+
+    def __init__(
+        self,
+        record: Record,
+        status: list[dict[str, Any]],
+        publish: Publish,
+        settings: Settings,
+        opening: asyncio.Semaphore,
+        clock: Callable[[], float],
+    ) -> None:
+        self.record = record
+        self.status = status
+        self._publish = publish
+        self._settings = settings
+        self._opening = opening
+        self._clock = clock
+        self._first: float | None = None
+        self._last: float = 0.0
+        self._looked: float | None = None
+        self._wake = asyncio.Event()
+        self._names: dict[int, str] | None = None
+        """Interface index -> name in the pod's namespace, as last dumped."""
+        self._failures = 0
+        """Status writes refused in a row; the next retry waits `retry_delay` after the last look."""
+        self.looks = 0
+        """Flushes done (dumps of the namespace), for tests and the demo."""
+        self.task = asyncio.create_task(self._run(), name=f"address-watch {record.container_id[:12]}")
+
+    def changed(self) -> None:
+        now = self._clock()
+        if self._first is None:
+            self._first = now
+        self._last = now
+        self._wake.set()
+
+    async def _run(self) -> None:
+        netns = self.record.netns
+        ipr: Any = None
+        events: asyncio.Task[None] | None = None
+        try:
+            # The first look too: when the agent starts, hundreds of dumps parsed at once
+            # would raise the agent's peak memory for good (CPython keeps its arenas).
+            async with self._opening:
+                try:
+                    sock = await routes._socket_in(netns)
+                except (OSError, ImportError) as exc:
+                    log.warning(
+                        "pod %s/%s: not watching its addresses: cannot open a netlink socket in %s: %s",
+                        self.record.pod_namespace,
+                        self.record.pod_name,
+                        netns,
+                        exc,
+                    )
+                    return
+                # An overrun of the socket's buffer (a storm the loop did not read in time) then
+                # drops messages instead of failing the socket: events only say "look again",
+                # and the next one that arrives leads to a full dump.
+                try:
+                    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+                    ipr = routes._pyroute2().AsyncIPRoute(fileno=sock.detach())
+                except BaseException:
+                    sock.close()
+                    raise
+                await ipr.bind(groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
+                events = asyncio.create_task(self._events(ipr))
+                # What changed while nothing watched (the agent restarted, or the ADD's last moments).
+                if await self._flush(ipr) is False:
+                    self._failures = 1
+                    self.changed()
+            await self._loop(ipr)
+        except Exception as exc:  # a netlink failure: this pod's watch ends, the agent goes on
+            log.warning(
+                "pod %s/%s: address watch stopped: %s", self.record.pod_namespace, self.record.pod_name, exc
+            )
+        finally:
+            if events is not None:
+                events.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await events
+            if ipr is not None:
+                ipr.close()
+
+    async def _events(self, ipr: Any) -> None:
+        try:
+            while True:
+                got = False
+                async for msg in ipr.get():
+                    got = True
+                    if msg["header"]["type"] in (RTM_NEWLINK, RTM_DELLINK):
+                        self._names = None  # an interface came, went or was renamed
+                if got:
+                    self.changed()
+                else:  # pyroute2 ends a read with nothing when the socket closes
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "pod %s/%s: address watch stopped: %s", self.record.pod_namespace, self.record.pod_name, exc
+            )
+
+    async def _loop(self, ipr: Any) -> None:
+        while True:
+            await self._wake.wait()
+            while True:
+                self._wake.clear()
+                if self._first is None:
+                    break
+                due = flush_at(self._first, self._last, self._looked, self._settings)
+                if self._failures and self._looked is not None:
+                    due = max(due, self._looked + retry_delay(self._failures, self._settings))
+                delay = due - self._clock()
+                if delay <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            if self._first is None:
+                continue
+            self._first = None
+            if await self._flush(ipr) is False:
+                self._failures += 1
+                self.changed()  # look again (and retry) after the backoff
+            else:
+                self._failures = 0
+
+    async def _flush(self, ipr: Any) -> bool | None:
+        """Looks at the namespace; writes the status if it changed. None: nothing to write."""
+        self._looked = self._clock()
+        self.looks += 1
+        addresses = [m async for m in await ipr.addr("dump")]
+        if self._names is None or any(int(m["index"]) not in self._names for m in addresses):
+            # Link messages are large (every IFLA attribute and counter): the names are
+            # dumped on the first look, and again after a link changed.
+            self._names = link_names([m async for m in await ipr.link("dump")])
+        new = updated_status(self.status, observed_addresses(self._names, addresses))
+        if new == self.status:
+            return None
+        log.info(
+            "pod %s/%s: addresses changed: network-status ips %s -> %s",
+            self.record.pod_namespace,
+            self.record.pod_name,
+            [e.get("ips") for e in self.status],
+            [e.get("ips") for e in new],
+        )
+        if not await self._publish(self.record, new):
+            return False
+        self.status = new
+        return True
+
+
+class AddressWatch:
+    """The address watches of one agent, one per attached pod (keyed by container ID)."""
+
+    def __init__(
+        self, publish: Publish, settings: Settings | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._publish = publish
+        self.settings = settings or Settings()
+        self._clock = clock
+        self._pods: dict[str, _PodWatch] = {}
+        self._opening: asyncio.Semaphore | None = None
+
+    def watch(self, record: Record, status: list[dict[str, Any]]) -> None:
+        """Watches the record's namespace, whose status is `status` now; replaces an earlier
+        watch of the same container (as after a change of its attachments)."""
+        old = self._pods.pop(record.container_id, None)
+        if old is not None:
+            old.task.cancel()
+        if self._opening is None:
+            self._opening = asyncio.Semaphore(OPEN_CONCURRENCY)
+        self._pods[record.container_id] = _PodWatch(
+            record, status, self._publish, self.settings, self._opening, self._clock
+        )
+
+    async def unwatch(self, container_id: str) -> None:
+        """Stops watching a container (before its DEL tears its interfaces down)."""
+        pod = self._pods.pop(container_id, None)
+        if pod is None:
+            return
+        pod.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pod.task
+
+    async def close(self) -> None:
+        for container_id in list(self._pods):
+            await self.unwatch(container_id)
+
+    def watched(self) -> list[str]:
+        """Container IDs being watched (a watch that could not open its namespace, or whose
+        socket failed, has ended and is not listed)."""
+        return sorted(cid for cid, pod in self._pods.items() if not pod.task.done())
+
+    def looks(self, container_id: str) -> int:
+        """How many times a container's namespace was looked at (0 if not watched)."""
+        pod = self._pods.get(container_id)
+        return pod.looks if pod is not None else 0
+
+
+__all__ = [
+    "Address",
+    "AddressWatch",
+    "Settings",
+    "flush_at",
+    "interface_ips",
+    "is_pod_ip",
+    "link_names",
+    "observed_addresses",
+    "retry_delay",
+    "updated_status",
+]

@@ -1,0 +1,200 @@
+"""Live IP changes (KEP Req 25), the pure part: the status an address set gives
+(`addresswatch.updated_status`), which addresses are pod IPs, reading the kernel's
+messages (real pyroute2 message objects), and the debounce (`flush_at`, `retry_delay`).
+The watch itself, with real namespaces and plugins, is tests/cni/test_live_ip_changes.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from bridge.agent.addresswatch import (
+    IFA_F_DADFAILED,
+    IFA_F_TENTATIVE,
+    Address,
+    Settings,
+    flush_at,
+    interface_ips,
+    is_pod_ip,
+    link_names,
+    observed_addresses,
+    retry_delay,
+    updated_status,
+)
+from bridge.translate import podips
+
+STATUS: list[dict[str, Any]] = [
+    {"name": "kubenet", "interface": "eth0", "ips": ["10.1.0.5/24"], "mac": "aa:bb:cc:00:00:01", "default": True},
+    {"name": "default/blue", "interface": "net1", "ips": ["10.2.0.7/24"], "default": False,
+     "dns": {"nameservers": ["10.2.0.1"]}},
+]
+
+
+def test_an_added_address_is_appended_to_its_interface_s_entry_and_nothing_else_changes() -> None:
+    observed = {
+        "lo": [Address("127.0.0.1", 8)],
+        "eth0": [Address("10.1.0.5", 24), Address("2001:db8::5", 64)],
+        "net1": [Address("10.2.0.7", 24)],
+    }
+    new = updated_status(STATUS, observed)
+    assert new[0] == {**STATUS[0], "ips": ["10.1.0.5/24", "2001:db8::5/64"]}
+    assert new[1] == STATUS[1]
+    assert STATUS[0]["ips"] == ["10.1.0.5/24"], "the old status is not modified"
+
+
+def test_a_removed_address_leaves_the_entry_and_an_interface_without_any_drops_ips() -> None:
+    new = updated_status(STATUS, {"eth0": [Address("10.1.0.5", 24)], "net1": []})
+    assert new[0] == STATUS[0]
+    assert "ips" not in new[1] and new[1]["dns"] == STATUS[1]["dns"]
+
+
+def test_the_old_ips_keep_their_order_so_the_pod_ip_of_each_family_stays_the_same() -> None:
+    status = [{"name": "kubenet", "interface": "eth0", "ips": ["10.1.0.5/24", "fd00::5/64"], "default": True}]
+    # The kernel lists a newer address first; the status keeps the plugin's address first.
+    observed = {"eth0": [Address("fd00::9", 64), Address("10.1.0.9", 24), Address("fd00::5", 64),
+                         Address("10.1.0.5", 24)]}
+    assert updated_status(status, observed)[0]["ips"] == ["10.1.0.5/24", "fd00::5/64", "fd00::9/64", "10.1.0.9/24"]
+
+
+def test_an_entry_whose_interface_is_not_in_the_namespace_keeps_its_ips() -> None:
+    status = [*STATUS, {"name": "default/sriov", "interface": "net2", "ips": ["10.3.0.2/24"], "default": False},
+              {"name": "default/old", "ips": ["10.4.0.2/24"], "default": False}]
+    new = updated_status(status, {"eth0": [Address("10.1.0.5", 24)], "net1": [Address("10.2.0.7", 24)]})
+    assert new == status
+
+
+def test_link_local_ipv6_is_never_a_pod_ip_but_ipv4_link_local_and_ula_are() -> None:
+    assert not is_pod_ip(Address("fe80::1", 64))
+    assert not is_pod_ip(Address("febf::1", 64)), "fe80::/10 reaches up to febf::"
+    assert is_pod_ip(Address("fec0::1", 64))
+    assert is_pod_ip(Address("fd00::1", 64))
+    assert is_pod_ip(Address("169.254.3.4", 16))
+    new = updated_status(STATUS, {"eth0": [Address("10.1.0.5", 24), Address("fe80::a8bb:ccff:fe00:1", 64)],
+                                  "net1": [Address("10.2.0.7", 24)]})
+    assert new == STATUS
+
+
+def test_a_tentative_address_is_not_added_until_dad_ends_and_a_failed_one_is_dropped() -> None:
+    assert interface_ips(["10.1.0.5/24"], [Address("10.1.0.5", 24), Address("fd00::7", 64, IFA_F_TENTATIVE)]) == [
+        "10.1.0.5/24"
+    ]
+    # Already listed (the plugin reported it before DAD ended): kept.
+    assert interface_ips(["fd00::7/64"], [Address("fd00::7", 64, IFA_F_TENTATIVE)]) == ["fd00::7/64"]
+    assert interface_ips(["fd00::7/64"], [Address("fd00::7", 64, IFA_F_DADFAILED)]) == []
+    assert interface_ips([], [Address("fd00::7", 64)]) == ["fd00::7/64"]
+
+
+def test_unreadable_old_ips_are_dropped_and_duplicates_reported_once() -> None:
+    assert interface_ips(["not-an-ip", 7, "10.1.0.5/24", "10.1.0.5"], [Address("10.1.0.5", 24)]) == ["10.1.0.5/24"]
+
+
+def test_the_bridge_reads_the_new_status_as_the_pod_s_ipv6_ip() -> None:
+    """What the bridge's reverse translation makes of it: the added address is the
+    default PodNetwork's IPv6 pod IP; its link-local one is not."""
+    from bridge.translate.networks import Translation
+
+    observed = {"eth0": [Address("fe80::1", 64), Address("10.1.0.5", 24), Address("2001:db8::5", 64)]}
+    status = updated_status(STATUS[:1], observed)
+    ips = podips.pod_ips(status, Translation(elements=[], sources=[], warnings=[]), "default")
+    assert [ip["ip"] for ip in ips] == ["10.1.0.5", "2001:db8::5"]
+
+
+def _link(index: int, name: str) -> ifinfmsg:
+    msg = ifinfmsg()
+    msg["index"] = index
+    msg["attrs"] = [("IFLA_IFNAME", name)]
+    return msg
+
+
+def _addr(index: int, attrs: list[tuple[str, Any]], prefixlen: int, flags: int = 0) -> ifaddrmsg:
+    msg = ifaddrmsg()
+    msg["index"] = index
+    msg["prefixlen"] = prefixlen
+    msg["flags"] = flags
+    msg["attrs"] = attrs
+    return msg
+
+
+def test_kernel_messages_become_addresses_per_interface() -> None:
+    links = [_link(1, "lo"), _link(2, "eth0"), _link(3, "net1")]
+    addresses = [
+        _addr(1, [("IFA_ADDRESS", "127.0.0.1"), ("IFA_LOCAL", "127.0.0.1")], 8),
+        # IPv4 point-to-point: IFA_ADDRESS is the peer, IFA_LOCAL the interface's own.
+        _addr(2, [("IFA_ADDRESS", "10.9.9.9"), ("IFA_LOCAL", "10.1.0.5")], 32),
+        _addr(2, [("IFA_ADDRESS", "fd00::7"), ("IFA_FLAGS", IFA_F_TENTATIVE)], 64, flags=0),
+        _addr(2, [("IFA_ADDRESS", "fd00::8")], 64, flags=IFA_F_TENTATIVE),
+        _addr(9, [("IFA_ADDRESS", "10.7.0.1")], 24),  # an interface gone since the link dump
+    ]
+    assert observed_addresses(link_names(links), addresses) == {
+        "lo": [Address("127.0.0.1", 8)],
+        "eth0": [Address("10.1.0.5", 32), Address("fd00::7", 64, IFA_F_TENTATIVE),
+                 Address("fd00::8", 64, IFA_F_TENTATIVE)],
+        "net1": [],
+    }
+
+
+# --- the debounce ------------------------------------------------------------------------------
+
+S = Settings(quiet=0.5, max_delay=2.0, min_interval=2.0)
+
+
+def test_a_change_is_looked_at_after_a_quiet_period() -> None:
+    assert flush_at(10.0, 10.0, None, S) == 10.5
+    assert flush_at(10.0, 10.3, None, S) == 10.8, "each change restarts the quiet period"
+
+
+def test_a_storm_is_looked_at_no_later_than_max_delay_after_its_first_change() -> None:
+    assert flush_at(10.0, 11.9, None, S) == 12.0
+
+
+def test_two_looks_are_at_least_min_interval_apart() -> None:
+    assert flush_at(10.0, 10.0, 9.0, S) == 11.0
+    assert flush_at(10.0, 10.0, 5.0, S) == 10.5
+
+
+def _simulate(changes: list[float], settings: Settings) -> list[float]:
+    """The looks an event loop would make, driven by flush_at alone."""
+    looks: list[float] = []
+    pending: list[float] = []
+    events = iter(sorted(changes))
+    nxt = next(events, None)
+    while nxt is not None or pending:
+        due = flush_at(pending[0], pending[-1], looks[-1] if looks else None, settings) if pending else None
+        if nxt is not None and (due is None or nxt < due):
+            pending.append(nxt)
+            nxt = next(events, None)
+        else:
+            assert due is not None
+            looks.append(due)
+            pending = []
+    return looks
+
+
+def test_a_change_every_10_ms_for_a_minute_gives_at_most_one_look_per_min_interval() -> None:
+    changes = [i * 0.01 for i in range(6000)]
+    looks = _simulate(changes, S)
+    assert len(looks) <= 60 / S.min_interval + 1
+    assert all(b - a >= S.min_interval for a, b in itertools.pairwise(looks))
+    assert looks[-1] >= changes[-1], "the last change is seen"
+
+
+def test_a_burst_is_one_look() -> None:
+    assert _simulate([5.0 + i * 0.001 for i in range(100)], S) == [pytest.approx(5.099 + S.quiet)]
+
+
+def test_failed_writes_back_off_doubling_up_to_the_maximum() -> None:
+    assert [retry_delay(n, S) for n in (1, 2, 3, 4, 5, 6, 7)] == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"quiet": -1}, "quiet must not be negative"), ({"quiet": 3, "max_delay": 2}, "max_delay must be at least quiet")],
+)
+def test_settings_that_cannot_work_are_refused_with_the_setting_named(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings(**kwargs)
