@@ -540,12 +540,13 @@ def _cni_parameters(
     element: npwg.NetworkSelectionElement, net: _Network, interface: str, what: str
 ) -> dict[str, Any]:
     _common_keys(element, what)
-    keys = [wire for attr, wire in (("ips", "ips"), ("mac", "mac")) if getattr(element, attr) is not None]
+    keys = [f"{wire} (NPWG {sec})" for wire, sec in (("ips", "4.1.2.1.3"), ("mac", "4.1.2.1.4"))
+            if getattr(element, wire) is not None]
     if keys:
         raise _Cannot(
             Reason.UNSUPPORTED_KEY,
-            f"{what}: the per-pod parameters {', '.join(keys)} (NPWG 4.1.2.1.3, 4.1.2.1.4) go to CNI "
-            "runtimeConfig, which the CNI DRA driver's CNI object (ifName, config) has no field for; "
+            f"{what}: the per-pod parameters {', '.join(keys)} go to CNI runtimeConfig, which the "
+            "CNI DRA driver's CNI object (ifName, config) has no field for; "
             f"export with --driver {DRANET_DRIVER} (static addresses and MAC)",
         )
     assert net.cni_config is not None
