@@ -842,6 +842,10 @@ def _network_data(
                                   f"is unknown (not in network-status nor the IPAM subnets): written {cidr}",
                                   wl.source))
             ips.append(cidr)
+        if len(ips) > dra.MAX_NETWORK_DATA_IPS:
+            notes.append(Note(wl.ref, f"networkData of {claim.pod_claim}: {len(ips)} IPs, KEP-4817 allows "
+                              f"{dra.MAX_NETWORK_DATA_IPS}: the first {dra.MAX_NETWORK_DATA_IPS} are written",
+                              wl.source))
         iface = entry.get("interface")
         mac = entry.get("mac")
         data = dra.NetworkDeviceData(
