@@ -875,7 +875,8 @@ def export(inventory: Inventory, settings: Settings = Settings()) -> Export:
     objs = translate.Objects.from_objects(inventory.objects)
     nets_by_pn = _podnetwork_classes(objs, settings, out)
     templates: dict[tuple[str, str], dra.ResourceClaimTemplate] = {}
-    for wl in inventory.workloads:
+    # In a stable order whatever order the inputs came in (files, or one list per kind).
+    for wl in sorted(inventory.workloads, key=lambda w: (w.namespace, w.kind, w.name)):
         if constants.NETWORKS_ANNOTATION not in wl.annotations:
             continue
         owner = wl.owner
