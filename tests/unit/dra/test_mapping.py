@@ -250,7 +250,8 @@ def test_the_same_shape_shares_one_template_and_another_shape_gets_its_own() -> 
         {("default", templates["Pod default/a"]), ("default", templates["Pod default/c"]),
          ("other", templates["Pod other/d"])}
     )
-    deployment_spec = result.workloads[1].obj["spec"]["template"]["spec"]
+    (exported,) = [w for w in result.workloads if w.ref == "Deployment default/b"]
+    deployment_spec = exported.obj["spec"]["template"]["spec"]
     assert deployment_spec["resourceClaims"][0]["resourceClaimTemplateName"] == templates["Pod default/a"]
 
 
