@@ -677,7 +677,11 @@ def _map_workload(
     """The claims and templates of one workload. Raises `_Cannot` naming the first problem."""
     text = wl.annotations.get(constants.NETWORKS_ANNOTATION)
     raw_spec = wl.template.get("spec")
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    if not isinstance(raw_spec, Mapping):
+        raise _Cannot(Reason.INVALID_OBJECT, "the pod spec is not an object")
+    spec: Mapping[str, Any] = raw_spec
+    if not isinstance(spec.get("resourceClaims") or [], list):
+        raise _Cannot(Reason.INVALID_OBJECT, "spec.resourceClaims is not a list")
     try:
         nets = networks.parse(text)  # type: ignore[arg-type]
     except InvalidObject as exc:
@@ -788,7 +792,8 @@ def rewrite(obj: Mapping[str, Any], template_path: Sequence[str], claims: Sequen
         dra.PodResourceClaim(name=c.pod_claim, resource_claim_template_name=c.template).to_dict()
         for c in claims
     ]
-    spec["resourceClaims"] = claims_list
+    if claims_list:
+        spec["resourceClaims"] = claims_list
     gates = [g for g in spec.get("schedulingGates") or []
              if not (isinstance(g, Mapping) and g.get("name") == _BRIDGE_GATE)]
     if gates:

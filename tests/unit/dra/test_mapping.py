@@ -348,3 +348,18 @@ def test_parameters_over_the_dra_limit_are_refused() -> None:
     result = run(nad("n", {**HOST_DEVICE, "ipam": {"type": "static", "routes": routes}}), podnetwork("n", "n"),
                  pod("p", [{"podNetworkName": "n"}]))
     assert _reasons(result) == {"Pod default/p": "ParametersTooLarge"}
+
+
+@pytest.mark.parametrize("spec", [["not", "an", "object"], {"containers": [], "resourceClaims": {"a": 1}}],
+                         ids=["spec a list", "resourceClaims a map"])
+def test_a_pod_of_the_wrong_shape_is_reported_not_crashed_on(spec: Any) -> None:
+    obj = pod("p", [{"podNetworkName": "n"}])
+    obj["spec"] = spec
+    result = run(nad("n", HOST_DEVICE), podnetwork("n", "n"), obj)
+    assert _reasons(result) == {"Pod default/p": "InvalidObject"}
+
+
+def test_a_pod_on_the_default_network_only_loses_the_annotation_and_gets_no_claims() -> None:
+    result = run(pod("p", [{"podNetworkName": "default"}]))
+    (exported,) = result.workloads
+    assert "resourceClaims" not in exported.obj["spec"] and "annotations" not in exported.obj["metadata"]
