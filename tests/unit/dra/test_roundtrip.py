@@ -118,3 +118,60 @@ def test_the_export_parses_round_trips_and_reads_back_to_the_same_networks(
         read_back[d["metadata"]["name"]] = entries
     assert read_back == pods
     assert json.dumps(docs)  # plain JSON values only
+
+
+_PLUGINS = st.sampled_from([
+    {"type": "bridge", "bridge": "br0", "ipam": {"type": "host-local", "subnet": "10.1.0.0/24"}},
+    {"type": "macvlan", "master": "eth0", "mode": "bridge"},
+    {"type": "host-device", "device": "ens5"},
+    {"type": "ipvlan", "master": "ens6"},
+    {"plugins": [{"type": "macvlan", "master": "eth0"}, {"type": "tuning", "mtu": 1400}]},
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_PLUGINS, min_size=1, max_size=4), st.data())
+def test_the_cni_driver_carries_every_nad_configuration_as_is(configs: list[dict[str, Any]], data: st.DataObject) -> None:
+    objs: list[dict[str, Any]] = []
+    for i, config in enumerate(configs):
+        objs += [nad(f"n{i}", config), podnetwork(f"n{i}", f"n{i}")]
+    chosen = data.draw(st.lists(st.integers(0, len(configs) - 1), min_size=1, unique=True))
+    objs.append(pod("p", [{"podNetworkName": f"n{i}", "interfaceName": f"if{i}"} for i in chosen]))
+    inventory = export.Inventory()
+    for obj in objs:
+        inventory.add(obj)
+    result = export.export(inventory, export.Settings(driver=export.CNI_DRIVER))
+    assert result.unexpressible == []
+    templates = {t.metadata.name: t for t in result.templates}
+    (workload,) = result.workloads
+    for i, claim in zip(chosen, workload.claims, strict=True):
+        devices = templates[claim.template].spec.spec.devices
+        assert devices is not None and devices.config is not None and devices.config[0].opaque is not None
+        params = dra.CniParameters.model_validate(devices.config[0].opaque.parameters)
+        assert params.if_name == f"if{i}"
+        assert params.config == json.loads(nad(f"n{i}", configs[i])["spec"]["config"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(_PLUGINS, st.booleans()), min_size=1, max_size=4), st.data())
+def test_each_workload_is_exported_whole_or_reported_and_no_template_is_left_over(
+    nets: list[tuple[dict[str, Any], bool]], data: st.DataObject
+) -> None:
+    objs: list[dict[str, Any]] = []
+    for i, (config, enabled) in enumerate(nets):
+        objs += [nad(f"n{i}", config), podnetwork(f"n{i}", f"n{i}", enabled=enabled)]
+    pods = data.draw(st.lists(st.lists(st.integers(0, len(nets) - 1), min_size=1, unique=True), max_size=4))
+    for k, chosen in enumerate(pods):
+        objs.append(pod(f"p{k}", [{"podNetworkName": f"n{i}"} for i in chosen]))
+    inventory = export.Inventory()
+    for obj in objs:
+        inventory.add(obj)
+    result = export.export(inventory)
+    exported = {w.ref for w in result.workloads}
+    reported = {u.ref for u in result.unexpressible if u.ref.startswith("Pod ")}
+    assert exported | reported == {f"Pod default/p{k}" for k in range(len(pods))}
+    assert not exported & reported
+    used = {c.template for w in result.workloads for c in w.claims}
+    assert {t.metadata.name for t in result.templates} == used
+    classes = {c.metadata.name for c in result.device_classes}
+    assert {c.pod_network for w in result.workloads for c in w.claims} <= classes
