@@ -246,11 +246,12 @@ def command_lines(root: Path) -> dict[str, list[str]]:
                       "--agent-conf-dir", str(agent / "conf"), "--socket", str(agent / "agent.sock"),
                       "--cache-dir", str(agent / "cache"), "--cni-conf-dir", str(agent / "net.d")],
         "migrate": ["migrate", "-n", "default"],
+        "export-dra": ["export-dra", "-n", "default"],
         "graph": ["graph"],
     }
 
 
-ONE_SHOT = {"migrate", "graph"}
+ONE_SHOT = {"migrate", "export-dra", "graph"}
 
 
 def done(name: str, server: ApiStandIn) -> bool:
@@ -333,5 +334,6 @@ def test_the_help_of_every_command_points_to_the_one_description() -> None:
         flags = {option: action for action in parser._actions for option in action.option_strings}
         if "--kubeconfig" in flags:
             helps[name] = (credentials.HELP in (flags["--kubeconfig"].help or ""), "--context" in flags)
-    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "explain", "graph"}
+    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "export-dra",
+                          "explain", "graph"}
     assert all(points and has_context for points, has_context in helps.values()), helps

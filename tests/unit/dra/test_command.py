@@ -1,0 +1,129 @@
+"""`podnetwork export-dra`: the command end to end through the CLI entry point, offline.
+
+The golden files are the export of examples/dra/ (docs/dra.md shows the same run). After
+an intended change of the output, regenerate them with the commands in
+tests/fixtures/dra/README.md and review the diff.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from podnetwork import cli
+from tests.unit.dra.dra_support import nad, pod, podnetwork
+
+ROOT = Path(__file__).parents[3]
+EXAMPLES = ROOT / "examples" / "dra"
+GOLDEN = ROOT / "tests" / "fixtures" / "dra"
+
+
+def run(*argv: str) -> int:
+    return cli.main(["export-dra", *argv])
+
+
+def test_help_is_installed_as_a_subcommand_and_names_the_flags() -> None:
+    done = subprocess.run([sys.executable, "-m", "podnetwork", "export-dra", "--help"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    for flag in ("--filename", "--kubeconfig", "--driver", "--output", "--network-data", "--partial",
+                 "dra.net", "exit status"):
+        assert flag in done.stdout
+
+
+def test_the_examples_export_to_the_golden_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data.yaml"
+    assert run("-f", str(EXAMPLES), "--network-data", str(data)) == 0
+    out, err = capsys.readouterr()
+    assert out == (GOLDEN / "golden-dranet.yaml").read_text()
+    assert data.read_text() == (GOLDEN / "golden-network-data.yaml").read_text()
+    assert err == "export: 2 DeviceClass, 2 ResourceClaimTemplate, 2 workload(s), 2 networkData\n"
+
+
+def test_the_cni_driver_exports_what_it_can_with_partial(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("-f", str(EXAMPLES), "--driver", "cni.dra.networking.x-k8s.io", "--partial") == 1
+    out, err = capsys.readouterr()
+    assert out == (GOLDEN / "golden-cni-partial.yaml").read_text()
+    assert "! examples/dra/workloads.yaml:doc 2: Pod default/db: UnsupportedKey: " in err.replace(str(ROOT) + "/", "")
+
+
+def _unexpressible_inputs(tmp_path: Path) -> Path:
+    text = yaml.safe_dump_all([
+        nad("ok", {"type": "host-device", "device": "ens5"}), podnetwork("ok", "ok"),
+        nad("br", {"type": "bridge", "bridge": "br0"}), podnetwork("br", "br"),
+        pod("fine", [{"podNetworkName": "ok"}]),
+        pod("legacy", [{"podNetworkName": "ok"}, {"podNetworkName": "br", "interfaceName": "net1"}]),
+    ])
+    path = tmp_path / "in.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_pod_dra_cannot_express_is_reported_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs = _unexpressible_inputs(tmp_path)
+    output = tmp_path / "dra.yaml"
+    output.write_text("previous export\n")
+    data = tmp_path / "data.yaml"
+    assert run("-f", str(inputs), "-o", str(output), "--network-data", str(data)) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert output.read_text() == "previous export\n"
+    assert not data.exists()
+    assert f"! {inputs}:doc 6: Pod default/legacy: UnsupportedPlugin: spec.networks[1] (PodNetwork br): " in err
+    assert "! PodNetwork br: UnsupportedPlugin: NetworkAttachmentDefinition default/br uses the CNI plugin 'bridge'" in err
+    assert "nothing written: the driver cannot express the above (--partial writes the rest)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dra.yaml", "in.yaml"]  # no temporary left
+
+
+def test_partial_writes_the_rest_and_still_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "dra.yaml"
+    assert run("-f", str(_unexpressible_inputs(tmp_path)), "-o", str(output), "--partial") == 1
+    docs = list(yaml.safe_load_all(output.read_text()))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs][:1] == [("DeviceClass", "ok")]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"] == ["fine"]
+    assert "! " in capsys.readouterr().err
+
+
+def test_unreadable_input_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "dra.yaml"
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(podnetwork("n")))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    assert run("-f", str(good), "-f", str(bad), "-o", str(output)) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "nothing written; fix the input above" in err
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        ([], "say what to export"),
+        (["-f", "x.yaml", "-A"], "cannot be combined"),
+        (["-f", "x.yaml", "--network-data", "-"], "needs a file name"),
+        (["-f", "x.yaml", "-o", "same.yaml", "--network-data", "same.yaml"], "must be different files"),
+    ],
+)
+def test_contradictory_arguments_are_refused(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(*argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_an_unknown_driver_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run("-f", str(EXAMPLES), "--driver", "gpu.example.com")
+    assert exc.value.code == 2
+    assert "invalid choice: 'gpu.example.com'" in capsys.readouterr().err
+
+
+def test_no_cluster_is_exit_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run("--kubeconfig", str(tmp_path / "missing"), "-n", "default") == 2
+    err = capsys.readouterr().err
+    assert "cannot load cluster credentials" in err and "nothing written" in err
