@@ -123,6 +123,33 @@ def parse_conf(text: str, values: Mapping[str, str], where: str) -> dict[str, An
     return conf
 
 
+def default_network(cni_version: str) -> dict[str, Any]:
+    """The cluster default network every pod gets first (NPWG 6): one recording plugin."""
+    return {
+        "cniVersion": cni_version,
+        "name": DEFAULT_NETWORK_NAME,
+        "plugins": [{"type": DEFAULT_TYPE, "capabilities": dict(DEFAULT_CAPABILITIES)}],
+    }
+
+
+def validate(
+    template: str, source: str, daemon: str | None, daemon_ready: str | None, cni_version: str
+) -> None:
+    """Refuses a template or daemon line that could never run, before anything is made (BenchError)."""
+    preview = {k: f"/npwg-conformance/{k.lower()}" for k in PLACEHOLDERS}
+    preview.update(DEFAULT_NETWORK=json.dumps(default_network(cni_version)), CNI_VERSION=cni_version)
+    parse_conf(template, preview, source)
+    if daemon is not None:
+        try:
+            argv = shlex.split(substitute(daemon, preview, "--daemon"))
+        except ValueError as exc:
+            raise BenchError(f"--daemon: cannot split it into arguments: {exc}") from None
+        if not argv:
+            raise BenchError("--daemon: empty command")
+    if daemon_ready is not None:
+        substitute(daemon_ready, preview, "--daemon-ready")
+
+
 @dataclass(frozen=True)
 class Record:
     """One execution of a recording plugin."""
@@ -243,11 +270,7 @@ class Bench:
         return self.root / "control.json"
 
     def default_network(self) -> dict[str, Any]:
-        return {
-            "cniVersion": self.cni_version,
-            "name": DEFAULT_NETWORK_NAME,
-            "plugins": [{"type": DEFAULT_TYPE, "capabilities": dict(DEFAULT_CAPABILITIES)}],
-        }
+        return default_network(self.cni_version)
 
     def values(self) -> dict[str, str]:
         return {
@@ -283,6 +306,24 @@ class Bench:
         self.api.write_kubeconfig(Path(values["KUBECONFIG"]))
         if self.daemon:
             self._start_daemon(values)
+        self._preflight()
+
+    def _preflight(self) -> None:
+        """The plugin must at least execute: VERSION, whose answer is not judged (runtimes need not ask)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": "VERSION"}
+        try:
+            subprocess.run(
+                [str(self.plugin)],
+                input=json.dumps({"cniVersion": self.cni_version}).encode(),
+                env=env,
+                capture_output=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except OSError as exc:
+            raise BenchError(f"--plugin {self.plugin}: cannot execute it: {exc}") from None
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"--plugin {self.plugin}: no answer to VERSION in {self.timeout:g} s") from None
 
     def _start_daemon(self, values: Mapping[str, str]) -> None:
         assert self.daemon is not None

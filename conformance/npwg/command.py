@@ -102,12 +102,16 @@ def _problems(args: argparse.Namespace) -> list[str]:
         out.append("--plugin PATH is required: the delegating plugin's executable")
     elif not plugin.exists():
         out.append(f"--plugin {plugin}: no such file")
-    elif not plugin.is_file() or not os.access(plugin, os.X_OK):
+    elif not plugin.is_file() or not plugin.stat().st_mode & 0o111:
         out.append(f"--plugin {plugin}: not an executable file (chmod +x it, or give the binary's path)")
-    if args.conf is not None and not args.conf.is_file():
+    if args.conf is not None and not args.conf.exists():
         out.append(f"--conf {args.conf}: no such file")
+    elif args.conf is not None and not args.conf.is_file():
+        out.append(f"--conf {args.conf}: not a regular file")
     if args.daemon_ready and not args.daemon:
         out.append("--daemon-ready needs --daemon")
+    if args.report is not None and not args.report.parent.is_dir():
+        out.append(f"--report {args.report}: the directory {args.report.parent} does not exist")
     if args.timeout <= 0:
         out.append(f"--timeout must be positive, got {args.timeout:g}")
     if os.geteuid() != 0:
@@ -115,6 +119,24 @@ def _problems(args: argparse.Namespace) -> list[str]:
     if shutil.which("ip") is None:
         out.append("the harness needs iproute2's `ip` to create network namespaces")
     return out
+
+
+def _plugin_setup(
+    args: argparse.Namespace, problems: list[str]
+) -> tuple[str | None, str, str | None, str | None]:
+    """The conf template (None when unreadable), where it came from, the daemon and its ready path."""
+    if args.conf is None:
+        daemon = args.daemon or bench_mod.PODNETWORK_DAEMON
+        ready = args.daemon_ready if args.daemon else bench_mod.PODNETWORK_READY
+        return bench_mod.PODNETWORK_CONF, "the built-in podnetwork shim configuration", daemon, ready
+    if not args.conf.is_file():
+        return None, "", None, None
+    try:
+        template = args.conf.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"--conf {args.conf}: cannot read it: {exc}")
+        return None, "", None, None
+    return template, f"--conf {args.conf}", args.daemon, args.daemon_ready
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,22 +149,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --scenario: {exc}", file=sys.stderr)
         return 2
     problems = _problems(args)
+    template, source, daemon, ready = _plugin_setup(args, problems)
+    if template is not None:
+        try:
+            bench_mod.validate(template, source, daemon, ready, args.cni_version)
+        except bench_mod.BenchError as exc:
+            problems.append(str(exc))
     if problems:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    if args.conf is not None:
-        try:
-            template = args.conf.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"error: --conf {args.conf}: cannot read it: {exc}", file=sys.stderr)
-            return 2
-        source = f"--conf {args.conf}"
-        daemon, ready = args.daemon, args.daemon_ready
-    else:
-        template, source = bench_mod.PODNETWORK_CONF, "the built-in podnetwork shim configuration"
-        daemon = args.daemon or bench_mod.PODNETWORK_DAEMON
-        ready = args.daemon_ready if args.daemon else bench_mod.PODNETWORK_READY
+    assert args.plugin is not None and template is not None
     bench = bench_mod.Bench(
         plugin=args.plugin.resolve(),
         conf_template=template,

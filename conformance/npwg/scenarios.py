@@ -706,11 +706,14 @@ def network_status(bench: Bench, judge: Judge) -> None:
             "interfaces": [
                 {"name": "host-veth9", "mac": "0a:00:00:00:00:09"},
                 {"name": "$IFNAME", "mac": "0a:00:00:00:00:01", "sandbox": "$NETNS"},
+                # A second pod-side interface (a VLAN, a macvtap): 5.1.1 takes the first.
+                {"name": "extra0", "mac": "0a:00:00:00:00:02", "sandbox": "$NETNS"},
             ],
             "ips": [
                 {"address": "192.0.2.9/24", "interface": 0, **ver},
                 {"address": "192.0.2.2/24", "interface": 1, **ver},
                 {"address": "2001:db8::2234/64", "interface": 1, **ver6},
+                {"address": "192.0.2.3/24", "interface": 2, **ver},
             ],
             "dns": {"nameservers": ["192.0.2.1"], "domain": "example.com", "search": ["eng.example.com"]},
         },
@@ -801,19 +804,21 @@ def _judge_status(
             entry_full.get("interface") == want_if,
             "5.3.2.1",
             f'{full}: "interface" comes from the first result interface with a sandbox ({want_if!r}), '
-            f"not the host-side one; got {entry_full.get('interface')!r}",
+            f"not the host-side one nor the second pod-side extra0; got {entry_full.get('interface')!r}",
         )
         judge.require(
             entry_full.get("mac") == "0a:00:00:00:00:01",
             "5.3.4.1",
-            f'{full}: "mac" is the sandbox interface\'s (0a:00:00:00:00:01); got {entry_full.get("mac")!r}',
+            f'{full}: "mac" is the first sandbox interface\'s (0a:00:00:00:00:01); '
+            f"got {entry_full.get('mac')!r}",
         )
         got_ips = [str(ip).split("/")[0] for ip in entry_full.get("ips") or []]
         judge.require(
             sorted(got_ips) == ["192.0.2.2", "2001:db8::2234"],
             "5.3.3.1",
             f'{full}: "ips" are those whose "interface" index is the sandbox interface (rule 1): '
-            f"192.0.2.2 and 2001:db8::2234, never the host side's 192.0.2.9; got {entry_full.get('ips')}",
+            "192.0.2.2 and 2001:db8::2234, never the host side's 192.0.2.9 or extra0's 192.0.2.3; "
+            f"got {entry_full.get('ips')}",
         )
         dns = entry_full.get("dns")
         if dns is None:
