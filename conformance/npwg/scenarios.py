@@ -162,7 +162,7 @@ def _nad(bench: Bench, name: str, conf: Mapping[str, Any] | None) -> None:
     bench.nad(name, None if conf is None else _conf(bench, conf))
 
 
-def _check_del_complete(judge: Judge, records: list[Record], section: str = "7.2") -> None:
+def check_teardown(judge: Judge, records: list[Record], section: str = "7.2") -> None:
     """Every attachment ADD reached was DELed after it, first DELs in the reverse order of the ADDs."""
     adds = first_seq(records, "ADD")
     dels: dict[tuple[str, str], int] = {}
@@ -583,7 +583,7 @@ def add_failure(bench: Bench, judge: Judge) -> None:
         f"after {bad} failed, {ok_c} must not be attempted; ADDs were {attempted}",
     )
     bench.cni("DEL", pod)  # the runtime's tear-down after a failed ADD (CRI)
-    _check_del_complete(judge, bench.records(pod))
+    check_teardown(judge, bench.records(pod))
 
     early = bench.pod("default-failure", f"{ok_a},{ok_c}")
     bench.fail(early, "ADD", type_=DEFAULT_TYPE, msg="the scenario refuses the default network")
@@ -595,7 +595,7 @@ def add_failure(bench: Bench, judge: Judge) -> None:
         f"after the default network failed, no selected network may be attempted; ADDs were {attempted}",
     )
     bench.cni("DEL", early)
-    _check_del_complete(judge, bench.records(early))
+    check_teardown(judge, bench.records(early))
 
 
 def del_reverse(bench: Bench, judge: Judge) -> None:
@@ -608,7 +608,7 @@ def del_reverse(bench: Bench, judge: Judge) -> None:
     inv = bench.cni("DEL", pod)
     judge.refused(inv, "7.2", f"DEL where {nets[1]}'s delegate fails (a final error must reach the runtime)")
     records = bench.records(pod)
-    _check_del_complete(judge, records)
+    check_teardown(judge, records)
     after_failure = [r.network for r in records if r.command == "DEL"]
     for later in (nets[0], DEFAULT_NETWORK_NAME):
         judge.require(
