@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,6 +140,10 @@ def _plugin_setup(
     return template, f"--conf {args.conf}", args.daemon, args.daemon_ready
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         print(_listing())
@@ -170,13 +175,14 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     outcomes: list[scenarios.Outcome] = []
+    # SIGTERM unwinds like Ctrl-C, through the `finally` that removes what the bench made.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
-        bench.start()
-    except bench_mod.BenchError as exc:
-        bench.close()
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
+        try:
+            bench.start()
+        except bench_mod.BenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(
             f"npwg-conformance: {args.plugin} ({source}), CNI {args.cni_version}, {len(chosen)} scenario(s)",
             flush=True,
@@ -190,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
             if tail:
                 print("daemon log (last lines):\n  " + "\n  ".join(tail))
     finally:
+        # Also on an interrupt: no namespace, daemon or directory outlives the run.
         bench.close(keep_files=args.keep)
         if args.keep:
             print(f"kept {bench.root} (recordings: records.jsonl, daemon log: daemon.log)")

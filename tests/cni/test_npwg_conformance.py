@@ -149,3 +149,29 @@ def test_a_misbehaving_delegating_plugin_fails_the_scenario_of_the_broken_rule_n
             assert scenario["failures"] and all(f.startswith(section) for f in scenario["failures"]), scenario
             assert f"FAIL {scenario['id']}" in proc.stdout and scenario["failures"][0] in proc.stdout
     assert report["result"] == "failure"
+
+
+def test_a_daemon_that_dies_and_a_plugin_that_cannot_execute_are_clear_errors_that_leave_nothing(
+    cni_host: list[Path], tmp_path: Path
+) -> None:
+    conf = tmp_path / "conf.json"
+    conf.write_text('{"cniVersion": "${CNI_VERSION}", "name": "m", "type": "m"}')
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    base = [sys.executable, "-m", "podnetwork.cli", "npwg-conformance", "--conf", str(conf)]
+    daemon = tmp_path / "daemon"
+    daemon.write_text("#!/bin/sh\necho 'cannot bind the socket' >&2\nexit 3\n")
+    daemon.chmod(0o755)
+    proc = subprocess.run([*base, "--plugin", "/bin/true", "--daemon", str(daemon), "--daemon-ready", "${RUN_DIR}/s"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "error: --daemon exited 3 before" in proc.stderr and "cannot bind the socket" in proc.stderr
+    not_a_program = tmp_path / "plugin"
+    not_a_program.write_text("plain text")
+    not_a_program.chmod(0o755)
+    proc = subprocess.run([*base, "--plugin", str(not_a_program)], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2
+    assert f"error: --plugin {not_a_program}: cannot execute it: [Errno 8] Exec format error" in proc.stderr
+    assert list(tmp.iterdir()) == []
