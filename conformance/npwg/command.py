@@ -42,7 +42,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help='the plugin\'s own network configuration (JSON, one plugin with "type"), with ${NAME} '
-        "placeholders (see below); default: this project's shim, with --daemon starting its agent",
+        "placeholders (--list shows them); default: this project's shim, with --daemon starting its agent",
     )
     p.add_argument(
         "--daemon",
@@ -227,7 +227,7 @@ command = Command(
         "status is 1 when any scenario fails, 2 for bad input.\n\n"
         "--conf is the plugin's own network configuration with ${NAME} placeholders (--list shows them).\n"
         "Without --conf the plugin is taken to be this project's shim, and `podnetwork cni-agent` is\n"
-        "started against the harness's API. Docs: docs/npwg-conformance.md.\n\n"
+        "started against the harness's API. Docs: docs/npwg-harness.md.\n\n"
         "examples:\n"
         "  podnetwork npwg-conformance --plugin /opt/cni/bin/multinetwork\n"
         "  podnetwork npwg-conformance --plugin /opt/cni/bin/multus --conf multus.json --report r.json"

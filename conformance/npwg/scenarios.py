@@ -90,6 +90,8 @@ def run_scenario(scenario: Scenario, bench: Bench) -> Outcome:
         scenario.run(bench, judge)
     except Skip as skip:
         return Outcome(scenario, "skipped", (), tuple(judge.notes), str(skip))
+    except Exception as exc:  # one scenario the harness cannot finish must not hide the others' verdicts
+        judge.failures.append(f"the harness could not finish the scenario (no verdict on a rule): {exc!r}")
     finally:
         bench.remove_netns()
     verdict: Verdict = "failed" if judge.failures else "passed"
