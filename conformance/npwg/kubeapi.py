@@ -9,7 +9,8 @@ written the ways clients write the network-status annotation (NPWG 5):
   strategic merge patch (for the metadata maps a plugin touches the two are the
   same) or a JSON patch (RFC 6902);
 - `PUT` of the whole pod or of `status` (what the NAD client's `SetNetworkStatus`
-  does), refused with 409 when its `resourceVersion` is stale;
+  does), refused with 409 when its `resourceVersion` is stale, as JSON or as
+  Kubernetes' protobuf (client-go sends that when asked, and Multus asks);
 
 and accepts Events. Every request is recorded, and every change of a pod's
 annotations is kept in order (`writes`), so a scenario can see what was written
@@ -146,11 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> str:
+    def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             raise ApiError(413, "RequestEntityTooLarge", "request body too large")
-        return self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        return self.rfile.read(length) if length else b""
 
     def _handle(self) -> None:
         state = self.server.state
@@ -159,7 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
             path = self.path.split("?", 1)[0]
             content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip()
             with state.lock:
-                state.requests.append(Request(self.command, path, content_type, body))
+                state.requests.append(
+                    Request(self.command, path, content_type, body.decode("utf-8", "replace"))
+                )
                 code, answer = _route(state, self.command, path, content_type, body)
         except ApiError as exc:
             code, answer = exc.code, _status(exc.code, exc.reason, exc.message)
@@ -198,7 +201,7 @@ def _split(path: str) -> tuple[str, str, str, str, str] | None:
     return None
 
 
-def _route(state: State, method: str, path: str, content_type: str, body: str) -> tuple[int, Any]:
+def _route(state: State, method: str, path: str, content_type: str, body: bytes) -> tuple[int, Any]:
     if path == "/version" and method == "GET":
         return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0+npwg-conformance"}
     where = _split(path)
@@ -208,7 +211,8 @@ def _route(state: State, method: str, path: str, content_type: str, body: str) -
     if kind == "events":
         if method != "POST":
             raise ApiError(405, "MethodNotAllowed", f"{method} on events")
-        event = _json(body)
+        # client-go's event recorder may send protobuf (Multus asks for it); an Event is kept, not read.
+        event = _json(body) if content_type != PROTOBUF else {"protobuf": len(body)}
         state.events.append(event)
         return 201, event
     if not name:
@@ -234,7 +238,7 @@ def _route(state: State, method: str, path: str, content_type: str, body: str) -
             405, "MethodNotAllowed", f"{method} on {kind} is not served by the npwg-conformance API"
         )
     if method == "PUT":
-        new = _json(body)
+        new = pod_metadata_from_protobuf(body) if content_type == PROTOBUF else _json(body)
         if not isinstance(new, dict):
             raise ApiError(400, "BadRequest", "the body of a PUT is the object")
         sent = (new.get("metadata") or {}).get("resourceVersion")
@@ -276,11 +280,92 @@ def _route(state: State, method: str, path: str, content_type: str, body: str) -
     return 200, updated
 
 
-def _json(body: str) -> Any:
+def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
     except ValueError as exc:
         raise ApiError(400, "BadRequest", f"the body is not JSON: {exc}") from None
+
+
+# --- Kubernetes' protobuf encoding, as far as a pod's metadata ---------------------------------
+# client-go sends built-in objects as protobuf when told to (Multus sets ContentType to it), so a
+# PUT of a pod may arrive that way. The envelope (Kubernetes API concepts, "Protobuf encoding"):
+# b"k8s\x00", then runtime.Unknown {typeMeta = 1; raw = 2; contentEncoding = 3; contentType = 4};
+# `raw` is the Pod {metadata = 1; spec = 2; status = 3}; ObjectMeta {name = 1; namespace = 3;
+# uid = 5; resourceVersion = 6; labels = 11; annotations = 12} with map entries {key = 1; value = 2}.
+# Only those metadata fields are read: the harness's pods have nothing else a plugin may change.
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+PROTOBUF_MAGIC = b"k8s\x00"
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: varints as int, length-delimited as bytes."""
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        value, shift = 0, 0
+        while True:
+            if i >= len(data) or shift > 63:
+                raise ApiError(400, "BadRequest", "protobuf body: truncated or over-long varint")
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while i < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            yield number, varint()
+        elif wire == 2:
+            length = varint()
+            if i + length > len(data):
+                raise ApiError(400, "BadRequest", "protobuf body: a field runs past the end")
+            yield number, data[i : i + length]
+            i += length
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ApiError(400, "BadRequest", f"protobuf body: unsupported wire type {wire}")
+
+
+def _message(data: int | bytes, what: str) -> bytes:
+    if not isinstance(data, bytes):
+        raise ApiError(400, "BadRequest", f"protobuf body: {what} is not a message")
+    return data
+
+
+def _text(data: int | bytes, what: str) -> str:
+    try:
+        return _message(data, what).decode()
+    except UnicodeDecodeError:
+        raise ApiError(400, "BadRequest", f"protobuf body: {what} is not UTF-8") from None
+
+
+def pod_metadata_from_protobuf(body: bytes) -> dict[str, Any]:
+    """`{"metadata": {resourceVersion, labels, annotations}}` of a protobuf-encoded Pod."""
+    if not body.startswith(PROTOBUF_MAGIC):
+        raise ApiError(400, "BadRequest", "protobuf body: no k8s\\x00 envelope")
+    raw = b""
+    for number, value in _fields(body[len(PROTOBUF_MAGIC) :]):
+        if number == 2:
+            raw = _message(value, "Unknown.raw")
+    meta: dict[str, Any] = {"labels": {}, "annotations": {}}
+    for number, value in _fields(raw):
+        if number != 1:
+            continue
+        for field_number, item in _fields(_message(value, "Pod.metadata")):
+            if field_number == 6:
+                meta["resourceVersion"] = _text(item, "ObjectMeta.resourceVersion")
+            elif field_number in (11, 12):
+                entry = dict(_fields(_message(item, "a map entry")))
+                target = meta["labels" if field_number == 11 else "annotations"]
+                target[_text(entry.get(1, b""), "a map key")] = _text(entry.get(2, b""), "a map value")
+    return {"metadata": meta}
 
 
 class KubeApi:

@@ -2,8 +2,9 @@
 
 GETs of pods and NADs (404 as a Status), the three PATCH types clients use for
 network-status, PUT of the whole pod or of `status` with optimistic concurrency
-(a stale resourceVersion is a 409 that changes nothing), a patch type it does not
-speak refused with 415, and every change of a pod's annotations recorded in order.
+(a stale resourceVersion is a 409 that changes nothing), in JSON or in Kubernetes'
+protobuf as Multus's client-go sends it (an unreadable one a 400), a patch type it
+does not speak refused with 415, and every change of a pod's annotations recorded in order.
 The kubeconfig it writes is read by this project's own client.
 """
 
@@ -93,3 +94,61 @@ def test_the_kubeconfig_it_writes_is_read_by_this_projects_credentials(api: Kube
     path = api.write_kubeconfig(tmp_path / "kubeconfig")
     creds = credentials.resolve(str(path))
     assert (creds.server, creds.namespace) == (api.url, "default")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: bytes | str) -> bytes:
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def protobuf_pod(resource_version: str, annotations: dict[str, str]) -> bytes:
+    """A Pod as client-go encodes it with ContentType application/vnd.kubernetes.protobuf (Kubernetes
+    API concepts, "Protobuf encoding"; ObjectMeta's field numbers from apimachinery's generated.proto)."""
+    meta = _field(1, "web") + _field(3, "ns") + _field(5, "u1") + _field(6, resource_version)
+    meta += _varint(7 << 3) + _varint(3)  # generation, a varint the reader skips
+    for key, value in annotations.items():
+        meta += _field(12, _field(1, key) + _field(2, value))
+    pod = _field(1, meta) + _field(2, b"") + _field(3, b"")
+    unknown = _field(1, _field(1, "v1") + _field(2, "Pod")) + _field(2, pod)
+    return b"k8s\x00" + unknown
+
+
+def put_raw(api: KubeApi, body: bytes) -> tuple[int, Any]:
+    request = urllib.request.Request(api.url + POD + "/status", data=body, method="PUT",
+                                     headers={"Content-Type": "application/vnd.kubernetes.protobuf",
+                                              "Accept": "application/vnd.kubernetes.protobuf,application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.headers["Content-Type"] == "application/json"
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_protobuf_put_of_the_pod_as_multus_sends_it_writes_the_annotations(api: KubeApi) -> None:
+    version = api.pod("ns", "web")["metadata"]["resourceVersion"]
+    code, pod = put_raw(api, protobuf_pod(version, {"a": "1", STATUS: '[{"name": "x"}]'}))
+    assert code == 200, pod
+    assert pod["metadata"]["annotations"] == {"a": "1", STATUS: '[{"name": "x"}]'}
+    [write] = api.writes("ns", "web")
+    assert (write.method, write.content_type) == ("PUT", "application/vnd.kubernetes.protobuf")
+    code, status = put_raw(api, protobuf_pod(version, {STATUS: "stale"}))
+    assert (code, status["reason"]) == (409, "Conflict")
+
+
+@pytest.mark.parametrize("body", [b"{}", b"k8s\x00\x12\x05ab", b"k8s\x00\x12\x03\x0a\x01\xff", b"k8s\x00\x0f"],
+                         ids=["no-envelope", "truncated", "garbled-metadata", "bad-wire-type"])
+def test_a_protobuf_body_it_cannot_read_is_a_400_that_changes_nothing(api: KubeApi, body: bytes) -> None:
+    code, status = put_raw(api, body)
+    assert (code, status["reason"]) == (400, "BadRequest")
+    assert status["message"].startswith("protobuf body: ")
+    assert api.writes("ns", "web") == []
