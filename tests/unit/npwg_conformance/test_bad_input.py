@@ -1,0 +1,126 @@
+"""`podnetwork npwg-conformance` refuses bad input with a clear error (exit 2) and makes nothing.
+
+The command runs as a process with its own TMPDIR, which must stay empty: no bench
+directory, no recorders, no API, no namespace is made before the input is known
+to be usable. These checks come before the root check, so they hold for any user.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "podnetwork.cli", "npwg-conformance", *args],
+        env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert list(tmp.iterdir()) == [], "bad input must make nothing"
+    return proc
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> Path:
+    path = tmp_path / "plugin"
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def conf(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "conf.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_missing_plugin_path_is_named(tmp_path: Path) -> None:
+    proc = run(tmp_path, "--plugin", str(tmp_path / "nowhere" / "multus"))
+    assert proc.returncode == 2
+    assert f"error: --plugin {tmp_path / 'nowhere' / 'multus'}: no such file" in proc.stderr
+
+
+def test_no_plugin_at_all_says_the_option_is_required(tmp_path: Path) -> None:
+    proc = run(tmp_path)
+    assert proc.returncode == 2
+    assert "--plugin PATH is required" in proc.stderr
+
+
+def test_a_plugin_that_is_not_executable_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "multus"
+    path.write_text("not a program")
+    proc = run(tmp_path, "--plugin", str(path))
+    assert proc.returncode == 2
+    assert f"--plugin {path}: not an executable file (chmod +x it" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not JSON after the placeholders were replaced"),
+        ('["a", "list"]', "a CNI network configuration is a JSON object, got list"),
+        ('{"name": "m", "plugins": [{"type": "multus"}]}', "not a configuration list"),
+        ('{"name": "m"}', "the configuration needs a non-empty string 'type'"),
+        ('{"type": "multus"}', "the configuration needs a non-empty string 'name'"),
+        ('{"type": "multus", "name": "m", "capabilities": ["portMappings"]}', '"capabilities" must be an object'),
+        ('{"type": "multus", "name": "m", "kubeconfig": "${KUBE_CONFIG}"}',
+         "unknown placeholder(s) ${KUBE_CONFIG}; known: ${KUBECONFIG}"),
+    ],
+    ids=["not-json", "not-an-object", "a-list", "no-type", "no-name", "bad-capabilities", "unknown-placeholder"],
+)
+def test_a_bad_conf_is_refused_naming_the_file_and_the_fault(
+    tmp_path: Path, plugin: Path, text: str, message: str
+) -> None:
+    path = conf(tmp_path, text)
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", path)
+    assert proc.returncode == 2
+    assert f"error: --conf {path}: " in proc.stderr and message in proc.stderr, proc.stderr
+
+
+def test_a_missing_conf_file_is_named(tmp_path: Path, plugin: Path) -> None:
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", str(tmp_path / "multus.json"))
+    assert proc.returncode == 2
+    assert f"error: --conf {tmp_path / 'multus.json'}: no such file" in proc.stderr
+
+
+def test_an_unknown_scenario_lists_the_known_ones(tmp_path: Path, plugin: Path) -> None:
+    proc = run(tmp_path, "--plugin", str(plugin), "--scenario", "del-backwards")
+    assert proc.returncode == 2
+    assert "unknown scenario(s) del-backwards; known: config-source-order," in proc.stderr
+
+
+def test_a_daemon_line_with_an_unknown_placeholder_or_unbalanced_quotes_is_refused(
+    tmp_path: Path, plugin: Path
+) -> None:
+    path = conf(tmp_path, '{"type": "multus", "name": "m"}')
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", path, "--daemon", "multus-daemon --config ${CONFIG}")
+    assert proc.returncode == 2
+    assert "--daemon: unknown placeholder(s) ${CONFIG}" in proc.stderr
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", path, "--daemon", "multus-daemon 'unclosed")
+    assert proc.returncode == 2
+    assert "--daemon: cannot split it into arguments: No closing quotation" in proc.stderr
+
+
+def test_daemon_ready_without_a_daemon_and_a_report_in_a_missing_directory_are_refused(
+    tmp_path: Path, plugin: Path
+) -> None:
+    path = conf(tmp_path, '{"type": "multus", "name": "m"}')
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", path, "--daemon-ready", "/run/x.sock",
+               "--report", str(tmp_path / "no" / "r.json"))
+    assert proc.returncode == 2
+    assert "--daemon-ready needs --daemon" in proc.stderr
+    assert f"--report {tmp_path / 'no' / 'r.json'}: the directory {tmp_path / 'no'} does not exist" in proc.stderr
+
+
+def test_list_shows_every_scenario_with_its_sections_and_every_placeholder(tmp_path: Path) -> None:
+    proc = run(tmp_path, "--list")
+    assert proc.returncode == 0
+    assert "del-reverse            [7.2]" in proc.stdout
+    assert "key-infiniband-guid    [4.1.2.1.10.2]" in proc.stdout
+    assert "${KUBECONFIG}: the kubeconfig of the harness's Kubernetes API" in proc.stdout
