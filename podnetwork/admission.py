@@ -244,7 +244,8 @@ def network_change_errors(old: Sequence[Network], new: Sequence[Network]) -> lis
     if default in new_at and default not in old_at:
         errors.append(forbidden(f"{field}[{new_at[default]}]",
                                 f'the "{constants.DEFAULT_PODNETWORK}" PodNetwork cannot be added to a '
-                                f"running pod: the cluster default network is attached when the pod starts; {how}"))
+                                f"running pod: the cluster default network is attached when the pod starts; "
+                                f"{how}"))
     kept = [ref for ref in old_at if ref in new_at]
     for ref in kept:
         i, j = old_at[ref], new_at[ref]
@@ -258,7 +259,8 @@ def network_change_errors(old: Sequence[Network], new: Sequence[Network]) -> lis
     if order != sorted(order):
         errors.append(forbidden(field,
                                 "the networks the pod keeps must stay in their order (it is the order of "
-                                f"their interfaces); add and remove entries without moving the others; {how}"))
+                                "their interfaces); add and remove entries without moving the others; "
+                                f"{how}"))
     removed_ifnames = {old[old_at[ref]].interface_name for ref in old_at if ref not in new_at} - {None}
     for ref, j in new_at.items():
         if ref in old_at:
@@ -271,9 +273,9 @@ def network_change_errors(old: Sequence[Network], new: Sequence[Network]) -> lis
                                         f"(its existing connections would break); leave {flag} unset; {how}"))
         if net.interface_name in removed_ifnames:
             errors.append(forbidden(f"{field}[{j}].interfaceName",
-                                    f"interface {net.interface_name!r} still belongs to a network this update "
-                                    "removes (the agent attaches before it detaches); remove that network in "
-                                    f"one update and add this one in the next; {how}"))
+                                    f"interface {net.interface_name!r} still belongs to a network this "
+                                    "update removes (the agent attaches before it detaches); remove that "
+                                    f"network in one update and add this one in the next; {how}"))
     return errors
 
 
@@ -654,8 +656,8 @@ __all__ = [
     "authorize_use",
     "mutate",
     "namespace_default",
-    "network_change_errors",
     "needs_namespace",
+    "network_change_errors",
     "requester",
     "review",
     "service_account",
