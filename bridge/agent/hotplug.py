@@ -359,11 +359,12 @@ class HotPlug:
                 async with agent._add_slot():  # GC forwarding must not free what this reserves
                     await self._attach(record, outcome.change.add)
             except CNIError as exc:
-                outcome.error = str(exc)
+                # str(exc) was fixed when it was raised; msg and details now carry the stage.
+                outcome.error = f"{exc.msg}: {exc.details}" if exc.details else exc.msg
                 await self._event(
                     pod, REASON_FAILED,
-                    f"{exc}; rolled back: the pod keeps its networks as they were (change the networks "
-                    "annotation again to retry)", "Warning")
+                    f"{outcome.error}; rolled back: the pod keeps its networks as they were (change the "
+                    "networks annotation again to retry)", "Warning")
                 return outcome
             problems = await self._detach(record, outcome.change.remove)
             agent._save(record)
@@ -481,6 +482,25 @@ async def watch_node_pods(api: Any, node: str, hotplug: HotPlug) -> None:
                                 fields={"spec.nodeName": node})
 
 
+def node_api(kubeconfig: str | None, context: str | None) -> Any:
+    """The API client hot-plug watches and posts Events with (credentials as every command finds them)."""
+    from podnetwork.kube import client, credentials
+
+    return client.AsyncApi(credentials.resolve(kubeconfig, context), timeout=30.0)
+
+
+async def follow_node(agent: Agent, api: Any, node: str) -> None:
+    """Hot-plug for `agent` on `node` until cancelled: the pod watch feeds a `HotPlug`."""
+    hot = HotPlug(agent, KubernetesEvents(api), node)
+    hot.start()
+    log.info("hot-plug: watching the pods of node %s", node)
+    try:
+        await watch_node_pods(api, node, hot)
+    finally:
+        await hot.stop()
+        await api.close()
+
+
 __all__ = [
     "Add",
     "Change",
@@ -492,6 +512,8 @@ __all__ = [
     "belongs_to",
     "decide",
     "event",
+    "follow_node",
     "networks_of",
+    "node_api",
     "watch_node_pods",
 ]
