@@ -8,7 +8,8 @@ selection. The agent of the pod's node watches its own pods (field selector
 1. finds the pod's containers in its cache (`bridge.agent.cache`: the netns, the
    runtime's CNI_ARGS, every attachment with the configuration it ran with);
 2. translates the pod's networks as an ADD does (`Agent._selection`: the KEP networks
-   through `bridge.translate`, else the NPWG selection);
+   through `bridge.translate`, else the NPWG selection), and for KEP networks waits
+   until the bridge's NPWG selection agrees (`settled`: every network Ready);
 3. decides, purely (`decide`), which selected networks are not attached yet and which
    attachments are no longer selected. An attachment is the NPWG 4.2.1 tuple
    [container ID, network, CNI_IFNAME]: a kept network keeps its interface, an added
@@ -158,6 +159,26 @@ def networks_of(pod: Pod) -> tuple[str | None, ...]:
     return tuple(pod.metadata.annotation(key) for key in WATCHED_ANNOTATIONS)
 
 
+def settled(pod: Pod, wanted: Sequence[npwg.NetworkSelectionElement]) -> bool:
+    """Whether the agent may bring the pod to `wanted`, its networks as an ADD reads them.
+
+    For a pod with KEP networks, only once the bridge's NPWG selection agrees with
+    their translation: the bridge writes it once every network is Ready (a network
+    disabled or without parameters is never attached to a running pod), and the
+    selection changing is the pod event that brings the agent back. A pod selecting
+    by the NPWG annotation alone has nothing to wait for.
+    """
+    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is None:
+        return True
+    text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
+    if not text:
+        return not wanted
+    try:
+        return npwg.parse_selection(text, pod.metadata.namespace or "default") == list(wanted)
+    except npwg.InvalidSelection:
+        return False
+
+
 def belongs_to(record: Record, pod: Pod) -> bool:
     """The record is one of this pod's containers: same namespace and name, and the same
     UID when the runtime passed one (K8S_POD_UID), so a re-created pod of the same name
@@ -218,6 +239,8 @@ class Outcome:
     container_id: str
     change: Change = field(default_factory=Change)
     error: str | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(reason, message, type) of the Events to post about it."""
 
 
 class HotPlug:
@@ -331,54 +354,68 @@ class HotPlug:
         return outcomes
 
     async def _handle_container(self, pod: Pod, container_id: str) -> Outcome | None:
+        """One container brought to the pod's networks; None when it cannot be now (retried on
+        the pod's next event). Events are posted after the container's lock is released."""
+        async with self.agent._container_lock(container_id):
+            outcome = await self._change_container(pod, container_id)
+        for reason, message, type_ in outcome.events if outcome is not None else ():
+            await self._event(pod, reason, message, type_)
+        return outcome
+
+    async def _change_container(self, pod: Pod, container_id: str) -> Outcome | None:
         agent = self.agent
-        async with agent._container_lock(container_id):
-            try:
-                record = agent.cache.load(container_id)
-            except CacheError:
+        try:
+            record = agent.cache.load(container_id)
+        except CacheError:
+            return None
+        if record is None or not record.complete:
+            return None  # an ADD or DEL is under way or failed: it settles the container first
+        if not os.path.exists(record.netns):
+            log.info("hot-plug: container %s: its netns %s is gone; its DEL will come", container_id,
+                     record.netns)
+            return Outcome(container_id)
+        outcome = Outcome(container_id)
+        try:
+            wanted = await agent._selection(pod)
+            if not settled(pod, wanted):
+                log.info("hot-plug: pod %s/%s: waiting for the bridge's %s to agree with its networks "
+                         "(every network Ready)", pod.metadata.namespace, pod.metadata.name,
+                         npwg.NETWORKS_ANNOTATION)
                 return None
-            if record is None or not record.complete:
-                return None  # an ADD or DEL is under way or failed: it settles the container first
-            if not os.path.exists(record.netns):
-                log.info("hot-plug: container %s: its netns %s is gone; its DEL will come", container_id,
-                         record.netns)
-                return Outcome(container_id)
-            outcome = Outcome(container_id)
-            try:
-                outcome.change = decide(record, await agent._selection(pod))
-            except (Refused, CNIError) as exc:
-                outcome.error = f"the pod's networks cannot be changed: {exc}"
-                await self._event(
-                    pod, REASON_FAILED, f"{outcome.error}; the pod keeps its networks", "Warning")
-                return outcome
-            if not outcome.change:
-                return outcome
-            log.info("hot-plug: pod %s/%s container %s: %s", pod.metadata.namespace, pod.metadata.name,
-                     container_id, outcome.change.describe())
-            try:
-                async with agent._add_slot():  # GC forwarding must not free what this reserves
-                    await self._attach(record, outcome.change.add)
-            except CNIError as exc:
-                # str(exc) was fixed when it was raised; msg and details now carry the stage.
-                outcome.error = f"{exc.msg}: {exc.details}" if exc.details else exc.msg
-                await self._event(
-                    pod, REASON_FAILED,
-                    f"{outcome.error}; rolled back: the pod keeps its networks as they were (change the "
-                    "networks annotation again to retry)", "Warning")
-                return outcome
-            problems = await self._detach(record, outcome.change.remove)
-            agent._save(record)
-            if agent.config.patch_status:
-                await agent._write_status(record)
-            if problems:
-                outcome.error = "; ".join(problems)
-                await self._event(
-                    pod, REASON_FAILED,
-                    f"detaching failed: {outcome.error}; still recorded, so the pod's CNI DEL retries it",
-                    "Warning")
-            message = outcome.change.describe()
-            await self._event(pod, REASON_CHANGED, f"{message} (container {container_id[:12]})", "Normal")
+            outcome.change = decide(record, wanted)
+        except (Refused, CNIError) as exc:
+            outcome.error = f"the pod's networks cannot be changed: {exc}"
+            outcome.events.append((REASON_FAILED, f"{outcome.error}; the pod keeps its networks", "Warning"))
             return outcome
+        if not outcome.change:
+            return outcome
+        log.info("hot-plug: pod %s/%s container %s: %s", pod.metadata.namespace, pod.metadata.name,
+                 container_id, outcome.change.describe())
+        try:
+            async with agent._add_slot():  # GC forwarding must not free what this reserves
+                await self._attach(record, outcome.change.add)
+        except CNIError as exc:
+            # str(exc) was fixed when it was raised; msg and details now carry the stage.
+            outcome.error = f"{exc.msg}: {exc.details}" if exc.details else exc.msg
+            outcome.events.append((
+                REASON_FAILED,
+                f"{outcome.error}; rolled back: the pod keeps its networks as they were (change the "
+                "networks annotation again to retry)", "Warning"))
+            return outcome
+        problems = await self._detach(record, outcome.change.remove)
+        agent._save(record)
+        if agent.config.patch_status:
+            await agent._write_status(record)
+        if problems:
+            outcome.error = "; ".join(problems)
+            outcome.events.append((
+                REASON_FAILED,
+                f"{outcome.change.describe()}: detaching failed: {outcome.error}; still recorded, so the "
+                "pod's CNI DEL retries it", "Warning"))
+        else:
+            outcome.events.append((
+                REASON_CHANGED, f"{outcome.change.describe()} (container {container_id[:12]})", "Normal"))
+        return outcome
 
     async def _attach(self, record: Record, adds: Sequence[Add]) -> None:
         """Attach every added network, or none: on a failure, DEL what this change attached."""
@@ -515,5 +552,6 @@ __all__ = [
     "follow_node",
     "networks_of",
     "node_api",
+    "settled",
     "watch_node_pods",
 ]

@@ -1,12 +1,13 @@
 """Hot-plug on a running pod (KEP Story #8, Req 24): `podnetwork cni-agent --node-name` as a
-process, its pod watch and reads over real HTTP against kmock's emulator, the runtime's ADD
-and DEL through the shim, and the real bridge, host-local and tuning plugins in a real
-network namespace.
+process, its pod watch and reads over real HTTP against kmock's emulator, the bridge controller
+(kopf) writing the NPWG selection on the same emulator, the runtime's ADD and DEL through the
+shim, and the real bridge, host-local and tuning plugins in a real network namespace.
 
 A change of the pod's `multinetwork.x-k8s.io/networks` (sent to the emulator as kubectl
-would send it) makes the agent attach or detach just those networks in the pod's existing
-namespace and report them in network-status; a change whose attach fails leaves the pod as
-it was (interfaces, addresses, status, record) and says why in an Event.
+would send it) makes the bridge rewrite the selection and the agent attach or detach just
+those networks in the pod's existing namespace and report them in network-status; a change
+whose attach fails leaves the pod as it was (interfaces, addresses, status, record) and says
+why in an Event.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from bridge.agent import hotplug
 from tests.api import bridge_api_support as bs
 from tests.api.kube_emulator import write_kubeconfig
-from tests.cni.agent_support import KEP_NETWORKS, NOTHING_LEFT, NPWG_STATUS, World
+from tests.cni.agent_support import KEP_NETWORKS, NOTHING_LEFT, NPWG_NETWORKS, NPWG_STATUS, World
 
 pytestmark = [pytest.mark.cni, pytest.mark.kmock(cls=bs.Emulator)]
 
@@ -39,14 +40,6 @@ BLUE = {"podNetworkName": "blue"}
 RED = {"podNetworkName": "red", "interfaceName": "data0"}
 
 
-def podnetwork(name: str) -> dict[str, Any]:
-    return {"apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetwork",
-            "metadata": {"name": name, "resourceVersion": "1"},
-            "spec": {"enabled": True, "provider": "multinetwork.x-k8s.io/npwg-bridge",
-                     "parametersRefs": [{"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions",
-                                         "name": name, "namespace": NS}]}}
-
-
 def seed(k: kmock_lib.KubernetesEmulator, world: World, networks: dict[str, dict[str, Any]],
          nets: list[dict[str, Any]]) -> None:
     bs.declare_resources(k)
@@ -54,7 +47,8 @@ def seed(k: kmock_lib.KubernetesEmulator, world: World, networks: dict[str, dict
         nad = world.nad(name, config)
         nad["metadata"]["resourceVersion"] = "1"
         k.objects[bs.NAD, NS, name] = nad
-        k.objects[bs.PN, None, name] = podnetwork(name)
+        k.objects[bs.PN, None, name] = bs.podnetwork(name, nad=(NS, name))  # Ready, as the controller makes it
+    k.objects[bs.PN, None, "default"] = bs.podnetwork("default", nad=None, provider="example.com/cluster")
     k.objects[bs.PODS, NS, "vm"] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "vm", "namespace": NS, "uid": UID, "resourceVersion": "1",
@@ -138,7 +132,7 @@ async def test_a_network_added_to_a_running_pod_is_attached_and_one_removed_is_d
     try:
         seed(kmock, world, {"blue": world.network("blue", 1), "red": world.network("red", 2)}, [DEFAULT, BLUE])
         netns = world.make_netns()
-        async with agent_process(world, kmock):
+        async with bs.running(kmock), agent_process(world, kmock):
             await add(world, netns)
             assert world.interfaces(netns) == ["eth0", "net1"]
             blue_ips = world.addresses(netns, "net1")
@@ -164,9 +158,11 @@ async def test_a_network_added_to_a_running_pod_is_attached_and_one_removed_is_d
             deleted = await world.cni("DEL", "ctr-hot", netns, "vm")
             assert deleted.returncode == 0, deleted.stdout
         assert world.leftovers() == NOTHING_LEFT, "the DEL tore down the hot-plugged network too"
-        watches = [r for r in list(kmock) if r.method == kmock_lib.method.GET
-                   and str(r.url.path) == "/api/v1/pods" and r.params.get("watch")]
-        assert watches and all(r.params.get("fieldSelector") == f"spec.nodeName={NODE}" for r in watches)
+        # The agent lists and watches only its node's pods (the bridge's kopf watches all pods).
+        selected = [r for r in list(kmock) if r.method == kmock_lib.method.GET
+                    and str(r.url.path) == "/api/v1/pods" and "fieldSelector" in r.params]
+        assert {bool(r.params.get("watch")) for r in selected} == {True, False}, "a list, then a watch"
+        assert {r.params["fieldSelector"] for r in selected} == {f"spec.nodeName={NODE}"}
     finally:
         await world.cleanup()
 
@@ -183,8 +179,9 @@ async def test_a_failing_attach_is_rolled_back_leaving_the_pod_as_it_was_and_an_
         seed(kmock, world, {"blue": world.network("blue", 1), "green": world.network("green", 2),
                             "broken": broken}, [DEFAULT, BLUE])
         netns = world.make_netns()
-        async with agent_process(world, kmock):
+        async with bs.running(kmock), agent_process(world, kmock):
             await add(world, netns)
+            await until(lambda: NPWG_NETWORKS in pod(kmock)["metadata"]["annotations"], "the bridge's selection")
             before = {"interfaces": world.interfaces(netns), "status": status(kmock),
                       "reservations": world.reservations(), "records": json.loads(
                           (world.cache_dir / "ctr-hot.jsonl").read_text().splitlines()[-1])["attachments"]}

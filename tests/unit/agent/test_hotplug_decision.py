@@ -108,3 +108,45 @@ def test_hotplug_watches_only_the_networks_annotations() -> None:
     assert hotplug.networks_of(a) == hotplug.networks_of(b)
     c = pod(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "blue"})
     assert hotplug.networks_of(a) != hotplug.networks_of(c)
+
+
+BLUE_SELECTION = '[{"name":"blue","namespace":"team"}]'
+
+
+@pytest.mark.parametrize(("annotations", "wanted", "expected"), [
+    ({}, "blue", True),  # NPWG-only pod: its selection is what the agent read
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]"}, "", True),  # nothing selected on either side
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]"}, "blue", False),  # the bridge has not written it yet
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue", True),
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "team/blue"}, "blue", True),
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue,red", False),
+    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "[oops"}, "blue", False),
+], ids=["npwg-only", "both-empty", "not-written-yet", "agrees", "agrees-in-the-other-format", "stale",
+        "unreadable"])
+def test_a_kep_pod_changes_only_once_the_bridges_selection_agrees_with_its_networks(
+    annotations: dict[str, str], wanted: str, expected: bool
+) -> None:
+    elements = selection(wanted) if wanted else []
+    assert hotplug.settled(pod(**annotations), elements) is expected
+
+
+async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_queued(tmp_path) -> None:
+    from bridge.agent.agent import Agent, AgentConfig
+    from bridge.agent.objects import MemoryObjects
+
+    class Sink:
+        async def post_event(self, body: object) -> None:
+            raise AssertionError("nothing to report")
+
+    hot = hotplug.HotPlug(Agent(MemoryObjects(), AgentConfig(cache_dir=tmp_path)), Sink(), "node-a")
+
+    def body(node: str | None = "node-a", phase: str = "Running", **annotations: str) -> dict:
+        return {"metadata": {"name": "vm", "namespace": "team", "uid": "uid-1", "annotations": annotations},
+                "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    for ignored in (body(node="node-b"), body(phase="Succeeded"), {"metadata": {"name": 5}}):
+        hot.pod_changed(ignored)
+        assert hot.idle.is_set(), ignored
+    hot.pod_changed(body(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]"}))
+    assert not hot.idle.is_set(), "queued for the worker"
+    assert await hot.handle(Pod.model_validate(body())) == [], "no container of it in the cache: nothing to do"
