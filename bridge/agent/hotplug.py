@@ -159,6 +159,19 @@ def networks_of(pod: Pod) -> tuple[str | None, ...]:
     return tuple(pod.metadata.annotation(key) for key in WATCHED_ANNOTATIONS)
 
 
+def check_selection(pod: Pod) -> None:
+    """Raises `Refused` when a pod selecting by the NPWG annotation alone has one that cannot be
+    read: an ADD ignores it (NPWG 4.1.2.1: "invalid and ignored"), but for a running pod that
+    would read as "no secondary network" and detach them all."""
+    text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
+    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is not None or not text:
+        return
+    try:
+        npwg.parse_selection(text, pod.metadata.namespace or "default")
+    except npwg.InvalidSelection as exc:
+        raise Refused(f"{npwg.NETWORKS_ANNOTATION} is invalid: {exc}; fix it ({DOC})") from None
+
+
 def settled(pod: Pod, wanted: Sequence[npwg.NetworkSelectionElement]) -> bool:
     """Whether the agent may bring the pod to `wanted`, its networks as an ADD reads them.
 
@@ -376,6 +389,7 @@ class HotPlug:
             return Outcome(container_id)
         outcome = Outcome(container_id)
         try:
+            check_selection(pod)
             wanted = await agent._selection(pod)
             if not settled(pod, wanted):
                 log.info("hot-plug: pod %s/%s: waiting for the bridge's %s to agree with its networks "
@@ -547,6 +561,7 @@ __all__ = [
     "Outcome",
     "Refused",
     "belongs_to",
+    "check_selection",
     "decide",
     "event",
     "follow_node",

@@ -150,3 +150,11 @@ async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_qu
     hot.pod_changed(body(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]"}))
     assert not hot.idle.is_set(), "queued for the worker"
     assert await hot.handle(Pod.model_validate(body())) == [], "no container of it in the cache: nothing to do"
+
+
+def test_an_unreadable_npwg_selection_of_a_running_pod_is_refused_not_read_as_empty() -> None:
+    with pytest.raises(hotplug.Refused, match=r"k8s.v1.cni.cncf.io/networks is invalid"):
+        hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops"}))
+    hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "blue"}))
+    # With KEP networks the bridge owns that annotation; `settled` waits for it instead.
+    hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops", hotplug.KEP_NETWORKS_ANNOTATION: "[]"}))
