@@ -273,6 +273,9 @@ class Demo:
         if self.data_plane:
             await self._attach()
             await self._live_ips()
+            from embedded import hotplug as hotplug_stage
+
+            await hotplug_stage.run(self, ns=NS, red=RED)
         else:
             why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
             self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")

@@ -9,9 +9,16 @@ profile from the namespace annotation `multinetwork.x-k8s.io/default-networks`
 
 Validating: a new pod whose networks break the KEP's static rules ("Static
 validations", `podnetwork.validation`) is refused with one StatusCause per
-field error, as the API server reports its own validation; an update that
-changes the networks annotation is refused (the KEP's Pod.spec.networks is
-immutable, like the rest of a pod's spec).
+field error, as the API server reports its own validation.
+
+Hot-plug (KEP Story #8, Phase IV requirement 24: "add/remove attachments
+to/from running Pods"): an update may add networks to the annotation or remove
+them, under the rules of `network_change_errors`: the new list passes the same
+static rules; the first entry and the `default` PodNetwork stay as they were
+("not applicable for the Primary PodNetwork"); an entry kept across the change
+is not edited in place, and the kept entries keep their order; an added entry
+does not take the pod's default route, nor an interface name that an entry
+removed by the same update still holds. See docs/hotplug.md.
 
 Use permission (KEP Phase II requirement 16, "controlled via RBAC
 configuration"): with enforcement on, a new pod may name a PodNetwork (or a
@@ -164,11 +171,112 @@ def validate(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
     if request.operation == "CREATE":
         errors = validation.validate_pod(pod)
         return _refusal(uid, pod, errors) if errors else admissionreview.allowed(uid)
-    if _declared_text(pod) != _declared_text(request.old_object or {}):
-        return _refusal(uid, pod, [forbidden(
-            networks.ANNOTATION_FIELD,
-            "the networks of a pod cannot change after creation; delete and re-create the pod")])
-    return admissionreview.allowed(uid)
+    before, after = _declared_text(request.old_object or {}), _declared_text(pod)
+    if before == after:
+        return admissionreview.allowed(uid)
+    errors = _change_errors(before, after, pod)
+    return _refusal(uid, pod, errors) if errors else admissionreview.allowed(uid)
+
+
+HOTPLUG_DOC = "docs/hotplug.md"
+
+
+def _change_errors(before: str | None, after: str | None, pod: Mapping[str, Any]) -> list[FieldError]:
+    """Why an update may not change the networks annotation from `before` to `after`."""
+    if after is None:
+        return [forbidden(networks.ANNOTATION_FIELD,
+                          "the networks annotation of an existing pod cannot be removed; to detach "
+                          "networks, list the ones to keep (at least the first)")]
+    if before is None:
+        return [forbidden(networks.ANNOTATION_FIELD,
+                          "this pod was created without a networks annotation, so it has no networks "
+                          "to change (KEP Story #8 hot-plug starts from the networks the pod was "
+                          "admitted with); delete and re-create the pod with the annotation")]
+    errors = validation.validate_pod(pod)
+    if errors:
+        return errors
+    try:
+        old = networks.parse(before)
+    except InvalidObject:
+        return [forbidden(networks.ANNOTATION_FIELD,
+                          "the pod's current networks annotation cannot be parsed, so no change of it "
+                          "can be checked; delete and re-create the pod")]
+    return network_change_errors(old, networks.parse(after))
+
+
+def network_change_errors(old: Sequence[Network], new: Sequence[Network]) -> list[FieldError]:
+    """Why a running pod's networks may not change from `old` to `new` (hot-plug, KEP Req 24).
+
+    Both lists are statically valid. An entry is known by what it references (a
+    PodNetwork or a PodNetworkAttachment, each at most once in a valid list).
+
+    - The first entry stays exactly as it is, and so does the `default` PodNetwork
+      (KEP Story #8: hot-plug is "not applicable for the Primary PodNetwork");
+      `default` cannot be added either: the cluster default network is attached
+      when the pod starts, or never.
+    - A kept entry keeps its interface name and default-gateway flags: the agent
+      would have to detach and attach it again, which is a removal and an
+      addition, two updates the user makes on purpose.
+    - Kept entries keep their relative order: the order is the interface order
+      (NPWG 4.2.1's generated names) the pod was attached with.
+    - An added entry does not take the pod's default route (isDefaultGW4/6):
+      moving a running pod's default route would cut its existing connections.
+    - An added entry does not ask for the interface name of an entry the same
+      update removes: the agent attaches before it detaches, so that a failed
+      attach leaves the pod as it was.
+    """
+    errors: list[FieldError] = []
+    field = networks.FIELD
+    how = f"see {HOTPLUG_DOC}"
+    old_at = {net.reference: i for i, net in enumerate(old)}
+    new_at = {net.reference: i for i, net in enumerate(new)}
+    if not new or not old or new[0] != old[0]:
+        first = networks.format(old[:1])
+        errors.append(forbidden(f"{field}[0]",
+                                f"the first network of a running pod cannot be removed, replaced or edited "
+                                f"(KEP Story #8: not applicable to the primary PodNetwork); keep {first} "
+                                f"as the first entry; {how}"))
+    default = (constants.PODNETWORK_KIND, constants.DEFAULT_PODNETWORK)
+    if default in old_at and default not in new_at:
+        errors.append(forbidden(field,
+                                f'the "{constants.DEFAULT_PODNETWORK}" PodNetwork cannot be removed from a '
+                                f"running pod (it is the cluster default network); keep its entry; {how}"))
+    if default in new_at and default not in old_at:
+        errors.append(forbidden(f"{field}[{new_at[default]}]",
+                                f'the "{constants.DEFAULT_PODNETWORK}" PodNetwork cannot be added to a '
+                                f"running pod: the cluster default network is attached when the pod starts; "
+                                f"{how}"))
+    kept = [ref for ref in old_at if ref in new_at]
+    for ref in kept:
+        i, j = old_at[ref], new_at[ref]
+        if j == 0 or old[i] == new[j]:
+            continue
+        errors.append(forbidden(f"{field}[{j}]",
+                                f"{ref[0]} {ref[1]!r} is attached; its interfaceName and isDefaultGW4/6 "
+                                f"cannot change in place (was {networks.format([old[i]])}); remove it in one "
+                                f"update and add it back in another; {how}"))
+    order = [new_at[ref] for ref in kept]
+    if order != sorted(order):
+        errors.append(forbidden(field,
+                                "the networks the pod keeps must stay in their order (it is the order of "
+                                "their interfaces); add and remove entries without moving the others; "
+                                f"{how}"))
+    removed_ifnames = {old[old_at[ref]].interface_name for ref in old_at if ref not in new_at} - {None}
+    for ref, j in new_at.items():
+        if ref in old_at:
+            continue
+        net = new[j]
+        for flag, on in (("isDefaultGW4", net.is_default_gw4), ("isDefaultGW6", net.is_default_gw6)):
+            if on:
+                errors.append(forbidden(f"{field}[{j}].{flag}",
+                                        "a network added to a running pod cannot take its default route "
+                                        f"(its existing connections would break); leave {flag} unset; {how}"))
+        if net.interface_name in removed_ifnames:
+            errors.append(forbidden(f"{field}[{j}].interfaceName",
+                                    f"interface {net.interface_name!r} still belongs to a network this "
+                                    "update removes (the agent attaches before it detaches); remove that "
+                                    f"network in one update and add this one in the next; {how}"))
+    return errors
 
 
 def review(
@@ -251,21 +359,34 @@ class UseRequest:
 def use_requests(request: AdmissionRequest) -> list[UseRequest]:
     """The entries of a new pod whose PodNetwork needs `use` (pure).
 
-    Only CREATE: a pod's networks cannot change afterwards. Entries naming `default`
-    need none (KEP "Cluster Default PodNetwork": every pod may attach to it). A pod
-    of the wrong shape or with unparseable networks has none: validation refuses it
-    first. Attachments are listed for the caller to resolve to their PodNetwork.
+    On CREATE every entry; on UPDATE (hot-plug, KEP Req 24) the entries the update
+    adds, so a network reaches a running pod under the same rule as a new one.
+    Entries naming `default` need none (KEP "Cluster Default PodNetwork": every
+    pod may attach to it). A pod of the wrong shape or with unparseable networks
+    has none: validation refuses it first. Attachments are listed for the caller
+    to resolve to their PodNetwork.
     """
     pod = request.object or {}
-    if (not request.is_pod or request.operation != "CREATE" or admissionreview.pod_errors(pod)
+    if (not request.is_pod or request.operation not in ("CREATE", "UPDATE") or admissionreview.pod_errors(pod)
             or _declared_text(pod) is None):
         return []
     try:
         nets = networks.parse(_declared_text(pod) or "")
     except InvalidObject:
         return []
+    had: set[tuple[str, str]] = set()
+    if request.operation == "UPDATE":
+        before = _declared_text(request.old_object or {})
+        if before is None:
+            return []  # validation refuses a pod gaining networks it was not created with
+        try:
+            had = {net.reference for net in networks.parse(before)}
+        except InvalidObject:
+            return []  # and a change from networks it cannot read
     found: list[UseRequest] = []
     for i, net in enumerate(nets):
+        if net.reference in had:
+            continue
         if net.pod_network_attachment_name:
             found.append(UseRequest(i, "", net.pod_network_attachment_name))
         elif net.pod_network_name and net.pod_network_name != constants.DEFAULT_PODNETWORK:
@@ -536,6 +657,7 @@ __all__ = [
     "mutate",
     "namespace_default",
     "needs_namespace",
+    "network_change_errors",
     "requester",
     "review",
     "service_account",

@@ -577,53 +577,59 @@ class Agent:
         ifnames = plan.interface_names(request.args.ifname, [e.interface for e in elements])
         planned = [plan.Planned(default_name, request.args.ifname, default_config, default=True)]
         for element, ifname in zip(elements, ifnames, strict=True):
-            try:
-                nad = await self.objects.get_nad(element.namespace, element.name)
-            except NotFound:
-                raise CNIError(
-                    ErrorCode.DELEGATION_FAILED,
-                    f"NetworkAttachmentDefinition {element.ref} not found",
-                    "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
-                ) from None
-            nad_config = nad.spec.config
-            try:
-                config = npwg.delegate_config(
-                    element, element.name, element.namespace, nad_config, self.config.conf_dir
-                )
-            except npwg.DelegationError as exc:
-                raise CNIError(
-                    ErrorCode.DELEGATION_FAILED, f"cannot attach {element.ref}", str(exc)
-                ) from None
-            route = tuple(element.default_route) if element.default_route is not None else None
-            families = (
-                plan.route_families(element.extensions.get(translate.DEFAULT_ROUTE_FAMILIES_KEY))
-                if route is not None
-                else None
-            )
-            planned.append(
-                plan.Planned(
-                    element.ref,
-                    ifname,
-                    config,
-                    default=False,
-                    default_route=route,
-                    default_route_families=families,
-                )
-            )
+            planned.append(await self.plan_selected(element, ifname))
         for p in planned:  # all configs valid and all plugins present, before the first exec
-            loaded = conflist.load(p.config, what=f"network {p.name!r}")
-            if any(plugin.get("type") == PLUGIN_TYPE for plugin in loaded.plugins):
-                # The agent's own shim as a delegate would call back into this ADD and wait
-                # for the container's lock it holds; killed by the timeout, it would still
-                # run later as an ADD of its own that nothing deletes.
-                raise CNIError(
-                    ErrorCode.DELEGATION_FAILED,
-                    f"cannot attach {p.name}: its plugin {PLUGIN_TYPE!r} is this agent itself",
-                    "a network's configuration must name the plugins to run (bridge, macvlan, ...), "
-                    f"not the {PLUGIN_TYPE!r} shim",
-                )
-            conflist.resolve(loaded, self.config.bin_dirs)
+            self.check_planned(p)
         return planned
+
+    async def plan_selected(self, element: npwg.NetworkSelectionElement, ifname: str) -> plan.Planned:
+        """One selected network's attachment as `ifname`, resolved from its NAD (4.1.2.1, 3.4)."""
+        try:
+            nad = await self.objects.get_nad(element.namespace, element.name)
+        except NotFound:
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED,
+                f"NetworkAttachmentDefinition {element.ref} not found",
+                "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
+            ) from None
+        nad_config = nad.spec.config
+        try:
+            config = npwg.delegate_config(
+                element, element.name, element.namespace, nad_config, self.config.conf_dir
+            )
+        except npwg.DelegationError as exc:
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED, f"cannot attach {element.ref}", str(exc)
+            ) from None
+        route = tuple(element.default_route) if element.default_route is not None else None
+        families = (
+            plan.route_families(element.extensions.get(translate.DEFAULT_ROUTE_FAMILIES_KEY))
+            if route is not None
+            else None
+        )
+        return plan.Planned(
+            element.ref,
+            ifname,
+            config,
+            default=False,
+            default_route=route,
+            default_route_families=families,
+        )
+
+    def check_planned(self, p: plan.Planned) -> None:
+        """A planned attachment's configuration loads and its plugins are installed; CNIError if not."""
+        loaded = conflist.load(p.config, what=f"network {p.name!r}")
+        if any(plugin.get("type") == PLUGIN_TYPE for plugin in loaded.plugins):
+            # The agent's own shim as a delegate would call back into this ADD and wait
+            # for the container's lock it holds; killed by the timeout, it would still
+            # run later as an ADD of its own that nothing deletes.
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED,
+                f"cannot attach {p.name}: its plugin {PLUGIN_TYPE!r} is this agent itself",
+                "a network's configuration must name the plugins to run (bridge, macvlan, ...), "
+                f"not the {PLUGIN_TYPE!r} shim",
+            )
+        conflist.resolve(loaded, self.config.bin_dirs)
 
     def _load(self, container_id: str) -> Record | None:
         """The container's record, for ADD and CHECK; an unreadable one is a CNI error.

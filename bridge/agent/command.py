@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
     )
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or None,
+        metavar="NODE",
+        help="this node's name: the agent then watches the pods bound to it and attaches or detaches "
+        "the networks added to or removed from a running pod (hot-plug, docs/hotplug.md); "
+        "default: $NODE_NAME; without it, or with --objects, hot-plug is off",
+    )
     credentials.add_arguments(p)
     p.add_argument(
         "--objects",
@@ -189,11 +199,22 @@ def _load_objects(path: Path) -> Any:
     return store
 
 
-async def serve(agent: agent_mod.Agent, stop: asyncio.Event) -> None:
+Beside = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, beside: Beside | None = None) -> None:
+    """Serve until `stop`; `beside()` runs while the socket is open (hot-plug's pod watch)."""
     from bridge.agent.running import Running  # aiohttp: only when serving
 
     async with Running(agent):
-        await stop.wait()
+        task = asyncio.create_task(beside(), name="cni-agent-beside") if beside is not None else None
+        try:
+            await stop.wait()
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,6 +261,21 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     agent = agent_mod.Agent(objects, config)
+    beside: Beside | None = None
+    if args.node_name and isinstance(objects, KubernetesObjects):
+        from bridge.agent import hotplug
+
+        try:
+            pods_api = hotplug.node_api(args.kubeconfig, args.context)
+        except Exception as exc:
+            print(f"error: cannot reach the cluster for hot-plug: {exc}", file=sys.stderr)
+            return 1
+        node_name = args.node_name
+
+        async def beside() -> None:
+            await hotplug.follow_node(agent, pods_api, node_name)
+    else:
+        log.info("hot-plug is off: %s", "--objects serves no watch" if args.objects else "no --node-name")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -254,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
         try:
-            await serve(agent, stop)
+            await serve(agent, stop, beside=beside)
         finally:
             if isinstance(objects, KubernetesObjects):
                 await objects.close()

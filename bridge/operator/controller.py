@@ -306,7 +306,8 @@ class Bridge:
             await self.release(key, pod, "the bridge runs with --no-selection")
         else:
             blockers = pods.not_ready(nets, key[0], objects)
-            if blockers and not pods.attached(pod):
+            # An attached pod waits too: a network added to it (hot-plug) is selected once Ready.
+            if blockers:
                 logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
                 self.waiting[key] = pod
             else:

@@ -7,9 +7,12 @@
   the value), so it can tell its own annotation from a hand-written one: a
   hand-written selection that disagrees is never overwritten, it is reported in
   an Event. A pod whose translation is only the default network gets no
-  annotation (NPWG 4: the annotation selects secondary networks). A pod already
-  attached (it has `network-status`) is not changed: the selection is read once,
-  at sandbox creation, and rewriting it afterwards would misreport.
+  annotation (NPWG 4: the annotation selects secondary networks). The bridge's
+  own selection follows the KEP networks also once the pod is attached (it has
+  `network-status`): that is hot-plug (KEP Story #8, Req 24), and the node's
+  agent attaches or detaches what changed (`bridge.agent.hotplug`, as Multus's
+  dynamic networks controller follows the same annotation). A selection that
+  becomes empty is removed, with its marker.
 - The reverse status: `multinetwork.x-k8s.io/pod-ips` from `network-status`
   (see `bridge.translate.podips`).
 - The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (Pod
@@ -115,7 +118,7 @@ def selection(pod: Pod, translation: Translation) -> SelectionDecision:
     Call it once every object the pod names is Ready. A pod carrying
     `SCHEDULING_GATE` loses it in the same patch that writes the selection, and
     in a patch of its own when there is nothing to write (the selection agrees,
-    a hand-written one disagrees, the pod is attached): the decision is final then.
+    a hand-written one disagrees): the decision is final then.
     """
     namespace = pod.metadata.namespace or ""
     have = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
@@ -133,11 +136,15 @@ def selection(pod: Pod, translation: Translation) -> SelectionDecision:
                 f"{wanted}; the bridge leaves it as it is (remove it to let the bridge write it)"
             ),
         )
-    if attached(pod):
-        return SelectionDecision(patch=release_patch(pod))
-    patch: dict[str, Any] = {
-        "metadata": {"annotations": {npwg.NETWORKS_ANNOTATION: wanted, WRITTEN_ANNOTATION: digest(wanted)}}
-    }
+    # Here the selection is the bridge's own (or absent) and differs from the translation:
+    # before the pod is attached an update of what the agent will read, after it a
+    # hot-plug (KEP Req 24), which the node's agent follows.
+    annotations: dict[str, str | None] = (
+        {npwg.NETWORKS_ANNOTATION: wanted, WRITTEN_ANNOTATION: digest(wanted)}
+        if translation.elements
+        else {npwg.NETWORKS_ANNOTATION: None, WRITTEN_ANNOTATION: None}
+    )
+    patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
     if pod.metadata.resource_version:
         patch["metadata"]["resourceVersion"] = pod.metadata.resource_version
     if gated(pod):

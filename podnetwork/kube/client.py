@@ -511,10 +511,13 @@ class AsyncApi:
                               lambda c: c.get(_any(resource), name, namespace=_scope(resource, namespace)))
         return _with_kind(resource, _plain(obj))
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> Listing:
+    async def list(self, resource: Resource, namespace: str | None = None, *,
+                   fields: Mapping[str, str] | None = None) -> Listing:
+        """Every object of `resource` (in `namespace`), those matching the field selector `fields`
+        (`{"spec.nodeName": "node-a"}`) when given."""
         async def run(client: lightkube.AsyncClient) -> Listing:
             pages = client.list(_any(resource), namespace=_scope(resource, namespace),
-                                chunk_size=self.page_size)
+                                chunk_size=self.page_size, fields=dict(fields) if fields else None)
             items = [_with_kind(resource, _plain(item)) async for item in pages]
             return Listing(items, _list_version(pages))
 
@@ -564,9 +567,11 @@ def _raise(_: Exception, __: int) -> OnErrorResult:
 
 
 async def _events(api: AsyncApi, resource: Resource, namespace: str | None, version: str,
-                  watch_timeout: int) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+                  watch_timeout: int, fields: Mapping[str, str] | None = None,
+                  ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
     stream = api.client.watch(_any(resource), namespace=_scope(resource, namespace),
-                              resource_version=version or None, server_timeout=watch_timeout, on_error=_raise)
+                              resource_version=version or None, server_timeout=watch_timeout, on_error=_raise,
+                              fields=dict(fields) if fields else None)
     async for kind, obj in stream:
         yield kind, _with_kind(resource, _plain(obj))
 
@@ -575,7 +580,8 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
                          on_list: Callable[[list[dict[str, Any]]], None],
                          on_event: Callable[[str, dict[str, Any]], None],
                          namespace: str | None = None, watch_timeout: int = 300,
-                         idle_timeout: float | None = None, retry_delay: float = 2.0) -> None:
+                         idle_timeout: float | None = None, retry_delay: float = 2.0,
+                         fields: Mapping[str, str] | None = None) -> None:
     """Keep a consumer equal to the API's objects of `resource`, until cancelled (the informer pattern).
 
     `on_list` gets every object after each (re-)listing, to replace what it holds
@@ -584,17 +590,18 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
     `watch_timeout` s) resumes from the last resourceVersion; one that says 410
     Gone, fails or stays silent for `idle_timeout` s (default `watch_timeout` + 30:
     only a dead connection does) is replaced by a new listing after `retry_delay`
-    s on errors. Errors are logged, never raised.
+    s on errors. Errors are logged, never raised. `fields` is a field selector both the
+    listing and the watch carry (`{"spec.nodeName": node}`: a node agent's own pods).
     """
     idle = idle_timeout if idle_timeout is not None else watch_timeout + 30.0
     what = f"listing or watching {plural_of(resource)}"
     while True:
         try:
-            listing = await api.list(resource, namespace)
+            listing = await api.list(resource, namespace, fields=fields)
             on_list(listing.items)
             version = listing.resource_version
             while True:
-                events = _events(api, resource, namespace, version, watch_timeout)
+                events = _events(api, resource, namespace, version, watch_timeout, fields)
                 try:
                     while True:
                         try:

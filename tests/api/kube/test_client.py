@@ -213,3 +213,29 @@ async def test_list_and_watch_lists_again_after_410_gone(scripted: Any) -> None:
     assert listings == [["n1"], ["n2"]]  # the second listing replaced the first after the 410
     watches = [path for method, path, _ in server.seen if "watch=" in path]
     assert any("resourceVersion=5" in w for w in watches) and any("resourceVersion=9" in w for w in watches)
+
+
+async def test_list_and_watch_sends_its_field_selector_on_the_listing_and_the_watch(scripted: Any) -> None:
+    def answer(method: str, path: str, query: dict[str, list[str]], headers: Any
+               ) -> tuple[int, dict[str, str], bytes]:
+        if "watch" not in query:
+            return 200, JSON, json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "5"},
+                                          "items": [pod("p1", "5")]}).encode()
+        threading.Event().wait(0.2)
+        return 200, JSON, b""
+
+    server = scripted(answer)
+    api = kube.AsyncApi(credentials.Credentials(server=server.url), backoffs=[])
+    listed: list[str] = []
+    task = asyncio.create_task(kube.list_and_watch(
+        api, kube.Pod, on_list=lambda items: listed.extend(i["metadata"]["name"] for i in items),
+        on_event=lambda kind, obj: None, fields={"spec.nodeName": "node-a"}, retry_delay=0.05))
+    try:
+        await eventually(lambda: any("watch=" in p for _, p, _ in server.seen))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()
+    assert listed == ["p1"]
+    paths = [path for _, path, _ in server.seen]
+    assert paths and all("fieldSelector=spec.nodeName%3Dnode-a" in p for p in paths), paths

@@ -33,14 +33,20 @@ def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host
     for path in (*map(str, args.cni_bin_dir), str(args.cni_conf_dir), str(args.socket.parent)):
         assert path in mounts and path in volumes.values(), f"{path} must be the host's, at the same path"
     assert any(str(args.cache_dir).startswith(m) for m in mounts)
+    # Hot-plug watches the pods of the agent's node: --node-name defaults to $NODE_NAME.
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
-def test_rbac_grants_gets_of_the_named_objects_and_pod_patch_only() -> None:
+def test_rbac_grants_gets_of_the_named_objects_pod_patch_and_for_hot_plug_the_pod_watch_and_events() -> None:
     role = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     assert granted == {
         ("", "pods", "get"),
         ("", "pods", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "events", "create"),
         ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
         ("multinetwork.x-k8s.io", "podnetworks", "get"),
         ("multinetwork.x-k8s.io", "podnetworkattachments", "get"),

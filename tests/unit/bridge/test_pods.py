@@ -85,12 +85,30 @@ def test_the_bridges_own_older_selection_is_updated_while_the_pod_is_not_attache
     assert decision.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
 
 
-def test_npwg_5_an_attached_pod_keeps_the_selection_it_was_attached_with() -> None:
+def test_kep_req_24_the_bridges_own_selection_follows_the_networks_of_an_attached_pod() -> None:
     old = '[{"name":"storage","namespace":"nets"}]'
     annotations = {npwg.NETWORKS_ANNOTATION: old, pods.WRITTEN_ANNOTATION: pods.digest(old),
                    npwg.NETWORK_STATUS_ANNOTATION: "[]"}
-    assert pods.selection(Pod.model_validate(pod(annotations)), tr()) == pods.SelectionDecision()
-    assert pods.selection(Pod.model_validate(pod({npwg.NETWORK_STATUS_ANNOTATION: "[]"})), tr()) == pods.SelectionDecision()
+    decision = pods.selection(Pod.model_validate(pod(annotations)), tr())
+    assert decision.patch == {"metadata": {"resourceVersion": "7", "annotations": {
+        npwg.NETWORKS_ANNOTATION: WANTED, pods.WRITTEN_ANNOTATION: pods.digest(WANTED)}}}
+    added = pods.selection(Pod.model_validate(pod({npwg.NETWORK_STATUS_ANNOTATION: "[]"})), tr())
+    assert added.patch is not None and added.patch["metadata"]["annotations"][npwg.NETWORKS_ANNOTATION] == WANTED
+
+
+def test_kep_req_24_removing_the_last_secondary_network_removes_the_selection_and_its_marker() -> None:
+    annotations = {npwg.NETWORKS_ANNOTATION: WANTED, pods.WRITTEN_ANNOTATION: pods.digest(WANTED),
+                   npwg.NETWORK_STATUS_ANNOTATION: "[]"}
+    decision = pods.selection(Pod.model_validate(pod(annotations)), tr([{"podNetworkName": "default"}]))
+    assert decision.conflict is None
+    assert decision.patch == {"metadata": {"resourceVersion": "7", "annotations": {
+        npwg.NETWORKS_ANNOTATION: None, pods.WRITTEN_ANNOTATION: None}}}
+
+
+def test_an_attached_pods_hand_written_selection_is_still_never_overwritten() -> None:
+    annotations = {npwg.NETWORKS_ANNOTATION: "nets/storage", npwg.NETWORK_STATUS_ANNOTATION: "[]"}
+    decision = pods.selection(Pod.model_validate(pod(annotations)), tr([{"podNetworkName": "default"}]))
+    assert decision.patch is None and decision.conflict is not None
 
 
 @pytest.mark.parametrize(
@@ -267,7 +285,6 @@ def test_the_selection_write_keeps_other_controllers_gates() -> None:
         pytest.param({}, [{"podNetworkName": "default"}], False, id="NPWG 4 nothing to select"),
         pytest.param({npwg.NETWORKS_ANNOTATION: WANTED}, NETS, False, id="the selection already agrees"),
         pytest.param({npwg.NETWORKS_ANNOTATION: "nets/storage"}, NETS, True, id="a hand-written one disagrees"),
-        pytest.param({npwg.NETWORK_STATUS_ANNOTATION: "[]"}, NETS, False, id="NPWG 5 already attached"),
     ],
 )
 def test_a_final_decision_without_a_write_still_releases_the_gate(

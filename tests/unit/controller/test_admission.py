@@ -125,13 +125,13 @@ def test_unparseable_annotation_is_refused():
     assert "not valid JSON" in response["status"]["message"]
 
 
-def test_changing_the_networks_of_an_existing_pod_is_refused():
+def test_replacing_the_first_network_of_an_existing_pod_is_refused():
     old = pod({ANN: '[{"podNetworkName":"blue"}]'})
     new = pod({ANN: '[{"podNetworkName":"red"}]'})
     response = admission.review(review(new, "UPDATE", old), Webhook.VALIDATING)["response"]
     assert response["allowed"] is False
     assert response["status"]["details"]["causes"][0]["type"] == "FieldValueForbidden"
-    assert "cannot change after creation" in response["status"]["message"]
+    assert "the first network of a running pod cannot be removed, replaced" in response["status"]["message"]
 
 
 def test_other_updates_of_a_pod_are_allowed():

@@ -40,7 +40,7 @@ def test_entries_other_than_default_need_use_and_attachments_are_listed_for_look
 
 
 @pytest.mark.parametrize("body", [
-    request([{"podNetworkName": "blue"}], operation="UPDATE"),  # networks are immutable
+    request([{"podNetworkName": "blue"}], operation="UPDATE"),  # no old networks: validation refuses it
     request([{"podNetworkName": "blue"}], operation="DELETE"),
     request(None),  # names none: the mutating webhook made it `default` or the namespace's profile
     request("not json"),  # validation refuses it first

@@ -67,9 +67,9 @@ def test_a_statically_invalid_pod_is_refused_with_field_errors_and_not_stored(ap
     assert api.find("v1", "Pod", "p", "demo") is None
 
 
-def test_the_networks_of_an_existing_pod_cannot_change(api: Store) -> None:
+def test_the_first_network_of_an_existing_pod_cannot_change_but_others_can_be_added(api: Store) -> None:
     api.create(pod(nets=[{"podNetworkName": "default"}]))
-    with pytest.raises(Invalid, match="cannot change"):
+    with pytest.raises(Invalid, match="the first network of a running pod cannot be removed"):
         api.patch(
             "v1",
             "Pod",
@@ -77,6 +77,11 @@ def test_the_networks_of_an_existing_pod_cannot_change(api: Store) -> None:
             {"metadata": {"annotations": {constants.NETWORKS_ANNOTATION: '[{"podNetworkName": "blue"}]'}}},
             "demo",
         )
+    assert networks_of(api.get("v1", "Pod", "p", "demo")) == [{"podNetworkName": "default"}]
+    added = '[{"podNetworkName": "default"}, {"podNetworkName": "blue"}]'
+    api.patch("v1", "Pod", "p", {"metadata": {"annotations": {constants.NETWORKS_ANNOTATION: added}}}, "demo")
+    assert networks_of(api.get("v1", "Pod", "p", "demo")) == [{"podNetworkName": "default"}, {"podNetworkName": "blue"}]
+    api.patch("v1", "Pod", "p", {"metadata": {"annotations": {constants.NETWORKS_ANNOTATION: '[{"podNetworkName": "default"}]'}}}, "demo")
     # Other annotations still change freely.
     api.patch("v1", "Pod", "p", {"metadata": {"annotations": {"note": "x"}}}, "demo")
     assert networks_of(api.get("v1", "Pod", "p", "demo")) == [{"podNetworkName": "default"}]

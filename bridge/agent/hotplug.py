@@ -1,0 +1,572 @@
+"""Hot-plug: networks added to or removed from a running pod (KEP Story #8, Phase IV requirement 24).
+
+A user changes a running pod's `multinetwork.x-k8s.io/networks` (admission checks the
+change, `podnetwork.admission.network_change_errors`); the bridge rewrites the NPWG
+selection. The agent of the pod's node watches its own pods (field selector
+`spec.nodeName`), and for a pod whose networks changed:
+
+1. finds the pod's containers in its cache (`bridge.agent.cache`: the netns, the
+   runtime's CNI_ARGS, every attachment with the configuration it ran with);
+2. translates the pod's networks as an ADD does (`Agent._selection`: the KEP networks
+   through `bridge.translate`, else the NPWG selection), and for KEP networks waits
+   until the bridge's NPWG selection agrees (`settled`: every network Ready);
+3. decides, purely (`decide`), which selected networks are not attached yet and which
+   attachments are no longer selected. An attachment is the NPWG 4.2.1 tuple
+   [container ID, network, CNI_IFNAME]: a kept network keeps its interface, an added
+   one gets the name it asks for or the next free `netN`. A changed NAD is not a
+   change of the pod's networks: attachments are never re-plugged for it;
+4. under the container's lock (the one CNI ADD, DEL and CHECK take), attaches the added
+   networks in the pod's existing namespace, then detaches the removed ones, recording
+   each attachment before its delegate runs, as an ADD does;
+5. writes network-status through the agent's one status writer, and an Event.
+
+A failed attach is rolled back (every delegate ADD of this change is DEL'd) and the
+pod stays as it was: same interfaces, same record, same network-status; a Warning
+Event says why. A failed detach keeps the attachment in the record, so the pod's
+CNI DEL retries it, and says so in an Event. Attaching first means a detach never
+happens for a change whose attach failed. A failed change is not retried by itself:
+change the annotation again (docs/hotplug.md).
+
+The watch is the only source of changes: `watch_node_pods` (the API, through
+`podnetwork.kube.client`) on a node, `embedded.hotplug` in the demo. Pods are
+handled one at a time, in the order their changes arrived, by one worker task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from bridge import npwg
+from bridge.agent import conflist, plan
+from bridge.agent.agent import Agent
+from bridge.agent.cache import Attachment, CacheError, Record, State
+from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
+from podnetwork.kube.core import Pod
+
+log = logging.getLogger(__name__)
+
+#: The component hot-plug Events carry.
+COMPONENT = "podnetwork-cni-agent"
+#: Event reasons: the change was made / it failed and the pod was left as it was.
+REASON_CHANGED = "NetworksChanged"
+REASON_FAILED = "NetworksChangeFailed"
+#: The pod's networks as users write them; without it, the NPWG selection (as for ADD).
+KEP_NETWORKS_ANNOTATION = "multinetwork.x-k8s.io/networks"
+WATCHED_ANNOTATIONS = (KEP_NETWORKS_ANNOTATION, npwg.NETWORKS_ANNOTATION)
+DOC = "docs/hotplug.md"
+
+
+# --- the decision (pure) -----------------------------------------------------------------------
+
+
+class Refused(ValueError):
+    """The pod's new selection cannot be applied to its running attachments; the message says why."""
+
+
+@dataclass(frozen=True)
+class Add:
+    element: npwg.NetworkSelectionElement
+    ifname: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """What to do to one container: attach `add` (in order), then detach `remove`."""
+
+    add: tuple[Add, ...] = ()
+    remove: tuple[Attachment, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.add or self.remove)
+
+    def describe(self) -> str:
+        parts = [f"attach {a.element.ref} as {a.ifname}" for a in self.add]
+        parts += [f"detach {r.name} ({r.ifname})" for r in self.remove]
+        return "; ".join(parts) or "nothing to do"
+
+
+def decide(record: Record, wanted: Sequence[npwg.NetworkSelectionElement]) -> Change:
+    """The attachments to add and remove so that `record` carries the selection `wanted`.
+
+    `wanted` is the pod's secondary networks as an ADD would attach them. Each
+    attachment of the record (its default network aside, which hot-plug never
+    touches) is matched with at most one element: one naming its interface, or
+    else one of the same network that names none (duplicates, NPWG 4.2, match in
+    order). Unmatched elements are added; unmatched attachments removed.
+
+    Raises `Refused` when an added element cannot be attached to a running pod: it
+    asks for the default route (4.1.2.1.9: moving a running pod's default route
+    would cut its connections), or for an interface name already in the pod.
+    """
+    current = [a for a in record.attachments if not a.default]
+    matched: dict[int, Attachment] = {}
+    free = list(current)
+    for explicit in (True, False):
+        for i, element in enumerate(wanted):
+            if i in matched or (element.interface is not None) != explicit:
+                continue
+            fits = [a for a in free if a.name == element.ref]
+            found = next((a for a in fits if not explicit or a.ifname == element.interface), None)
+            if found is not None:
+                matched[i] = found
+                free.remove(found)
+    added = [(i, e) for i, e in enumerate(wanted) if i not in matched]
+    taken = {record.ifname, *(a.ifname for a in record.attachments)}
+    for i, element in added:
+        if element.default_route is not None:
+            raise Refused(
+                f"selection element {i} ({element.ref}) asks for the pod's default route, which a network "
+                f"added to a running pod cannot take; remove default-route (isDefaultGW4/6) from it ({DOC})"
+            )
+        if element.interface is None:
+            continue
+        try:
+            check_ifname(element.interface)
+        except CNIError as exc:
+            raise Refused(f"selection element {i} ({element.ref}): {exc}") from None
+        if element.interface in taken:
+            holder = next((a.name for a in record.attachments if a.ifname == element.interface), "the pod")
+            raise Refused(
+                f"selection element {i} ({element.ref}) asks for interface {element.interface!r}, which "
+                f"{holder} already uses in the pod (NPWG 4.1.2.1.5); pick another name, or remove that "
+                f"network in one change and add this one in the next ({DOC})"
+            )
+        taken.add(element.interface)
+    adds: list[Add] = []
+    counter = 0
+    for _, element in added:
+        ifname = element.interface
+        if ifname is None:
+            counter += 1
+            while f"{plan.GENERATED_PREFIX}{counter}" in taken:
+                counter += 1
+            ifname = f"{plan.GENERATED_PREFIX}{counter}"
+            taken.add(ifname)
+        adds.append(Add(element, ifname))
+    return Change(tuple(adds), tuple(free))
+
+
+def networks_of(pod: Pod) -> tuple[str | None, ...]:
+    """What hot-plug watches on a pod: its networks annotations (KEP and NPWG)."""
+    return tuple(pod.metadata.annotation(key) for key in WATCHED_ANNOTATIONS)
+
+
+def check_selection(pod: Pod) -> None:
+    """Raises `Refused` when a pod selecting by the NPWG annotation alone has one that cannot be
+    read: an ADD ignores it (NPWG 4.1.2.1: "invalid and ignored"), but for a running pod that
+    would read as "no secondary network" and detach them all."""
+    text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
+    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is not None or not text:
+        return
+    try:
+        npwg.parse_selection(text, pod.metadata.namespace or "default")
+    except npwg.InvalidSelection as exc:
+        raise Refused(f"{npwg.NETWORKS_ANNOTATION} is invalid: {exc}; fix it ({DOC})") from None
+
+
+def settled(pod: Pod, wanted: Sequence[npwg.NetworkSelectionElement]) -> bool:
+    """Whether the agent may bring the pod to `wanted`, its networks as an ADD reads them.
+
+    For a pod with KEP networks, only once the bridge's NPWG selection agrees with
+    their translation: the bridge writes it once every network is Ready (a network
+    disabled or without parameters is never attached to a running pod), and the
+    selection changing is the pod event that brings the agent back. A pod selecting
+    by the NPWG annotation alone has nothing to wait for.
+    """
+    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is None:
+        return True
+    text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
+    if not text:
+        return not wanted
+    try:
+        return npwg.parse_selection(text, pod.metadata.namespace or "default") == list(wanted)
+    except npwg.InvalidSelection:
+        return False
+
+
+def belongs_to(record: Record, pod: Pod) -> bool:
+    """The record is one of this pod's containers: same namespace and name, and the same
+    UID when the runtime passed one (K8S_POD_UID), so a re-created pod of the same name
+    is not taken for the old one."""
+    meta = pod.metadata
+    if (record.pod_namespace, record.pod_name) != (meta.namespace or "default", meta.name or ""):
+        return False
+    uid = next((v for k, v in record.cni_args if k == "K8S_POD_UID"), None)
+    return uid is None or not meta.uid or uid == meta.uid
+
+
+def event(pod: Pod, reason: str, message: str, *, type_: str, now: str, node: str) -> dict[str, Any]:
+    """A core/v1 Event about the pod, from the node's agent."""
+    meta = pod.metadata
+    name = meta.name or ""
+    suffix = hashlib.sha256(f"{meta.uid}/{reason}/{message}/{now}".encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name[: 253 - len(suffix) - 1]}.{suffix}", "namespace": meta.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": {"component": COMPONENT, "host": node},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": node,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+# --- the edge ---------------------------------------------------------------------------------
+
+
+class EventSink(Protocol):
+    """Where the agent's Events go: the API (`KubernetesEvents`) or the demo's store."""
+
+    async def post_event(self, body: Mapping[str, Any]) -> None: ...
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Outcome:
+    """What one pod's change did, for logs, Events and tests."""
+
+    container_id: str
+    change: Change = field(default_factory=Change)
+    error: str | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(reason, message, type) of the Events to post about it."""
+
+
+class HotPlug:
+    """Follows the networks of the pods of one node's agent.
+
+    Feed it pods (`pod_changed`, from a watch callback: it only queues) and run it
+    (`start`/`stop`); `handle` does one pod now (tests, the demo).
+    """
+
+    def __init__(self, agent: Agent, events: EventSink, node: str, *, now: Callable[[], str] = _now) -> None:
+        self.agent = agent
+        self.events = events
+        self.node = node
+        self._now = now
+        self._seen: dict[tuple[str, str], tuple[str | None, ...]] = {}
+        """Per pod, the networks annotations its containers were last brought to: an event
+        that changes neither (the pod's status, our own network-status) costs nothing."""
+        self._pending: dict[tuple[str, str], Pod] = {}
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self.idle = asyncio.Event()
+        """Set while nothing is queued or running (the demo and tests wait on it)."""
+        self.idle.set()
+
+    # --- feeding ---
+
+    def pod_changed(self, body: Mapping[str, Any] | Pod) -> None:
+        """A pod of this node as a watch saw it (added or modified); queued, never blocks."""
+        try:
+            pod = body if isinstance(body, Pod) else Pod.model_validate(body)
+        except ValueError as exc:  # pydantic's ValidationError
+            log.warning("hot-plug: ignoring a pod that does not fit the Pod view: %s", exc)
+            return
+        meta = pod.metadata
+        key = (meta.namespace or "default", meta.name or "")
+        if pod.spec.node_name not in (None, self.node):
+            return  # a field selector the server ignored
+        if meta.deletion_timestamp or pod.status.phase in ("Succeeded", "Failed") or pod.spec.host_network:
+            self._seen.pop(key, None)
+            return
+        if self._seen.get(key) == networks_of(pod):
+            return
+        self._pending[key] = pod
+        self.idle.clear()
+        self._wake.set()
+
+    def pod_deleted(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        self._seen.pop((str(meta.get("namespace") or "default"), str(meta.get("name") or "")), None)
+
+    # --- running ---
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.create_task(self._work(), name=f"hotplug-{self.node}")
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                key = next(iter(self._pending))
+                pod = self._pending.pop(key)
+                try:
+                    await self.handle(pod)
+                except Exception:  # one pod's trouble must not stop the others'
+                    log.exception("hot-plug of pod %s/%s failed", *key)
+            if not self._pending:
+                self.idle.set()
+
+    # --- one pod ---
+
+    def _records(self, pod: Pod) -> list[Record]:
+        found: list[Record] = []
+        for container_id in self.agent.cache.container_ids():
+            try:
+                record = self.agent.cache.load(container_id)
+            except CacheError:
+                continue  # its DEL deals with it
+            if record is not None and belongs_to(record, pod):
+                found.append(record)
+        return found
+
+    async def handle(self, pod: Pod) -> list[Outcome]:
+        """Bring each of the pod's attached containers to its current networks."""
+        meta = pod.metadata
+        key = (meta.namespace or "default", meta.name or "")
+        records = self._records(pod)
+        if not records:
+            # Not attached yet (or not by this agent): the ADD reads the networks itself. Not
+            # marked seen, so the agent's own network-status write after the ADD brings the
+            # pod back, and a change made while the ADD ran is not missed.
+            return []
+        outcomes: list[Outcome] = []
+        done = True
+        for record in records:
+            outcome = await self._handle_container(pod, record.container_id)
+            if outcome is None:
+                done = False
+                continue
+            outcomes.append(outcome)
+        if done:
+            self._seen[key] = networks_of(pod)
+        return outcomes
+
+    async def _handle_container(self, pod: Pod, container_id: str) -> Outcome | None:
+        """One container brought to the pod's networks; None when it cannot be now (retried on
+        the pod's next event). Events are posted after the container's lock is released."""
+        async with self.agent._container_lock(container_id):
+            outcome = await self._change_container(pod, container_id)
+        for reason, message, type_ in outcome.events if outcome is not None else ():
+            await self._event(pod, reason, message, type_)
+        return outcome
+
+    async def _change_container(self, pod: Pod, container_id: str) -> Outcome | None:
+        agent = self.agent
+        try:
+            record = agent.cache.load(container_id)
+        except CacheError:
+            return None
+        if record is None or not record.complete:
+            return None  # an ADD or DEL is under way or failed: it settles the container first
+        if not os.path.exists(record.netns):
+            log.info("hot-plug: container %s: its netns %s is gone; its DEL will come", container_id,
+                     record.netns)
+            return Outcome(container_id)
+        outcome = Outcome(container_id)
+        try:
+            check_selection(pod)
+            wanted = await agent._selection(pod)
+            if not settled(pod, wanted):
+                log.info("hot-plug: pod %s/%s: waiting for the bridge's %s to agree with its networks "
+                         "(every network Ready)", pod.metadata.namespace, pod.metadata.name,
+                         npwg.NETWORKS_ANNOTATION)
+                return None
+            outcome.change = decide(record, wanted)
+        except (Refused, CNIError) as exc:
+            outcome.error = f"the pod's networks cannot be changed: {exc}"
+            outcome.events.append((REASON_FAILED, f"{outcome.error}; the pod keeps its networks", "Warning"))
+            return outcome
+        if not outcome.change:
+            return outcome
+        log.info("hot-plug: pod %s/%s container %s: %s", pod.metadata.namespace, pod.metadata.name,
+                 container_id, outcome.change.describe())
+        try:
+            async with agent._add_slot():  # GC forwarding must not free what this reserves
+                await self._attach(record, outcome.change.add)
+        except CNIError as exc:
+            # str(exc) was fixed when it was raised; msg and details now carry the stage.
+            outcome.error = f"{exc.msg}: {exc.details}" if exc.details else exc.msg
+            outcome.events.append((
+                REASON_FAILED,
+                f"{outcome.error}; rolled back: the pod keeps its networks as they were (change the "
+                "networks annotation again to retry)", "Warning"))
+            return outcome
+        problems = await self._detach(record, outcome.change.remove)
+        agent._save(record)
+        if agent.config.patch_status:
+            await agent._write_status(record)
+        if problems:
+            outcome.error = "; ".join(problems)
+            outcome.events.append((
+                REASON_FAILED,
+                f"{outcome.change.describe()}: detaching failed: {outcome.error}; still recorded, so the "
+                "pod's CNI DEL retries it", "Warning"))
+        else:
+            outcome.events.append((
+                REASON_CHANGED, f"{outcome.change.describe()} (container {container_id[:12]})", "Normal"))
+        return outcome
+
+    async def _attach(self, record: Record, adds: Sequence[Add]) -> None:
+        """Attach every added network, or none: on a failure, DEL what this change attached."""
+        agent = self.agent
+        planned = []
+        for add in adds:
+            p = await agent.plan_selected(add.element, add.ifname)
+            agent.check_planned(p)
+            planned.append(p)
+        cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
+        done: list[Attachment] = []
+        stage = "setting up"
+        try:
+            for p in planned:
+                stage = f"attaching {p.name} as {p.ifname}"
+                attachment = Attachment(name=p.name, ifname=p.ifname, config=p.config)
+                record.attachments.append(attachment)
+                done.append(attachment)
+                agent._save(record)  # the intent, before the delegate runs (as ADD does)
+                args = RuntimeArgs(Command.ADD, record.container_id, record.netns, p.ifname, cni_args)
+                try:
+                    attachment.result = await conflist.add(
+                        agent.executor, conflist.load(p.config, what=f"network {p.name!r}"), args,
+                        agent.config.bin_dirs, agent.config.plugin_timeout)
+                except CNIError:
+                    attachment.state = State.FAILED
+                    raise
+                attachment.state = State.ATTACHED
+        except CNIError as exc:
+            exc.msg = f"{stage} failed: {exc.msg}"
+            problems = await self._delete(record, list(reversed(done)), rollback=True)
+            if problems:
+                exc.details = f"{exc.details}; rollback also failed: {'; '.join(problems)}".lstrip("; ")
+            agent._save(record)
+            raise
+        agent._save(record)
+
+    async def _detach(self, record: Record, removes: Sequence[Attachment]) -> list[str]:
+        return await self._delete(record, list(removes), rollback=False)
+
+    async def _delete(self, record: Record, attachments: list[Attachment], *, rollback: bool) -> list[str]:
+        """DEL each attachment and drop it from the record; the failures' messages (those kept)."""
+        agent = self.agent
+        cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
+        problems: list[str] = []
+        for attachment in attachments:
+            args = RuntimeArgs(Command.DEL, record.container_id, record.netns, attachment.ifname, cni_args)
+            try:
+                await conflist.delete(
+                    agent.executor, conflist.load(attachment.config, what=f"network {attachment.name!r}"),
+                    args, agent.config.bin_dirs, agent.config.plugin_timeout, attachment.result)
+            except CNIError as exc:
+                if not (rollback and attachment.state is State.FAILED):
+                    # Kept in the record: the container's DEL retries it.
+                    problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
+                    continue
+            record.attachments.remove(attachment)
+        return problems
+
+    async def _event(self, pod: Pod, reason: str, message: str, type_: str) -> None:
+        log.log(logging.WARNING if type_ == "Warning" else logging.INFO, "pod %s/%s: %s: %s",
+                pod.metadata.namespace, pod.metadata.name, reason, message)
+        body = event(pod, reason, message, type_=type_, now=self._now(), node=self.node)
+        try:
+            await self.events.post_event(body)
+        except Exception as exc:  # an Event is a report; the change itself is done or undone
+            log.warning("pod %s/%s: event not posted: %s", pod.metadata.namespace, pod.metadata.name, exc)
+
+
+# --- a node's pods, from the API ------------------------------------------------------------------
+
+
+class KubernetesEvents:
+    """`EventSink` over the API (core/v1 Events, created in the pod's namespace)."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    async def post_event(self, body: Mapping[str, Any]) -> None:
+        from podnetwork.kube import client
+
+        await self._api.create(client.Event, body)
+
+
+async def watch_node_pods(api: Any, node: str, hotplug: HotPlug) -> None:
+    """Feed `hotplug` the pods bound to `node` (a list+watch with field selector
+    spec.nodeName=`node`), until cancelled. `api` is a `podnetwork.kube.client.AsyncApi`."""
+    from podnetwork.kube import client
+
+    def on_list(items: list[dict[str, Any]]) -> None:
+        for item in items:
+            hotplug.pod_changed(item)
+
+    def on_event(kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            hotplug.pod_deleted(obj)
+        else:
+            hotplug.pod_changed(obj)
+
+    await client.list_and_watch(api, client.Pod, on_list=on_list, on_event=on_event,
+                                fields={"spec.nodeName": node})
+
+
+def node_api(kubeconfig: str | None, context: str | None) -> Any:
+    """The API client hot-plug watches and posts Events with (credentials as every command finds them)."""
+    from podnetwork.kube import client, credentials
+
+    return client.AsyncApi(credentials.resolve(kubeconfig, context), timeout=30.0)
+
+
+async def follow_node(agent: Agent, api: Any, node: str) -> None:
+    """Hot-plug for `agent` on `node` until cancelled: the pod watch feeds a `HotPlug`."""
+    hot = HotPlug(agent, KubernetesEvents(api), node)
+    hot.start()
+    log.info("hot-plug: watching the pods of node %s", node)
+    try:
+        await watch_node_pods(api, node, hot)
+    finally:
+        await hot.stop()
+        await api.close()
+
+
+__all__ = [
+    "Add",
+    "Change",
+    "EventSink",
+    "HotPlug",
+    "KubernetesEvents",
+    "Outcome",
+    "Refused",
+    "belongs_to",
+    "check_selection",
+    "decide",
+    "event",
+    "follow_node",
+    "networks_of",
+    "node_api",
+    "settled",
+    "watch_node_pods",
+]
