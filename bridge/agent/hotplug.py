@@ -420,6 +420,8 @@ class HotPlug:
         agent._save(record)
         if agent.config.patch_status:
             await agent._write_status(record)
+        # The address watch follows the interfaces the record now has (Req 25 over Req 24).
+        agent._watch_addresses(record)
         if problems:
             outcome.error = "; ".join(problems)
             outcome.events.append((

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -145,6 +146,10 @@ async def test_a_network_added_to_a_running_pod_is_attached_and_one_removed_is_d
             assert entries[2]["ips"] == world.addresses(netns, "data0")
             assert world.addresses(netns, "data0")[0].startswith(world.subnet(2).rsplit(".", 1)[0])
             assert world.addresses(netns, "net1") == blue_ips, "blue was left alone"
+            # The address watch follows the hot-plugged interface too (Req 25 after Req 24).
+            subprocess.run(["ip", "-n", Path(netns).name, "addr", "add", "2001:2::7/64", "dev", "data0", "nodad"],
+                           check=True)
+            await until(lambda: "2001:2::7/64" in status(kmock)[2]["ips"], "data0's new address in network-status")
             changed = await until(lambda: [e for e in events(kmock) if e["reason"] == hotplug.REASON_CHANGED],
                                   "a NetworksChanged Event")
             assert changed[0]["message"].startswith("attach default/red as data0")
