@@ -22,6 +22,7 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
+from podnetwork.kube.operatorshell import tcp_port
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=tcp_port,
+        metavar="PORT",
+        help="serve Prometheus metrics over plain HTTP at GET /metrics on this TCP port "
+        "(docs/metrics.md; default: not served: the agent shares the node's network namespace)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of --metrics-port (default: %(default)s)",
+    )
     credentials.add_arguments(p)
     p.add_argument(
         "--objects",
@@ -181,10 +194,11 @@ def _load_objects(path: Path) -> Any:
     return store
 
 
-async def serve(agent: agent_mod.Agent, stop: asyncio.Event) -> None:
+async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, metrics_port: int | None = None,
+                metrics_host: str = "127.0.0.1") -> None:
     from bridge.agent.running import Running  # aiohttp: only when serving
 
-    async with Running(agent):
+    async with Running(agent, metrics_port=metrics_port, metrics_host=metrics_host):
         await stop.wait()
 
 
@@ -245,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
         try:
-            await serve(agent, stop)
+            await serve(agent, stop, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
         finally:
             if isinstance(objects, KubernetesObjects):
                 await objects.close()
