@@ -127,17 +127,19 @@ class Server:
 
     async def _cni(self, request: web.Request) -> web.Response:
         if self.metrics is None:
-            return await self._answer(request)
+            return await self._answer(request, {})
         started = self.metrics.started()
         code: int = ErrorCode.IO_FAILURE  # what the shim reports when no answer comes
+        env: dict[str, str] = {}
         try:
-            response = await self._answer(request)
+            response = await self._answer(request, env)
             code = _code_of(response)
             return response
         finally:
-            self.metrics.finished(request.get(_COMMAND_KEY), code, started)
+            self.metrics.finished(env.get("CNI_COMMAND"), code, started)
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, seen: dict[str, str]) -> web.Response:
+        """The answer to one CNI request; `seen` gets its CNI environment once parsed."""
         too_large = CNIError(
             ErrorCode.REQUEST_TOO_LARGE,
             "request too large",
@@ -153,7 +155,7 @@ class Server:
             env, raw = parse_body(body)
         except CNIError as exc:
             return _error(exc, 400)
-        request[_COMMAND_KEY] = env.get("CNI_COMMAND")
+        seen.update(env)
         if len(raw) > self._limit:
             return _error(too_large, 413)
         version = _requested_version(raw)
@@ -169,10 +171,6 @@ class Server:
         if result is None:
             return web.Response(status=200)
         return web.json_response(result)
-
-
-#: Where `_answer` leaves the request's CNI_COMMAND for the metrics.
-_COMMAND_KEY = "podnetwork.cni_command"
 
 
 def _code_of(response: web.Response) -> int:

@@ -186,7 +186,7 @@ class OperatorMetrics:
         test fails if that changes.
         """
         for part in (kopf_registry._watching, kopf_registry._indexing):
-            part._handlers[:] = [dataclasses.replace(h, fn=self._counted(h.fn, h.id, _resource(h.selector)))
+            part._handlers[:] = [dataclasses.replace(h, fn=self._counted(h.fn, _name(h.id), _resource(h.selector)))
                                  for h in part._handlers]
 
     def _counted(self, fn: Callable[..., Any], handler: str, resource: str) -> Callable[..., Any]:
@@ -255,6 +255,11 @@ def _refused(body: bytes) -> bool:
         return False
     response = review.get("response") if isinstance(review, dict) else None
     return isinstance(response, dict) and response.get("allowed") is False
+
+
+def _name(handler_id: str) -> str:
+    """A handler's id without the function's qualifying path (`register.<locals>.`)."""
+    return handler_id.rsplit(".", 1)[-1]
 
 
 def _resource(selector: Any) -> str:
