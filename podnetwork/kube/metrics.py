@@ -186,8 +186,9 @@ class OperatorMetrics:
         test fails if that changes.
         """
         for part in (kopf_registry._watching, kopf_registry._indexing):
-            part._handlers[:] = [dataclasses.replace(h, fn=self._counted(h.fn, _name(h.id), _resource(h.selector)))
-                                 for h in part._handlers]
+            part._handlers[:] = [
+                dataclasses.replace(h, fn=self._counted(h.fn, _name(h.id), _resource(h.selector)))
+                for h in part._handlers]
 
     def _counted(self, fn: Callable[..., Any], handler: str, resource: str) -> Callable[..., Any]:
         runs = self.handler_runs.labels(handler, resource)

@@ -13,7 +13,15 @@ import pytest
 from podnetwork import admission, cli, constants
 from podnetwork.commands import controller as command
 from tests.api.controller_support import free_port, pod, podnetwork
-from tests.api.kube_emulator import PN, PODS, Emulator, condition, declare_resources, eventually, write_kubeconfig
+from tests.api.kube_emulator import (
+    PN,
+    PODS,
+    Emulator,
+    condition,
+    declare_resources,
+    eventually,
+    write_kubeconfig,
+)
 from tests.api.metrics_support import Samples, scrape, total, value
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(60)]
