@@ -16,16 +16,18 @@ bound in the background several requests may be in flight. Here:
   kept-alive connection, post pods back to back (a small HTTP/1.1 client on raw
   asyncio streams, so the client's own cost stays small beside the server's);
 - the baseline is the same server answering "all pass" at `/baseline/filter`
-  (same parsing, same reply code, every candidate passes). Batches of pods go to
-  /filter and to the baseline alternately, so drift hits both alike; the figure
-  is the ratio of their throughputs (pods/s), median over the batches.
+  (same parsing, same reply code, every candidate passes). Short batches of pods
+  (40 by default: tens of milliseconds) go to /filter and to the baseline
+  alternately, so a burst of other work on a shared machine hits both alike; the
+  figure is the ratio of their throughputs (pods/s) in adjacent batches, median
+  over the pairs (150 by default), with the range of the middle half.
 
 With `--prioritize`, each pod also gets a `POST /prioritize` after its filter (what
 deploy/scheduler configured), against filter alone: the cost of the second call.
 With `--variants`, the server settings are compared: the HTTP parser (h11,
 httptools), access logs, the event loop (asyncio, uvloop).
 
-Run:  .venv/bin/python benchmarks/bench_extender_throughput.py [--pods 400] [--batches 10] [--variants] [--prioritize]
+Run:  .venv/bin/python benchmarks/bench_extender_throughput.py [--variants] [--prioritize] [--before DIR]
 """
 
 from __future__ import annotations
@@ -103,7 +105,10 @@ def serve(port: int, http: str, loop: str, access_log: bool) -> None:
                 access_log=access_log, log_level="info" if access_log else "warning", lifespan="off")
 
 
-def start_server(http: str, loop: str, access_log: bool) -> tuple[subprocess.Popen[bytes], int]:
+def start_server(http: str, loop: str, access_log: bool, code: str | None = None
+                 ) -> tuple[subprocess.Popen[bytes], int]:
+    """The extender in its own process; with `code`, the project's packages are taken from
+    that directory (e.g. an older checkout) instead of this one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -111,7 +116,10 @@ def start_server(http: str, loop: str, access_log: bool) -> tuple[subprocess.Pop
     if access_log:
         cmd.append("--access-log")
     # The access log goes where kube's container logs would: a pipe someone reads.
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = code
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -170,21 +178,31 @@ async def batch(conns: list[Connection], paths: list[str], bodies: list[bytes], 
     return pods / (time.perf_counter() - started)
 
 
-async def compare(port: int, arms: dict[str, list[str]], bodies: list[bytes], pods: int, batches: int,
-                  concurrency: int) -> dict[str, list[float]]:
-    conns = [await Connection.open(port) for _ in range(concurrency)]
+async def compare(port: int | dict[str, int], arms: dict[str, list[str]], bodies: list[bytes], pods: int,
+                  batches: int, concurrency: int) -> dict[str, list[float]]:
+    """Pods/s of each arm, batch after batch, alternating the order. `port` may map an arm
+    to the port of its own server (the same paths on two versions of the code)."""
+    ports = port if isinstance(port, dict) else dict.fromkeys(arms, port)
+    pools = {p: [await Connection.open(p) for _ in range(concurrency)] for p in set(ports.values())}
     try:
-        for paths in arms.values():  # warm up every path
-            await batch(conns, paths, bodies, max(40, pods // 5))
+        for name, paths in arms.items():  # warm up every path
+            await batch(pools[ports[name]], paths, bodies, max(40, pods // 5))
         rates: dict[str, list[float]] = {name: [] for name in arms}
         for i in range(batches):
             order = list(arms.items()) if i % 2 == 0 else list(arms.items())[::-1]
             for name, paths in order:
-                rates[name].append(await batch(conns, paths, bodies, pods))
+                rates[name].append(await batch(pools[ports[name]], paths, bodies, pods))
         return rates
     finally:
-        for c in conns:
-            c.close()
+        for conns in pools.values():
+            for c in conns:
+                c.close()
+
+
+def spread(values: list[float]) -> str:
+    """The middle half of `values` (first to third quartile)."""
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"{q1:.2f} - {q3:.2f}"
 
 
 def ratios(rates: dict[str, list[float]], arm: str, base: str) -> list[float]:
@@ -232,14 +250,17 @@ def run_setting(http: str, loop: str, access_log: bool, arms: dict[str, list[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pods", type=int, default=400, help="pods per batch (default: %(default)s)")
-    parser.add_argument("--batches", type=int, default=10, help="batches per arm (default: %(default)s)")
+    parser.add_argument("--pods", type=int, default=40, help="pods per batch (default: %(default)s)")
+    parser.add_argument("--batches", type=int, default=150, help="batches per arm (default: %(default)s)")
     parser.add_argument("--concurrency", type=int, default=4, help="connections, pods in flight (default: %(default)s)")
     parser.add_argument("--http", default="h11", choices=["h11", "httptools"])
     parser.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"])
     parser.add_argument("--access-log", action="store_true")
     parser.add_argument("--variants", action="store_true", help="also compare server settings")
     parser.add_argument("--prioritize", action="store_true", help="also measure filter + prioritize")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also run the extender from the project's code in DIR (e.g. "
+                        "`git archive REV | tar -x -C DIR`), interleaved with this one")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -264,14 +285,14 @@ def main() -> None:
             if importlib.util.find_spec("uvloop"):
                 settings.append(("httptools", "uvloop", False))
     arms = {"baseline": ["/baseline/filter"], "filter": ["/filter"]}
-    print("| server (http, loop, access log) | baseline pods/s | /filter pods/s | ratio, median | ratio, range |")
+    print("| server (http, loop, access log) | baseline pods/s | /filter pods/s | ratio, median | ratio, middle half |")
     print("| --- | ---: | ---: | ---: | --- |")
     for http, loop, access_log in settings:
         rates = run_setting(http, loop, access_log, arms, args, bodies)
         r = ratios(rates, "filter", "baseline")
         print(f"| {http}, {loop}, {'on' if access_log else 'off'} | {statistics.median(rates['baseline']):.0f} | "
               f"{statistics.median(rates['filter']):.0f} | **{statistics.median(r):.2f}** | "
-              f"{min(r):.2f} - {max(r):.2f} |", flush=True)
+              f"{spread(r)} |", flush=True)
     if args.prioritize:
         print()
         arms = {"filter": ["/filter"], "filter+prioritize": ["/filter", "/prioritize"]}
@@ -281,7 +302,27 @@ def main() -> None:
         print("| --- | ---: | ---: |")
         print(f"| filter | {statistics.median(rates['filter']):.0f} | 1.00 |")
         print(f"| filter + prioritize | {statistics.median(rates['filter+prioritize']):.0f} | "
-              f"**{statistics.median(r):.2f}** ({min(r):.2f} - {max(r):.2f}) |")
+              f"**{statistics.median(r):.2f}** ({spread(r)}) |")
+    if args.before:
+        print()
+        old, old_port = start_server(args.http, args.loop, args.access_log, args.before)
+        new, new_port = start_server(args.http, args.loop, args.access_log)
+        try:
+            arms = {"before: baseline": ["/baseline/filter"], "before: filter": ["/filter"],
+                    "after: baseline": ["/baseline/filter"], "after: filter": ["/filter"]}
+            port_of = {name: old_port if name.startswith("before") else new_port for name in arms}
+            rates = asyncio.run(compare(port_of, arms, bodies, args.pods, args.batches, args.concurrency))
+        finally:
+            for proc in (old, new):
+                proc.terminate()
+                proc.wait(10)
+        print("| code | baseline pods/s | /filter pods/s | ratio, median | ratio, middle half |")
+        print("| --- | ---: | ---: | ---: | --- |")
+        for code in ("before", "after"):
+            r = ratios(rates, f"{code}: filter", f"{code}: baseline")
+            print(f"| {code} | {statistics.median(rates[f'{code}: baseline']):.0f} | "
+                  f"{statistics.median(rates[f'{code}: filter']):.0f} | **{statistics.median(r):.2f}** | "
+                  f"{spread(r)} |")
     print()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
