@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
@@ -33,6 +34,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "podnetwork_"
 #: Units a histogram's name may end with.
@@ -183,9 +186,15 @@ class OperatorMetrics:
         `fn` counts, keeping it a coroutine function when it was one (kopf runs plain
         functions in a thread). Call after every handler is registered. Relies on the
         registries of kopf 1.x (`_watching`, `_indexing`); tests/api/controller's scrape
-        test fails if that changes.
+        test fails if that changes, and the operator then runs with its handlers
+        uncounted (a warning says so) rather than not at all.
         """
-        for part in (kopf_registry._watching, kopf_registry._indexing):
+        parts: list[Any] = [getattr(kopf_registry, name, None) for name in ("_watching", "_indexing")]
+        if not all(isinstance(getattr(part, "_handlers", None), list) for part in parts):
+            logger.warning("this kopf keeps its handlers elsewhere: %s handler runs and failures "
+                           "are not counted", self.component)
+            return
+        for part in parts:
             part._handlers[:] = [
                 dataclasses.replace(h, fn=self._counted(h.fn, _name(h.id), _resource(h.selector)))
                 for h in part._handlers]

@@ -85,3 +85,14 @@ def test_a_gauge_whose_reader_fails_is_left_out_and_the_scrape_still_answers() -
     samples = parse(metrics.exposition(reg)[0].decode())
     assert value(samples, "podnetwork_agent_fine_records") == 7
     assert ("podnetwork_agent_broken_records", frozenset()) not in samples
+
+
+def test_a_kopf_registry_of_another_shape_leaves_handlers_uncounted_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Elsewhere:
+        handlers: list[object] = []
+
+    measured = metrics.OperatorMetrics("controller")
+    measured.count_handlers(Elsewhere())
+    assert "handler runs and failures are not counted" in caplog.text
