@@ -50,6 +50,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
+	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
 	$(PY) benchmarks/bench_agent.py -n 40
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_addresswatch.py

@@ -45,6 +45,7 @@ from podnetwork.api import KepObject, Network
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
 from podnetwork.kube import client as kube
+from podnetwork.kube import handlers
 from podnetwork.kube.core import HasMetadata, Node, PartialObjectMetadata, Pod
 
 logger = logging.getLogger(__name__)
@@ -630,8 +631,10 @@ def object_url(ref: Ref) -> str:
     return kube.path_of(kube.PodNetwork, None, ref.name)
 
 
-def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
-    """Register the controller's handlers in `registry` (kept explicit for tests and embedding)."""
+def register(registry: kopf.OperatorRegistry, ctl: Controller, meter: handlers.Meter | None = None) -> None:
+    """Register the controller's handlers in `registry` (kept explicit for tests and embedding);
+    `meter` counts the watching handlers' runs and failures (`podnetwork controller --metrics-port`)."""
+    on = handlers.Handlers(meter)
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -668,7 +671,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             await ctl.api.close()
 
     # Indexes: fed before any event handler runs (kopf waits for every initial listing).
-    @kopf.index("pods", registry=registry)
+    @on.index("pods", registry=registry)
     def pod_refs(body: kopf.Body, name: str | None, namespace: str | None, **_: Any) -> None:
         pod = _read(Pod.model_validate, body, f"pod {namespace}/{name}")
         if pod is None:  # holds nothing, like a pod whose networks annotation cannot be parsed
@@ -680,35 +683,35 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         ctl.pending |= ctl.index.set_pod(pod, profile)
 
     if ctl.config.namespace_profiles:
-        @kopf.index("namespaces", registry=registry)
+        @on.index("namespaces", registry=registry)
         def namespaces(body: kopf.Body, name: str, **_: Any) -> None:
             ctl.namespaces[name] = namespace_entry(body)
 
-        @kopf.on.event("namespaces", registry=registry)
+        @on.event("namespaces", registry=registry)
         def namespace_event(type: str, name: str, **_: Any) -> None:
             if type == "DELETED":
                 ctl.namespaces.pop(name, None)
 
-    @kopf.index(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
+    @on.index(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
     def podnetworks(body: kopf.Body, **_: Any) -> None:
         obj = _read_kep(body, constants.PODNETWORK_KIND)
         if obj is not None:
             ctl.remember(inuse.ref_of(obj), obj)
 
-    @kopf.index(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
+    @on.index(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
     def attachments(body: kopf.Body, **_: Any) -> None:
         obj = _read_kep(body, constants.ATTACHMENT_KIND)
         if isinstance(obj, models.PodNetworkAttachment):
             ctl.remember(inuse.ref_of(obj), obj)
             ctl.pending |= ctl.index.set_attachment(obj)
 
-    @kopf.on.event("pods", registry=registry)
+    @on.event("pods", registry=registry)
     async def pod_event(type: str, name: str | None, namespace: str | None, **_: Any) -> None:
         if type == "DELETED":
             ctl.pending |= ctl.index.remove_pod(f"{namespace or ''}/{name or ''}")
         await ctl.flush_pending()
 
-    @kopf.on.event(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
+    @on.event(constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL, registry=registry)
     async def podnetwork_event(type: str, name: str | None, **_: Any) -> None:
         ref = inuse.podnetwork_ref(name or "")
         if type == "DELETED":
@@ -716,7 +719,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
             return
         await ctl.reconcile(ref)
 
-    @kopf.on.event(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
+    @on.event(constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL, registry=registry)
     async def attachment_event(type: str, name: str | None, namespace: str | None, **_: Any) -> None:
         ref = inuse.attachment_ref(namespace or "", name or "")
         if type == "DELETED":
@@ -728,7 +731,7 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller) -> None:
         for changed in sorted(refs):
             await ctl.reconcile(changed)
 
-    @kopf.on.event("nodes", registry=registry)
+    @on.event("nodes", registry=registry)
     async def node_event(type: str, body: kopf.Body, name: str | None, **_: Any) -> None:
         name = name or ""
         if type == "DELETED":

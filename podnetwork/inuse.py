@@ -138,6 +138,11 @@ class Index:
     def __len__(self) -> int:
         return len(self._pods) + len(self._attachments)
 
+    def sizes(self) -> dict[str, int]:
+        """Entries held: consumers (`pods`, `attachments`) and the networks and attachments
+        they use (`used`); what the controller's metrics show."""
+        return {"pods": len(self._pods), "attachments": len(self._attachments), "used": len(self._by_ref)}
+
     def _slot(self, ref: Ref) -> _Consumers:
         slot = self._by_ref.get(ref)
         if slot is None:

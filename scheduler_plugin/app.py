@@ -1,7 +1,8 @@
 """The extender's HTTP face: a thin FastAPI shell around `decision.filter_nodes`.
 
 Routes: `POST /filter` and `POST /prioritize` (the extender v1 verbs; configure
-`filterVerb: filter`, `prioritizeVerb: prioritize`), `GET /healthz` (the process
+`filterVerb: filter`; `prioritizeVerb: prioritize` only adds neutral scores, see
+docs/benchmarks.md), `GET /healthz` (the process
 serves), `GET /readyz` (the cache is synced), `GET /metrics` (Prometheus text).
 No route talks to the API server: every answer comes from the cache snapshot.
 """
@@ -16,10 +17,11 @@ from typing import Any
 import pydantic
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from podnetwork.kube import metrics as kube_metrics
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import Settings
@@ -54,7 +56,7 @@ class _CacheCollector(Collector):
 class _Metrics:
     def __init__(self, cache: cache_mod.Cache) -> None:
         # One registry per app: several apps (tests, the demo) may live in one process.
-        self.registry = CollectorRegistry()
+        self.registry = kube_metrics.registry()
         self.requests = Counter(
             "podnetwork_extender_requests", "Extender HTTP requests, by verb and status code.",
             ["verb", "code"], registry=self.registry,
@@ -180,11 +182,13 @@ def create_app(cache: cache_mod.Cache, settings: Settings) -> FastAPI:
     @app.post("/prioritize")
     async def prioritize(request: Request) -> Response:
         # Network availability is a yes/no question: every passing node scores the same.
+        # deploy/scheduler no longer configures this verb (a second call per pod that
+        # changes no ranking, docs/benchmarks.md); it stays for configurations that do.
         started = time.perf_counter()
         _, names = await _parse(request, settings)
-        scores = [wire.HostPriority(host=n, score=0) for n in names]
+        content = wire.neutral_scores(names)
         metrics.observe("prioritize", 200, started)
-        return Response(wire.HostPriorityList.dump_json(scores, by_alias=True), media_type=_JSON)
+        return Response(content, media_type=_JSON)
 
     if settings.baseline_endpoint:
 

@@ -98,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
             sockets = shell.listen(args.host, args.port, "pick another --host or --port")
             # uvicorn refuses a request once the open connections, its own included, reach
             # limit_concurrency: N served connections need N + 1.
-            shell.serve(application, sockets, log_level="info", limit_concurrency=args.max_connections + 1)
+            # No access log: kube-scheduler calls once per pod, and a line per call costs
+            # throughput and floods the log (docs/benchmarks.md); GET /metrics counts them.
+            shell.serve(application, sockets, log_level="info", access_log=False,
+                        limit_concurrency=args.max_connections + 1)
             watcher = feeder.Feeder(state, api, watch_timeout=args.watch_timeout,
                                     read_timeout=args.watch_timeout + 30)
             watcher.start()

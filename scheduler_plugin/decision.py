@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any, TypeVar
 
+import orjson
+import pydantic_core
+
 from podnetwork import constants, networks, validation
 from podnetwork.api import Network
 from podnetwork.fielderrors import FieldError
@@ -250,8 +253,26 @@ def _judge_nodes(snapshot: Snapshot, needed: tuple[str, ...]) -> _ClusterVerdict
     codes: dict[str, int] = {}
     for node, offer in snapshot.nodes.items():
         codes[node] = code_of.setdefault(verdicts[offer], len(code_of))
+    codes = _parser_keyed(codes)
     passing = frozenset(node for node, code in codes.items() if not code)
     return _ClusterVerdicts(passing, codes, tuple(code_of))
+
+
+def _parser_keyed(codes: dict[str, int]) -> dict[str, int]:
+    """`codes` keyed by the JSON parser's own objects for its names.
+
+    pydantic's JSON parser keeps one process-wide cache of short strings
+    (`cache_strings`, which `wire.ExtenderArgs` uses), so passing the names through it
+    once gives the very objects every later request's node names will be: a request's
+    first lookups then match on identity, without waiting for `adopt`. Names the
+    parser does not cache (long ones, or a slot shared with another string) keep
+    working, by comparing characters.
+    """
+    try:
+        shared = pydantic_core.from_json(orjson.dumps(list(codes)), cache_strings=True)
+    except (orjson.JSONEncodeError, ValueError):  # a name no JSON can carry: keep ours
+        return codes
+    return dict(zip(shared, codes.values(), strict=True))
 
 
 @functools.lru_cache(maxsize=_BYTE_CODES)
@@ -280,7 +301,10 @@ def _split(known: _ClusterVerdicts, names: Sequence[str]) -> FilterResult:
     for code in range(1, len(known.reasons)):
         if code in verdicts:
             failing = compress(names, verdicts.translate(_selector(code)))
-            failed.update(dict.fromkeys(failing, known.reasons[code]))
+            if failed:
+                failed.update(dict.fromkeys(failing, known.reasons[code]))
+            else:  # the first (often the only) reason: no second copy of the dict
+                failed = dict.fromkeys(failing, known.reasons[code])
     return FilterResult(passed=passed, failed=failed)
 
 

@@ -202,6 +202,19 @@ class HostPriority(BaseModel):
 HostPriorityList = pydantic.TypeAdapter(list[HostPriority])
 
 
+def neutral_scores(names: list[str]) -> bytes:
+    """The `HostPriorityList` giving every node in `names` score 0, as JSON.
+
+    orjson over plain dicts writes what `HostPriorityList` would, without a model per
+    node (with 500 names: ~1.3 ms through the models, a few tens of µs here).
+    """
+    try:
+        return orjson.dumps([{"Host": name, "Score": 0} for name in names])
+    except orjson.JSONEncodeError:  # a lone surrogate: written as a \\udXXX escape, as /filter does
+        return json.dumps([{"Host": name, "Score": 0} for name in names], ensure_ascii=True,
+                          separators=(",", ":")).encode()
+
+
 #: Added to the JSON parser's complaint about a `\\uD800`-`\\uDFFF` escape that is not part of a pair.
 _SURROGATE_HINT = (
     " (\\uD800-\\uDFFF escapes are halves of UTF-16 surrogate pairs: a high one, \\uD800-\\uDBFF,"

@@ -24,6 +24,7 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
+from podnetwork.kube.operatorshell import tcp_port
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         "the networks added to or removed from a running pod (hot-plug, docs/hotplug.md); "
         "default: $NODE_NAME; without it, or with --objects, hot-plug is off",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=tcp_port,
+        metavar="PORT",
+        help="serve Prometheus metrics over plain HTTP at GET /metrics on this TCP port "
+        "(docs/metrics.md; default: not served: the agent shares the node's network namespace)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of --metrics-port (default: %(default)s)",
+    )
     credentials.add_arguments(p)
     p.add_argument(
         "--objects",
@@ -202,11 +215,12 @@ def _load_objects(path: Path) -> Any:
 Beside = Callable[[], Coroutine[Any, Any, None]]
 
 
-async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, beside: Beside | None = None) -> None:
+async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, beside: Beside | None = None,
+                metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> None:
     """Serve until `stop`; `beside()` runs while the socket is open (hot-plug's pod watch)."""
     from bridge.agent.running import Running  # aiohttp: only when serving
 
-    async with Running(agent):
+    async with Running(agent, metrics_port=metrics_port, metrics_host=metrics_host):
         task = asyncio.create_task(beside(), name="cni-agent-beside") if beside is not None else None
         try:
             await stop.wait()
@@ -290,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
         try:
-            await serve(agent, stop, beside=beside)
+            await serve(agent, stop, beside=beside, metrics_port=args.metrics_port,
+                        metrics_host=args.metrics_host)
         finally:
             if isinstance(objects, KubernetesObjects):
                 await objects.close()

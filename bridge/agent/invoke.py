@@ -14,7 +14,8 @@ import json
 import os
 import re
 import signal
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from pathlib import Path
@@ -310,6 +311,27 @@ class SubprocessExec:
             await _kill(proc)
             raise
         return proc.returncode or 0, stdout, stderr
+
+
+class Measured:
+    """An `Exec` that tells `observe` how long each plugin execution took: the plugin's
+    type (its file name), the CNI command, whether it exited 0, and the seconds."""
+
+    def __init__(self, inner: Exec, observe: Callable[[str, str, bool, float], None]) -> None:
+        self.inner = inner
+        self.observe = observe
+
+    async def run(
+        self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
+    ) -> tuple[int, bytes, bytes]:
+        started = time.perf_counter()
+        ok = False
+        try:
+            result = await self.inner.run(plugin, env, stdin, timeout)
+            ok = result[0] == 0
+            return result
+        finally:
+            self.observe(plugin.name, env.get("CNI_COMMAND", ""), ok, time.perf_counter() - started)
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:

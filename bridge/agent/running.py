@@ -10,28 +10,45 @@ whose agent is gone while the node still looks ready.
 
 from __future__ import annotations
 
+from bridge.agent import invoke
 from bridge.agent.agent import Agent
+from bridge.agent.metrics import AgentMetrics, MetricsServer
 from bridge.agent.server import Server
 
 
 class Running:
-    """An agent and its socket, started and stopped together."""
+    """An agent and its socket, started and stopped together; with `metrics_port`, its
+    metrics served on `metrics_host`:`metrics_port` (`bridge.agent.metrics`)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, *, metrics_port: int | None = None,
+                 metrics_host: str = "127.0.0.1") -> None:
         self.agent = agent
-        self.server = Server(agent, agent.config.socket_path, agent.config.max_request_bytes)
+        self.metrics: AgentMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        if metrics_port is not None:
+            self.metrics = AgentMetrics(lambda: sum(1 for _ in agent.cache.container_ids()))
+            # Every plugin the agent runs goes through its executor (ADD, DEL, CHECK, GC).
+            agent.executor = invoke.Measured(agent.executor, self.metrics.observe_exec)
+            self.metrics_server = MetricsServer(self.metrics, metrics_host, metrics_port)
+        self.server = Server(agent, agent.config.socket_path, agent.config.max_request_bytes, self.metrics)
 
     async def start(self) -> None:
         await self.agent.start()
         try:
+            if self.metrics_server is not None:
+                await self.metrics_server.start()
             await self.server.start()
         except BaseException:
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
             await self.agent.stop()
             raise
         self.agent.announce()
 
     async def stop(self) -> None:
         await self.server.stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.agent.stop()
 
     async def __aenter__(self) -> Running:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,10 @@ class Handler(Protocol):
 class Server:
     """The unix-socket HTTP API in front of a `Handler`."""
 
-    def __init__(self, handler: Handler, socket_path: Path, max_request_bytes: int) -> None:
+    def __init__(self, handler: Handler, socket_path: Path, max_request_bytes: int,
+                 metrics: AgentMetrics | None = None) -> None:
         self.handler = handler
+        self.metrics = metrics
         self.socket_path = socket_path
         self._limit = max_request_bytes
         self._runner: web.AppRunner | None = None
@@ -123,6 +126,20 @@ class Server:
         )
 
     async def _cni(self, request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return await self._answer(request, {})
+        started = self.metrics.started()
+        code: int = ErrorCode.IO_FAILURE  # what the shim reports when no answer comes
+        env: dict[str, str] = {}
+        try:
+            response = await self._answer(request, env)
+            code = _code_of(response)
+            return response
+        finally:
+            self.metrics.finished(env.get("CNI_COMMAND"), code, started)
+
+    async def _answer(self, request: web.Request, seen: dict[str, str]) -> web.Response:
+        """The answer to one CNI request; `seen` gets its CNI environment once parsed."""
         too_large = CNIError(
             ErrorCode.REQUEST_TOO_LARGE,
             "request too large",
@@ -138,6 +155,7 @@ class Server:
             env, raw = parse_body(body)
         except CNIError as exc:
             return _error(exc, 400)
+        seen.update(env)
         if len(raw) > self._limit:
             return _error(too_large, 413)
         version = _requested_version(raw)
@@ -153,6 +171,17 @@ class Server:
         if result is None:
             return web.Response(status=200)
         return web.json_response(result)
+
+
+def _code_of(response: web.Response) -> int:
+    """The CNI result code of an answer: 0 for success, else the error's `code`."""
+    if response.status == 200:
+        return 0
+    try:
+        code = json.loads(response.body)["code"]  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
+        return int(ErrorCode.IO_FAILURE)
+    return code if isinstance(code, int) else int(ErrorCode.IO_FAILURE)
 
 
 def _listening(path: os.PathLike[str]) -> bool:

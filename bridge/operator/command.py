@@ -73,6 +73,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
+    operatorshell.add_metrics_arguments(p)
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
@@ -87,7 +88,27 @@ def _problem(args: argparse.Namespace) -> str | None:
     return problem
 
 
-async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
+def metrics(bridge: Any) -> Any:
+    """The bridge's metrics (docs/metrics.md): the shared operator ones, the writes of its API
+    client, and what it holds in memory. Returns a `podnetwork.kube.metrics.OperatorMetrics`."""
+    from podnetwork.kube import metrics as kube_metrics
+
+    measured = kube_metrics.OperatorMetrics("bridge")
+    if bridge.api is not None:
+        bridge.api.on_write = measured.on_write
+    measured.gauge("cached_objects", "Objects the bridge's translations read, held in memory, by kind.",
+                   lambda: {("PodNetwork",): len(bridge.podnetworks),
+                            ("PodNetworkAttachment",): len(bridge.attachments),
+                            ("NetworkAttachmentDefinition",): len(bridge.nads),
+                            ("NetworkSelectionOptions",): len(bridge.options)}, ["kind"])
+    measured.gauge("waiting_pods", "Pods whose selection waits for their networks to exist or "
+                   "turn Ready.", lambda: len(bridge.waiting))
+    measured.gauge("nad_users_entries", "NetworkAttachmentDefinitions named by a parametersRefs "
+                   "(the bridge's reverse index).", lambda: len(bridge.nad_users))
+    return measured
+
+
+async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured: Any = None) -> int:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
     webhook cannot be served (port in use, unusable certificate), before anything started."""
     from bridge.operator import admission
@@ -95,11 +116,17 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
     flags = webhook_flags(args)
     try:
         with operatorshell.Shell(COMMAND) as shell:
+            webhook = admission.app(bridge.objects)
+            if measured is not None:
+                from podnetwork.kube import metrics as kube_metrics
+
+                shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
+                webhook = measured.webhook(webhook)
             if flags.serve:
                 endpoint = shell.webhook(flags)
                 if flags.manage:
                     bridge.config.webhook_client_config = endpoint.client_config()
-                shell.serve(admission.app(bridge.objects), endpoint.sockets, endpoint.certificate,
+                shell.serve(webhook, endpoint.sockets, endpoint.certificate,
                             max_body_bytes=flags.max_body_bytes)
             shell.operator(
                 registry=registry,
@@ -139,9 +166,10 @@ def _run(args: argparse.Namespace) -> int:
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
     ), api=kube.AsyncApi(creds))
-    controller.register(registry, bridge)
+    measured = metrics(bridge)
+    controller.register(registry, bridge, measured)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
-    return asyncio.run(_serve(args, registry, bridge))
+    return asyncio.run(_serve(args, registry, bridge, measured))
 
 
 command = Command(

@@ -45,6 +45,7 @@ from podnetwork import conditions, constants
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.kube import client as kube
 from podnetwork.kube import core as kube_core
+from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)
 
@@ -434,8 +435,10 @@ def _pod(key: Key) -> Ref:
     return ("Pod", *key)
 
 
-def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
-    """Register the bridge's handlers in `registry`. Handler ids start with `bridge_`."""
+def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Meter | None = None) -> None:
+    """Register the bridge's handlers in `registry`. Handler ids start with `bridge_`;
+    `meter` counts the watching handlers' runs and failures (`podnetwork bridge --metrics-port`)."""
+    on = handlers.Handlers(meter)
 
     @kopf.on.startup(registry=registry, id="bridge_startup")
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -460,23 +463,23 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
     pna = (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL)
 
     # Indexes first: kopf runs no event handler before every index has its initial listing.
-    @kopf.index(*pn, registry=registry, id="bridge_podnetworks")
+    @on.index(*pn, registry=registry, id="bridge_podnetworks")
     def bridge_podnetworks(body: kopf.Body, **_: Any) -> None:
         bridge.remember_podnetwork(body)
 
-    @kopf.index(*pna, registry=registry, id="bridge_attachments")
+    @on.index(*pna, registry=registry, id="bridge_attachments")
     def bridge_attachments(body: kopf.Body, **_: Any) -> None:
         bridge.remember_attachment(body)
 
-    @kopf.index(*nad, registry=registry, id="bridge_nads")
+    @on.index(*nad, registry=registry, id="bridge_nads")
     def bridge_nads(body: kopf.Body, **_: Any) -> None:
         bridge.remember_nad(body)
 
-    @kopf.index(*opts, registry=registry, id="bridge_options")
+    @on.index(*opts, registry=registry, id="bridge_options")
     def bridge_options(body: kopf.Body, **_: Any) -> None:
         bridge.remember_options(body)
 
-    @kopf.on.event(*pn, registry=registry, id="bridge_podnetwork_event")
+    @on.event(*pn, registry=registry, id="bridge_podnetwork_event")
     async def bridge_podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
         ref: Ref = (constants.PODNETWORK_KIND, "", _key(body)[1])
         if type == "DELETED":
@@ -485,7 +488,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
             return
         await bridge.podnetwork_changed(ref)
 
-    @kopf.on.event(*pna, registry=registry, id="bridge_attachment_event")
+    @on.event(*pna, registry=registry, id="bridge_attachment_event")
     async def bridge_attachment_event(type: str, body: kopf.Body, **_: Any) -> None:
         ref: Ref = (constants.ATTACHMENT_KIND, *_key(body))
         if type == "DELETED":
@@ -494,7 +497,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
             return
         await bridge.attachment_changed(ref)
 
-    @kopf.on.event(*nad, registry=registry, id="bridge_nad_event")
+    @on.event(*nad, registry=registry, id="bridge_nad_event")
     async def bridge_nad_event(type: str, body: kopf.Body, **_: Any) -> None:
         key = _key(body)
         if type == "DELETED":
@@ -503,7 +506,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
             return
         await bridge.nad_changed(key)
 
-    @kopf.on.event(*opts, registry=registry, id="bridge_options_event")
+    @on.event(*opts, registry=registry, id="bridge_options_event")
     async def bridge_options_event(type: str, body: kopf.Body, **_: Any) -> None:
         key = _key(body)
         if type == "DELETED":
@@ -512,7 +515,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
             return
         await bridge.options_changed(key)
 
-    @kopf.on.event(
+    @on.event(
         "pods",
         registry=registry,
         id="bridge_pod_event",

@@ -20,6 +20,7 @@ from podnetwork.kube import credentials, operatorshell
 
 if TYPE_CHECKING:
     from podnetwork.kube import client as kube
+    from podnetwork.kube import metrics as kube_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-gates", default="", metavar="GATES",
                         help="e.g. MultiNetwork=false to make the controller and admission a no-op")
     operatorshell.add_webhook_arguments(parser, default_port=9443)
+    operatorshell.add_metrics_arguments(parser)
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
     parser.add_argument("--enforce-use-permission", action="store_true",
                         help="refuse a new pod naming a PodNetwork (or an attachment of one) other than "
@@ -293,6 +295,23 @@ def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
     return operatorshell.WebhookFlags.from_args(args, serve=not args.no_webhook)
 
 
+def metrics(ctl: Any) -> kube_metrics.OperatorMetrics:
+    """The controller's metrics (docs/metrics.md): the shared operator ones, the writes of
+    its API client, and the sizes of its in-use index and caches."""
+    from podnetwork.kube import metrics as kube_metrics
+
+    measured = kube_metrics.OperatorMetrics("controller")
+    if ctl.api is not None:
+        ctl.api.on_write = measured.on_write
+    measured.gauge("inuse_index_entries", "Entries of the in-use index: consumer pods and "
+                   "attachments, and the PodNetworks and attachments they use (KEP \"InUse\").",
+                   lambda: {(part,): n for part, n in ctl.index.sizes().items()}, ["part"])
+    measured.gauge("cached_objects", "PodNetworks and attachments, nodes and namespaces held in memory.",
+                   lambda: {("podnetwork_or_attachment",): len(ctl.objects), ("node",): len(ctl.nodes),
+                            ("namespace",): len(ctl.namespaces)}, ["kind"])
+    return measured
+
+
 async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) -> int:
     """Run what `args` asks for until `stop` is set (or SIGINT/SIGTERM). 2 when the webhooks
     cannot be served (port in use, unusable certificate), before anything started."""
@@ -300,6 +319,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
 
     from podnetwork import admission, controller
     from podnetwork.kube import client as kube
+    from podnetwork.kube import metrics as kube_metrics
     from podnetwork.kube import peering
 
     demoted = asyncio.Event()
@@ -316,20 +336,23 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
         resync_interval=args.resync_interval,
     )
     ctl = controller.Controller(config=config, api=api)
+    measured = metrics(ctl)
     flags = webhook_flags(args)
     try:
         with operatorshell.Shell(COMMAND, stop) as shell:
+            shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
             if flags.serve:
                 endpoint = shell.webhook(flags)
-                app = admission.app(ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
-                                    may_use=ctl.may_use if args.enforce_use_permission else None,
-                                    attachment_network=ctl.attachment_network)
+                app = measured.webhook(admission.app(
+                    ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
+                    may_use=ctl.may_use if args.enforce_use_permission else None,
+                    attachment_network=ctl.attachment_network))
                 shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes)
                 if flags.manage:
                     ctl.webhook_client_config = endpoint.client_config()
             if api is not None and creds is not None:
                 registry = kopf.OperatorRegistry()
-                controller.register(registry, ctl)
+                controller.register(registry, ctl, measured)
                 if args.peering is not None and flags.serve and config.namespace_profiles:
                     # Every namespace, not only profiled ones: admission reads an unseen one once.
                     register_mirror(registry, ctl.namespaces, api, keep=any_object)

@@ -477,6 +477,10 @@ class AsyncApi:
         self.backoffs = tuple(backoffs)
         self.page_size = page_size
         self._client: lightkube.AsyncClient | None = None
+        self.on_write: Callable[[str, str, str], None] | None = None
+        """Told of every create and patch, once it ended (retries included): the kind, the verb
+        (`create`, `patch`, `patch_status`) and the outcome (`written`, `conflict`, `not_found`,
+        `failed`). The operators count their writes with it (`podnetwork.kube.metrics`)."""
 
     @property
     def client(self) -> lightkube.AsyncClient:
@@ -527,15 +531,33 @@ class AsyncApi:
                     patch_type: str = "merge", status: bool = False) -> dict[str, Any]:
         target = resource.Status if status else resource
         what = _what("patch", resource, namespace, name) + ("/status" if status else "")
-        obj = await self.call(what, lambda c: c.patch(target, name, patch, namespace=namespace,
-                                                      patch_type=PATCH_TYPES[patch_type]))
+        verb = "patch_status" if status else "patch"
+        obj = await self._written(resource, verb, self.call(what, lambda c: c.patch(
+            target, name, patch, namespace=namespace, patch_type=PATCH_TYPES[patch_type])))
         return _plain(obj)
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         meta = body.get("metadata") or {}
         obj = _any(resource)(dict(body))
         what = _what("create", resource, meta.get("namespace"), meta.get("name"))
-        return _plain(await self.call(what, lambda c: c.create(obj)))
+        return _plain(await self._written(resource, "create", self.call(what, lambda c: c.create(obj))))
+
+    async def _written(self, resource: Resource, verb: str, request: Awaitable[T]) -> T:
+        if self.on_write is None:
+            return await request
+        outcome = "failed"
+        try:
+            result = await request
+            outcome = "written"
+            return result
+        except NotFound:
+            outcome = "not_found"
+            raise
+        except Conflict:
+            outcome = "conflict"
+            raise
+        finally:
+            self.on_write(kind_of(resource), verb, outcome)
 
     async def write(self, what: str, request: Callable[[], Awaitable[dict[str, Any]]], *,
                     then: str = "") -> Written:

@@ -103,6 +103,17 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int)
                         "them statically)")
 
 
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """--metrics-host/--metrics-port: where Prometheus scrapes the command (plain HTTP, GET
+    /metrics; docs/metrics.md). Off unless --metrics-port is given."""
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address to serve the Prometheus metrics on (default 127.0.0.1; "
+                        "0.0.0.0 for a scrape from another pod)")
+    parser.add_argument("--metrics-port", type=tcp_port, default=None, metavar="PORT",
+                        help="serve the Prometheus metrics over plain HTTP at GET /metrics on this "
+                        "port (default: not served)")
+
+
 @dataclass(frozen=True)
 class WebhookFlags:
     """The --webhook-* flags of one command, and whether it serves webhooks at all."""
@@ -255,6 +266,14 @@ class Shell:
         scheme = "https" if certificate is not None else "http"
         where = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         self._servers.append((webhooks.server(app, certificate, **config), sockets, where))
+
+    def metrics(self, app: Any, host: str, port: int | None) -> None:
+        """Serve the metrics `app` (`podnetwork.kube.metrics.asgi_app`) over plain HTTP on
+        `host`:`port` while the shell runs; nothing when `port` is None (the flag not given)."""
+        if port is None:
+            return
+        sockets = self.listen(host, port, "pick another --metrics-host or --metrics-port")
+        self.serve(app, sockets, access_log=False)
 
     def operator(self, **options: Any) -> None:
         """Run a kopf operator while the shell runs; `options` go to `kopf.spawn_tasks`

@@ -66,3 +66,46 @@ def test_an_unreadable_objects_file_is_an_error_that_says_which_object(tmp_path:
     assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
     assert "not YAML/JSON" in capsys.readouterr().err
 
+
+
+async def test_metrics_port_serves_the_agents_metrics_on_loopback_until_the_agent_stops(tmp_path: Path) -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.api.controller_support import free_port
+    from tests.api.metrics_support import scrape, value
+
+    parser = cli.build_parser({"cni-agent": command.command})
+    args = parser.parse_args(["cni-agent", "--metrics-port", "9102"])
+    assert (args.metrics_port, args.metrics_host) == (9102, "127.0.0.1")
+    assert parser.parse_args(["cni-agent"]).metrics_port is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["cni-agent", "--metrics-port", "0"])
+
+    config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "c1.jsonl").write_text("")
+    port = free_port()
+    stop = asyncio.Event()
+    serving = asyncio.create_task(command.serve(agent.Agent(objects.MemoryObjects(), config), stop, metrics_port=port))
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        for _ in range(200):
+            if (tmp_path / "a.sock").is_socket():
+                break
+            await asyncio.sleep(0.02)
+        samples = await scrape(url)
+        assert value(samples, "podnetwork_agent_cache_records") == 1
+        # A second agent wanting the same metrics port is refused with the flags to change.
+        taken = Running(agent.Agent(objects.MemoryObjects(), agent.AgentConfig(
+            socket_path=tmp_path / "b.sock", cache_dir=tmp_path / "cache-b")), metrics_port=port)
+        with pytest.raises(OSError, match="--metrics-port"):
+            await taken.start()
+        assert not (tmp_path / "b.sock").exists()
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(url)
