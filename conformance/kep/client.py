@@ -8,6 +8,7 @@ here knows how the components under test are built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -76,10 +77,8 @@ class Client:
 
     async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
         """Delete; an object already gone is fine."""
-        try:
+        with contextlib.suppress(kube.NotFound):
             await self.api.delete(resource, name, namespace)
-        except kube.NotFound:
-            pass
 
     async def get_path(self, path: str) -> Any:
         return await self.api.get_path(path)
@@ -118,7 +117,8 @@ class Client:
                 raise TimedOut(f"{what}: not met in {seconds:g}s (last seen: {last})")
             await asyncio.sleep(self.timeouts.poll)
 
-    async def never(self, what: str, check: Callable[[], Awaitable[str | None]], *, for_seconds: float) -> None:
+    async def never(self, what: str, check: Callable[[], Awaitable[str | None]], *,
+                    for_seconds: float) -> None:
         """Poll `check` for `for_seconds`; it returns None while all is well, or what went wrong, which
         fails at once. For "stays Pending", "is not deleted"."""
         loop = asyncio.get_running_loop()

@@ -78,14 +78,17 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--implementation-url", metavar="URL")
     parser.add_argument("--implementation-contact", metavar="WHO", action="append", default=[],
                         help="a contact (GitHub handle, e-mail); may repeat")
-    parser.add_argument("--mode", default="default", help="a name for how the cluster was set up, in the report")
+    parser.add_argument("--mode", default="default",
+                        help="a name for how the cluster was set up, in the report")
     parser.add_argument("--npwg-provider", metavar="URL", default=constants.BRIDGE_PROVIDER,
-                        help=f"spec.provider of the NPWGBridge tests' PodNetworks (default {constants.BRIDGE_PROVIDER})")
+                        help="spec.provider of the NPWGBridge tests' PodNetworks "
+                             f"(default {constants.BRIDGE_PROVIDER})")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
     parser.add_argument("--settle-timeout", type=float, metavar="S", default=timeouts.settle,
-                        help=f"seconds a controller has to act, e.g. set a condition (default {timeouts.settle:g})")
+                        help="seconds a controller has to act, e.g. set a condition "
+                             f"(default {timeouts.settle:g})")
     parser.add_argument("--schedule-timeout", type=float, metavar="S", default=timeouts.schedule,
                         help=f"seconds for a pod to be bound or held back (default {timeouts.schedule:g})")
 
@@ -176,14 +179,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         _list(out)
         return 0
-    if args.report and not (args.implementation_name and args.implementation_version and args.implementation_url):
-        sys.stderr.write("podnetwork conformance: --report needs --implementation-name, --implementation-version "
-                         "and --implementation-url (who the report is about)\n")
+    named = args.implementation_name and args.implementation_version and args.implementation_url
+    if args.report and not named:
+        sys.stderr.write("podnetwork conformance: --report needs --implementation-name, "
+                         "--implementation-version and --implementation-url (who the report is about)\n")
         return 2
     try:
         selection(args)
         creds = credentials.resolve(args.kubeconfig, args.context)
-        document, results = asyncio.run(execute(args, creds, out))
+        document, _ = asyncio.run(execute(args, creds, out))
     except (BadArguments, credentials.CredentialsError) as exc:
         sys.stderr.write(f"podnetwork conformance: {exc}\n")
         return 2

@@ -49,7 +49,8 @@ FEATURES: tuple[Feature, ...] = (
             "the PodNetwork `default` exists, is Ready, and cannot be deleted",
             (CRDS, CONTROLLER)),
     Feature("InUseProtection", Level.CORE,
-            "a PodNetwork or attachment named by a pod keeps a finalizer and is not deleted until the pod is gone",
+            "a PodNetwork or attachment named by a pod keeps a finalizer and is not deleted until the pod "
+            "is gone",
             (CRDS, CONTROLLER)),
     Feature("PodNetworkAttachment", Level.CORE,
             "an attachment is Ready only while its PodNetwork is; PodNetworkNotReady otherwise",
@@ -61,7 +62,8 @@ FEATURES: tuple[Feature, ...] = (
             "a pod that names no network is given the `default` PodNetwork; a hostNetwork pod none",
             (ADMISSION,)),
     Feature("ActiveValidation", Level.EXTENDED,
-            "a pod naming a missing or not Ready network stays Pending with a reason, and is scheduled once it is Ready",
+            "a pod naming a missing or not Ready network stays Pending with a reason, and is scheduled once "
+            "it is Ready",
             (SCHEDULER, EXTENDER, CONTROLLER)),
     Feature("NamespaceDefaultNetworks", Level.EXTENDED,
             "a namespace's default networks are given to its pods that name none (Phase IV req. 23)",
@@ -70,7 +72,8 @@ FEATURES: tuple[Feature, ...] = (
             "a running pod reports one IP per family per network it is attached to (KEP \"Status\")",
             (SCHEDULER, KUBELET, CNI_AGENT)),
     Feature("NPWGBridge", Level.EXTENDED,
-            "PodNetworks whose parameters are NetworkAttachmentDefinitions: ParamsReady, and the NPWG selection on pods",
+            "PodNetworks whose parameters are NetworkAttachmentDefinitions: ParamsReady, and the NPWG "
+            "selection on pods",
             (CRDS, CONTROLLER, NPWG_BRIDGE)),
 )
 

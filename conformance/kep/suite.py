@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import yaml
 
 from conformance.kep import client as kc
+from podnetwork.kube import client as kube
 
 
 class Skip(Exception):
@@ -99,10 +100,10 @@ class Context:
     async def create(self, resource: kc.Resource, body: dict[str, Any]) -> dict[str, Any]:
         """Create and remember for cleanup."""
         meta = body.setdefault("metadata", {})
-        if kc.kube.namespaced(resource):
+        if kube.namespaced(resource):
             meta.setdefault("namespace", self.namespace)
         created = await self.client.create(resource, body)
-        self._made.append((resource, str(meta["name"]), meta.get("namespace") if kc.kube.namespaced(resource)
+        self._made.append((resource, str(meta["name"]), meta.get("namespace") if kube.namespaced(resource)
                            else None))
         return created
 
@@ -110,7 +111,7 @@ class Context:
         """Create every object of a manifest, in order."""
         made = []
         for doc in self.manifest(manifest, **values):
-            resource = kc.kube.BY_KIND.get(str(doc.get("kind")))
+            resource = kube.BY_KIND.get(str(doc.get("kind")))
             if resource is None:
                 raise ValueError(f"manifest {manifest}: kind {doc.get('kind')!r} is not one the suite knows")
             made.append(await self.create(resource, doc))
@@ -128,16 +129,16 @@ class Context:
         """Delete what the test made (pods first, so finalizers can go), then the namespace, and wait
         until each object is gone. Returns what is left, or ""."""
         order = {"Pod": 0, "PodNetworkAttachment": 1}
-        made = sorted(reversed(self._made), key=lambda m: order.get(kc.kube.kind_of(m[0]), 2))
+        made = sorted(reversed(self._made), key=lambda m: order.get(kube.kind_of(m[0]), 2))
         left: list[str] = []
         for resource, name, namespace in made:
             try:
                 await self.client.delete(resource, name, namespace)
                 await self.client.eventually(
-                    f"{kc.kube.kind_of(resource)} {name} deleted",
+                    f"{kube.kind_of(resource)} {name} deleted",
                     lambda r=resource, n=name, ns=namespace: self._gone(r, n, ns))  # type: ignore[misc]
             except (kc.ApiError, kc.TimedOut) as exc:
-                left.append(f"{kc.kube.kind_of(resource)} {name}: {exc}")
+                left.append(f"{kube.kind_of(resource)} {name}: {exc}")
         try:
             await self.client.delete(kc.Namespace, self.namespace)
         except kc.ApiError as exc:
@@ -192,4 +193,5 @@ async def run_one(test: ConformanceTest, client: kc.Client, probes: dict[str, st
     except Exception as exc:
         outcome, message = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
     cleanup = await ctx.cleanup()
-    return TestResult(test.name, test.features, outcome, message, round(time.monotonic() - started, 2), cleanup)
+    seconds = round(time.monotonic() - started, 2)
+    return TestResult(test.name, test.features, outcome, message, seconds, cleanup)

@@ -26,8 +26,8 @@ async def admission_probe(ctx: Context) -> str | None:
     await c.pod(ctx, "probe-none", None)
     if await c.pod_networks(ctx, "probe-none") is not None:
         return None
-    return ("no pod admission for networks: a pod naming the PodNetwork default twice was accepted, and a pod "
-            "naming no network was given none (install the implementation's admission webhook)")
+    return ("no pod admission for networks: a pod naming the PodNetwork default twice was accepted, and a "
+            "pod naming no network was given none (install the implementation's admission webhook)")
 
 
 INVALID: tuple[tuple[str, list[dict[str, Any]], bool], ...] = (
@@ -51,7 +51,7 @@ async def static_validation(ctx: Context) -> None:
         (body,) = ctx.manifest("pod.yaml", NAME=f"invalid-{index}", NETWORKS=json.dumps(nets))
         if host:
             body["spec"]["hostNetwork"] = True
-        await c.refused(ctx, f"a pod with {what}", lambda b=body: ctx.create(kc.Pod, b))  # type: ignore[misc]
+        await c.refused(ctx, f"a pod with {what}", lambda b=body: ctx.create(kc.Pod, b))
     await c.pod(ctx, "valid", [{**DEFAULT, "interfaceName": "eth0", "isDefaultGW4": True},
                                {"podNetworkName": other, "interfaceName": "net1"}])
 
@@ -79,17 +79,23 @@ async def namespace_default_networks(ctx: Context) -> None:
 
 
 TESTS: tuple[ConformanceTest, ...] = (
-    ConformanceTest("StaticValidation", "A pod naming a PodNetwork twice, two default gateways of a family, an "
-                    "interface name twice or too long, or networks with hostNetwork is refused; a valid one is "
-                    "accepted.", ("StaticValidation",), 'KEP "Static validations"', static_validation,
-                    ("podnetwork.yaml", "pod.yaml")),
-    ConformanceTest("AutoPopulation", "A pod naming no network gets [{podNetworkName: default}]; a hostNetwork "
-                    "pod gets none.", ("AutoPopulation",), 'KEP "Auto-population", Req 11', auto_population,
-                    ("pod-no-networks.yaml", "pod-host-network.yaml")),
-    ConformanceTest("NamespaceDefaultNetworks", "A pod naming no network in a namespace with default networks "
-                    "(annotation multinetwork.x-k8s.io/default-networks) gets them.",
-                    ("NamespaceDefaultNetworks",), "KEP Req 23, Story #6", namespace_default_networks,
-                    ("pod-no-networks.yaml", "pod.yaml"),
-                    {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION:
-                     '[{"podNetworkName": "default"}, {"podNetworkName": "nsnet-${SUFFIX}"}]'}),
+    ConformanceTest(
+        "StaticValidation",
+        "A pod naming a PodNetwork twice, two default gateways of a family, an interface name twice or too "
+        "long, or networks with hostNetwork is refused; a valid one is accepted.",
+        ("StaticValidation",), 'KEP "Static validations"', static_validation,
+        ("podnetwork.yaml", "pod.yaml")),
+    ConformanceTest(
+        "AutoPopulation",
+        "A pod naming no network gets [{podNetworkName: default}]; a hostNetwork pod gets none.",
+        ("AutoPopulation",), 'KEP "Auto-population", Req 11', auto_population,
+        ("pod-no-networks.yaml", "pod-host-network.yaml")),
+    ConformanceTest(
+        "NamespaceDefaultNetworks",
+        "A pod naming no network in a namespace with default networks (annotation "
+        "multinetwork.x-k8s.io/default-networks) gets them.",
+        ("NamespaceDefaultNetworks",), "KEP Req 23, Story #6", namespace_default_networks,
+        ("pod-no-networks.yaml", "pod.yaml"),
+        {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION:
+         '[{"podNetworkName": "default"}, {"podNetworkName": "nsnet-${SUFFIX}"}]'}),
 )

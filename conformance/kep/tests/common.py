@@ -8,6 +8,7 @@ from typing import Any
 from conformance.kep import client as kc
 from conformance.kep.suite import Context
 from podnetwork import constants
+from podnetwork.kube import client as kube
 
 READY = constants.ConditionType.READY.value
 PARAMS_READY = constants.ConditionType.PARAMS_READY.value
@@ -36,7 +37,7 @@ async def pod(ctx: Context, name: str, networks: list[dict[str, Any]] | None) ->
 async def wait_condition(ctx: Context, resource: kc.Resource, name: str, type_: str, status: str,
                          reason: str | None = None, namespace: str | None = None) -> dict[str, Any]:
     """Wait until the object's condition `type_` has `status` (and `reason`); returns the condition."""
-    kind = kc.kube.kind_of(resource)
+    kind = kube.kind_of(resource)
     want = f"{type_}={status}" + (f" reason {reason}" if reason else "")
 
     async def check() -> dict[str, Any] | None:

@@ -4,9 +4,10 @@ PodNetworkAttachment (KEP-3698 "Phase I Design Details")."""
 from __future__ import annotations
 
 from conformance.kep import client as kc
-from conformance.kep.suite import ConformanceTest, Context
+from conformance.kep.suite import ConformanceTest, Context, TestFunction
 from conformance.kep.tests import common as c
 from podnetwork import constants
+from podnetwork.kube import client as kube
 
 
 async def podnetwork_round_trip(ctx: Context) -> None:
@@ -28,17 +29,20 @@ async def podnetwork_round_trip(ctx: Context) -> None:
 async def podnetwork_immutable(ctx: Context) -> None:
     name = await c.podnetwork(ctx, "immutable")
     await c.refused(ctx, "changing PodNetwork spec.provider (KEP \"Mutability\": immutable except enabled)",
-                    lambda: ctx.client.patch(kc.PodNetwork, name, {"spec": {"provider": "example.com/other"}}))
+                    lambda: ctx.client.patch(kc.PodNetwork, name,
+                                             {"spec": {"provider": "example.com/other"}}))
+    refs = [{"group": "", "kind": "configmaps", "name": "x"}]
     await c.refused(ctx, "adding PodNetwork spec.parametersRefs", lambda: ctx.client.patch(
-        kc.PodNetwork, name, {"spec": {"parametersRefs": [{"group": "", "kind": "configmaps", "name": "x"}]}}))
+        kc.PodNetwork, name, {"spec": {"parametersRefs": refs}}))
     patched = await ctx.client.patch(kc.PodNetwork, name, {"spec": {"enabled": False}})
     assert (patched.get("spec") or {}).get("enabled") is False, (
-        f"spec.enabled is mutable (KEP \"Mutability\") but the patch did not take: {kc.shown(patched.get('spec'))}")
+        "spec.enabled is mutable (KEP \"Mutability\") but the patch did not take: "
+        f"{kc.shown(patched.get('spec'))}")
     other = await c.podnetwork(ctx, "immutable-other")
     pna = await c.attachment(ctx, "immutable", name)
     await c.refused(ctx, "changing PodNetworkAttachment spec.podNetworkName (KEP \"Mutability\": immutable)",
-                    lambda: ctx.client.patch(kc.PodNetworkAttachment, pna, {"spec": {"podNetworkName": other}},
-                                             namespace=ctx.namespace))
+                    lambda: ctx.client.patch(kc.PodNetworkAttachment, pna,
+                                             {"spec": {"podNetworkName": other}}, namespace=ctx.namespace))
 
 
 async def podnetwork_ready(ctx: Context) -> None:
@@ -58,7 +62,8 @@ async def podnetwork_disabled(ctx: Context) -> None:
 
 async def podnetwork_params_not_ready(ctx: Context) -> None:
     name = await c.podnetwork(ctx, "params", "podnetwork-with-params.yaml")
-    await c.wait_condition(ctx, kc.PodNetwork, name, c.READY, "False", constants.ReadyReason.PARAMS_NOT_READY.value)
+    await c.wait_condition(ctx, kc.PodNetwork, name, c.READY, "False",
+                           constants.ReadyReason.PARAMS_NOT_READY.value)
 
 
 async def default_podnetwork_exists(ctx: Context) -> None:
@@ -75,13 +80,14 @@ async def default_podnetwork_protected(ctx: Context) -> None:
     await c.refused(ctx, "deleting the PodNetwork \"default\" (dry run; KEP Req 9: cannot be removed)",
                     lambda: ctx.client.api.delete(kc.PodNetwork, constants.DEFAULT_PODNETWORK, dry_run=True))
     found = await ctx.client.get(kc.PodNetwork, constants.DEFAULT_PODNETWORK)
-    assert found is not None and not c.deleting(found), f"PodNetwork \"default\" is being deleted: {kc.shown(found)}"
+    assert found is not None and not c.deleting(found), (
+        f"PodNetwork \"default\" is being deleted: {kc.shown(found)}")
 
 
 async def _stays_while_in_use(ctx: Context, resource: kc.Resource, name: str, namespace: str | None,
                               user: str) -> None:
     """`name` has a finalizer; a delete leaves it (deletionTimestamp) until the pod `user` goes."""
-    kind = kc.kube.kind_of(resource)
+    kind = kube.kind_of(resource)
 
     async def has_finalizer() -> list[str] | None:
         obj = await ctx.client.get(resource, name, namespace)
@@ -126,7 +132,8 @@ async def podnetwork_in_use_by_attachment(ctx: Context) -> None:
     async def has_finalizer() -> list[str] | None:
         return c.finalizers(await ctx.client.get(kc.PodNetwork, network)) or None
 
-    await ctx.client.eventually(f"PodNetwork {network}, named by attachment {pna}, gets a finalizer", has_finalizer)
+    await ctx.client.eventually(f"PodNetwork {network}, named by attachment {pna}, gets a finalizer",
+                                has_finalizer)
     await ctx.client.delete(kc.PodNetwork, network)
     obj = await ctx.client.get(kc.PodNetwork, network)
     assert obj is not None, f"PodNetwork {network} was deleted while attachment {pna} names it"
@@ -149,42 +156,61 @@ async def attachment_follows_podnetwork(ctx: Context) -> None:
     await c.wait_condition(ctx, kc.PodNetworkAttachment, pna, c.READY, "True", namespace=ctx.namespace)
 
 
+def _test(name: str, description: str, features: tuple[str, ...], spec: str, run: TestFunction,
+          manifests: tuple[str, ...] = ()) -> ConformanceTest:
+    return ConformanceTest(name, description, features, spec, run, manifests)
+
+
 TESTS: tuple[ConformanceTest, ...] = (
-    ConformanceTest("PodNetworkRoundTrip", "A PodNetwork and a PodNetworkAttachment are stored as written; "
-                    "spec.enabled defaults to true.", ("PodNetworkAPI",),
-                    'KEP "New Resources" (PodNetwork, PodNetworkAttachment), Req 2',
-                    podnetwork_round_trip, ("podnetwork.yaml", "attachment.yaml")),
-    ConformanceTest("SpecImmutable", "PodNetwork spec is immutable except enabled; PodNetworkAttachment spec "
-                    "is immutable.", ("PodNetworkAPI",), 'KEP "Mutability" (both objects), "Validations"',
-                    podnetwork_immutable, ("podnetwork.yaml", "attachment.yaml")),
-    ConformanceTest("PodNetworkReady", "A valid, enabled PodNetwork without parameters turns Ready.",
-                    ("PodNetworkConditions",), 'KEP "Status Conditions", "Lifecycle" (Ready)',
-                    podnetwork_ready, ("podnetwork.yaml",)),
-    ConformanceTest("PodNetworkDisabled", "enabled: false makes Ready False with reason AdministrativelyDisabled;"
-                    " enabling it again makes it Ready.", ("PodNetworkConditions",),
-                    'KEP "Status Conditions" (AdministrativelyDisabled), "Enabled", "Lifecycle" (Disabled)',
-                    podnetwork_disabled, ("podnetwork.yaml",)),
-    ConformanceTest("PodNetworkParamsNotReady", "A PodNetwork with parametersRefs and no ParamsReady condition "
-                    "is not Ready, reason ParamsNotReady.", ("PodNetworkConditions",),
-                    'KEP "Status Conditions" (ParamsNotReady: "ParamsReady ... not present")',
-                    podnetwork_params_not_ready, ("podnetwork-with-params.yaml",)),
-    ConformanceTest("DefaultPodNetworkExists", "The PodNetwork named default exists and is Ready.",
-                    ("DefaultPodNetwork",), 'KEP "Default PodNetwork", Req 8, Req 11', default_podnetwork_exists),
-    ConformanceTest("DefaultPodNetworkProtected", "Deleting the PodNetwork default is refused (asked as a dry run).",
-                    ("DefaultPodNetwork",), 'KEP Req 9, "Default PodNetwork" ("Availability")',
-                    default_podnetwork_protected),
-    ConformanceTest("PodNetworkInUse", "A PodNetwork a pod names carries a finalizer; deleting it leaves it in "
-                    "place until the pod is gone.", ("InUseProtection",), 'KEP "InUse state", "Lifecycle" (InUse)',
-                    podnetwork_in_use, ("podnetwork.yaml", "pod.yaml")),
-    ConformanceTest("PodNetworkInUseByAttachment", "A PodNetwork an attachment names is not deleted until the "
-                    "attachment is gone.", ("InUseProtection",), 'KEP "InUse state" ("referenced by ... '
-                    'PodNetworkAttachment")', podnetwork_in_use_by_attachment, ("podnetwork.yaml", "attachment.yaml")),
-    ConformanceTest("AttachmentInUse", "A PodNetworkAttachment a pod names carries a finalizer; deleting it "
-                    "leaves it in place until the pod is gone.", ("InUseProtection", "PodNetworkAttachment"),
-                    'KEP "PodNetworkAttachment" ("InUse indicator")', attachment_in_use,
-                    ("podnetwork.yaml", "attachment.yaml", "pod.yaml")),
-    ConformanceTest("AttachmentFollowsPodNetwork", "An attachment is Ready while its PodNetwork is, and Ready "
-                    "False with reason PodNetworkNotReady while it is not.", ("PodNetworkAttachment",),
-                    'KEP "PodNetworkAttachment" ("Status Conditions")', attachment_follows_podnetwork,
-                    ("podnetwork.yaml", "attachment.yaml")),
+    _test("PodNetworkRoundTrip",
+          "A PodNetwork and a PodNetworkAttachment are stored as written; spec.enabled defaults to true.",
+          ("PodNetworkAPI",), 'KEP "New Resources" (PodNetwork, PodNetworkAttachment), Req 2',
+          podnetwork_round_trip, ("podnetwork.yaml", "attachment.yaml")),
+    _test("SpecImmutable",
+          "PodNetwork spec is immutable except enabled; PodNetworkAttachment spec is immutable.",
+          ("PodNetworkAPI",), 'KEP "Mutability" (both objects), "Validations"',
+          podnetwork_immutable, ("podnetwork.yaml", "attachment.yaml")),
+    _test("PodNetworkReady",
+          "A valid, enabled PodNetwork without parameters turns Ready.",
+          ("PodNetworkConditions",), 'KEP "Status Conditions", "Lifecycle" (Ready)',
+          podnetwork_ready, ("podnetwork.yaml",)),
+    _test("PodNetworkDisabled",
+          "enabled: false makes Ready False with reason AdministrativelyDisabled; enabling it again makes "
+          "it Ready.",
+          ("PodNetworkConditions",),
+          'KEP "Status Conditions" (AdministrativelyDisabled), "Enabled", "Lifecycle" (Disabled)',
+          podnetwork_disabled, ("podnetwork.yaml",)),
+    _test("PodNetworkParamsNotReady",
+          "A PodNetwork with parametersRefs and no ParamsReady condition is not Ready, reason "
+          "ParamsNotReady.",
+          ("PodNetworkConditions",),
+          'KEP "Status Conditions" (ParamsNotReady: "ParamsReady ... not present")',
+          podnetwork_params_not_ready, ("podnetwork-with-params.yaml",)),
+    _test("DefaultPodNetworkExists",
+          "The PodNetwork named default exists and is Ready.",
+          ("DefaultPodNetwork",), 'KEP "Default PodNetwork", Req 8, Req 11',
+          default_podnetwork_exists),
+    _test("DefaultPodNetworkProtected",
+          "Deleting the PodNetwork default is refused (asked as a dry run).",
+          ("DefaultPodNetwork",), 'KEP Req 9, "Default PodNetwork" ("Availability")',
+          default_podnetwork_protected),
+    _test("PodNetworkInUse",
+          "A PodNetwork a pod names carries a finalizer; deleting it leaves it in place until the pod is "
+          "gone.",
+          ("InUseProtection",), 'KEP "InUse state", "Lifecycle" (InUse)',
+          podnetwork_in_use, ("podnetwork.yaml", "pod.yaml")),
+    _test("PodNetworkInUseByAttachment",
+          "A PodNetwork an attachment names is not deleted until the attachment is gone.",
+          ("InUseProtection",), 'KEP "InUse state" ("referenced by ... PodNetworkAttachment")',
+          podnetwork_in_use_by_attachment, ("podnetwork.yaml", "attachment.yaml")),
+    _test("AttachmentInUse",
+          "A PodNetworkAttachment a pod names carries a finalizer; deleting it leaves it in place until the "
+          "pod is gone.",
+          ("InUseProtection", "PodNetworkAttachment"), 'KEP "PodNetworkAttachment" ("InUse indicator")',
+          attachment_in_use, ("podnetwork.yaml", "attachment.yaml", "pod.yaml")),
+    _test("AttachmentFollowsPodNetwork",
+          "An attachment is Ready while its PodNetwork is, and Ready False with reason PodNetworkNotReady "
+          "while it is not.",
+          ("PodNetworkAttachment",), 'KEP "PodNetworkAttachment" ("Status Conditions")',
+          attachment_follows_podnetwork, ("podnetwork.yaml", "attachment.yaml")),
 )

@@ -27,8 +27,8 @@ async def _bound(ctx: Context, name: str) -> str | None:
 async def scheduler_probe(ctx: Context) -> str | None:
     await c.pod(ctx, "probe-scheduled", [DEFAULT])
     try:
-        await ctx.client.eventually("a pod naming only default is bound", lambda: _bound(ctx, "probe-scheduled"),
-                                    timeout=ctx.timeouts.schedule)
+        await ctx.client.eventually("a pod naming only default is bound",
+                                    lambda: _bound(ctx, "probe-scheduled"), timeout=ctx.timeouts.schedule)
     except kc.TimedOut:
         return (f"no pod was bound to a node in {ctx.timeouts.schedule:g}s: no kube-scheduler runs "
                 "(or no node is Ready)")
@@ -150,7 +150,8 @@ async def pod_ips_per_network(ctx: Context) -> None:
         assert network, f"a pod IP names no PodNetwork: {kc.shown(entry)}"
         version = ipaddress.ip_address(ip).version
         assert (network, version) not in families, (
-            f"PodNetwork {network} has two IPv{version} addresses ({families[(network, version)]}, {ip}); the KEP "
+            f"PodNetwork {network} has two IPv{version} addresses ({families[(network, version)]}, {ip}); "
+            "the KEP "
             "allows one per family per PodNetwork")
         families[(network, version)] = ip
     assert any(n == constants.DEFAULT_PODNETWORK for n, _ in families), (
@@ -159,7 +160,8 @@ async def pod_ips_per_network(ctx: Context) -> None:
 
 async def npwg_probe(ctx: Context) -> str | None:
     if not await ctx.client.served(kc.NetworkAttachmentDefinition):
-        return "NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1) are not served: no NPWG implementation installed"
+        return ("NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1) are not served: no NPWG implementation "
+                "installed")
     return None
 
 
@@ -203,29 +205,43 @@ async def npwg_selection(ctx: Context) -> None:
 
 
 TESTS: tuple[ConformanceTest, ...] = (
-    ConformanceTest("PendingUntilNetworkExists", "A pod naming a PodNetwork that does not exist stays Pending "
-                    "with an Event naming it, and is scheduled once it exists and is Ready.",
-                    ("ActiveValidation",), 'KEP "Active validations" (present), "Scheduler changes"',
-                    pending_until_network_exists, ("pod.yaml", "podnetwork.yaml")),
-    ConformanceTest("PendingWhileNotReady", "A pod naming a PodNetwork that is not Ready (disabled) stays Pending "
-                    "with an Event naming it, and is scheduled once it is Ready.", ("ActiveValidation",),
-                    'KEP "Active validations" (Ready), "Lifecycle" (NotReady: "Pods ... will be in Pending state")',
-                    pending_while_not_ready, ("podnetwork.yaml", "pod.yaml")),
-    ConformanceTest("AttachmentAndItsPodNetwork", "A pod naming both a PodNetwork and an attachment of it stays "
-                    "Pending with an Event naming the PodNetwork.", ("ActiveValidation",),
-                    'KEP "Active validations" (single Pod references a given PodNetwork only 1 time), '
-                    '"Resources relations"', attachment_and_its_network,
-                    ("podnetwork.yaml", "attachment.yaml", "pod.yaml")),
-    ConformanceTest("PodIPsPerNetwork", "A running pod reports its IPs with the PodNetwork each belongs to, at "
-                    "most one per family per PodNetwork.", ("PodIPsPerNetwork",), 'KEP "Status", Req 17',
-                    pod_ips_per_network, ("pod.yaml",)),
-    ConformanceTest("NPWGParamsReady", "A PodNetwork whose parametersRefs name a NetworkAttachmentDefinition gets "
-                    "ParamsReady True and turns Ready; one naming a missing NAD gets ParamsReady False and Ready "
-                    "False, reason ParamsNotReady.", ("NPWGBridge",),
-                    'KEP "Status Conditions" (ParamsReady), "PodNetwork" (parametersRefs example)',
-                    npwg_params_ready, ("nad.yaml", "podnetwork-npwg.yaml")),
-    ConformanceTest("NPWGSelection", "A pod naming a NAD-backed PodNetwork gets the NPWG selection "
-                    "k8s.v1.cni.cncf.io/networks naming that NAD.", ("NPWGBridge",),
-                    'KEP "CNI usage models"; NPWG v1.3 4.1', npwg_selection,
-                    ("nad.yaml", "podnetwork-npwg.yaml", "pod.yaml")),
+    ConformanceTest(
+        "PendingUntilNetworkExists",
+        "A pod naming a PodNetwork that does not exist stays Pending with an Event naming it, and is "
+        "scheduled once it exists and is Ready.",
+        ("ActiveValidation",), 'KEP "Active validations" (present), "Scheduler changes"',
+        pending_until_network_exists, ("pod.yaml", "podnetwork.yaml")),
+    ConformanceTest(
+        "PendingWhileNotReady",
+        "A pod naming a PodNetwork that is not Ready (disabled) stays Pending with an Event naming it, and "
+        "is scheduled once it is Ready.",
+        ("ActiveValidation",),
+        'KEP "Active validations" (Ready), "Lifecycle" (NotReady: "Pods ... will be in Pending state")',
+        pending_while_not_ready, ("podnetwork.yaml", "pod.yaml")),
+    ConformanceTest(
+        "AttachmentAndItsPodNetwork",
+        "A pod naming both a PodNetwork and an attachment of it stays Pending with an Event naming the "
+        "PodNetwork.",
+        ("ActiveValidation",),
+        'KEP "Active validations" (single Pod references a given PodNetwork only 1 time), '
+        '"Resources relations"',
+        attachment_and_its_network, ("podnetwork.yaml", "attachment.yaml", "pod.yaml")),
+    ConformanceTest(
+        "PodIPsPerNetwork",
+        "A running pod reports its IPs with the PodNetwork each belongs to, at most one per family per "
+        "PodNetwork.",
+        ("PodIPsPerNetwork",), 'KEP "Status", Req 17', pod_ips_per_network, ("pod.yaml",)),
+    ConformanceTest(
+        "NPWGParamsReady",
+        "A PodNetwork whose parametersRefs name a NetworkAttachmentDefinition gets ParamsReady True and "
+        "turns Ready; one naming a missing NAD gets ParamsReady False and Ready False, reason "
+        "ParamsNotReady.",
+        ("NPWGBridge",), 'KEP "Status Conditions" (ParamsReady), "PodNetwork" (parametersRefs example)',
+        npwg_params_ready, ("nad.yaml", "podnetwork-npwg.yaml")),
+    ConformanceTest(
+        "NPWGSelection",
+        "A pod naming a NAD-backed PodNetwork gets the NPWG selection k8s.v1.cni.cncf.io/networks naming "
+        "that NAD.",
+        ("NPWGBridge",), 'KEP "CNI usage models"; NPWG v1.3 4.1', npwg_selection,
+        ("nad.yaml", "podnetwork-npwg.yaml", "pod.yaml")),
 )
