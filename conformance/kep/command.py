@@ -152,7 +152,7 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
                                                        "excluded with --skip-tests") for t in chosen]
     implementation = report.Implementation(args.implementation_name or "unnamed",
                                            args.implementation_version or "unknown",
-                                           args.implementation_url or "https://example.invalid/",
+                                           args.implementation_url or "not given",
                                            tuple(args.implementation_contact))
     built = report.build(ordered, implementation=implementation, requested=requested,
                          kubernetes_version=str(version.get("gitVersion") or "unknown"), mode=args.mode,

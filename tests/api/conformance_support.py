@@ -479,3 +479,45 @@ def outcomes(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
         found.update({t["name"]: ("failed", t["message"]) for t in tests["failed"]})
         found.update({t["name"]: ("skipped", t["reason"]) for t in tests["skipped"]})
     return found
+
+
+async def ready_without_finalizers(api: kube.AsyncApi, poll: float = 0.2) -> None:
+    """A broken PodNetwork controller: every PodNetwork is made Ready (enabled or not) and no
+    finalizer is ever set. Runs until cancelled; closes `api` then."""
+    try:
+        while True:
+            for pn in (await api.list(kube.PodNetwork)).items:
+                conditions = (pn.get("status") or {}).get("conditions") or []
+                if not any(c.get("type") == constants.ConditionType.READY for c in conditions):
+                    await api.patch(kube.PodNetwork, pn["metadata"]["name"], {"status": {"conditions": [
+                        *conditions, {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                      "lastTransitionTime": _now()}]}}, status=True)
+            await asyncio.sleep(poll)
+    finally:
+        await api.close()
+
+
+#: The report `make conformance-report` writes (docs/conformance.md).
+def report_path(version: str) -> Path:
+    return ROOT / "docs" / "conformance" / f"podnetwork-{version}-report.yaml"
+
+
+async def _publish(path: Path, version: str, workdir: Path) -> int:
+    async with cluster(workdir) as the:
+        code, out = await conformance(
+            the, "--profile", "extended", "--report", str(path), "--mode", "kmock-emulator",
+            "--implementation-name", "podnetwork", "--implementation-version", version,
+            "--implementation-url", "unpublished prototype (this repository)",
+            "--implementation-contact", "podnetwork maintainers")
+    sys.stdout.write(out)
+    return code
+
+
+if __name__ == "__main__":
+    # `make conformance-report`: the suite against our components on the emulator, report in docs/.
+    import importlib.metadata
+    import tempfile
+
+    release = importlib.metadata.version("podnetwork")
+    with tempfile.TemporaryDirectory(prefix="kep-conformance-") as tmp:
+        sys.exit(asyncio.run(_publish(report_path(release), release, Path(tmp))))
