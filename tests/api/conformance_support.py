@@ -9,6 +9,7 @@ What kmock lacks and `ClusterEmulator` adds, each as the API server does it:
   of DELETE (`?dryRun=All`: admission runs, nothing is removed);
 - admission webhooks for pod CREATE: the AdmissionReview is POSTed over HTTPS to each webhook
   (mutating first, then validating, failurePolicy Fail) and a JSONPatch answer applied;
+- `/version` says it is kmock (kmock's own answer is a canned k3s version);
 - what the API server fills in on create: uid, creationTimestamp, generation 1 (bumped when a
   custom resource's spec changes), a new pod's `status.phase: Pending`.
 
@@ -30,6 +31,7 @@ import base64
 import contextlib
 import copy
 import datetime
+import importlib.metadata
 import json
 import logging
 import os
@@ -103,6 +105,10 @@ class ClusterEmulator(kube_emulator.Emulator):
         self.admission_calls = 0
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.path == "/version":
+            # kmock answers a canned k3s version; a report must not claim a Kubernetes it never ran on.
+            return aiohttp.web.json_response({"major": "", "minor": "", "platform": "",
+                                              "gitVersion": f"kmock-{importlib.metadata.version('kmock')}"})
         found = _NAMESPACES.fullmatch(raw_request.path)
         if found:
             return await self._namespaces(raw_request, found.group(1))
@@ -291,6 +297,8 @@ class Scheduler:
             while True:
                 try:
                     await self.once(http)
+                except kube.NotFound:
+                    pass  # a pod deleted while it was being scheduled
                 except kube.ApiError as exc:
                     log.warning("scheduler stand-in: %s", exc)
                 await asyncio.sleep(self.poll)
@@ -515,7 +523,6 @@ async def _publish(path: Path, version: str, workdir: Path) -> int:
 
 if __name__ == "__main__":
     # `make conformance-report`: the suite against our components on the emulator, report in docs/.
-    import importlib.metadata
     import tempfile
 
     release = importlib.metadata.version("podnetwork")
