@@ -83,6 +83,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--npwg-provider", metavar="URL", default=constants.BRIDGE_PROVIDER,
                         help="spec.provider of the NPWGBridge tests' PodNetworks "
                              f"(default {constants.BRIDGE_PROVIDER})")
+    parser.add_argument("--scheduler-name", metavar="NAME", default="",
+                        help="spec.schedulerName of the suite's pods (default: the cluster's default "
+                             "scheduler)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -143,7 +146,8 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
         out.write(f"KEP-3698 conformance {SUITE_VERSION} against {creds.describe}, Kubernetes "
                   f"{version.get('gitVersion', '?')}; features: {', '.join(requested)}\n")
         to_run = [t for t in chosen if t.name not in excluded]
-        results = await suite.run(to_run, client, settings={"NPWG_PROVIDER": args.npwg_provider},
+        results = await suite.run(to_run, client, settings={"NPWG_PROVIDER": args.npwg_provider,
+                                                            "SCHEDULER_NAME": args.scheduler_name},
                                   progress=_progress(out))
     finally:
         await client.close()

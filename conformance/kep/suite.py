@@ -100,6 +100,9 @@ class Context:
     async def create(self, resource: kc.Resource, body: dict[str, Any]) -> dict[str, Any]:
         """Create and remember for cleanup."""
         meta = body.setdefault("metadata", {})
+        if resource is kube.Pod and self.settings.get("SCHEDULER_NAME"):
+            # A cluster may run the multi-network scheduler beside the default one.
+            body.setdefault("spec", {}).setdefault("schedulerName", self.settings["SCHEDULER_NAME"])
         if kube.namespaced(resource):
             meta.setdefault("namespace", self.namespace)
         created = await self.client.create(resource, body)

@@ -285,6 +285,8 @@ class Scheduler:
 
     api: kube.AsyncApi
     extender_url: str | None
+    name: str = "default-scheduler"
+    """The pods it binds: those whose spec.schedulerName is this (the API server's default)."""
     poll: float = 0.2
     retry: float = 1.0
     _tried: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -310,6 +312,8 @@ class Scheduler:
         for pod in pods:
             meta, spec = pod["metadata"], pod.get("spec") or {}
             if spec.get("nodeName") or meta.get("deletionTimestamp") or spec.get("schedulingGates"):
+                continue
+            if (spec.get("schedulerName") or "default-scheduler") != self.name:
                 continue
             key = f"{meta['namespace']}/{meta['name']}"
             last = self._tried.get(key)
@@ -396,7 +400,7 @@ async def _until(what: str, check: Callable[[], Any], proc: asyncio.subprocess.P
 
 @contextlib.asynccontextmanager
 async def cluster(workdir: Path, *, controller: bool = True, extender: bool = True, bridge: bool = True,
-                  scheduler: bool = True, nodes: tuple[str, ...] = ("node-a", "node-b")) -> AsyncIterator[Cluster]:
+                  scheduler: bool = True, scheduler_name: str = "default-scheduler", nodes: tuple[str, ...] = ("node-a", "node-b")) -> AsyncIterator[Cluster]:
     """The emulator on loopback with our components started against it; everything stopped on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     emulator = ClusterEmulator()
@@ -438,7 +442,7 @@ async def cluster(workdir: Path, *, controller: bool = True, extender: bool = Tr
             if bridge:
                 await _start(the, "bridge", "bridge")
             if scheduler:
-                tasks.append(asyncio.create_task(Scheduler(api, extender_url).run()))
+                tasks.append(asyncio.create_task(Scheduler(api, extender_url, scheduler_name).run()))
             yield the
         finally:
             for task in tasks:

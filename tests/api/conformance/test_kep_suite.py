@@ -70,11 +70,17 @@ async def test_without_an_extender_the_active_validation_tests_are_skipped_with_
     }
 
 
-async def test_without_a_scheduler_the_active_validation_tests_say_no_pod_was_bound(tmp_path: Path) -> None:
-    async with cs.cluster(tmp_path / "cluster", extender=False, scheduler=False, bridge=False) as the:
+async def test_pods_reach_a_second_scheduler_with_scheduler_name_and_none_binds_them_without(
+        tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", bridge=False, scheduler_name="podnetwork-scheduler") as the:
         code, out = await cs.conformance(the, "--features", "ActiveValidation", *FAST)
-    assert code == 0, out
-    assert out.count("SKIPPED") == 3 and out.count("no pod was bound to a node in 8s: no kube-scheduler runs") == 3
+        assert code == 0, out
+        assert out.count("SKIPPED") == 3, out
+        assert out.count("no pod was bound to a node in 8s: no kube-scheduler runs") == 3, out
+        code, out = await cs.conformance(the, "--features", "ActiveValidation", "--scheduler-name",
+                                         "podnetwork-scheduler", *FAST)
+        assert code == 0, out
+        assert out.count("PASSED") == 3, out
 
 
 @contextlib.asynccontextmanager
