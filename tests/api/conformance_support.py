@@ -103,6 +103,8 @@ class ClusterEmulator(kube_emulator.Emulator):
                      constants.ATTACHMENT_PLURAL: crd_support.crd("podnetworkattachments.yaml")}
         (self.policy, _) = crd_support.load_yaml_documents(ROOT / "crds" / "default-podnetwork-protection.yaml")
         self.admission_calls = 0
+        self.crd_validation = True
+        """False: CRDs installed without their schema and CEL rules (a broken installation)."""
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if raw_request.path == "/version":
@@ -173,7 +175,8 @@ class ClusterEmulator(kube_emulator.Emulator):
     async def _handle(self, request: Any) -> Any:
         path, method = str(request.url.path), request.method.value
         kep = _KEP_PATH.search(path)
-        if kep and method in ("POST", "PATCH") and not kep.group(3) and isinstance(request.data, dict):
+        if (kep and method in ("POST", "PATCH") and not kep.group(3) and isinstance(request.data, dict)
+                and self.crd_validation):
             self._validate(request, kep.group(1))
         if kep and method == "DELETE":
             answer = self._delete_admission(request, kep.group(1))
@@ -400,10 +403,12 @@ async def _until(what: str, check: Callable[[], Any], proc: asyncio.subprocess.P
 
 @contextlib.asynccontextmanager
 async def cluster(workdir: Path, *, controller: bool = True, extender: bool = True, bridge: bool = True,
-                  scheduler: bool = True, scheduler_name: str = "default-scheduler", nodes: tuple[str, ...] = ("node-a", "node-b")) -> AsyncIterator[Cluster]:
+                  scheduler: bool = True, scheduler_name: str = "default-scheduler", crd_validation: bool = True,
+                  nodes: tuple[str, ...] = ("node-a", "node-b")) -> AsyncIterator[Cluster]:
     """The emulator on loopback with our components started against it; everything stopped on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     emulator = ClusterEmulator()
+    emulator.crd_validation = crd_validation
     declare_resources(emulator)
     async with emulator, kmock.Server(emulator):
         server = str(emulator.url).rstrip("/")

@@ -126,9 +126,10 @@ def _pod_ips(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def pod_ips_per_network(ctx: Context) -> None:
     await ctx.probe("scheduler", scheduler_probe)
+    await c.pod(ctx, "runs", [DEFAULT])
 
     async def running() -> bool:
-        pod = await ctx.client.get(kc.Pod, "probe-scheduled", ctx.namespace)
+        pod = await ctx.client.get(kc.Pod, "runs", ctx.namespace)
         return ((pod or {}).get("status") or {}).get("phase") == "Running"
 
     try:
@@ -137,7 +138,7 @@ async def pod_ips_per_network(ctx: Context) -> None:
         ctx.skip(f"no pod reached Running in {ctx.timeouts.schedule:g}s: no kubelet runs pods on the nodes")
 
     async def ips() -> list[dict[str, Any]] | None:
-        pod = await ctx.client.get(kc.Pod, "probe-scheduled", ctx.namespace)
+        pod = await ctx.client.get(kc.Pod, "runs", ctx.namespace)
         found = _pod_ips(pod or {})
         if not found:
             raise kc.Unmet("no per-network pod IPs in status.podIPs or the pod-ips annotation")
@@ -177,12 +178,16 @@ async def npwg_params_ready(ctx: Context) -> None:
                            constants.ReadyReason.PARAMS_NOT_READY.value)
 
 
-def _selected(raw: str) -> list[str]:
-    """namespace/name of each element of an NPWG selection (JSON list or comma format)."""
+def _selected(raw: str, namespace: str) -> list[str]:
+    """namespace/name of each element of an NPWG selection, JSON list or comma format (NPWG 4.1.1,
+    4.1.2); an element without a namespace is in the pod's."""
     text = raw.strip()
     if text.startswith("["):
-        return [f"{e.get('namespace', '')}/{e.get('name')}" for e in json.loads(text)]
-    return [(item if "/" in item else f"/{item}").split("@")[0] for item in text.split(",") if item.strip()]
+        return [f"{e.get('namespace') or namespace}/{e.get('name')}" for e in json.loads(text)]
+    found = []
+    for item in (i.strip().split("@")[0] for i in text.split(",") if i.strip()):
+        found.append(item if "/" in item else f"{namespace}/{item}")
+    return found
 
 
 async def npwg_selection(ctx: Context) -> None:
@@ -198,7 +203,7 @@ async def npwg_selection(ctx: Context) -> None:
         raw = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(NPWG_SELECTION)
         if raw is None:
             raise kc.Unmet(f"no {NPWG_SELECTION} annotation")
-        return _selected(raw)
+        return _selected(raw, ctx.namespace)
 
     got = await ctx.client.eventually(f"the pod's NPWG selection names {want}", selection)
     assert want in got, f"the NPWG selection {got} does not name the NAD {want}"

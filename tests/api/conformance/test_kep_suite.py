@@ -116,6 +116,16 @@ async def test_a_controller_that_sets_no_finalizer_and_ignores_enabled_fails_exa
     assert core["result"] == "failure" and core["failedFeatures"] == ["InUseProtection", "PodNetworkConditions"]
 
 
+async def test_crds_installed_without_their_validation_fail_the_api_tests(tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", crd_validation=False, extender=False, bridge=False,
+                          scheduler=False) as the:
+        code, out = await cs.conformance(the, "--features", "PodNetworkAPI", *FAST)
+    assert code == 1, out
+    assert "PodNetworkRoundTrip ... FAILED" in out and "spec.enabled should default to true" in out
+    assert ('SpecImmutable ... FAILED (' in out
+            and 'changing PodNetwork spec.provider (KEP "Mutability": immutable except enabled): was accepted' in out)
+
+
 async def test_a_podnetwork_never_made_ready_fails_the_ready_test(tmp_path: Path) -> None:
     async with cs.cluster(tmp_path / "cluster", controller=False, extender=False, bridge=False,
                           scheduler=False) as the:
