@@ -247,6 +247,8 @@ def command_lines(root: Path) -> dict[str, list[str]]:
                       "--cache-dir", str(agent / "cache"), "--cni-conf-dir", str(agent / "net.d")],
         "migrate": ["migrate", "-n", "default"],
         "graph": ["graph"],
+        # Its first request (GET /version) shows the credentials; it is stopped then.
+        "conformance": ["conformance", "--features", "PodNetworkAPI", "--request-timeout", "5"],
     }
 
 
@@ -333,5 +335,6 @@ def test_the_help_of_every_command_points_to_the_one_description() -> None:
         flags = {option: action for action in parser._actions for option in action.option_strings}
         if "--kubeconfig" in flags:
             helps[name] = (credentials.HELP in (flags["--kubeconfig"].help or ""), "--context" in flags)
-    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "explain", "graph"}
+    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "explain", "graph",
+                          "conformance"}
     assert all(points and has_context for points, has_context in helps.values()), helps
