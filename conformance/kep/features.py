@@ -34,6 +34,9 @@ ADMISSION = "pod admission for networks (a mutating and validating webhook, or t
 SCHEDULER = "a kube-scheduler that binds pods"
 EXTENDER = "an extender or plugin in kube-scheduler that checks a pod's networks (KEP \"Active validations\")"
 KUBELET = "kubelets that run pods"
+NODE_NETWORKS = ("nodes that list the PodNetworks they offer in the annotation "
+                 "multinetwork.x-k8s.io/podnetworks (absent: all), and permission to patch two nodes' "
+                 "annotations for the test")
 CNI_AGENT = "a CNI agent (or runtime) on the nodes that attaches every network a pod names"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                "and writes the NPWG selection k8s.v1.cni.cncf.io/networks")
@@ -65,6 +68,9 @@ FEATURES: tuple[Feature, ...] = (
             "a pod naming a missing or not Ready network stays Pending with a reason, and is scheduled once "
             "it is Ready",
             (SCHEDULER, EXTENDER, CONTROLLER)),
+    Feature("PerNodeAvailability", Level.EXTENDED,
+            "a pod is bound only to a node that offers every PodNetwork it names (Req 18)",
+            (SCHEDULER, EXTENDER, NODE_NETWORKS)),
     Feature("NamespaceDefaultNetworks", Level.EXTENDED,
             "a namespace's default networks are given to its pods that name none (Phase IV req. 23)",
             (ADMISSION,)),

@@ -86,10 +86,16 @@ class Context:
         self.namespace = f"kep-{test.name.lower()}"[:55].rstrip("-") + f"-{suffix}"
         self.values = {"NAMESPACE": self.namespace, "SUFFIX": suffix, **settings}
         self._made: list[tuple[kc.Resource, str, str | None]] = []
+        self._undo: list[Callable[[], Awaitable[object]]] = []
 
     def name(self, base: str) -> str:
         """A cluster-unique name for a cluster-scoped object of this test."""
         return f"{base}-{self.suffix}"
+
+    def on_cleanup(self, undo: Callable[[], Awaitable[object]]) -> None:
+        """Run `undo()` at cleanup, before the objects are deleted (latest first): to put back a change
+        the test made to an object it did not create."""
+        self._undo.append(undo)
 
     def skip(self, reason: str) -> NoReturn:
         raise Skip(reason)
@@ -134,6 +140,11 @@ class Context:
         order = {"Pod": 0, "PodNetworkAttachment": 1}
         made = sorted(reversed(self._made), key=lambda m: order.get(kube.kind_of(m[0]), 2))
         left: list[str] = []
+        for undo in reversed(self._undo):
+            try:
+                await undo()
+            except kc.ApiError as exc:
+                left.append(f"undoing a change: {exc}")
         for resource, name, namespace in made:
             try:
                 await self.client.delete(resource, name, namespace)

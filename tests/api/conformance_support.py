@@ -10,10 +10,12 @@ What kmock lacks and `ClusterEmulator` adds, each as the API server does it:
 - admission webhooks for pod CREATE: the AdmissionReview is POSTed over HTTPS to each webhook
   (mutating first, then validating, failurePolicy Fail) and a JSONPatch answer applied;
 - `/version` says it is kmock (kmock's own answer is a canned k3s version);
+- `status.conditions` of a strategic merge patch merged by type (kmock replaces the list);
 - what the API server fills in on create: uid, creationTimestamp, generation 1 (bumped when a
   custom resource's spec changes), a new pod's `status.phase: Pending`.
 
-`Scheduler` plays kube-scheduler with an extender (`nodeCacheCapable: true`): it POSTs the
+`Scheduler` plays kube-scheduler with an extender (`nodeCacheCapable: true`): it narrows the nodes
+by the pod's `nodeSelector`, POSTs the
 extender v1 body to `/filter` over HTTP, binds a pod to a passing node (`spec.nodeName`) or sets
 `PodScheduled=False` and posts a FailedScheduling Event; without an extender it binds every pod.
 It polls the API instead of watching (a rejected pod is retried every `retry` seconds, as
@@ -182,6 +184,9 @@ class ClusterEmulator(kube_emulator.Emulator):
             answer = self._delete_admission(request, kep.group(1))
             if answer is not None:
                 return answer
+        if (method == "PATCH" and "strategic-merge-patch" in request.headers.get("Content-Type", "")
+                and isinstance(request.data, dict)):
+            self._merge_conditions_by_type(request)
         if method == "POST" and isinstance(request.data, dict) and request.resource is not None:
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
@@ -194,6 +199,17 @@ class ClusterEmulator(kube_emulator.Emulator):
             request.data.clear()
             request.data.update(admitted)
         return await super()._handle(request)
+
+    def _merge_conditions_by_type(self, request: Any) -> None:
+        """`status.conditions` of a strategic merge patch merged by `type`, as their patchMergeKey says;
+        kmock treats every patch as a merge patch, which replaces the list (and a node its Ready)."""
+        sent = (request.data.get("status") or {}).get("conditions")
+        old = self.stored(request)
+        if not isinstance(sent, list) or old is None:
+            return
+        kept = [c for c in (old.get("status") or {}).get("conditions") or []
+                if c.get("type") not in {s.get("type") for s in sent if isinstance(s, dict)}]
+        request.data["status"]["conditions"] = [*kept, *sent]
 
     def _validate(self, request: Any, plural: str) -> None:
         crd = self.crds[plural]
@@ -310,7 +326,7 @@ class Scheduler:
 
     async def once(self, http: httpx.AsyncClient) -> None:
         pods = (await self.api.list(kube.Pod)).items
-        nodes = [n["metadata"]["name"] for n in (await self.api.list(kube.Node)).items]
+        nodes = (await self.api.list(kube.Node)).items
         loop = asyncio.get_running_loop()
         for pod in pods:
             meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -324,13 +340,17 @@ class Scheduler:
                 continue
             await self.schedule(http, pod, nodes)
 
-    async def schedule(self, http: httpx.AsyncClient, pod: dict[str, Any], nodes: list[str]) -> None:
+    async def schedule(self, http: httpx.AsyncClient, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
         meta = pod["metadata"]
         name, ns = meta["name"], meta["namespace"]
-        passed, failed, error = list(nodes), {}, ""
-        if self.extender_url:
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        # kube-scheduler's own filter first (nodeSelector), then the extender's.
+        candidates = [n["metadata"]["name"] for n in nodes
+                      if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
+        passed, failed, error = list(candidates), {}, ""
+        if self.extender_url and candidates:
             reply = (await http.post(f"{self.extender_url}/filter",
-                                     json={"Pod": pod, "Nodes": None, "NodeNames": nodes})).json()
+                                     json={"Pod": pod, "Nodes": None, "NodeNames": candidates})).json()
             passed = list(reply.get("NodeNames") or [])
             failed = {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})}
             error = str(reply.get("Error") or "")
@@ -339,7 +359,8 @@ class Scheduler:
             await self.api.patch(kube.Pod, name, {"spec": {"nodeName": sorted(passed)[0]}}, namespace=ns)
             await self._condition(name, ns, {"type": "PodScheduled", "status": "True"})
             return
-        message = f"extender error: {error}" if error else unschedulable_message(len(nodes), 0, failed)
+        message = (f"extender error: {error}" if error
+                   else unschedulable_message(len(nodes), len(nodes) - len(candidates), failed))
         self._tried[f"{ns}/{name}"] = (str(meta.get("resourceVersion")), asyncio.get_running_loop().time())
         await self._condition(name, ns, {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                          "message": message})

@@ -14,6 +14,8 @@ from podnetwork import constants
 
 DEFAULT = {"podNetworkName": constants.DEFAULT_PODNETWORK}
 NPWG_SELECTION = "k8s.v1.cni.cncf.io/networks"
+NODE_NETWORKS = constants.NODE_PODNETWORKS_ANNOTATION
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def _node(obj: dict[str, Any] | None) -> str | None:
@@ -112,6 +114,51 @@ async def attachment_and_its_network(ctx: Context) -> None:
     pna = await c.attachment(ctx, "fast", network)
     await c.pod(ctx, "twice", [DEFAULT, {"podNetworkName": network}, {"podNetworkAttachmentName": pna}])
     await _held_with_event(ctx, "twice", network)
+
+
+def _schedulable(node: dict[str, Any]) -> bool:
+    spec = node.get("spec") or {}
+    ready = kc.condition(node, "Ready")
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
+    labelled = HOSTNAME in ((node.get("metadata") or {}).get("labels") or {})
+    return bool(ready and ready.get("status") == "True") and not spec.get("unschedulable") and not tainted \
+        and labelled
+
+
+async def _offers(ctx: Context, node: dict[str, Any], network: str, offer: bool) -> None:
+    """Make `node` offer `network` or not, through the node annotation listing the PodNetworks it offers
+    (absent: every one); the annotation as it was is put back at cleanup."""
+    name = node["metadata"]["name"]
+    raw = (node["metadata"].get("annotations") or {}).get(NODE_NETWORKS)
+    listed: list[str] | None = None if raw is None else list(json.loads(raw))
+    if offer == (listed is None or network in listed):
+        return
+    wanted = ([*(listed or []), network] if offer
+              else [n for n in (listed or [constants.DEFAULT_PODNETWORK]) if n != network])
+    await ctx.client.patch(kc.Node, name, {"metadata": {"annotations": {NODE_NETWORKS: json.dumps(wanted)}}})
+    restore = {"metadata": {"annotations": {NODE_NETWORKS: raw}}}
+    ctx.on_cleanup(lambda: ctx.client.patch(kc.Node, name, restore))
+
+
+async def bound_where_offered(ctx: Context) -> None:
+    await ctx.probe("extender", extender_probe)
+    nodes = [n for n in await ctx.client.list(kc.Node) if _schedulable(n)]
+    if len(nodes) < 2:
+        ctx.skip(f"needs two schedulable nodes with a {HOSTNAME} label; the cluster has {len(nodes)}")
+    network = await c.podnetwork(ctx, "pernode")
+    await c.wait_condition(ctx, kc.PodNetwork, network, c.READY, "True")
+    offering, other = nodes[0], nodes[1]
+    await _offers(ctx, offering, network, True)
+    await _offers(ctx, other, network, False)
+    for pod, node in (("offered", offering), ("not-offered", other)):
+        networks = json.dumps([DEFAULT, {"podNetworkName": network}])
+        (body,) = ctx.manifest("pod.yaml", NAME=pod, NETWORKS=networks)
+        body["spec"]["nodeSelector"] = {HOSTNAME: node["metadata"]["labels"][HOSTNAME]}
+        await ctx.create(kc.Pod, body)
+    where = offering["metadata"]["name"]
+    await _scheduled(ctx, "offered", f"it may only go to {where}, which offers {network}")
+    assert await _bound(ctx, "offered") == where
+    await _held_with_event(ctx, "not-offered", network)
 
 
 def _pod_ips(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -231,6 +278,12 @@ TESTS: tuple[ConformanceTest, ...] = (
         'KEP "Active validations" (single Pod references a given PodNetwork only 1 time), '
         '"Resources relations"',
         attachment_and_its_network, ("podnetwork.yaml", "attachment.yaml", "pod.yaml")),
+    ConformanceTest(
+        "BoundWhereOffered",
+        "A pod naming a PodNetwork is bound to a node that offers it, and held Pending with an Event naming "
+        "it when its only node does not.",
+        ("PerNodeAvailability",), 'KEP Req 18, "Scheduler changes"', bound_where_offered,
+        ("podnetwork.yaml", "pod.yaml")),
     ConformanceTest(
         "PodIPsPerNetwork",
         "A running pod reports its IPs with the PodNetwork each belongs to, at most one per family per "
