@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 CNI_BIN ?= /usr/lib/cni
 
-.PHONY: demo test setup system-deps lint bench clean
+.PHONY: demo test setup system-deps lint bench clean conformance-report
 
 demo: setup
 	$(VENV)/bin/podnetwork demo
@@ -54,6 +54,11 @@ bench: setup
 	$(PY) benchmarks/bench_agent.py -n 40
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_addresswatch.py
+
+# The KEP-3698 conformance suite (--profile extended) against this project's components on the
+# API emulator of the tests; the report goes to docs/conformance/ (docs/conformance.md).
+conformance-report: setup
+	$(PY) -m tests.api.conformance_support
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

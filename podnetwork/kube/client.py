@@ -559,6 +559,29 @@ class AsyncApi:
         finally:
             self.on_write(kind_of(resource), verb, outcome)
 
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, *,
+                     dry_run: bool = False) -> None:
+        """Delete (the API server may keep the object while finalizers remain); with `dry_run`, only
+        ask whether the API server (its admission included) would. Raises `ApiError`."""
+        await self.call(_what("delete", resource, namespace, name),
+                        lambda c: c.delete(_any(resource), name, namespace=_scope(resource, namespace),
+                                           dry_run=dry_run))
+
+    async def get_path(self, path: str) -> Any:
+        """The JSON at `path` for what lightkube has no call for (`/version`, discovery), over the
+        same transport (credentials, TLS). Raises `ApiError`."""
+        what = f"get {path}"
+
+        async def run(_: lightkube.AsyncClient) -> Any:
+            transport = _AsyncTransport(self.credentials, Authenticator(self.credentials))
+            async with httpx2.AsyncClient(base_url=self.credentials.server, timeout=self.timeout,
+                                          transport=transport) as raw:
+                response = await raw.get(path)
+                response.raise_for_status()
+                return response.json()
+
+        return await self.call(what, run)
+
     async def write(self, what: str, request: Callable[[], Awaitable[dict[str, Any]]], *,
                     then: str = "") -> Written:
         """The operators' writes: `request()` (its retries included), with 404 and 409 as answers.

@@ -248,6 +248,8 @@ def command_lines(root: Path) -> dict[str, list[str]]:
         "migrate": ["migrate", "-n", "default"],
         "export-dra": ["export-dra", "-n", "default"],
         "graph": ["graph"],
+        # Its first request (GET /version) shows the credentials; it is stopped then.
+        "conformance": ["conformance", "--features", "PodNetworkAPI", "--request-timeout", "5"],
     }
 
 
@@ -335,5 +337,5 @@ def test_the_help_of_every_command_points_to_the_one_description() -> None:
         if "--kubeconfig" in flags:
             helps[name] = (credentials.HELP in (flags["--kubeconfig"].help or ""), "--context" in flags)
     assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "export-dra",
-                          "explain", "graph"}
+                          "explain", "graph", "conformance"}
     assert all(points and has_context for points, has_context in helps.values()), helps

@@ -1,0 +1,105 @@
+"""The features of the KEP-3698 suite: named sets of tests an implementation claims as a whole.
+
+As Gateway API's SupportedFeatures: an implementation declares the features it
+supports (`--features`, or a profile that names a set of them), and the suite runs
+the tests of those features only. Each feature says what it needs from the cluster,
+so a reader of a report knows which component a skipped or failed test points at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Level(StrEnum):
+    CORE = "Core"
+    """What every implementation of the KEP's Phase I API must do."""
+    EXTENDED = "Extended"
+    """Later phases and optional parts: scheduling, per-node availability, pod IPs..."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    level: Level
+    summary: str
+    needs: tuple[str, ...]
+    """What the cluster must run for the feature's tests to be set up at all."""
+
+
+CRDS = "the PodNetwork and PodNetworkAttachment APIs served (CRDs or built in), with their validation"
+CONTROLLER = "a PodNetwork controller (KEP \"PodNetwork Controller\")"
+ADMISSION = "pod admission for networks (a mutating and validating webhook, or the API server itself)"
+SCHEDULER = "a kube-scheduler that binds pods"
+EXTENDER = "an extender or plugin in kube-scheduler that checks a pod's networks (KEP \"Active validations\")"
+KUBELET = "kubelets that run pods"
+NODE_NETWORKS = ("nodes that list the PodNetworks they offer in the annotation "
+                 "multinetwork.x-k8s.io/podnetworks (absent: all), and permission to patch two nodes' "
+                 "annotations for the test")
+CNI_AGENT = "a CNI agent (or runtime) on the nodes that attaches every network a pod names"
+NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
+               "and writes the NPWG selection k8s.v1.cni.cncf.io/networks")
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("PodNetworkAPI", Level.CORE,
+            "PodNetwork and PodNetworkAttachment are served; spec is immutable except PodNetwork's enabled",
+            (CRDS,)),
+    Feature("PodNetworkConditions", Level.CORE,
+            "Ready follows enabled and ParamsReady, with the KEP's reasons",
+            (CRDS, CONTROLLER)),
+    Feature("DefaultPodNetwork", Level.CORE,
+            "the PodNetwork `default` exists, is Ready, and cannot be deleted",
+            (CRDS, CONTROLLER)),
+    Feature("InUseProtection", Level.CORE,
+            "a PodNetwork or attachment named by a pod keeps a finalizer and is not deleted until the pod "
+            "is gone",
+            (CRDS, CONTROLLER)),
+    Feature("PodNetworkAttachment", Level.CORE,
+            "an attachment is Ready only while its PodNetwork is; PodNetworkNotReady otherwise",
+            (CRDS, CONTROLLER)),
+    Feature("StaticValidation", Level.CORE,
+            "a pod whose networks break the KEP's static rules is refused at creation",
+            (ADMISSION,)),
+    Feature("AutoPopulation", Level.CORE,
+            "a pod that names no network is given the `default` PodNetwork; a hostNetwork pod none",
+            (ADMISSION,)),
+    Feature("ActiveValidation", Level.EXTENDED,
+            "a pod naming a missing or not Ready network stays Pending with a reason, and is scheduled once "
+            "it is Ready",
+            (SCHEDULER, EXTENDER, CONTROLLER)),
+    Feature("PerNodeAvailability", Level.EXTENDED,
+            "a pod is bound only to a node that offers every PodNetwork it names (Req 18)",
+            (SCHEDULER, EXTENDER, NODE_NETWORKS)),
+    Feature("NamespaceDefaultNetworks", Level.EXTENDED,
+            "a namespace's default networks are given to its pods that name none (Phase IV req. 23)",
+            (ADMISSION,)),
+    Feature("PodIPsPerNetwork", Level.EXTENDED,
+            "a running pod reports one IP per family per network it is attached to (KEP \"Status\")",
+            (SCHEDULER, KUBELET, CNI_AGENT)),
+    Feature("NPWGBridge", Level.EXTENDED,
+            "PodNetworks whose parameters are NetworkAttachmentDefinitions: ParamsReady, and the NPWG "
+            "selection on pods",
+            (CRDS, CONTROLLER, NPWG_BRIDGE)),
+)
+
+BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
+
+#: Profiles: the feature sets `--profile` names. "extended" includes "core".
+PROFILES: dict[str, tuple[str, ...]] = {
+    "core": tuple(f.name for f in FEATURES if f.level is Level.CORE),
+    "extended": tuple(f.name for f in FEATURES),
+}
+
+
+class UnknownFeature(ValueError):
+    pass
+
+
+def resolve(names: list[str]) -> tuple[str, ...]:
+    """Feature names in suite order; a name that is no feature is an error listing the known ones."""
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise UnknownFeature(f"unknown feature(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    wanted = set(names)
+    return tuple(f.name for f in FEATURES if f.name in wanted)

@@ -1,0 +1,139 @@
+"""`podnetwork conformance` (the KEP-3698 suite, as a process) against this project's components on
+kmock's emulator (tests/api/conformance_support.py): the whole extended profile passes, a missing
+extender skips what needs it with that reason, and broken controllers fail the right tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conformance.kep import report
+from conformance.kep.tests import ALL
+from podnetwork import constants
+from tests.api import conformance_support as cs
+from tests.api import kube_emulator
+
+pytestmark = pytest.mark.timeout(600)
+
+FAST = ("--settle-timeout", "20", "--schedule-timeout", "8")
+IMPLEMENTATION = ("--implementation-name", "podnetwork", "--implementation-version", "test",
+                  "--implementation-url", "https://podnetwork.test/")
+
+
+async def test_the_extended_profile_passes_against_our_components_and_the_report_validates(tmp_path: Path) -> None:
+    out_file = tmp_path / "report.yaml"
+    async with cs.cluster(tmp_path / "cluster") as the:
+        code, out = await cs.conformance(the, "--profile", "extended", "--report", str(out_file), *IMPLEMENTATION,
+                                         *FAST)
+        api = kube_emulator.api(the.emulator)
+        left_pods = (await api.list(cs.kube.Pod)).items
+        left_networks = [p["metadata"]["name"] for p in (await api.list(cs.kube.PodNetwork)).items]
+        node_annotations = [(n["metadata"].get("annotations") or {}).get(constants.NODE_PODNETWORKS_ANNOTATION)
+                            for n in (await api.list(cs.kube.Node)).items]
+        await api.close()
+        left_namespaces = list(the.emulator.namespaces)
+    assert code == 0, out
+    document = cs.load_report(out_file)
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    found = cs.outcomes(document)
+    assert set(found) == {t.name for t in ALL}, "every test of the suite is in the extended profile's report"
+    # There is no kubelet on the emulator: the one test that needs a running pod is skipped, saying so.
+    assert found.pop("PodIPsPerNetwork") == ("skipped", "no pod reached Running in 8s: no kubelet runs pods on "
+                                                        "the nodes")
+    assert {name: outcome for name, (outcome, _) in found.items()} == dict.fromkeys(found, "passed")
+    assert [p["result"] for p in document["profiles"]] == ["success", "partial"]
+    assert document["kubernetesVersion"] and document["implementation"]["name"] == "podnetwork"
+    assert f"[{len(ALL)}/{len(ALL)}]" in out, "progress is shown per test"
+    # Each test removed what it made.
+    assert left_pods == [] and left_networks == [constants.DEFAULT_PODNETWORK] and left_namespaces == []
+    assert node_annotations == [None, None], "BoundWhereOffered put the nodes' annotation back"
+    assert "cleanupProblems" not in document
+
+
+async def test_without_an_extender_the_active_validation_tests_are_skipped_with_that_reason(tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", extender=False) as the:
+        code, out = await cs.conformance(the, "--features", "ActiveValidation,PodNetworkConditions",
+                                         "--report", str(tmp_path / "r.json"), *IMPLEMENTATION, *FAST)
+    assert code == 0, out
+    document = cs.load_report(tmp_path / "r.json")
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    found = cs.outcomes(document)
+    no_extender = ("skipped", "a pod naming a missing PodNetwork was bound to a node: nothing checks a pod's "
+                              "networks in kube-scheduler (no extender or plugin is wired)")
+    assert found == {
+        "PodNetworkReady": ("passed", ""), "PodNetworkDisabled": ("passed", ""),
+        "PodNetworkParamsNotReady": ("passed", ""),
+        "PendingUntilNetworkExists": no_extender, "PendingWhileNotReady": no_extender,
+        "AttachmentAndItsPodNetwork": no_extender,
+    }
+
+
+async def test_pods_reach_a_second_scheduler_with_scheduler_name_and_none_binds_them_without(
+        tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", bridge=False, scheduler_name="podnetwork-scheduler") as the:
+        code, out = await cs.conformance(the, "--features", "ActiveValidation", *FAST)
+        assert code == 0, out
+        assert out.count("SKIPPED") == 3, out
+        assert out.count("no pod was bound to a node in 8s: no kube-scheduler runs") == 3, out
+        code, out = await cs.conformance(the, "--features", "ActiveValidation", "--scheduler-name",
+                                         "podnetwork-scheduler", *FAST)
+        assert code == 0, out
+        assert out.count("PASSED") == 3, out
+
+
+@contextlib.asynccontextmanager
+async def _broken_controller(the: cs.Cluster) -> AsyncIterator[None]:
+    task = asyncio.create_task(cs.ready_without_finalizers(kube_emulator.api(the.emulator)))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_controller_that_sets_no_finalizer_and_ignores_enabled_fails_exactly_those_tests(
+        tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", controller=False, extender=False, bridge=False,
+                          scheduler=False) as the, _broken_controller(the):
+        code, out = await cs.conformance(the, "--features", "PodNetworkConditions,InUseProtection",
+                                         "--report", str(tmp_path / "r.yaml"), *IMPLEMENTATION,
+                                         "--settle-timeout", "3")
+    assert code == 1, out
+    document = cs.load_report(tmp_path / "r.yaml")
+    jsonschema.Draft202012Validator(report.schema()).validate(document)
+    found = cs.outcomes(document)
+    assert {name: outcome for name, (outcome, _) in found.items()} == {
+        "PodNetworkReady": "passed",
+        "PodNetworkDisabled": "failed", "PodNetworkParamsNotReady": "failed",
+        "PodNetworkInUse": "failed", "PodNetworkInUseByAttachment": "failed",
+    }
+    assert "gets Ready=False reason AdministrativelyDisabled: not met in 3s" in found["PodNetworkDisabled"][1]
+    assert "in use by pod user, gets a finalizer: not met in 3s" in found["PodNetworkInUse"][1]
+    (core,) = document["profiles"]
+    assert core["result"] == "failure" and core["failedFeatures"] == ["InUseProtection", "PodNetworkConditions"]
+
+
+async def test_crds_installed_without_their_validation_fail_the_api_tests(tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", crd_validation=False, extender=False, bridge=False,
+                          scheduler=False) as the:
+        code, out = await cs.conformance(the, "--features", "PodNetworkAPI", *FAST)
+    assert code == 1, out
+    assert "PodNetworkRoundTrip ... FAILED" in out and "spec.enabled should default to true" in out
+    assert ('SpecImmutable ... FAILED (' in out
+            and 'changing PodNetwork spec.provider (KEP "Mutability": immutable except enabled): was accepted' in out)
+
+
+async def test_a_podnetwork_never_made_ready_fails_the_ready_test(tmp_path: Path) -> None:
+    async with cs.cluster(tmp_path / "cluster", controller=False, extender=False, bridge=False,
+                          scheduler=False) as the:
+        code, out = await cs.conformance(the, "--features", "PodNetworkConditions", "--skip-tests",
+                                         "PodNetworkDisabled,PodNetworkParamsNotReady", "--settle-timeout", "2")
+    assert code == 1, out
+    assert "PodNetworkReady ... FAILED" in out and "gets Ready=True: not met in 2s (last seen: no Ready condition" in out
+    assert "core: failure (0 passed, 1 failed, 2 skipped)" in out

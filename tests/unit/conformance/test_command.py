@@ -1,0 +1,64 @@
+"""`podnetwork conformance` as a process: bad arguments and an unreachable cluster exit 2 with a
+message saying what to fix, before any test runs; --list shows every test under its feature."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.kep.tests import ALL
+from tests.api.kube_emulator import write_kubeconfig
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "podnetwork", "conformance", *argv], capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_list_shows_every_test() -> None:
+    done = _run("--list")
+    assert done.returncode == 0
+    assert all(f"    {t.name}: " in done.stdout for t in ALL)
+
+
+def test_an_unknown_feature_exits_2_naming_the_known_ones() -> None:
+    done = _run("--features", "PodNetworkAPI,Teleport")
+    assert done.returncode == 2
+    assert "unknown feature(s) Teleport; known: PodNetworkAPI, PodNetworkConditions" in done.stderr
+
+
+def test_an_unknown_test_to_skip_exits_2() -> None:
+    done = _run("--skip-tests", "NoSuchTest")
+    assert done.returncode == 2 and "--skip-tests: unknown test(s) NoSuchTest; see --list" in done.stderr
+
+
+def test_a_report_needs_the_implementation_named() -> None:
+    done = _run("--report", "r.yaml", "--implementation-name", "x")
+    assert done.returncode == 2
+    assert "--report needs --implementation-name, --implementation-version and --implementation-url" in done.stderr
+
+
+def test_profile_and_features_are_exclusive() -> None:
+    done = _run("--profile", "core", "--features", "PodNetworkAPI")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr
+
+
+def test_an_unreachable_cluster_exits_2_naming_it(tmp_path: Path) -> None:
+    port = _closed_port()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    done = _run("--kubeconfig", str(kubeconfig), "--request-timeout", "2")
+    assert done.returncode == 2
+    assert f"cannot reach the cluster at http://127.0.0.1:{port}" in done.stderr
+
+
+def test_no_cluster_configured_exits_2_with_the_credentials_message() -> None:
+    done = _run()
+    assert done.returncode == 2 and "podnetwork conformance: " in done.stderr
