@@ -305,6 +305,11 @@ class Bridge:
         if not self.config.write_selection:
             await self.release(key, pod, "the bridge runs with --no-selection")
         else:
+            if pods.ours_to_write(pod):
+                # What NPWG cannot express, and a refusal, while it still matters: once
+                # attached, the selection was read. Each is posted (and logged) once.
+                for reason, message in pods.notices(translation):
+                    await self.post_event(pod, reason, message)
             blockers = pods.not_ready(nets, key[0], objects)
             if blockers and not pods.attached(pod):
                 logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
@@ -321,9 +326,9 @@ class Bridge:
                                     f"wrote {npwg.NETWORKS_ANNOTATION}" if wrote else "nothing to write",
                                     f", removed scheduling gate {pods.SCHEDULING_GATE}"
                                     if "spec" in decision.patch else "")
-                        if wrote:
-                            for warning in translation.warnings:
-                                logger.warning("pod %s/%s: %s", *key, warning)
+                if decision.refused is not None:
+                    # A change of the NAD (a gateway named) re-evaluates the pod.
+                    self.waiting[key] = pod
                 if decision.conflict is not None:
                     await self.post_event(pod, pods.CONFLICT_REASON, decision.conflict)
         if self.config.write_pod_ips:
