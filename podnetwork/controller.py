@@ -134,6 +134,8 @@ class Controller:
     once) from one without a profile (none to apply)."""
     webhook_client_config: dict[str, Any] | None = None
     """With `--manage-webhooks`: where the API server reaches our webhooks."""
+    on_webhooks_registered: Callable[[], None] | None = None
+    """Called once the webhook configurations are registered (the command's readiness)."""
     ready_seen: dict[Ref, bool] = field(default_factory=dict)
     pending: set[Ref] = field(default_factory=set)
     """Refs whose consumers changed since the last pod event handler ran."""
@@ -540,6 +542,8 @@ class Controller:
             except kube.Conflict:
                 await self.patch(resource, obj["metadata"]["name"], obj, retry=None)
             logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
+        if self.on_webhooks_registered is not None:
+            self.on_webhooks_registered()
 
     async def ensure_default(self) -> None:
         if not self.config.create_default:

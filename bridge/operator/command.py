@@ -79,6 +79,13 @@ def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
     return operatorshell.WebhookFlags.from_args(args, serve=args.webhook)
 
 
+def features(args: argparse.Namespace) -> dict[str, object]:
+    """What this bridge does, for its start-up line."""
+    return {"params-ready": args.params_ready, "selection": args.write_selection,
+            "pod-ips": args.write_pod_ips, "webhook": args.webhook, "namespaces": args.namespace or ["all"],
+            "peering": args.peering or "standalone"}
+
+
 def _problem(args: argparse.Namespace) -> str | None:
     problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="add --webhook")
     if problem is None and args.webhook and not args.write_selection:
@@ -99,8 +106,11 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any) -> int:
                 endpoint = shell.webhook(flags)
                 if flags.manage:
                     bridge.config.webhook_client_config = endpoint.client_config()
+                    # Not ready (GET /readyz) until the API server calls the webhook.
+                    shell.readiness.wait_for(operatorshell.REGISTRATION)
+                    bridge.on_webhook_registered = lambda: shell.readiness.done(operatorshell.REGISTRATION)
                 shell.serve(admission.app(bridge.objects), endpoint.sockets, endpoint.certificate,
-                            max_body_bytes=flags.max_body_bytes)
+                            max_body_bytes=flags.max_body_bytes, ready_probe=True)
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,
@@ -130,9 +140,13 @@ def _run(args: argparse.Namespace) -> int:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
 
+    from bridge.operator import admission
     from podnetwork.kube import client as kube
 
+    operatorshell.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
+    served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
+    operatorshell.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,

@@ -30,8 +30,9 @@ one operator.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -47,6 +48,9 @@ from podnetwork.kube import client as kube
 from podnetwork.kube import core as kube_core
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between attempts to register the webhook configuration (`--manage-webhooks`).
+REGISTRATION_RETRY = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 Key = tuple[str, str]
 #: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
@@ -90,6 +94,8 @@ class Bridge:
     """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
+    on_webhook_registered: Callable[[], None] | None = None
+    """Called once `register_webhook` has registered the configuration (the command's readiness)."""
 
     # --- memory ----------------------------------------------------------------------------
 
@@ -198,25 +204,35 @@ class Bridge:
         logger.warning("pod %s/%s: %s", namespace, pod.metadata.name, message)
 
     async def register_webhook(self) -> None:
-        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to."""
+        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to.
+
+        Tried again after an API error (after `REGISTRATION_RETRY` seconds, the last
+        delay repeating) until it is registered: until then the command's `/readyz`
+        says not ready, as pods created meanwhile are not seen by the webhook.
+        """
         if self.config.webhook_client_config is None:
             return
         from bridge.operator import admission
 
         obj = admission.webhook_configuration(self.config.webhook_client_config)
+        name = obj["metadata"]["name"]
         api = self._api()
         resource = kube.MutatingWebhookConfiguration
-        try:
-            await api.create(resource, obj)
-        except kube.Conflict:
-            name = obj["metadata"]["name"]
-            await api.write(f"patch {kube.path_of(resource, None, name)}",
-                            lambda: api.patch(resource, name, obj))
-        except kube.ApiError as exc:
-            logger.error("cannot register MutatingWebhookConfiguration %s: %s (register it yourself, "
-                         "see deploy/bridge/webhooks.yaml)", obj["metadata"]["name"], exc)
-            return
-        logger.info("registered MutatingWebhookConfiguration %s", obj["metadata"]["name"])
+        for attempt in itertools.count():
+            try:
+                try:
+                    await api.create(resource, obj)
+                except kube.Conflict:
+                    await api.patch(resource, name, obj)
+                break
+            except kube.ApiError as exc:
+                delay = REGISTRATION_RETRY[min(attempt, len(REGISTRATION_RETRY) - 1)]
+                logger.error("cannot register MutatingWebhookConfiguration %s: %s; retrying in %ss (or "
+                             "register it yourself, see deploy/bridge/webhooks.yaml)", name, exc, delay)
+                await asyncio.sleep(delay)
+        logger.info("registered MutatingWebhookConfiguration %s", name)
+        if self.on_webhook_registered is not None:
+            self.on_webhook_registered()
 
     # --- ParamsReady -----------------------------------------------------------------------
 
