@@ -27,7 +27,10 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 so Multus (or `podnetwork cni-agent`) attaches them. A hand-written
                 selection that disagrees is left alone and reported in an Event.
   pod IPs       writes multinetwork.x-k8s.io/pod-ips from
-                k8s.v1.cni.cncf.io/network-status.
+                k8s.v1.cni.cncf.io/network-status, and in the same write
+                multinetwork.x-k8s.io/attachments: per attachment its PodNetwork,
+                interface, IPs (CIDRs) and MAC, for a downward-API volume
+                (docs/attachment-data.md).
   admission     with --webhook, serves the mutating webhook for pod CREATE on
                 https://HOST:PORT/mutate-pods: a pod naming a bridge network gets
                 its selection at once when everything is Ready, else the
@@ -69,6 +72,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="do not write k8s.v1.cni.cncf.io/networks on pods")
     p.add_argument("--no-pod-ips", dest="write_pod_ips", action="store_false",
                    help="do not write multinetwork.x-k8s.io/pod-ips on pods")
+    p.add_argument("--no-attachment-data", dest="write_attachments", action="store_false",
+                   help="do not write multinetwork.x-k8s.io/attachments (the data of each attachment, "
+                   "for a downward-API volume: docs/attachment-data.md) on pods")
     p.add_argument("--webhook", action="store_true",
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
@@ -82,7 +88,8 @@ def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
 def features(args: argparse.Namespace) -> dict[str, object]:
     """What this bridge does, for its start-up line."""
     return {"params-ready": args.params_ready, "selection": args.write_selection,
-            "pod-ips": args.write_pod_ips, "webhook": args.webhook, "namespaces": args.namespace or ["all"],
+            "pod-ips": args.write_pod_ips, "attachment-data": args.write_attachments,
+            "webhook": args.webhook, "namespaces": args.namespace or ["all"],
             "peering": args.peering or "standalone"}
 
 
@@ -152,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
         params_ready=args.params_ready,
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
+        write_attachments=args.write_attachments,
     ), api=kube.AsyncApi(creds))
     controller.register(registry, bridge)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))

@@ -13,8 +13,8 @@
   creation by the bridge's webhook, `bridge.operator.admission`): removed in the same
   merge patch that writes the selection, or alone when the bridge will write
   none (`bridge.operator.pods.release_patch`), so the pod is scheduled only with it.
-- Reverse status (`bridge.operator.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
-  from `k8s.v1.cni.cncf.io/network-status`.
+- Reverse status (`bridge.operator.pods.reverse_status_patch`): `multinetwork.x-k8s.io/pod-ips`
+  and `multinetwork.x-k8s.io/attachments` from `k8s.v1.cni.cncf.io/network-status`, in one write.
 
 Pods are watched with `kopf.on.event` only, filtered on the KEP annotation:
 kopf's change-detecting handlers (on.create/on.update) would store their state
@@ -68,6 +68,9 @@ class BridgeSettings:
     CNI agent translates on its own and nothing else needs the annotation."""
     write_pod_ips: bool = True
     """Write `multinetwork.x-k8s.io/pod-ips` from `network-status`. Default on."""
+    write_attachments: bool = True
+    """Write `multinetwork.x-k8s.io/attachments` (the attachment data for the workload, KEP
+    Phase II requirement 17) from `network-status`, in the same write. Default on."""
     webhook_client_config: dict[str, Any] | None = None
     """With `--manage-webhooks` (development clusters): where the API server reaches the
     bridge's webhook; the MutatingWebhookConfiguration is created or updated at startup."""
@@ -89,6 +92,10 @@ class Bridge:
     """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
     posted: set[str] = field(default_factory=set)
     """Names of the Events already posted (each disagreement is reported once)."""
+    reverse_written: dict[Key, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    """Per pod, the network-status the bridge last wrote the reverse status from, and what it
+    wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
+    reconnect) then writes nothing again. The next change of the status decides anew."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
     api: kube.AsyncApi | None = None
     """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
@@ -347,14 +354,24 @@ class Bridge:
                     self.waiting[key] = pod
                 if decision.conflict is not None:
                     await self.post_event(pod, pods.CONFLICT_REASON, decision.conflict)
-        if self.config.write_pod_ips:
+        if self.config.write_pod_ips or self.config.write_attachments:
             try:
-                patch = pods.pod_ips_patch(pod, translation)
+                patch = pods.reverse_status_patch(pod, translation, pod_ips=self.config.write_pod_ips,
+                                                  attachment_data=self.config.write_attachments)
             except ValueError as exc:
                 logger.warning("pod %s/%s: %s", *key, exc)
                 return
-            if patch is not None and await self.patch(_pod(key), patch):
-                logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
+            if patch is None:
+                return
+            status_text = pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION) or ""
+            changes: dict[str, str] = patch["metadata"]["annotations"]
+            last = self.reverse_written.get(key)
+            if last is not None and last[0] == status_text and changes.items() <= last[1].items():
+                return  # an older copy of the pod: this was written already
+            if await self.patch(_pod(key), patch):
+                before = last[1] if last is not None and last[0] == status_text else {}
+                self.reverse_written[key] = (status_text, {**before, **changes})
+                logger.info("pod %s/%s: wrote %s", *key, ", ".join(changes))
 
     async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
         """Remove the bridge's scheduling gate from a pod it will write no selection for.
@@ -543,6 +560,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge) -> None:
         if type == "DELETED":
             bridge.waiting.pop(key, None)
             bridge.locks.pop(("Pod", *key), None)
+            bridge.reverse_written.pop(key, None)
             return
         await bridge.reconcile_pod(body)
 

@@ -10,8 +10,9 @@
   annotation (NPWG 4: the annotation selects secondary networks). A pod already
   attached (it has `network-status`) is not changed: the selection is read once,
   at sandbox creation, and rewriting it afterwards would misreport.
-- The reverse status: `multinetwork.x-k8s.io/pod-ips` from `network-status`
-  (see `bridge.translate.podips`).
+- The reverse status: `multinetwork.x-k8s.io/pod-ips` and the attachment data
+  `multinetwork.x-k8s.io/attachments` from `network-status`, in one write
+  (see `bridge.translate.podips`, `reverse_status_patch`).
 - The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (Pod
   spec.schedulingGates, GA in Kubernetes 1.30): admission (`admission_patch`)
   adds it to a new pod that names a bridge network whose selection cannot be
@@ -243,16 +244,40 @@ def pod_ips_patch(pod: Pod, translation: Translation) -> dict[str, Any] | None:
 
     Raises `ValueError` when the status annotation is malformed.
     """
+    return reverse_status_patch(pod, translation, pod_ips=True, attachment_data=False)
+
+
+def reverse_status_patch(
+    pod: Pod, translation: Translation, *, pod_ips: bool = True, attachment_data: bool = True
+) -> dict[str, Any] | None:
+    """One merge patch for what `network-status` says back in KEP terms, or None when nothing changed.
+
+    `multinetwork.x-k8s.io/pod-ips` (`podips.pod_ips`) and, with `attachment_data`,
+    `multinetwork.x-k8s.io/attachments` (`podips.attachments`, docs/attachment-data.md):
+    both in the same write, so a change of the status is one write, and a steady pod
+    none. An annotation is written when its value differs from the pod's (never
+    created empty). Raises `ValueError` when the status annotation is malformed.
+    """
     text = pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION)
     if text is None:
         return None
     namespace = pod.metadata.namespace or ""
-    ips = podips.pod_ips(npwg.parse_status(text), translation, namespace)
-    value = podips.format_pod_ips(ips)
-    current = pod.metadata.annotation(constants.POD_IPS_ANNOTATION)
-    if current == value or (current is None and not ips):
+    status = npwg.parse_status(text)
+    wanted: dict[str, tuple[str, bool]] = {}
+    if pod_ips:
+        ips = podips.pod_ips(status, translation, namespace)
+        wanted[constants.POD_IPS_ANNOTATION] = (podips.format_pod_ips(ips), bool(ips))
+    if attachment_data:
+        data = podips.attachments(status, translation, namespace)
+        wanted[constants.ATTACHMENTS_ANNOTATION] = (podips.format_attachments(data), bool(data))
+    changes = {
+        key: value
+        for key, (value, any_data) in wanted.items()
+        if (current := pod.metadata.annotation(key)) != value and (current is not None or any_data)
+    }
+    if not changes:
         return None
-    return {"metadata": {"annotations": {constants.POD_IPS_ANNOTATION: value}}}
+    return {"metadata": {"annotations": changes}}
 
 
 def event(
@@ -418,6 +443,7 @@ __all__ = [
     "referenced",
     "refusal",
     "release_patch",
+    "reverse_status_patch",
     "scheduling_gates",
     "selection",
 ]
