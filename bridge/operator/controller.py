@@ -93,8 +93,8 @@ class Bridge:
     posted: set[str] = field(default_factory=set)
     """Names of the Events already posted (each disagreement is reported once)."""
     reverse_written: dict[Key, tuple[str, dict[str, str]]] = field(default_factory=dict)
-    """Per pod, the network-status the bridge last wrote the reverse status from, and what it
-    wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
+    """Per pod, digests of the network-status the bridge last wrote the reverse status from and
+    of what it wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
     reconnect) then writes nothing again. The next change of the status decides anew."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
     api: kube.AsyncApi | None = None
@@ -363,14 +363,16 @@ class Bridge:
                 return
             if patch is None:
                 return
-            status_text = pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION) or ""
+            # Digests, not texts: one entry per pod stays small whatever the status holds.
+            status = pods.digest(pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION) or "")
             changes: dict[str, str] = patch["metadata"]["annotations"]
+            digests = {k: pods.digest(v) for k, v in changes.items()}
             last = self.reverse_written.get(key)
-            if last is not None and last[0] == status_text and changes.items() <= last[1].items():
+            if last is not None and last[0] == status and digests.items() <= last[1].items():
                 return  # an older copy of the pod: this was written already
             if await self.patch(_pod(key), patch):
-                before = last[1] if last is not None and last[0] == status_text else {}
-                self.reverse_written[key] = (status_text, {**before, **changes})
+                before = last[1] if last is not None and last[0] == status else {}
+                self.reverse_written[key] = (status, {**before, **digests})
                 logger.info("pod %s/%s: wrote %s", *key, ", ".join(changes))
 
     async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
