@@ -26,6 +26,9 @@ DEFAULT_PODNETWORK = "default"
 NETWORKS_ANNOTATION = f"{GROUP}/networks"
 #: Pod annotation holding the KEP "Status" pod IPs: a JSON list of `PodIP`.
 POD_IPS_ANNOTATION = f"{GROUP}/pod-ips"
+#: Pod annotation holding the data of each attachment for the workload (KEP Phase II
+#: requirement 17), for a downward-API volume: docs/attachment-data.md.
+ATTACHMENTS_ANNOTATION = f"{GROUP}/attachments"
 #: Namespace annotation: the networks auto-populated for pods of that namespace
 #: (KEP Story #6, Phase IV requirement 23).
 NAMESPACE_DEFAULT_NETWORKS_ANNOTATION = f"{GROUP}/default-networks"

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -135,6 +135,8 @@ class Controller:
     once) from one without a profile (none to apply)."""
     webhook_client_config: dict[str, Any] | None = None
     """With `--manage-webhooks`: where the API server reaches our webhooks."""
+    on_webhooks_registered: Callable[[], None] | None = None
+    """Called once the webhook configurations are registered (the command's readiness)."""
     ready_seen: dict[Ref, bool] = field(default_factory=dict)
     pending: set[Ref] = field(default_factory=set)
     """Refs whose consumers changed since the last pod event handler ran."""
@@ -232,6 +234,8 @@ class Controller:
                 fresh = await self.patch_object(ref, fin, retry=ref)
                 if fresh is None:
                     return
+                logger.info("%s: %s finalizer %s", ref, "added" if self.index.in_use(ref)
+                            else "removed", constants.IN_USE_FINALIZER)
                 body = self.remember(ref, fresh)
                 if body is None:
                     return  # deleted by this write; its DELETED event does the follow-ups
@@ -248,6 +252,7 @@ class Controller:
             ready_before = _ready_of(body)
             fresh = await self.patch_object(ref, conditions.status_patch(body, new), status=True, retry=ref)
             if fresh is not None:
+                logger.info("%s: wrote conditions %s", ref, _conditions_line(new))
                 self.remember(ref, fresh)
         # Attachments, nodes and the nudge read only Ready: an InUse-only write (a busy
         # network's consumer count, every flush) must not walk every node and attachment.
@@ -305,8 +310,8 @@ class Controller:
         for key in sorted(self.index.unscheduled_pods(ref)):
             namespace, _, name = key.partition("/")
             patch = {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: stamp}}}
-            await self.patch(kube.Pod, name, patch, namespace=namespace, retry=None)
-            logger.info("requeued pod %s: %s turned Ready", key, ref)
+            if await self.patch(kube.Pod, name, patch, namespace=namespace, retry=None) is not None:
+                logger.info("requeued pod %s: %s turned Ready", key, ref)
 
     async def reconcile_node(self, name: str) -> None:
         async with self.lock(Ref(NODE, "", name)):
@@ -321,6 +326,9 @@ class Controller:
                 return
             fresh = await self.patch(kube.Node, name, patch, status=True, retry=Ref(NODE, "", name),
                                      patch_type="strategic")
+            if fresh is not None:
+                logger.info("node %s: wrote condition %s", name,
+                            _conditions_line(patch.get("status", {}).get("conditions", [])))
             fresh_node = None if fresh is None else _read(Node.model_validate, fresh, f"node {name}")
             if fresh_node is not None and name in self.nodes and not _older(fresh_node, self.nodes[name]):
                 self.nodes[name] = fresh_node
@@ -535,6 +543,8 @@ class Controller:
             except kube.Conflict:
                 await self.patch(resource, obj["metadata"]["name"], obj, retry=None)
             logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
+        if self.on_webhooks_registered is not None:
+            self.on_webhooks_registered()
 
     async def ensure_default(self) -> None:
         if not self.config.create_default:
@@ -560,6 +570,11 @@ class Controller:
             logger.warning("set-up failed (%s); retrying in %ss", exc, self.config.inuse_message_interval)
             return
         self.setup_pending = False
+
+
+def _conditions_line(conds: Sequence[Mapping[str, Any]]) -> str:
+    """`Ready=True (Ready), InUse=False (NotInUse)`: one log line says what a write set."""
+    return ", ".join(f"{c.get('type')}={c.get('status')} ({c.get('reason')})" for c in conds)
 
 
 def namespace_entry(body: Mapping[str, Any]) -> dict[str, Any]:

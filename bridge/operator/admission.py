@@ -27,6 +27,7 @@ import the bridge (.importlinter); the FastAPI/uvicorn stack is the same.
 # at runtime, and `Request` is imported inside `app`.
 import base64
 import json
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,6 +47,12 @@ WEBHOOK_NAME = f"pods.npwg.{constants.GROUP}"
 CONFIGURATION_NAME = "podnetwork-bridge"
 #: Namespaces the webhook never sees: the system ones, where the bridge itself runs.
 EXEMPT_NAMESPACES = ("kube-system", "multinetwork-system")
+logger = logging.getLogger(__name__)
+#: The API server may truncate an admission warning longer than this (Kubernetes docs,
+#: "Response" of dynamic admission control); cut here, so the cut is ours and says where
+#: the rest is: the bridge posts the full text as an Event on the pod.
+WARNING_MAX_CHARS = 256
+MORE = " [...] (full text: the pod's Events)"
 GATE_WARNING = (
     f"scheduling gate {pods.SCHEDULING_GATE} added: the pod is scheduled once the NPWG bridge "
     "has written its k8s.v1.cni.cncf.io/networks (its PodNetworks must be Ready)"
@@ -73,16 +80,30 @@ def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Obj
         # server decodes a pod into its type before admission, so it never sends one. As
         # for a pod whose networks cannot be read, no patch: validation is the other webhook's.
         return admissionreview.allowed(uid)
-    ops = pods.admission_patch(view, objects, namespace=request.namespace or None)
-    if not ops:
-        return admissionreview.allowed(uid)
-    extra: dict[str, Any] = {
-        "patchType": "JSONPatch",
-        "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
-    }
+    decision = pods.admission(view, objects, namespace=request.namespace or None)
+    ops = decision.ops
+    warnings = list(decision.warnings)
+    if warnings:
+        meta = pod.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or ""
+        who = f"{request.namespace or meta.get('namespace') or ''}/{name}"
+        for warning in warnings:
+            logger.warning("admission of pod %s: %s", who, warning)
     if any(op["path"].startswith("/spec/schedulingGates") for op in ops):
-        extra["warnings"] = [GATE_WARNING]
+        warnings.append(GATE_WARNING)
+    extra: dict[str, Any] = {}
+    if ops:
+        extra["patchType"] = "JSONPatch"
+        extra["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+    if warnings:
+        extra["warnings"] = [_short(w) for w in warnings]
     return admissionreview.allowed(uid, **extra)
+
+
+def _short(warning: str) -> str:
+    if len(warning) <= WARNING_MAX_CHARS:
+        return warning
+    return warning[: WARNING_MAX_CHARS - len(MORE)] + MORE
 
 
 def review(body: Any, objects: translate.Objects) -> dict[str, Any]:

@@ -27,7 +27,10 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 so Multus (or `podnetwork cni-agent`) attaches them. A hand-written
                 selection that disagrees is left alone and reported in an Event.
   pod IPs       writes multinetwork.x-k8s.io/pod-ips from
-                k8s.v1.cni.cncf.io/network-status.
+                k8s.v1.cni.cncf.io/network-status, and in the same write
+                multinetwork.x-k8s.io/attachments: per attachment its PodNetwork,
+                interface, IPs (CIDRs) and MAC, for a downward-API volume
+                (docs/attachment-data.md).
   admission     with --webhook, serves the mutating webhook for pod CREATE on
                 https://HOST:PORT/mutate-pods: a pod naming a bridge network gets
                 its selection at once when everything is Ready, else the
@@ -69,6 +72,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="do not write k8s.v1.cni.cncf.io/networks on pods")
     p.add_argument("--no-pod-ips", dest="write_pod_ips", action="store_false",
                    help="do not write multinetwork.x-k8s.io/pod-ips on pods")
+    p.add_argument("--no-attachment-data", dest="write_attachments", action="store_false",
+                   help="do not write multinetwork.x-k8s.io/attachments (the data of each attachment, "
+                   "for a downward-API volume: docs/attachment-data.md) on pods")
     p.add_argument("--webhook", action="store_true",
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
@@ -78,6 +84,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
     return operatorshell.WebhookFlags.from_args(args, serve=args.webhook)
+
+
+def features(args: argparse.Namespace) -> dict[str, object]:
+    """What this bridge does, for its start-up line."""
+    return {"params-ready": args.params_ready, "selection": args.write_selection,
+            "pod-ips": args.write_pod_ips, "attachment-data": args.write_attachments,
+            "webhook": args.webhook, "namespaces": args.namespace or ["all"],
+            "peering": args.peering or "standalone"}
 
 
 def _problem(args: argparse.Namespace) -> str | None:
@@ -126,8 +140,11 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 endpoint = shell.webhook(flags)
                 if flags.manage:
                     bridge.config.webhook_client_config = endpoint.client_config()
+                    # Not ready (GET /readyz) until the API server calls the webhook.
+                    shell.readiness.wait_for(operatorshell.REGISTRATION)
+                    bridge.on_webhook_registered = lambda: shell.readiness.done(operatorshell.REGISTRATION)
                 shell.serve(webhook, endpoint.sockets, endpoint.certificate,
-                            max_body_bytes=flags.max_body_bytes)
+                            max_body_bytes=flags.max_body_bytes, ready_probe=True)
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,
@@ -157,14 +174,19 @@ def _run(args: argparse.Namespace) -> int:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
 
+    from bridge.operator import admission
     from podnetwork.kube import client as kube
 
+    operatorshell.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
+    served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
+    operatorshell.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
+        write_attachments=args.write_attachments,
     ), api=kube.AsyncApi(creds))
     measured = metrics(bridge)
     controller.register(registry, bridge, measured)

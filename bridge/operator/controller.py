@@ -13,8 +13,8 @@
   creation by the bridge's webhook, `bridge.operator.admission`): removed in the same
   merge patch that writes the selection, or alone when the bridge will write
   none (`bridge.operator.pods.release_patch`), so the pod is scheduled only with it.
-- Reverse status (`bridge.operator.pods.pod_ips_patch`): `multinetwork.x-k8s.io/pod-ips`
-  from `k8s.v1.cni.cncf.io/network-status`.
+- Reverse status (`bridge.operator.pods.reverse_status_patch`): `multinetwork.x-k8s.io/pod-ips`
+  and `multinetwork.x-k8s.io/attachments` from `k8s.v1.cni.cncf.io/network-status`, in one write.
 
 Pods are watched with `kopf.on.event` only, filtered on the KEP annotation:
 kopf's change-detecting handlers (on.create/on.update) would store their state
@@ -30,8 +30,9 @@ one operator.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,6 +50,9 @@ from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between attempts to register the webhook configuration (`--manage-webhooks`).
+REGISTRATION_RETRY = (1.0, 2.0, 5.0, 10.0, 30.0)
+
 Key = tuple[str, str]
 #: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
 Ref = tuple[str, str, str]
@@ -65,6 +69,9 @@ class BridgeSettings:
     CNI agent translates on its own and nothing else needs the annotation."""
     write_pod_ips: bool = True
     """Write `multinetwork.x-k8s.io/pod-ips` from `network-status`. Default on."""
+    write_attachments: bool = True
+    """Write `multinetwork.x-k8s.io/attachments` (the attachment data for the workload, KEP
+    Phase II requirement 17) from `network-status`, in the same write. Default on."""
     webhook_client_config: dict[str, Any] | None = None
     """With `--manage-webhooks` (development clusters): where the API server reaches the
     bridge's webhook; the MutatingWebhookConfiguration is created or updated at startup."""
@@ -86,11 +93,17 @@ class Bridge:
     """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
     posted: set[str] = field(default_factory=set)
     """Names of the Events already posted (each disagreement is reported once)."""
+    reverse_written: dict[Key, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    """Per pod, digests of the network-status the bridge last wrote the reverse status from and
+    of what it wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
+    reconnect) then writes nothing again. The next change of the status decides anew."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
     api: kube.AsyncApi | None = None
     """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
+    on_webhook_registered: Callable[[], None] | None = None
+    """Called once `register_webhook` has registered the configuration (the command's readiness)."""
 
     # --- memory ----------------------------------------------------------------------------
 
@@ -199,25 +212,35 @@ class Bridge:
         logger.warning("pod %s/%s: %s", namespace, pod.metadata.name, message)
 
     async def register_webhook(self) -> None:
-        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to."""
+        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to.
+
+        Tried again after an API error (after `REGISTRATION_RETRY` seconds, the last
+        delay repeating) until it is registered: until then the command's `/readyz`
+        says not ready, as pods created meanwhile are not seen by the webhook.
+        """
         if self.config.webhook_client_config is None:
             return
         from bridge.operator import admission
 
         obj = admission.webhook_configuration(self.config.webhook_client_config)
+        name = obj["metadata"]["name"]
         api = self._api()
         resource = kube.MutatingWebhookConfiguration
-        try:
-            await api.create(resource, obj)
-        except kube.Conflict:
-            name = obj["metadata"]["name"]
-            await api.write(f"patch {kube.path_of(resource, None, name)}",
-                            lambda: api.patch(resource, name, obj))
-        except kube.ApiError as exc:
-            logger.error("cannot register MutatingWebhookConfiguration %s: %s (register it yourself, "
-                         "see deploy/bridge/webhooks.yaml)", obj["metadata"]["name"], exc)
-            return
-        logger.info("registered MutatingWebhookConfiguration %s", obj["metadata"]["name"])
+        for attempt in itertools.count():
+            try:
+                try:
+                    await api.create(resource, obj)
+                except kube.Conflict:
+                    await api.patch(resource, name, obj)
+                break
+            except kube.ApiError as exc:
+                delay = REGISTRATION_RETRY[min(attempt, len(REGISTRATION_RETRY) - 1)]
+                logger.error("cannot register MutatingWebhookConfiguration %s: %s; retrying in %ss (or "
+                             "register it yourself, see deploy/bridge/webhooks.yaml)", name, exc, delay)
+                await asyncio.sleep(delay)
+        logger.info("registered MutatingWebhookConfiguration %s", name)
+        if self.on_webhook_registered is not None:
+            self.on_webhook_registered()
 
     # --- ParamsReady -----------------------------------------------------------------------
 
@@ -306,6 +329,11 @@ class Bridge:
         if not self.config.write_selection:
             await self.release(key, pod, "the bridge runs with --no-selection")
         else:
+            if pods.ours_to_write(pod):
+                # What NPWG cannot express, and a refusal, while it still matters: once
+                # attached, the selection was read. Each is posted (and logged) once.
+                for reason, message in pods.notices(translation):
+                    await self.post_event(pod, reason, message)
             blockers = pods.not_ready(nets, key[0], objects)
             # An attached pod waits too: a network added to it (hot-plug) is selected once Ready.
             if blockers:
@@ -323,19 +351,31 @@ class Bridge:
                                     f"wrote {npwg.NETWORKS_ANNOTATION}" if wrote else "nothing to write",
                                     f", removed scheduling gate {pods.SCHEDULING_GATE}"
                                     if "spec" in decision.patch else "")
-                        if wrote:
-                            for warning in translation.warnings:
-                                logger.warning("pod %s/%s: %s", *key, warning)
+                if decision.refused is not None:
+                    # A change of the NAD (a gateway named) re-evaluates the pod.
+                    self.waiting[key] = pod
                 if decision.conflict is not None:
                     await self.post_event(pod, pods.CONFLICT_REASON, decision.conflict)
-        if self.config.write_pod_ips:
+        if self.config.write_pod_ips or self.config.write_attachments:
             try:
-                patch = pods.pod_ips_patch(pod, translation)
+                patch = pods.reverse_status_patch(pod, translation, pod_ips=self.config.write_pod_ips,
+                                                  attachment_data=self.config.write_attachments)
             except ValueError as exc:
                 logger.warning("pod %s/%s: %s", *key, exc)
                 return
-            if patch is not None and await self.patch(_pod(key), patch):
-                logger.info("pod %s/%s: wrote %s", *key, constants.POD_IPS_ANNOTATION)
+            if patch is None:
+                return
+            # Digests, not texts: one entry per pod stays small whatever the status holds.
+            status = pods.digest(pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION) or "")
+            changes: dict[str, str] = patch["metadata"]["annotations"]
+            digests = {k: pods.digest(v) for k, v in changes.items()}
+            last = self.reverse_written.get(key)
+            if last is not None and last[0] == status and digests.items() <= last[1].items():
+                return  # an older copy of the pod: this was written already
+            if await self.patch(_pod(key), patch):
+                before = last[1] if last is not None and last[0] == status else {}
+                self.reverse_written[key] = (status, {**before, **digests})
+                logger.info("pod %s/%s: wrote %s", *key, ", ".join(changes))
 
     async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
         """Remove the bridge's scheduling gate from a pod it will write no selection for.
@@ -526,6 +566,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
         if type == "DELETED":
             bridge.waiting.pop(key, None)
             bridge.locks.pop(("Pod", *key), None)
+            bridge.reverse_written.pop(key, None)
             return
         await bridge.reconcile_pod(body)
 

@@ -13,8 +13,9 @@
   agent attaches or detaches what changed (`bridge.agent.hotplug`, as Multus's
   dynamic networks controller follows the same annotation). A selection that
   becomes empty is removed, with its marker.
-- The reverse status: `multinetwork.x-k8s.io/pod-ips` from `network-status`
-  (see `bridge.translate.podips`).
+- The reverse status: `multinetwork.x-k8s.io/pod-ips` and the attachment data
+  `multinetwork.x-k8s.io/attachments` from `network-status`, in one write
+  (see `bridge.translate.podips`, `reverse_status_patch`).
 - The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (Pod
   spec.schedulingGates, GA in Kubernetes 1.30): admission (`admission_patch`)
   adds it to a new pod that names a bridge network whose selection cannot be
@@ -49,6 +50,11 @@ CONFLICT_REASON = "SelectionDisagrees"
 COMPONENT = "podnetwork-bridge"
 #: Pod scheduling gate (spec.schedulingGates): the pod's NPWG selection is not written yet.
 SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
+#: Event reason: something of the pod's networks NPWG cannot express (`Translation.warnings`).
+TRANSLATION_WARNING_REASON = "TranslationWarning"
+#: Event reason: isDefaultGW4/6 on a network whose NAD names no gateway of that family
+#: (`translate.GatewayGap`): the bridge writes no selection for the pod.
+GATEWAY_MISSING_REASON = "DefaultGatewayMissing"
 
 
 digest = translate.selection_digest
@@ -70,6 +76,16 @@ def declared(pod: Pod) -> list[Network] | None:
 def attached(pod: Pod) -> bool:
     """The NPWG implementation has reported the pod's attachments (NPWG 5)."""
     return npwg.NETWORK_STATUS_ANNOTATION in annotations_of(pod)
+
+
+def ours_to_write(pod: Pod) -> bool:
+    """The bridge's translation decides the pod's selection: the pod is not attached yet and
+    has no selection, or only one the bridge wrote. (A hand-written one is the user's.)"""
+    if attached(pod):
+        return False
+    return pod.metadata.annotation(npwg.NETWORKS_ANNOTATION) is None or translate.written_by_bridge(
+        annotations_of(pod)
+    )
 
 
 def not_ready(
@@ -103,6 +119,42 @@ class SelectionDecision:
     """Merge patch for the pod (carries resourceVersion), or None."""
     conflict: str | None = None
     """Event message when a hand-written selection disagrees, or None."""
+    refused: str | None = None
+    """Event message when the bridge will not write the selection (a `GatewayGap`), or None.
+    The pod keeps its scheduling gate; a change of its NAD re-evaluates it."""
+
+
+def refusal(translation: Translation) -> str | None:
+    """Why the bridge writes no selection for this translation, or None when it may.
+
+    An element whose `default-route` lacks a gateway of a requested family
+    (`translate.GatewayGap`) is never written: Multus treats any `default-route`
+    list, `[]` included, as a gateway request, removes the pod's default route of
+    that family and adds none (NPWG 4.1.2.1.9; docs/bridge.md "Default routes with
+    Multus"). Writing the selection without `default-route` would attach the pod
+    with its default route silently on the cluster network, against what it asked.
+    """
+    if not translation.gateway_gaps:
+        return None
+    return (
+        "; ".join(gap.message for gap in translation.gateway_gaps)
+        + f". The bridge does not write {npwg.NETWORKS_ANNOTATION} for this pod"
+        + f" (it stays gated by {SCHEDULING_GATE} when created through the bridge's webhook)"
+    )
+
+
+def notices(translation: Translation) -> list[tuple[str, str]]:
+    """(Event reason, message) for everything the pod's owner should know of its translation.
+
+    Every translation warning, except those a `GatewayGap` stands for, which are
+    reported as the refusal (one `GATEWAY_MISSING_REASON` message, `refusal`).
+    """
+    gap_warnings = {gap.warning for gap in translation.gateway_gaps}
+    out = [(TRANSLATION_WARNING_REASON, w) for w in translation.warnings if w not in gap_warnings]
+    refused = refusal(translation)
+    if refused is not None:
+        out.append((GATEWAY_MISSING_REASON, refused))
+    return out
 
 
 def _same(text: str, translation: Translation, pod_namespace: str) -> bool:
@@ -136,6 +188,9 @@ def selection(pod: Pod, translation: Translation) -> SelectionDecision:
                 f"{wanted}; the bridge leaves it as it is (remove it to let the bridge write it)"
             ),
         )
+    refused = refusal(translation)
+    if refused is not None:
+        return SelectionDecision(refused=refused)
     # Here the selection is the bridge's own (or absent) and differs from the translation:
     # before the pod is attached an update of what the agent will read, after it a
     # hot-plug (KEP Req 24), which the node's agent follows.
@@ -196,16 +251,40 @@ def pod_ips_patch(pod: Pod, translation: Translation) -> dict[str, Any] | None:
 
     Raises `ValueError` when the status annotation is malformed.
     """
+    return reverse_status_patch(pod, translation, pod_ips=True, attachment_data=False)
+
+
+def reverse_status_patch(
+    pod: Pod, translation: Translation, *, pod_ips: bool = True, attachment_data: bool = True
+) -> dict[str, Any] | None:
+    """One merge patch for what `network-status` says back in KEP terms, or None when nothing changed.
+
+    `multinetwork.x-k8s.io/pod-ips` (`podips.pod_ips`) and, with `attachment_data`,
+    `multinetwork.x-k8s.io/attachments` (`podips.attachments`, docs/attachment-data.md):
+    both in the same write, so a change of the status is one write, and a steady pod
+    none. An annotation is written when its value differs from the pod's (never
+    created empty). Raises `ValueError` when the status annotation is malformed.
+    """
     text = pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION)
     if text is None:
         return None
     namespace = pod.metadata.namespace or ""
-    ips = podips.pod_ips(npwg.parse_status(text), translation, namespace)
-    value = podips.format_pod_ips(ips)
-    current = pod.metadata.annotation(constants.POD_IPS_ANNOTATION)
-    if current == value or (current is None and not ips):
+    status = npwg.parse_status(text)
+    wanted: dict[str, tuple[str, bool]] = {}
+    if pod_ips:
+        ips = podips.pod_ips(status, translation, namespace)
+        wanted[constants.POD_IPS_ANNOTATION] = (podips.format_pod_ips(ips), bool(ips))
+    if attachment_data:
+        data = podips.attachments(status, translation, namespace)
+        wanted[constants.ATTACHMENTS_ANNOTATION] = (podips.format_attachments(data), bool(data))
+    changes = {
+        key: value
+        for key, (value, any_data) in wanted.items()
+        if (current := pod.metadata.annotation(key)) != value and (current is not None or any_data)
+    }
+    if not changes:
         return None
-    return {"metadata": {"annotations": {constants.POD_IPS_ANNOTATION: value}}}
+    return {"metadata": {"annotations": changes}}
 
 
 def event(
@@ -274,10 +353,25 @@ def _gate_ops(pod: Pod) -> list[dict[str, Any]]:
     return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": SCHEDULING_GATE}]}]
 
 
+@dataclass(frozen=True)
+class AdmissionDecision:
+    """The bridge webhook's answer for a new pod: JSON Patch operations and warnings."""
+
+    ops: list[dict[str, Any]]
+    warnings: list[str]
+    """The translation's warnings and refusal (`notices`), for the AdmissionReview's
+    `warnings`: kubectl prints them to whoever created the pod."""
+
+
 def admission_patch(
     pod: Pod, objects: translate.Objects, namespace: str | None = None
 ) -> list[dict[str, Any]]:
-    """JSON Patch operations (RFC 6902) the bridge's mutating webhook returns for a new pod.
+    """The operations of `admission` (JSON Patch, RFC 6902)."""
+    return admission(pod, objects, namespace).ops
+
+
+def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None) -> AdmissionDecision:
+    """What the bridge's mutating webhook returns for a new pod.
 
     For a pod that names a bridge network (`may_be_bridged`): the selection, when
     every object the pod names is Ready and the translation succeeds (the same
@@ -286,37 +380,44 @@ def admission_patch(
     pods, for a pod that already has a selection (the bridge never overwrites
     one it did not write), for a pod created with spec.nodeName (the API server
     refuses gates on a bound pod) and for one naming a network of another
-    provider (the bridge can never translate it). Never raises for bad input: a
-    pod whose networks cannot be read gets no patch (validation is admission's
-    other half). `namespace` is the admission request's, for pods whose metadata
-    does not carry one yet.
+    provider (the bridge can never translate it). A pod whose translation has a
+    `GatewayGap` gets the gate, never the selection (`refusal`). Never raises for
+    bad input: a pod whose networks cannot be read gets no patch (validation is
+    admission's other half). `namespace` is the admission request's, for pods whose
+    metadata does not carry one yet. The warnings are the translation's (`notices`),
+    whenever it succeeds, so the pod's creator sees them at `kubectl apply`.
     """
+    nothing = AdmissionDecision([], [])
     try:
         nets = declared(pod)
     except InvalidObject:
-        return []
+        return nothing
     namespace = pod.metadata.namespace or namespace or ""
     if nets is None or pod.spec.host_network or not namespace:
-        return []
+        return nothing
     if npwg.NETWORKS_ANNOTATION in annotations_of(pod) or not may_be_bridged(nets, namespace, objects):
-        return []
-    if pod.spec.node_name:
-        return []
+        return nothing
+    if pod.spec.node_name or gated(pod):
+        # Gated: an earlier pass (reinvocationPolicy IfNeeded) decided, and warned.
+        return nothing
     try:
         translation = translate.translate(nets, namespace, objects)
     except translate.TranslationError as exc:
-        return [] if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER else _gate_ops(pod)
-    if not_ready(nets, namespace, objects):
-        return _gate_ops(pod)
+        if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
+            return nothing
+        return AdmissionDecision(_gate_ops(pod), [])
+    warnings = [message for _, message in notices(translation)]
+    if not_ready(nets, namespace, objects) or refusal(translation) is not None:
+        return AdmissionDecision(_gate_ops(pod), warnings)
     meta = pod.metadata.model_copy(update={"namespace": namespace})
     decision = selection(pod.model_copy(update={"metadata": meta}), translation)
     if decision.patch is None or "annotations" not in decision.patch.get("metadata", {}):
-        return []
+        return AdmissionDecision([], warnings)
     # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
-    return [
+    return AdmissionDecision([
         {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
         for key, value in decision.patch["metadata"]["annotations"].items()
-    ]
+    ], warnings)
 
 
 def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str], set[tuple[str, str]]]:
@@ -328,9 +429,13 @@ def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str
 
 __all__ = [
     "CONFLICT_REASON",
+    "GATEWAY_MISSING_REASON",
     "SCHEDULING_GATE",
+    "TRANSLATION_WARNING_REASON",
     "WRITTEN_ANNOTATION",
+    "AdmissionDecision",
     "SelectionDecision",
+    "admission",
     "admission_patch",
     "attached",
     "declared",
@@ -339,9 +444,13 @@ __all__ = [
     "gated",
     "may_be_bridged",
     "not_ready",
+    "notices",
+    "ours_to_write",
     "pod_ips_patch",
     "referenced",
+    "refusal",
     "release_patch",
+    "reverse_status_patch",
     "scheduling_gates",
     "selection",
 ]

@@ -38,7 +38,10 @@ The rules (KEP-3698 "PodNetwork", "PodNetworkAttachment"; NPWG multi-net spec v1
   (`gateway`, `ranges[][].gateway`, `routes[]` to 0.0.0.0/0 or ::/0, static
   `addresses[].gateway`), else `[]`, which this project's agent reads as "the
   gateway of this attachment's own CNI result". Multus needs a gateway IP, so a
-  requested family without one is reported as a warning. When the families of
+  requested family without one is a warning and a `GatewayGap` in
+  `Translation.gateway_gaps`: the bridge operator writes no selection holding
+  one (`bridge.operator.pods`), as Multus would remove the pod's default route
+  and add none (docs/bridge.md "Default routes with Multus"). When the families of
   that list are not the requested ones (`[]` for one family only; gateways of one
   family for both), the element also carries the implementation extension
   `multinetwork.x-k8s.io/default-route-families` (NPWG 4.1.2.1: keys with a dot),
@@ -112,6 +115,38 @@ class Source:
 
 
 
+@dataclass(frozen=True)
+class GatewayGap:
+    """A family whose default route the pod asks for on a network whose NAD names no gateway of it.
+
+    NPWG 4.1.2.1.9 lists gateway IPs; an empty list (or one missing a family) is read
+    by this project's agent as "take it from the CNI result", but Multus treats any
+    `default-route` as a gateway request and, finding no gateway of the family,
+    removes the pod's default route of that family and adds none.
+    """
+
+    label: str
+    """The pod's entry, e.g. `spec.networks[1] (PodNetwork 'dataplane')`."""
+    nad: tuple[str, str]
+    """(namespace, name) of the NetworkAttachmentDefinition that names no gateway."""
+    families: tuple[int, ...]
+    """The IP versions the pod asks for and the NAD names no gateway of."""
+    warning: str = ""
+    """The text of the same problem in `Translation.warnings` (written for any agent)."""
+
+    @property
+    def message(self) -> str:
+        names = " and ".join(f"IPv{f}" for f in self.families)
+        flags = " and ".join(f"isDefaultGW{f}" for f in self.families)
+        return (
+            f"{self.label}: {flags} cannot be honoured: NetworkAttachmentDefinition "
+            f"{self.nad[0]}/{self.nad[1]} names no {names} gateway in its IPAM configuration, and "
+            "Multus treats a \"default-route\" without one as a request to remove the pod's default "
+            "route (NPWG 4.1.2.1.9); name the gateway in the NAD's IPAM (gateway, ranges[][].gateway "
+            "or a default route in routes), or give it as default-route in a NetworkSelectionOptions"
+        )
+
+
 @dataclass
 class Translation:
     """The NPWG selection for one pod, with where each element came from."""
@@ -121,6 +156,10 @@ class Translation:
     includes_default: bool = False
     default_source: Source | None = None
     warnings: list[str] = field(default_factory=list)
+    gateway_gaps: list[GatewayGap] = field(default_factory=list)
+    """Requested default-route families with no gateway to name (see `GatewayGap`): the
+    elements carry `[]` or a partial list, which this project's agent completes from the
+    CNI result; the bridge operator writes no selection while there is one."""
 
     @property
     def annotation(self) -> str:
@@ -259,7 +298,7 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
                 )
             else:
                 gw_claimed_by = index
-                gateways, families = _gateways(label, params, nad, wants4, wants6, out.warnings)
+                gateways, families = _gateways(label, params, nad_key, nad, wants4, wants6, out)
                 raw["default-route"] = gateways
                 if families is not None:
                     raw[DEFAULT_ROUTE_FAMILIES_KEY] = families
@@ -286,10 +325,11 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
 def _gateways(
     label: str,
     params: AttachmentParams,
+    nad_key: tuple[str, str],
     nad: npwg.NetworkAttachmentDefinition,
     wants4: bool,
     wants6: bool,
-    warnings: list[str],
+    out: Translation,
 ) -> tuple[list[str], list[str] | None]:
     """The element's `default-route`, and the families extension when the list alone misleads.
 
@@ -306,13 +346,15 @@ def _gateways(
         gateways.sort(key=_family)
         missing = families - {_family(gw) for gw in gateways}
         if missing:
-            warnings.append(
+            out.warnings.append(
                 f"{label}: the NetworkAttachmentDefinition's IPAM configuration names no IPv"
                 f"{'/IPv'.join(str(f) for f in sorted(missing))} gateway, so \"default-route\" "
                 f"is {json.dumps(gateways)}: this project's agent takes the missing gateway from "
                 "the attachment's own CNI result, but implementations such as Multus need a "
-                "gateway IP (set it in a NetworkSelectionOptions)"
+                "gateway IP (set it in a NetworkSelectionOptions); the bridge writes no "
+                "selection for such a pod"
             )
+            out.gateway_gaps.append(GatewayGap(label, nad_key, tuple(sorted(missing)), out.warnings[-1]))
     listed = {_family(gw) for gw in gateways}
     implied = listed if gateways else {4, 6}
     if implied == families:
@@ -324,6 +366,7 @@ __all__ = [
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
     "WRITTEN_ANNOTATION",
+    "GatewayGap",
     "Source",
     "Translation",
     "ipam_gateways",

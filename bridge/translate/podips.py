@@ -1,4 +1,5 @@
-"""Reverse status: NPWG `network-status` -> KEP `multinetwork.x-k8s.io/pod-ips`. Pure.
+"""Reverse status: NPWG `network-status` -> KEP `multinetwork.x-k8s.io/pod-ips` and
+`multinetwork.x-k8s.io/attachments` (the attachment data for the workload). Pure.
 
 Whichever NPWG implementation attached the pod (Multus, or this project's
 agent), it reports each attachment in `k8s.v1.cni.cncf.io/network-status`
@@ -112,4 +113,55 @@ def format_pod_ips(ips: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(ips), separators=(",", ":"))
 
 
-__all__ = ["format_pod_ips", "match", "pod_ips"]
+def _cidr(value: Any) -> str | None:
+    """An NPWG status IP (5.3.3: with or without a prefix length) as a CIDR.
+
+    An address without a prefix (Multus reports bare IPs) is written with the
+    full-length prefix, /32 or /128: the status does not say its subnet, and
+    KEP-4817's `ips` are CIDRs.
+    """
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_interface(value).with_prefixlen
+    except ValueError:
+        return None
+
+
+def attachments(
+    status: Sequence[Mapping[str, Any]], translation: Translation, pod_namespace: str
+) -> list[dict[str, Any]]:
+    """The data of each attachment for the workload (KEP Phase II requirement 17), in the pod's network order.
+
+    One map per status entry that matches the pod's networks (`match`): `podNetwork`,
+    `podNetworkAttachment` when the pod named one, then KEP-4817's `networkData`
+    fields (DRA ResourceClaim status, `NetworkDeviceData`): `interfaceName` (the
+    entry's `interface`, else the KEP `interfaceName`), `ips` as CIDRs (every IP the
+    entry lists, unlike pod IPs' one per family) and `hardwareAddress` (the entry's
+    `mac`). A field with no value is left out. Implementation-agnostic: nothing of
+    NPWG (NAD names, device-info) is in it.
+    """
+    out: list[dict[str, Any]] = []
+    for source, entry in match(status, translation, pod_namespace):
+        data: dict[str, Any] = {"podNetwork": source.pod_network}
+        if source.attachment:
+            data["podNetworkAttachment"] = source.attachment
+        interface = entry.get("interface") if isinstance(entry.get("interface"), str) else None
+        if interface or source.interface:
+            data["interfaceName"] = interface or source.interface
+        cidrs = [c for c in (_cidr(raw) for raw in entry.get("ips") or []) if c is not None]
+        if cidrs:
+            data["ips"] = list(dict.fromkeys(cidrs))
+        mac = entry.get("mac")
+        if isinstance(mac, str) and mac:
+            data["hardwareAddress"] = mac
+        out.append(data)
+    return out
+
+
+def format_attachments(data: Sequence[Mapping[str, Any]]) -> str:
+    """The `multinetwork.x-k8s.io/attachments` annotation value (compact JSON)."""
+    return json.dumps(list(data), separators=(",", ":"))
+
+
+__all__ = ["attachments", "format_attachments", "format_pod_ips", "match", "pod_ips"]

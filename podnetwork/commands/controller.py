@@ -338,6 +338,9 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     ctl = controller.Controller(config=config, api=api)
     measured = metrics(ctl)
     flags = webhook_flags(args)
+    cluster = creds.describe if creds is not None else "none (MultiNetwork=false)"
+    served = operatorshell.webhook_summary(flags, [admission.MUTATE_PATH, admission.VALIDATE_PATH])
+    operatorshell.log_start(COMMAND, cluster=cluster, webhook=served, features=features(args, gates))
     try:
         with operatorshell.Shell(COMMAND, stop) as shell:
             shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
@@ -347,9 +350,13 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
                     ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
                     may_use=ctl.may_use if args.enforce_use_permission else None,
                     attachment_network=ctl.attachment_network))
-                shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes)
-                if flags.manage:
+                shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes,
+                            ready_probe=True)
+                if flags.manage and enabled:
                     ctl.webhook_client_config = endpoint.client_config()
+                    # Not ready (GET /readyz) until the API server calls the webhooks.
+                    shell.readiness.wait_for(operatorshell.REGISTRATION)
+                    ctl.on_webhooks_registered = lambda: shell.readiness.done(operatorshell.REGISTRATION)
             if api is not None and creds is not None:
                 registry = kopf.OperatorRegistry()
                 controller.register(registry, ctl, measured)
@@ -400,7 +407,17 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
                                         "FILE (and --context) or run in a pod with a service account")
+    operatorshell.operator_logging(args.verbose)
     return asyncio.run(serve(args))
+
+
+def features(args: argparse.Namespace, gates: Mapping[str, bool]) -> dict[str, object]:
+    """What this controller does, for its start-up line."""
+    return {"feature-gates": [f"{k}={str(v).lower()}" for k, v in
+                              {constants.FEATURE_GATE: multinetwork_enabled(gates), **gates}.items()],
+            "default-podnetwork": not args.disable_default_podnetwork_creation,
+            "enforce-use-permission": args.enforce_use_permission,
+            "peering": args.peering or "standalone", "resync-interval": f"{args.resync_interval:g}s"}
 
 
 command = cli.Command(

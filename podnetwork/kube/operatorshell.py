@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -181,6 +182,59 @@ def webhook_problem(flags: WebhookFlags, *, turn_on: str) -> str | None:
     return None
 
 
+# -- logging -------------------------------------------------------------------------------
+
+#: Loggers of the operators' own code. At the default verbosity they log at INFO (start-up,
+#: every write, every warning) while the libraries (kopf logs every handler it runs at INFO,
+#: aiohttp and httpx every request) stay at the root's WARNING; `-v` shows everything.
+OWN_LOGGERS = ("podnetwork", "bridge")
+
+
+def operator_logging(verbose: int) -> None:
+    """Our loggers at INFO unless `-v`/`-vv` already set the root lower (`podnetwork.cli`)."""
+    if verbose == 0:
+        for name in OWN_LOGGERS:
+            logging.getLogger(name).setLevel(logging.INFO)
+
+
+def version() -> str:
+    """The installed version of this project, as its start-up line says."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("podnetwork")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def webhook_summary(flags: WebhookFlags, paths: Sequence[str]) -> str:
+    """Where the webhooks are served and how they are registered, for the start-up line."""
+    if not flags.serve:
+        return "not served"
+    host = f"[{flags.host}]" if ":" in flags.host else flags.host
+    served = ", ".join(f"https://{host}:{flags.port}{path}" for path in paths)
+    if flags.manage:
+        url = flags.url or f"https://{host}:{flags.port}"
+        return f"{served}, registered at {url.rstrip('/')} (--manage-webhooks)"
+    return f"{served}, registered by its configuration (deploy/)"
+
+
+def log_start(command: str, *, cluster: str, webhook: str, features: Mapping[str, object]) -> None:
+    """One INFO line when an operator starts: version, cluster, webhooks, features."""
+    listed = ", ".join(f"{name}={_shown(value)}" for name, value in features.items())
+    logger.info("%s %s starting: cluster %s; webhooks %s; features %s", command, version(), cluster, webhook,
+                listed)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (list, tuple)):
+        return "+".join(str(v) for v in value) or "none"
+    return str(value)
+
+
 # -- running -------------------------------------------------------------------------------
 
 
@@ -197,6 +251,34 @@ class Endpoint:
         from podnetwork.kube import webhooks
 
         return webhooks.client_config(self.flags.url, self.flags.host, self.flags.port, self.certificate)
+
+
+class Readiness:
+    """What the command still waits for before its webhooks report ready (`GET /readyz`).
+
+    The operators mark what they wait for (`wait_for`) before serving, and what is
+    done when it is (`done`); `pending` is what `/readyz` reports (503 while not
+    empty). Used from the event loop's thread only.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[str] = []
+
+    def wait_for(self, what: str) -> None:
+        if what not in self._pending:
+            self._pending.append(what)
+
+    def done(self, what: str) -> None:
+        if what in self._pending:
+            self._pending.remove(what)
+            logger.info("ready: %s", what)
+
+    def pending(self) -> list[str]:
+        return list(self._pending)
+
+
+#: What `Readiness` waits for under `--manage-webhooks`.
+REGISTRATION = "the webhook configuration is registered (--manage-webhooks)"
 
 
 class Shell:
@@ -219,6 +301,8 @@ class Shell:
         self._servers: list[tuple[Any, list[socket.socket], str]] = []
         self._operator: dict[str, Any] | None = None
         self._signalled: list[signal.Signals] = []
+        self.readiness = Readiness()
+        """What `/readyz` of the servers made with `ready_probe` waits for."""
 
     def __enter__(self) -> Shell:
         return self
@@ -257,15 +341,17 @@ class Shell:
         return Endpoint(flags, sockets, certificate)
 
     def serve(self, app: Any, sockets: list[socket.socket], certificate: Certificate | None = None,
-              **config: Any) -> None:
+              *, ready_probe: bool = False, **config: Any) -> None:
         """Serve `app` on `sockets` (HTTPS with `certificate`) while the shell runs;
+        with `ready_probe`, `GET /readyz` answers from `readiness` (`webhooks.ReadyProbe`);
         `config` goes to uvicorn's Config."""
         from podnetwork.kube import webhooks
 
         host, port = sockets[0].getsockname()[:2]
         scheme = "https" if certificate is not None else "http"
         where = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
-        self._servers.append((webhooks.server(app, certificate, **config), sockets, where))
+        pending = self.readiness.pending if ready_probe else None
+        self._servers.append((webhooks.server(app, certificate, pending=pending, **config), sockets, where))
 
     def metrics(self, app: Any, host: str, port: int | None) -> None:
         """Serve the metrics `app` (`podnetwork.kube.metrics.asgi_app`) over plain HTTP on
@@ -304,6 +390,7 @@ class Shell:
                 raise result
 
     async def _serve(self, server: Any, sockets: list[socket.socket], where: str) -> None:
+        logger.info("%s: serving %s", self.command, where)
         await server.serve(sockets=sockets)
         logger.info("%s: stopped serving %s", self.command, where)
 

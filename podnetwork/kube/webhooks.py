@@ -120,6 +120,38 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+#: The readiness endpoint every webhook server of the operators answers (`ReadyProbe`).
+READY_PATH = "/readyz"
+
+
+class ReadyProbe:
+    """ASGI middleware: `GET /readyz` is 200 once nothing is pending, else 503 saying what is.
+
+    That the server answers at all is half of it (the webhooks are served); `pending()`
+    names the rest, e.g. the webhook configuration `--manage-webhooks` has yet to
+    register: until the API server calls the webhooks, pods are admitted without them.
+    Every other request goes to `app`.
+    """
+
+    def __init__(self, app: ASGIApp, pending: Callable[[], list[str]]) -> None:
+        self.app = app
+        self.pending = pending
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method")
+        if scope["type"] != "http" or scope.get("path") != READY_PATH or method not in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        waiting = self.pending()
+        answer: dict[str, Any] = {"status": "ready"}
+        if waiting:
+            answer = {"status": "not ready", "waiting": waiting}
+        body = json.dumps(answer).encode()
+        await send({"type": "http.response.start", "status": 503 if waiting else 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+
 def _content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers") or ():
         if name.lower() == b"content-length":
@@ -146,12 +178,15 @@ class Server(uvicorn.Server):
 
 
 def server(app: Any, certificate: Certificate | None = None, *, max_body_bytes: int | None = None,
-           **config: Any) -> Server:
+           pending: Callable[[], list[str]] | None = None, **config: Any) -> Server:
     """A server of `app`, over HTTPS with `certificate` when given, with request bodies
-    limited to `max_body_bytes` (`BodyLimit`) when given; `config` goes to
-    `uvicorn.Config` (defaults: warnings only, no lifespan events)."""
+    limited to `max_body_bytes` (`BodyLimit`) when given, and `/readyz` answered from
+    `pending` (`ReadyProbe`) when given; `config` goes to `uvicorn.Config` (defaults:
+    warnings only, no lifespan events)."""
     if max_body_bytes is not None:
         app = BodyLimit(app, max_body_bytes)
+    if pending is not None:
+        app = ReadyProbe(app, pending)
     options: dict[str, Any] = {"log_level": "warning", "lifespan": "off",
                                "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS, **config}
     if certificate is not None:

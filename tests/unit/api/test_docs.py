@@ -46,7 +46,8 @@ def test_every_condition_type_and_reason_is_documented():
 
 def test_every_annotation_finalizer_and_name_is_documented():
     for name in (
-        constants.NETWORKS_ANNOTATION, constants.POD_IPS_ANNOTATION, constants.REQUEUED_AT_ANNOTATION,
+        constants.NETWORKS_ANNOTATION, constants.POD_IPS_ANNOTATION, constants.ATTACHMENTS_ANNOTATION,
+        constants.REQUEUED_AT_ANNOTATION,
         constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION, constants.NODE_DEFAULT_PODNETWORK_ANNOTATION,
         constants.NODE_PODNETWORKS_ANNOTATION, constants.IN_USE_FINALIZER, constants.BRIDGE_PROVIDER,
         constants.FEATURE_GATE, constants.API_VERSION, constants.PODNETWORK_SHORT, constants.ATTACHMENT_SHORT,

@@ -86,3 +86,14 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     assert writes <= allowed()
     read_verbs = {"get", "list", "watch"}
     assert {w for w in allowed() if w[2] not in read_verbs} == writes
+
+
+def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_port() -> None:
+    """/readyz says ready once the webhook is served (and registered under --manage-webhooks)."""
+    from podnetwork.kube import webhooks
+
+    (deployment,) = [d for d in documents("deployment.yaml") if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == webhooks.READY_PATH
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["port"] == "webhook"

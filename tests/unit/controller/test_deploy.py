@@ -181,3 +181,13 @@ def test_every_deployment_in_deploy_that_peers_names_an_existing_cluster_peering
                         assert argv[i + 1] in names, (path, argv[i + 1])
                     elif arg.startswith("--peering="):
                         assert arg.split("=", 1)[1] in names, (path, arg)
+
+
+def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_port() -> None:
+    """/readyz says ready once the webhooks are served (and registered under --manage-webhooks)."""
+    from podnetwork.kube import webhooks
+
+    (container,) = deployment()["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == webhooks.READY_PATH
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["port"] == "webhook"
