@@ -95,6 +95,10 @@ class Record:
     """True once the whole ADD succeeded; `result` is what the runtime got."""
     result: dict[str, Any] | None = None
     attachments: list[Attachment] = field(default_factory=list)
+    status_published: bool = True
+    """False from the end of an ADD until its network-status is written (`bridge.agent.publisher`):
+    an agent that starts finds the writes its predecessor left pending. Records of agents
+    that wrote the status before answering lack the key, and count as published."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -113,6 +117,7 @@ class Record:
             complete=bool(data.get("complete", False)),
             result=data.get("result"),
             attachments=[Attachment.from_json(a) for a in data.get("attachments", [])],
+            status_published=bool(data.get("status_published", True)),
         )
 
 
