@@ -105,6 +105,15 @@ def object_path(resource: str, obj: dict[str, Any]) -> str:
     return f"{base}{'/'.join(group_version)}/{where}{plural}/{meta['name']}"
 
 
+def _collection(path: str) -> str:
+    """An object's path -> its collection across namespaces (/apis/G/V/namespaces/NS/P/N -> /apis/G/V/P)."""
+    parts = path.split("/")
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        parts = parts[:i] + parts[i + 2:]
+    return "/".join(parts[:-1])
+
+
 async def serve_small_api(seed: Path, url_file: Path) -> None:
     """The API as the issue measured it (answers in about 1 ms): GET of one object by name, and
     merge-patch of pod annotations (a None value removes the key), each write bumping
@@ -121,9 +130,25 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
         return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
                                   "code": 404, "message": f"{path} not found"}, status=404)
 
-    async def get(request: web.Request) -> web.Response:
+    async def get(request: web.Request) -> web.StreamResponse:
         obj = store.get(request.path)
-        return web.json_response(obj) if obj is not None else not_found(request.path)
+        if obj is not None:
+            return web.json_response(obj)
+        # A collection, across namespaces (the agent's watch cache): its objects, or a watch on
+        # it, which stays quiet: nothing changes while the benchmark runs.
+        items = [o for path, o in store.items() if _collection(path) == request.path]
+        collection = "/namespaces/" not in request.path and request.path.count("/") == (
+            3 if request.path.startswith("/api/") else 4)
+        if not collection:
+            return not_found(request.path)
+        if request.query.get("watch"):
+            stream = web.StreamResponse(headers={"Content-Type": "application/json"})
+            stream.enable_chunked_encoding()
+            await stream.prepare(request)
+            await asyncio.sleep(float(request.query.get("timeoutSeconds", "300")))
+            return stream
+        return web.json_response({"kind": "List", "apiVersion": "v1",
+                                  "metadata": {"resourceVersion": str(revision)}, "items": items})
 
     async def patch(request: web.Request) -> web.Response:
         nonlocal revision

@@ -142,6 +142,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
     )
+    p.add_argument(
+        "--watch-cache-objects",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep NetworkAttachmentDefinitions, PodNetworks, PodNetworkAttachments and "
+        "NetworkSelectionOptions by list+watch, at most N per kind, 0 for none "
+        "(default: 1000; the pod itself is always read fresh; see bridge/agent/watchcache.py)",
+    )
     credentials.add_arguments(p)
     p.add_argument(
         "--objects",
@@ -214,6 +223,10 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
         durable_cache=args.durable_cache,
     )
+    if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
+        print(f"error: --watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more",
+              file=sys.stderr)
+        return 2
     if args.default_network_conf is not None and not args.default_network_conf.is_file():
         print(f"error: --default-network-conf {args.default_network_conf}: no such file", file=sys.stderr)
         return 2
@@ -226,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"installed {shim}", file=sys.stderr)
         config.conf_file = (args.agent_conf_dir or config.conf_dir) / agent_mod.DEFAULT_CONF_FILE_NAME
+    from bridge.agent import watchcache
     from bridge.agent.objects import KubernetesObjects
 
     objects: Any
@@ -238,6 +252,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             objects = KubernetesObjects(args.kubeconfig, args.context)
+            limit = watchcache.MAX_OBJECTS if args.watch_cache_objects is None else args.watch_cache_objects
+            if limit > 0:
+                objects = watchcache.CachedObjects(objects, max_objects=limit)
         except Exception as exc:
             print(
                 f"error: cannot reach the cluster: {exc}; give --kubeconfig (or run in a pod), "
@@ -260,10 +277,12 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
+        if isinstance(objects, watchcache.CachedObjects):
+            objects.start()
         try:
             await serve(agent, stop)
         finally:
-            if isinstance(objects, KubernetesObjects):
+            if isinstance(objects, KubernetesObjects | watchcache.CachedObjects):
                 await objects.close()
 
     try:

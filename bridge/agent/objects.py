@@ -201,6 +201,11 @@ class KubernetesObjects:
         self.request_timeout = request_timeout
         self._api = lite.LiteApi(credentials.resolve(kubeconfig, context), timeout=request_timeout)
 
+    @property
+    def api(self) -> Any:
+        """The `podnetwork.kube.lite.LiteApi` underneath (the watch cache lists and watches with it)."""
+        return self._api
+
     async def _call(self, kind: str, namespace: str | None, name: str, request: Any) -> Any:
         where = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
         try:

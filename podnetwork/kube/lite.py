@@ -1,12 +1,13 @@
 """A small asyncio HTTP/1.1 client of the Kubernetes API, for a process that must stay small.
 
-The CNI agent runs on every node and only ever GETs objects by name and merge-patches
-pod annotations. `podnetwork.kube.client` (lightkube over httpx, with HTTP/2, anyio
-and their models) costs such a process ~10 MB of RSS and ~1 ms of CPU per request;
-this module is the same credentials (`podnetwork.kube.credentials`: TLS as the
-kubeconfig says, tokens, token files re-read, exec plugins, a retry after a 401 when
-they can be renewed) over asyncio streams, with kept-alive connections. Objects stay
-the dicts the API server sent. No retries otherwise: the caller decides.
+The CNI agent runs on every node and only ever GETs objects by name, merge-patches
+pod annotations, and lists and watches the few kinds it caches. `podnetwork.kube.client`
+(lightkube over httpx, with HTTP/2, anyio and their models) costs such a process
+~10 MB of RSS and ~1 ms of CPU per request; this module is the same credentials
+(`podnetwork.kube.credentials`: TLS as the kubeconfig says, tokens, token files
+re-read, exec plugins, a retry after a 401 when they can be renewed) over asyncio
+streams, with kept-alive connections. Objects stay the dicts the API server sent.
+No retries otherwise: the caller decides.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from podnetwork.kube import credentials as credentials_mod
@@ -44,6 +45,10 @@ class NotFound(ApiError):
 
 class Unreachable(ApiError):
     """No answer: the connection failed, broke, or the request timed out."""
+
+
+class Gone(ApiError):
+    """HTTP 410: a watch's resourceVersion is too old; list again."""
 
 
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -147,28 +152,62 @@ class LiteApi:
         reader, writer = conn
         writer.write(request)
         await writer.drain()
-        status_line = await reader.readline()
-        if not status_line:
-            raise _Closed("the server closed the connection")
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[1].isdigit():
-            raise _Closed(f"not an HTTP answer: {status_line[:80]!r}")
-        headers: dict[bytes, bytes] = {}
-        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-            body = await _read_chunked(reader)
-        else:
-            length = int(headers.get(b"content-length", b"0"))
-            if length > MAX_BODY:
-                raise _Closed(f"an answer of {length} bytes")
-            body = await reader.readexactly(length)
+        status, headers = await _read_head(reader)
+        body = await _read_body(reader, headers)
         if headers.get(b"connection", b"").lower() == b"close" or len(self._idle) >= MAX_IDLE:
             writer.close()
         else:
             self._idle.append(conn)
-        return int(parts[1]), body
+        return status, body
+
+    async def watch(self, path: str, resource_version: str, *, timeout_seconds: int = 300) -> AsyncIterator[
+            dict[str, Any]]:
+        """The events (`{"type", "object"}`) of a collection from `resource_version`, until the server
+        ends the watch (after about `timeout_seconds`). A refusal is an `ApiError` (410: `Gone`, list
+        again); a broken stream ends with `Unreachable`."""
+        what = f"WATCH {path}"
+        query = urllib.parse.urlencode({
+            "watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds)})
+        header = await self._auth.aheader()
+        head = (f"GET {self._prefix}{path}?{query} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+                "Accept: application/json\r\nUser-Agent: podnetwork-cni-agent\r\n")
+        if header:
+            head += f"Authorization: {header}\r\n"
+        try:
+            async with asyncio.timeout(self.timeout):
+                reader, writer = await self._connect()
+        except (OSError, TimeoutError) as exc:
+            raise Unreachable(what, 0, f"{type(exc).__name__}: {exc}") from None
+        try:
+            writer.write(head.encode() + b"\r\n")
+            async with asyncio.timeout(self.timeout):
+                status, headers = await _read_head(reader)
+            if status != 200:
+                body = await _read_body(reader, headers)
+                if status == 401:
+                    self._auth.invalidate()
+                message = body[:500].decode("utf-8", "replace")
+                raise (Gone if status == 410 else ApiError)(what, status, message)
+            if headers.get(b"transfer-encoding", b"").lower() != b"chunked":
+                raise Unreachable(what, 0, "the watch is not a chunked stream")
+            buffer = b""
+            # Read with a deadline: a watch the server keeps open without a word past its own
+            # timeout (and a bookmark a minute) is a dead connection.
+            while True:
+                async with asyncio.timeout(timeout_seconds + 60):
+                    chunk = await _read_chunk(reader)
+                if chunk is None:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError, _Closed) as exc:
+            raise Unreachable(what, 0, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            writer.close()
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
@@ -180,20 +219,48 @@ class _Closed(Exception):
     """The connection cannot carry the answer (closed, or not HTTP)."""
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, bytes]]:
+    status_line = await reader.readline()
+    if not status_line:
+        raise _Closed("the server closed the connection")
+    parts = status_line.split(None, 2)
+    if len(parts) < 2 or not parts[1].isdigit():
+        raise _Closed(f"not an HTTP answer: {status_line[:80]!r}")
+    headers: dict[bytes, bytes] = {}
+    while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: Mapping[bytes, bytes]) -> bytes:
+    if headers.get(b"transfer-encoding", b"").lower() != b"chunked":
+        length = int(headers.get(b"content-length", b"0"))
+        if length > MAX_BODY:
+            raise _Closed(f"an answer of {length} bytes")
+        return await reader.readexactly(length)
     chunks: list[bytes] = []
     total = 0
-    while True:
-        size = int((await reader.readline()).split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(chunks)
-        total += size
+    while (chunk := await _read_chunk(reader)) is not None:
+        total += len(chunk)
         if total > MAX_BODY:
             raise _Closed(f"an answer of more than {MAX_BODY} bytes")
-        chunks.append(await reader.readexactly(size))
-        await reader.readexactly(2)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_chunk(reader: asyncio.StreamReader) -> bytes | None:
+    """The next chunk of a chunked body; None after the last (its trailers read)."""
+    size = int((await reader.readline()).split(b";", 1)[0].strip() or b"0", 16)
+    if size == 0:
+        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+            pass  # trailers
+        return None
+    if size > MAX_BODY:
+        raise _Closed(f"a chunk of {size} bytes")
+    chunk = await reader.readexactly(size)
+    await reader.readexactly(2)
+    return chunk
 
 
 def object_path(group: str, version: str, plural: str, name: str, namespace: str | None = None) -> str:
@@ -203,4 +270,4 @@ def object_path(group: str, version: str, plural: str, name: str, namespace: str
     return f"{base}{where}/{plural}/{urllib.parse.quote(name, safe='')}"
 
 
-__all__ = ["ApiError", "LiteApi", "NotFound", "Unreachable", "object_path"]
+__all__ = ["ApiError", "Gone", "LiteApi", "NotFound", "Unreachable", "object_path"]
