@@ -80,8 +80,8 @@ class Mirror:
         self.synced = False
         """True while the watch runs from a complete list: only then is `get` answered."""
         self.relists = 0
-        self.dropped = 0
-        """Objects left out because the bound was reached, in the latest list and since."""
+        self.left_out: set[_Key] = set()
+        """Objects not kept because the bound was reached (read by GET)."""
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         if not self.synced:
@@ -99,7 +99,7 @@ class Mirror:
         if key is None:
             return
         if key not in self.objects and len(self.objects) >= self.max_objects:
-            self.dropped += 1
+            self.left_out.add(key)
             return
         obj["metadata"].pop("managedFields", None)
         self.objects[key] = obj
@@ -111,13 +111,13 @@ class Mirror:
             try:
                 listed = await self.api.get(self.kind.path)
                 self.objects.clear()
-                self.dropped = 0
+                self.left_out.clear()
                 for obj in listed.get("items") or []:
                     if isinstance(obj, dict):
                         self._put(obj)
-                if self.dropped:
+                if self.left_out:
                     log.warning("watch cache: %d %ss beyond the bound of %d are read from the API",
-                                self.dropped, self.kind.name, self.max_objects)
+                                len(self.left_out), self.kind.name, self.max_objects)
                 version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
                 self.relists += 1
                 self.synced = True
@@ -145,6 +145,7 @@ class Mirror:
             self._put(obj)
         elif kind == "DELETED" and (key := self._key(obj)) is not None:
             self.objects.pop(key, None)
+            self.left_out.discard(key)
         return str((obj.get("metadata") or {}).get("resourceVersion") or version)
 
 

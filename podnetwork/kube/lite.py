@@ -167,7 +167,7 @@ class LiteApi:
         again); a broken stream ends with `Unreachable`."""
         what = f"WATCH {path}"
         query = urllib.parse.urlencode({
-            "watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+            "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds)})
         header = await self._auth.aheader()
         head = (f"GET {self._prefix}{path}?{query} HTTP/1.1\r\nHost: {self._host_header}\r\n"
@@ -189,14 +189,14 @@ class LiteApi:
                     self._auth.invalidate()
                 message = body[:500].decode("utf-8", "replace")
                 raise (Gone if status == 410 else ApiError)(what, status, message)
-            if headers.get(b"transfer-encoding", b"").lower() != b"chunked":
-                raise Unreachable(what, 0, "the watch is not a chunked stream")
+            chunked = headers.get(b"transfer-encoding", b"").lower() == b"chunked"
             buffer = b""
             # Read with a deadline: a watch the server keeps open without a word past its own
             # timeout (and a bookmark a minute) is a dead connection.
             while True:
                 async with asyncio.timeout(timeout_seconds + 60):
-                    chunk = await _read_chunk(reader)
+                    # Chunked, as the API server streams; else the body ends with the connection.
+                    chunk = await _read_chunk(reader) if chunked else (await reader.read(65536) or None)
                 if chunk is None:
                     return
                 buffer += chunk
