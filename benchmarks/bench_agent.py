@@ -340,11 +340,11 @@ class World:
             args = RuntimeArgs(Command.DEL, container, netns, "eth0" if i == 0 else f"net{i}", self.cni_args(pod))
             await conflist.delete(self.executor, self.lists[i], args, BIN_DIRS, 60, results[i])
 
-    async def call(self, cmd: str, container: str, netns: str, pod: str) -> bytes:
+    async def call(self, cmd: str, container: str, netns: str, pod: str, shim: Path | None = None) -> bytes:
         env = {"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": cmd, "CNI_CONTAINERID": container,
                "CNI_NETNS": netns, "CNI_IFNAME": "eth0", "CNI_PATH": str(self.shim.parent),
                "CNI_ARGS": invoke.format_cni_args(self.cni_args(pod))}
-        proc = await asyncio.create_subprocess_exec(str(self.shim), env=env, stdin=-1, stdout=-1, stderr=-1)
+        proc = await asyncio.create_subprocess_exec(str(shim or self.shim), env=env, stdin=-1, stdout=-1, stderr=-1)
         out, _ = await proc.communicate(self.runtime_conf)
         if proc.returncode != 0:
             raise RuntimeError(f"shim {cmd} {container} failed: {out.decode()}")
@@ -495,6 +495,24 @@ async def shim_overhead(w: World, iterations: int) -> list[float]:
     return times
 
 
+async def compare_shims(w: World, compiled: Path, iterations: int, names: list[str]) -> dict[str, dict[str, float]]:
+    """ADD and DEL of one attachment through the installed Python shim and through a compiled one, interleaved."""
+    netns = w.make_netns()
+    times: dict[str, dict[str, list[float]]] = {"python": {"add": [], "del": []}, "compiled": {"add": [], "del": []}}
+    for i, pod in enumerate(names[:iterations]):
+        order = (("python", None), ("compiled", compiled))
+        for label, shim in order if i % 2 == 0 else reversed(order):
+            container = f"cmp{label[0]}{i}"
+            t_add, _ = await timed(w.call("ADD", container, netns, pod, shim))
+            w.check_attached(netns, 1)
+            t_del, _ = await timed(w.call("DEL", container, netns, pod, shim))
+            w.check_detached(netns)
+            times[label]["add"].append(t_add)
+            times[label]["del"].append(t_del)
+    w.check_nothing_left()
+    return {label: {op: med(ts) for op, ts in ops.items()} for label, ops in times.items()}
+
+
 async def rss_run(w: World, names: list[str], spaces: list[str]) -> list[tuple[int, int]]:
     marks = [(0, w.rss_kib())]
     for start in range(0, len(names), PARALLEL):
@@ -549,6 +567,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     par_names = {k: [[w.pod(f"p{k}-{r}-{j}", k) for j in range(PARALLEL)] for r in range(args.rounds)]
                  for k in counts}
     rss_names = [w.pod(f"r-{i}", 3) for i in range(args.rss_pods)]
+    cmp_names = [w.pod(f"c-{i}", 1) for i in range(args.iterations if args.compare_shim else 0)]
     result: dict[str, Any] = {"sequential": {}, "parallel": {}, "phases": {}, "cpu_ms": {}}
     # The direct path waits for its plugins the way the agent does (a pidfd on the event loop),
     # so neither is charged the thread per child of Python 3.11's default.
@@ -571,6 +590,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         for k in counts:
             spans, total, write = phases_from_log(log_text, f"a{k}s")
             result["phases"][k] = {"spans": spans, "total": total, "status_write_after_answer": write}
+        if args.compare_shim:
+            result["shims"] = await compare_shims(w, args.compare_shim, args.iterations, cmp_names)
         if args.rss_pods:
             result["rss_kib"] = await rss_run(w, rss_names, spaces)
         result["load_after"] = os.getloadavg()[0]
@@ -617,6 +638,14 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
     out.append("| network-status write, after the answer (not in the ADD) |" + "".join(
         f" {p['status_write_after_answer']:.2f} |" if p["status_write_after_answer"] is not None else " - |"
         for p in r["phases"].values()))
+    if "shims" in r:
+        py, cc = r["shims"]["python"], r["shims"]["compiled"]
+        out += ["", f"The shim: ADD and DEL of one attachment through the Python shim and a compiled one "
+                f"({args.compare_shim}), interleaved, medians:", "",
+                "| shim | ADD | DEL |", "| --- | ---: | ---: |",
+                f"| Python (`-IS`) | {py['add']:.2f} ms | {py['del']:.2f} ms |",
+                f"| compiled | {cc['add']:.2f} ms | {cc['del']:.2f} ms |",
+                f"| gain per call | {py['add'] - cc['add']:.2f} ms | {py['del'] - cc['del']:.2f} ms |"]
     if "rss_kib" in r:
         out += ["", "Agent RSS (VmRSS) by pods attached and detached so far (3 attachments each, 10 at a time):", "",
                 "| pods | " + " | ".join(str(n) for n, _ in r["rss_kib"]) + " |",
@@ -642,6 +671,9 @@ def main() -> int:
         "--api", choices=("small", "kmock"), default="small",
         help="the API server process: a small aiohttp one answering in ~0.5 ms (default), or kmock's "
         "emulator (~5 ms per request here)")
+    parser.add_argument("--compare-shim", type=Path, metavar="EXECUTABLE",
+                        help="also time ADD/DEL through this compiled shim against the Python one, e.g. "
+                        "benchmarks/shim_prototype.c built with `cc -O2 -o /tmp/shim benchmarks/shim_prototype.c`")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
     parser.add_argument("--agent-arg", action="append", default=[], help="one more argument for podnetwork cni-agent")
     parser.add_argument(
