@@ -206,6 +206,7 @@ class World:
     tag: str
     shim_python: str
     api: str
+    agent_env: list[str] = field(default_factory=list)
     ipam_dir: Path = field(init=False)
     bridges: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
@@ -275,8 +276,9 @@ class World:
             "--cni-bin-dir", os.pathsep.join(map(str, BIN_DIRS)), *agent_args,
         ]
         self.agent_log = self.root / "agent.log"
+        env = {**os.environ, **dict(e.split("=", 1) for e in self.agent_env)}
         with open(self.agent_log, "wb") as log:
-            self.agent = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.agent = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         self.processes.append(self.agent)
         await self.wait_for_socket()
 
@@ -561,7 +563,8 @@ def phases_from_log(text: str, prefix: str) -> tuple[dict[str, float], float, fl
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    w = World(Path(tempfile.mkdtemp(prefix="pn-bench-agent-")), secrets.token_hex(3), args.shim_python, args.api)
+    w = World(Path(tempfile.mkdtemp(prefix="pn-bench-agent-")), secrets.token_hex(3), args.shim_python, args.api,
+              args.agent_env)
     counts = (1, 2, 3)
     seq_names = {k: [w.pod(f"s{k}-{i}", k) for i in range(args.warmup + args.iterations)] for k in counts}
     par_names = {k: [[w.pod(f"p{k}-{r}-{j}", k) for j in range(PARALLEL)] for r in range(args.rounds)]
@@ -675,6 +678,9 @@ def main() -> int:
                         help="also time ADD/DEL through this compiled shim against the Python one, e.g. "
                         "benchmarks/shim_prototype.c built with `cc -O2 -o /tmp/shim benchmarks/shim_prototype.c`")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
+    parser.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="one more environment variable for podnetwork cni-agent (e.g. PYTHONPATH=DIR to "
+                        "measure an older checkout of the agent)")
     parser.add_argument("--agent-arg", action="append", default=[], help="one more argument for podnetwork cni-agent")
     parser.add_argument(
         "--shim-python",
