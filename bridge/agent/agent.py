@@ -908,6 +908,8 @@ class Agent:
                 self.config.plugin_timeout,
                 attachment.result,
             )
+        if self.config.patch_status and not record.status_published:
+            self._publish(record)  # its status was never written: this CHECK repairs it
 
     async def _gc(self, request: _Request, arrival: int) -> None:
         """CNI 1.1 GC: tear down recorded containers the runtime no longer lists as valid.

@@ -1,14 +1,19 @@
 """`bridge.agent.publisher.StatusPublisher` over the in-memory object source: the latest status
 of a pod wins, a DEL drops its own pending write only, a vanished pod drops its write, and
-the counts the metrics export (pending, failed) say what happened."""
+the counts the metrics export (pending, failed) say what happened. And the agent's repairs:
+a record whose status was never written gets it from the next CHECK or ADD."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
 
 from bridge import npwg
+from bridge.agent import agent, cache
 from bridge.agent.objects import MemoryObjects
 from bridge.agent.publisher import StatusPublisher
 
@@ -91,3 +96,39 @@ async def test_close_stops_a_write_that_keeps_failing() -> None:
     assert publisher.pending == 1
     await publisher.close()
     assert publisher.pending == 0 and written(objects, "p") is None
+
+
+# --- the agent's repairs ---------------------------------------------------------------------
+
+CONF = {"cniVersion": "0.3.1", "name": "kubenet", "type": "bridge"}  # 0.3.1: no CHECK to run
+RESULT = {"cniVersion": "0.3.1", "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/x"}],
+          "ips": [{"version": "4", "address": "10.0.0.2/24", "interface": 0}]}
+
+
+class NoPlugins:
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        raise AssertionError("no plugin runs for this")
+
+
+@pytest.mark.parametrize("command", ["CHECK", "ADD"])
+async def test_a_record_whose_status_was_never_written_gets_it_from_the_next_check_or_add(
+    tmp_path: Path, command: str
+) -> None:
+    store = MemoryObjects([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}])
+    config = agent.AgentConfig(socket_path=tmp_path / "s", cache_dir=tmp_path / "cache", bin_dirs=(tmp_path,),
+                               conf_dir=tmp_path / "net.d", default_network=CONF, patch_status=True)
+    a = agent.Agent(store, config, executor=NoPlugins())
+    record = cache.Record(container_id="c1", netns="/var/run/netns/x", ifname="eth0", pod_namespace="ns",
+                          pod_name="p", complete=True, result=RESULT, status_published=False)
+    record.attachments.append(cache.Attachment(name="kubenet", ifname="eth0", config=CONF, default=True,
+                                               state=cache.State.ATTACHED, result=RESULT))
+    a.cache.save(record)  # as an agent killed before its write left it
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+    await a.handle(env, json.dumps({"cniVersion": "0.4.0" if command == "CHECK" else "0.3.1",
+                                    "name": "multinetwork"}).encode())
+    await a.status.idle()
+    assert [entry["interface"] for entry in written(store, "p")] == ["eth0"]  # type: ignore[union-attr]
+    saved = a.cache.load("c1")
+    assert saved is not None and saved.status_published
+    await a.stop()
