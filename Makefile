@@ -50,14 +50,17 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
-	$(PY) benchmarks/bench_agent.py
+	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 
 # The CNI agent against the plugins executed directly (docs/benchmarks.md, "CNI agent"):
 # ADD and DEL, 1-3 attachments, 10 pods at once, per-phase breakdown, RSS over 1,000 pods.
 # Root and the CNI plugins; ~5 minutes on 2 cores.
+# First as the DaemonSet installs it (the Python shim) with the two shims compared, then with
+# the compiled shim (`--compiled-shim`, which needs cc).
 bench-agent: setup
-	$(PY) benchmarks/bench_agent.py
+	$(PY) benchmarks/bench_agent.py --compare-shims
+	$(PY) benchmarks/bench_agent.py --compiled-shim --rss-pods 0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

@@ -28,12 +28,15 @@ attached has its network-status listing its attachments.
 Where an ADD's time goes: the agent logs each ADD's phases (`pod` read, `plan` with
 its NAD reads, `cache` writes, `exec <ifname>` per attachment, `routes`, `status`
 handed to the publisher), the publisher how long each write took after the answer;
-`shim+request` is a VERSION call through the shim (interpreter start, connect,
-request, answer, exit) and `agent, beyond its phases` the rest of the agent's time
-as the shim sees it.
+the shim's own cost is a STATUS call through it (start, connect, request, the
+agent's readiness check, answer, exit).
 
 Last, the agent's RSS (VmRSS) before any pod and after 100, 250, 500 and 1,000 pods
 (3 attachments each, ADD then DEL, 10 at a time).
+
+`--compiled-shim` has the runtime run the compiled shim (`podnetwork cni-agent
+--compiled-shim`) instead of the Python one; `--compare-shims` adds ADD/DEL of one
+attachment through each, interleaved.
 
 Needs root and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_agent.py  (or `make bench-agent`)
 Prints Markdown for docs/benchmarks.md. Cleans up its netns, bridges, IPAM files and processes.
@@ -207,6 +210,8 @@ class World:
     shim_python: str
     api: str
     agent_env: list[str] = field(default_factory=list)
+    compiled_shim: bool = False
+    compare_shims: bool = False
     ipam_dir: Path = field(init=False)
     bridges: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
@@ -227,7 +232,10 @@ class World:
         self.lists = [conflist.load(n) for n in self.nets]
         self.socket = self.root / "agent.sock"
         self.cache_dir = self.root / "cache"
-        self.shim = command.install_shim(self.root / "bin", self.shim_python)
+        self.shim = command.install_shim(self.root / "bin", self.shim_python, compiled=self.compiled_shim)
+        self.python_shim = command.install_shim(self.root / "pybin", self.shim_python)
+        self.compiled = (command.install_shim(self.root / "cbin", self.shim_python, compiled=True)
+                         if self.compare_shims else None)
         self.runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                         "socketPath": str(self.socket)}).encode()
         self.executor = invoke.SubprocessExec()
@@ -489,20 +497,25 @@ async def parallel(w: World, attachments: int, rounds: int, names: list[list[str
 
 
 async def shim_overhead(w: World, iterations: int) -> list[float]:
-    """VERSION through the shim: interpreter start, connect, request, answer, exit; no agent work."""
+    """STATUS through the shim: its start, connect, request, the agent's readiness check (the
+    default network's file and plugins, ~0.2 ms), answer, exit. (VERSION would not reach the agent,
+    and the compiled shim hands it to the Python one.)"""
     times = []
     for _ in range(iterations):
-        t, _ = await timed(w.call("VERSION", "", "", "x"))
+        t, _ = await timed(w.call("STATUS", "", "", "x"))
         times.append(t)
     return times
 
 
-async def compare_shims(w: World, compiled: Path, iterations: int, names: list[str]) -> dict[str, dict[str, float]]:
-    """ADD and DEL of one attachment through the installed Python shim and through a compiled one, interleaved."""
+async def compare_shims(w: World, iterations: int, names: list[str]) -> dict[str, dict[str, float]]:
+    """ADD and DEL of one attachment through the Python shim and through the compiled one, interleaved."""
     netns = w.make_netns()
     times: dict[str, dict[str, list[float]]] = {"python": {"add": [], "del": []}, "compiled": {"add": [], "del": []}}
+    assert w.compiled is not None
+    if w.compiled.read_bytes()[:4] != b"\x7fELF":
+        raise RuntimeError("the compiled shim was not built (no C compiler?): nothing to compare")
     for i, pod in enumerate(names[:iterations]):
-        order = (("python", None), ("compiled", compiled))
+        order = (("python", w.python_shim), ("compiled", w.compiled))
         for label, shim in order if i % 2 == 0 else reversed(order):
             container = f"cmp{label[0]}{i}"
             t_add, _ = await timed(w.call("ADD", container, netns, pod, shim))
@@ -564,13 +577,13 @@ def phases_from_log(text: str, prefix: str) -> tuple[dict[str, float], float, fl
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     w = World(Path(tempfile.mkdtemp(prefix="pn-bench-agent-")), secrets.token_hex(3), args.shim_python, args.api,
-              args.agent_env)
+              args.agent_env, args.compiled_shim, args.compare_shims)
     counts = (1, 2, 3)
     seq_names = {k: [w.pod(f"s{k}-{i}", k) for i in range(args.warmup + args.iterations)] for k in counts}
     par_names = {k: [[w.pod(f"p{k}-{r}-{j}", k) for j in range(PARALLEL)] for r in range(args.rounds)]
                  for k in counts}
     rss_names = [w.pod(f"r-{i}", 3) for i in range(args.rss_pods)]
-    cmp_names = [w.pod(f"c-{i}", 1) for i in range(args.iterations if args.compare_shim else 0)]
+    cmp_names = [w.pod(f"c-{i}", 1) for i in range(args.iterations if args.compare_shims else 0)]
     result: dict[str, Any] = {"sequential": {}, "parallel": {}, "phases": {}, "cpu_ms": {}}
     # The direct path waits for its plugins the way the agent does (a pidfd on the event loop),
     # so neither is charged the thread per child of Python 3.11's default.
@@ -593,8 +606,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         for k in counts:
             spans, total, write = phases_from_log(log_text, f"a{k}s")
             result["phases"][k] = {"spans": spans, "total": total, "status_write_after_answer": write}
-        if args.compare_shim:
-            result["shims"] = await compare_shims(w, args.compare_shim, args.iterations, cmp_names)
+        if args.compare_shims:
+            result["shims"] = await compare_shims(w, args.iterations, cmp_names)
         if args.rss_pods:
             result["rss_kib"] = await rss_run(w, rss_names, spaces)
         result["load_after"] = os.getloadavg()[0]
@@ -629,7 +642,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
     out += ["", "Where a sequential ADD's time goes (medians, ms; `exec <ifname>` is one attachment's plugins):", "",
             "| phase | " + " | ".join(f"{k} attachment(s)" for k in r["phases"]) + " |",
             "| --- |" + " ---: |" * len(r["phases"])]
-    out.append("| shim start + request + answer + exit (VERSION through the shim) |"
+    out.append("| shim start + request + answer + exit (STATUS through the shim) |"
                + f" {r['shim_version_ms']:.2f} |" * len(r["phases"]))
     for n in names:
         out.append(f"| {n} |" + "".join(f" {p['spans'].get(n, 0.0):.2f} |" for p in r["phases"].values()))
@@ -643,8 +656,8 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
         for p in r["phases"].values()))
     if "shims" in r:
         py, cc = r["shims"]["python"], r["shims"]["compiled"]
-        out += ["", f"The shim: ADD and DEL of one attachment through the Python shim and a compiled one "
-                f"({args.compare_shim}), interleaved, medians:", "",
+        out += ["", "The shim: ADD and DEL of one attachment through the Python shim and the compiled one "
+                "(`--compiled-shim`), interleaved, medians:", "",
                 "| shim | ADD | DEL |", "| --- | ---: | ---: |",
                 f"| Python (`-IS`) | {py['add']:.2f} ms | {py['del']:.2f} ms |",
                 f"| compiled | {cc['add']:.2f} ms | {cc['del']:.2f} ms |",
@@ -655,7 +668,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
                 "| --- |" + " ---: |" * len(r["rss_kib"]),
                 "| RSS |" + "".join(f" {kib / 1024:.1f} MB |" for _, kib in r["rss_kib"])]
     out += ["", f"Idle RSS after start: {r['rss_idle_kib'] / 1024:.1f} MB. {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}, shim run by {args.shim_python}; load average {r['load_before']:.2f} "
+            f"{platform.python_version()}, {'compiled shim' if args.compiled_shim else 'shim run by ' + args.shim_python}; load average {r['load_before']:.2f} "
             f"before, {r['load_after']:.2f} after."]
     return "\n".join(out)
 
@@ -674,9 +687,11 @@ def main() -> int:
         "--api", choices=("small", "kmock"), default="small",
         help="the API server process: a small aiohttp one answering in ~0.5 ms (default), or kmock's "
         "emulator (~5 ms per request here)")
-    parser.add_argument("--compare-shim", type=Path, metavar="EXECUTABLE",
-                        help="also time ADD/DEL through this compiled shim against the Python one, e.g. "
-                        "benchmarks/shim_prototype.c built with `cc -O2 -o /tmp/shim benchmarks/shim_prototype.c`")
+    parser.add_argument("--compiled-shim", action="store_true",
+                        help="the runtime runs the compiled shim (`podnetwork cni-agent --compiled-shim`); "
+                        "default: the Python shim, as the DaemonSet installs it")
+    parser.add_argument("--compare-shims", action="store_true",
+                        help="also time ADD/DEL of one attachment through the Python and the compiled shim")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
     parser.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                         help="one more environment variable for podnetwork cni-agent (e.g. PYTHONPATH=DIR to "
