@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 
 #define MAX_FAST_STDIN (1 << 20)
 #define AGENT_UNAVAILABLE 102
+#define TIMEOUT_SECONDS 300
 
 extern char **environ;
 
@@ -150,6 +152,10 @@ int main(int argc, char **argv) {
     for (char **e = environ; *e; e++) {
         if (strncmp(*e, "CNI_", 4) != 0) continue;
         if (strchr(*e, '\n')) return defer(argv);
+        /* A name given twice: Python keeps the first; one rule, there. */
+        size_t name_len = strcspn(*e, "=");
+        for (char **f = environ; f < e; f++)
+            if (strncmp(*f, *e, name_len + 1) == 0) return defer(argv);
         env_len += strlen(*e) + 1;
     }
     size_t body_len = env_len + 1 + in_len;
@@ -178,6 +184,9 @@ int main(int argc, char **argv) {
     int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0)
         return defer(argv);  /* no agent there: the Python shim says so, in its words */
+    struct timeval timeout = {.tv_sec = TIMEOUT_SECONDS};  /* as the Python shim's */
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
     for (size_t sent = 0; sent < at;) {
         ssize_t w = send(sock, request + sent, at - sent, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
@@ -191,7 +200,9 @@ int main(int argc, char **argv) {
         if (!out) return fail(version, version_len, "the agent's answer is too large", "", 0);
         ssize_t r = recv(sock, out + out_len, out_cap - out_len, 0);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
+        if (r < 0) return fail(version, version_len, "the multinetwork agent is not reachable",
+                               strerror(errno), strlen(strerror(errno)));
+        if (r == 0) break;
         out_len += (size_t)r;
         if (out_len == out_cap) {
             out_cap *= 2;
