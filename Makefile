@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 CNI_BIN ?= /usr/lib/cni
 
-.PHONY: demo test setup system-deps lint bench clean conformance-report
+.PHONY: demo test setup system-deps lint bench bench-agent clean conformance-report
 
 demo: setup
 	$(VENV)/bin/podnetwork demo
@@ -51,7 +51,7 @@ bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
-	$(PY) benchmarks/bench_agent.py -n 40
+	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_addresswatch.py
 
@@ -59,6 +59,15 @@ bench: setup
 # API emulator of the tests; the report goes to docs/conformance/ (docs/conformance.md).
 conformance-report: setup
 	$(PY) -m tests.api.conformance_support
+
+# The CNI agent against the plugins executed directly (docs/benchmarks.md, "CNI agent"):
+# ADD and DEL, 1-3 attachments, 10 pods at once, per-phase breakdown, RSS over 1,000 pods.
+# Root and the CNI plugins; ~5 minutes on 2 cores.
+# First as the DaemonSet installs it (the Python shim) with the two shims compared, then with
+# the compiled shim (`--compiled-shim`, which needs cc).
+bench-agent: setup
+	$(PY) benchmarks/bench_agent.py --compare-shims
+	$(PY) benchmarks/bench_agent.py --compiled-shim --rss-pods 0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

@@ -709,6 +709,8 @@ class Demo:
             r.detail("CNI_ARGS", call.env["CNI_ARGS"])
             r.detail("result returned to the runtime", result)
         r.say("")
+        for running in self.agents:  # each agent writes network-status after its answer
+            await running.agent.status.idle()
         for pod in pods:
             self._show_pod_networks(pod["metadata"]["name"])
         r.say("")

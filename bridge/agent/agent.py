@@ -5,8 +5,9 @@ over a unix socket (`bridge.agent.server`). On ADD the agent reads the pod, atta
 the cluster default network first (6.2), then each selected network in order
 (4.2), rolls back on the first failure (7.2), records every attachment on disk
 before executing it (`bridge.agent.cache`), moves the default route when a
-selection asks for it (4.1.2.1.9), writes `k8s.v1.cni.cncf.io/network-status`
-(5) and returns the default network's result to the runtime. DEL needs only the
+selection asks for it (4.1.2.1.9), returns the default network's result to the
+runtime, then writes `k8s.v1.cni.cncf.io/network-status` (5) in the background
+(`bridge.agent.publisher`). DEL needs only the
 cache; before it tears down a record an earlier agent process wrote, it stops the
 delegates that process may have left running (`bridge.agent.orphans`). Operations
 for one container are serialized; different containers run in parallel (7.3).
@@ -34,6 +35,7 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.agent import addresswatch, cache, conflist, invoke, orphans, plan, routes
 from bridge.agent import objects as objects_mod
+from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
@@ -84,7 +86,8 @@ class AgentConfig:
     readiness_interval: float = 2.0
     """Seconds between checks of the default network while waiting for it (6.1)."""
     patch_status: bool = True
-    """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5)."""
+    """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5), in the
+    background once the runtime has its answer (`bridge.agent.publisher`)."""
     durable_cache: bool = False
     """fsync every cache write (survives a power loss, ~10 ms per write); see `bridge.agent.cache`."""
     watch_addresses: bool = True
@@ -92,6 +95,26 @@ class AgentConfig:
     `bridge.agent.addresswatch`). Only with `patch_status`."""
     address_watch: addresswatch.Settings = field(default_factory=addresswatch.Settings)
     """Debounce and rate bound of those status writes."""
+
+
+class _Phases:
+    """Where one request's time went, for its log line (`benchmarks/bench_agent.py` reads it).
+
+    Spans of the same name add up (the cache is written before each delegate)."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Any:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans[name] = self.spans.get(name, 0.0) + time.perf_counter() - start
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds * 1000:.2f}" for name, seconds in self.spans.items())
 
 
 @dataclass
@@ -116,6 +139,7 @@ class _Request:
     pod_namespace: str | None
     pod_name: str | None
     runtime_config: dict[str, Any] = field(default_factory=dict)
+    phases: _Phases = field(default_factory=_Phases)
 
 
 def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
@@ -261,14 +285,29 @@ class Agent:
         """Set once the agent's own conflist is in place (6.1)."""
         self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
         """One watch per attached pod while `watch_addresses` (KEP Req 25)."""
+        self.status = publisher_mod.StatusPublisher(objects.patch_pod_annotations)
+        """Writes network-status after the runtime got its answer (NPWG 5); also for other
+        parts of the agent that report a pod's attachments anew."""
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Makes the cache directory and watches the addresses of the pods already recorded.
-        The socket is not the agent's: `running.Running` serves it."""
+        """Makes the cache directory, queues the network-status writes an earlier agent process
+        left pending, and watches the addresses of the pods already recorded. The socket is not
+        the agent's: `running.Running` serves it."""
         self.cache.ensure()
+        if self.config.patch_status:
+            self._republish()
         self._watch_recorded()
+
+    def _republish(self) -> None:
+        for container_id in list(self.cache.container_ids()):
+            with contextlib.suppress(cache.CacheError):  # DEL deals with an unreadable record
+                record = self.cache.load(container_id)
+                if record is not None and record.complete and not record.status_published:
+                    log.info("container %s: writing the network-status an earlier agent left pending",
+                             container_id)
+                    self._publish(record)
 
     def announce(self) -> None:
         """When `conf_file` is set, start waiting for the default network, then write the
@@ -277,8 +316,10 @@ class Agent:
             self._readiness = asyncio.create_task(self._install_conf_when_ready(), name="cni-agent-readiness")
 
     async def stop(self) -> None:
-        """Removes the agent's conflist: without the agent, the node is not ready."""
+        """Removes the agent's conflist: without the agent, the node is not ready. Stops
+        publishing: a write still pending is recorded, and the next agent makes it."""
         await self.address_watch.close()
+        await self.status.close()
         if self._readiness is not None:
             self._readiness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -380,12 +421,13 @@ class Agent:
             else:
                 await self._check(request)
             log.info(
-                "%s container %s (pod %s/%s) done in %.0f ms",
+                "%s container %s (pod %s/%s) done in %.1f ms (%s)",
                 command.value,
                 request.args.container_id,
                 request.pod_namespace or "-",
                 request.pod_name or "-",
                 (time.monotonic() - started) * 1000,
+                request.phases,
             )
             return result
 
@@ -655,20 +697,25 @@ class Agent:
                     f"container {args.container_id} is already attached on {record.ifname}",
                     f"ADD asked for {args.ifname}; DEL it first",
                 )
+            if self.config.patch_status and not record.status_published:
+                self._publish(record)  # its status was never written: this ADD repairs it
             return record.result  # CRI: set-up of an already set-up pod is skipped
         if record is not None:
             # A previous ADD was cut short (agent killed): undo it before starting over.
             await self._teardown(record, args)
         assert request.pod_namespace and request.pod_name
+        phases = request.phases
         try:
-            pod = await self.objects.get_pod(request.pod_namespace, request.pod_name)
+            with phases.timed("pod"):
+                pod = await self.objects.get_pod(request.pod_namespace, request.pod_name)
         except NotFound:
             raise CNIError(
                 ErrorCode.POD_NOT_FOUND,
                 f"pod {request.pod_namespace}/{request.pod_name} not found",
                 "the agent reads the pod's networks from the API before attaching them",
             ) from None
-        planned = await self.plan_attachments(request, pod)
+        with phases.timed("plan"):
+            planned = await self.plan_attachments(request, pod)
         record = Record(
             container_id=args.container_id,
             netns=args.netns,
@@ -689,21 +736,24 @@ class Agent:
                     default_route=list(p.default_route) if p.default_route is not None else None,
                 )
                 record.attachments.append(attachment)
-                self._save(record)  # the intent, before the delegate runs
+                with phases.timed("cache"):
+                    self._save(record)  # the intent, before the delegate runs
                 try:
-                    attachment.result = await conflist.add(
-                        self.executor,
-                        conflist.load(p.config, what=f"network {p.name!r}"),
-                        args.with_ifname(p.ifname),
-                        self.config.bin_dirs,
-                        self.config.plugin_timeout,
-                    )
+                    with phases.timed(f"exec {p.ifname}"):
+                        attachment.result = await conflist.add(
+                            self.executor,
+                            conflist.load(p.config, what=f"network {p.name!r}"),
+                            args.with_ifname(p.ifname),
+                            self.config.bin_dirs,
+                            self.config.plugin_timeout,
+                        )
                 except CNIError:
                     attachment.state = State.FAILED
                     raise
                 attachment.state = State.ATTACHED  # saved with the next intent, or the final record
             stage = "moving the default route"
-            await self._apply_default_routes(record, planned)
+            with phases.timed("routes"):
+                await self._apply_default_routes(record, planned)
         except BaseException as exc:
             problems = await self._teardown(record, args, raise_errors=False)
             if isinstance(exc, CNIError):
@@ -714,9 +764,12 @@ class Agent:
         default = record.attachments[0]
         record.complete = True
         record.result = default.result
-        self._save(record)
+        record.status_published = not self.config.patch_status
+        with phases.timed("cache"):
+            self._save(record)
         if self.config.patch_status:
-            await self._write_status(record)
+            with phases.timed("status"):
+                self._publish(record)
         self._watch_addresses(record)
         return record.result
 
@@ -747,20 +800,35 @@ class Agent:
             for a in record.attachments
         ]
 
+    def _publish(self, record: Record) -> None:
+        """Queues the record's network-status (spec 5: the runtime does not wait for it), and
+        marks the record once it is written, so a restarted agent knows what is left."""
+        entries = self._status_entries(record)
+        container_id = record.container_id
+
+        async def written() -> None:
+            async with self._container_lock(container_id):
+                current = self._load(container_id)
+                # Not a record a DEL removed, nor a later ADD's (its own write marks it).
+                if current is not None and current.complete and current.result == record.result:
+                    current.status_published = True
+                    self._save(current)
+
+        self.status.publish(
+            record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written
+        )
+
     async def _write_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
-        """Writes the pod's network-status: `entries`, else the record's (False: not written)."""
+        """Queues the pod's network-status with the publisher: `entries` (what the address
+        watch saw), else the record's. The publisher retries until it is written (or the pod
+        is gone), so this is True once queued; hot-plug and the address watch call it."""
         if entries is None:
-            entries = self._status_entries(record)
-        try:
-            await self.objects.patch_pod_annotations(
-                record.pod_namespace, record.pod_name, {npwg.NETWORK_STATUS_ANNOTATION: json.dumps(entries)}
-            )
-        except Exception as exc:
-            # The pod's networking is in place; the status is a report of it (spec 5: "may publish").
-            log.warning(
-                "pod %s/%s: network-status not written: %s", record.pod_namespace, record.pod_name, exc
-            )
-            return False
+            if record.status_published:  # a new status (hot-plug): a restarted agent writes it
+                record.status_published = False
+                self._save(record)
+            self._publish(record)
+        else:
+            self.status.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id)
         return True
 
     # --- live IP changes (KEP Story 9, Req 25) -----------------------------------------
@@ -829,6 +897,8 @@ class Agent:
         # Before the interfaces go: their removal is not a change of the pod's addresses.
         await self.address_watch.unwatch(record.container_id)
         await self._stop_orphans(record.container_id)
+        # A status not yet written would report interfaces this DEL removes.
+        self.status.cancel(record.pod_namespace, record.pod_name, record.container_id)
         netns = args.netns or record.netns
         problems: list[str] = []
         for attachment in list(reversed(record.attachments)):
@@ -933,6 +1003,8 @@ class Agent:
                 self.config.plugin_timeout,
                 attachment.result,
             )
+        if self.config.patch_status and not record.status_published:
+            self._publish(record)  # its status was never written: this CHECK repairs it
 
     async def _gc(self, request: _Request, arrival: int) -> None:
         """CNI 1.1 GC: tear down recorded containers the runtime no longer lists as valid.

@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +50,7 @@ from bridge.agent import conflist, plan
 from bridge.agent.agent import Agent
 from bridge.agent.cache import Attachment, CacheError, Record, State
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
+from podnetwork.kube import lite
 from podnetwork.kube.core import Pod
 
 log = logging.getLogger(__name__)
@@ -507,19 +509,17 @@ class HotPlug:
 class KubernetesEvents:
     """`EventSink` over the API (core/v1 Events, created in the pod's namespace)."""
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: lite.LiteApi) -> None:
         self._api = api
 
     async def post_event(self, body: Mapping[str, Any]) -> None:
-        from podnetwork.kube import client
+        namespace = urllib.parse.quote(str((body.get("metadata") or {}).get("namespace") or ""), safe="")
+        await self._api.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
 
-        await self._api.create(client.Event, body)
 
-
-async def watch_node_pods(api: Any, node: str, hotplug: HotPlug) -> None:
+async def watch_node_pods(api: lite.LiteApi, node: str, hotplug: HotPlug) -> None:
     """Feed `hotplug` the pods bound to `node` (a list+watch with field selector
-    spec.nodeName=`node`), until cancelled. `api` is a `podnetwork.kube.client.AsyncApi`."""
-    from podnetwork.kube import client
+    spec.nodeName=`node`), until cancelled."""
 
     def on_list(items: list[dict[str, Any]]) -> None:
         for item in items:
@@ -531,18 +531,22 @@ async def watch_node_pods(api: Any, node: str, hotplug: HotPlug) -> None:
         else:
             hotplug.pod_changed(obj)
 
-    await client.list_and_watch(api, client.Pod, on_list=on_list, on_event=on_event,
-                                fields={"spec.nodeName": node})
+    def on_error(exc: Exception) -> None:
+        log.info("hot-plug: the watch of node %s's pods ended (%s); listing them again", node, exc)
+
+    await lite.list_and_watch(api, "/api/v1/pods", on_list=on_list, on_event=on_event, on_error=on_error,
+                              params={"fieldSelector": f"spec.nodeName={node}"})
 
 
-def node_api(kubeconfig: str | None, context: str | None) -> Any:
-    """The API client hot-plug watches and posts Events with (credentials as every command finds them)."""
-    from podnetwork.kube import client, credentials
+def node_api(kubeconfig: str | None, context: str | None) -> lite.LiteApi:
+    """The API client hot-plug watches and posts Events with: the agent's small client
+    (`podnetwork.kube.lite`), with credentials as every command finds them."""
+    from podnetwork.kube import credentials
 
-    return client.AsyncApi(credentials.resolve(kubeconfig, context), timeout=30.0)
+    return lite.LiteApi(credentials.resolve(kubeconfig, context), timeout=30.0)
 
 
-async def follow_node(agent: Agent, api: Any, node: str) -> None:
+async def follow_node(agent: Agent, api: lite.LiteApi, node: str) -> None:
     """Hot-plug for `agent` on `node` until cancelled: the pod watch feeds a `HotPlug`."""
     hot = HotPlug(agent, KubernetesEvents(api), node)
     hot.start()

@@ -10,8 +10,8 @@ not fit fails the call with a `CNIError` naming the fields (INVALID_CONFIG).
 - `ObjectSource`: the protocol. The local demo implements it over its own store.
 - `MemoryObjects`: a dict-backed implementation with the API server's merge-patch
   semantics for annotations (tests, and `podnetwork cni-agent --objects FILE`).
-- `KubernetesObjects`: the real API through `podnetwork.kube` (lightkube's
-  asyncio client, credentials as every command finds them). Reads are single
+- `KubernetesObjects`: the real API through `podnetwork.kube.lite` (a small asyncio
+  client, credentials as every command finds them). Reads are single
   GETs by name: the agent runs on every node, and a node's agent only ever asks
   about the pods the runtime hands it.
 """
@@ -40,6 +40,8 @@ NAD_PLURAL = "network-attachment-definitions"
 OPTIONS_GROUP = "bridge.multinetwork.x-k8s.io"
 OPTIONS_VERSION = "v1alpha1"
 OPTIONS_PLURAL = "networkselectionoptions"
+PODNETWORK_PLURAL = "podnetworks"
+ATTACHMENT_PLURAL = "podnetworkattachments"
 
 #: The pod's spec-style networks (KEP layer), and the bridge's provider name.
 KEP_NETWORKS_ANNOTATION = f"{KEP_GROUP}/networks"
@@ -180,7 +182,8 @@ class MemoryObjects:
 
 
 class KubernetesObjects:
-    """ObjectSource over the Kubernetes API (podnetwork.kube: a kubeconfig or the in-cluster account).
+    """ObjectSource over the Kubernetes API: `podnetwork.kube.lite` (a small asyncio client, the
+    agent's RSS; credentials as every command finds them, a kubeconfig or the in-cluster account).
 
     No retries here: a failure is a CNI error at once, and error 11 ("try again
     later") tells the runtime to call again.
@@ -190,28 +193,32 @@ class KubernetesObjects:
         self, kubeconfig: str | None = None, context: str | None = None, *, request_timeout: float = 10.0
     ) -> None:
         # Imported here: only the real agent needs a client (the demo and tests use MemoryObjects).
-        from podnetwork.kube import client, credentials
+        from podnetwork.kube import credentials, lite
 
-        self._kube = client
+        self._lite = lite
         self._credentials_error = credentials.CredentialsError
         # Without a timeout a call to an unresponsive API server would wait forever.
         self.request_timeout = request_timeout
-        self._api = client.AsyncApi(credentials.resolve(kubeconfig, context), timeout=request_timeout,
-                                    backoffs=())
+        self._api = lite.LiteApi(credentials.resolve(kubeconfig, context), timeout=request_timeout)
+
+    @property
+    def api(self) -> Any:
+        """The `podnetwork.kube.lite.LiteApi` underneath (the watch cache lists and watches with it)."""
+        return self._api
 
     async def _call(self, kind: str, namespace: str | None, name: str, request: Any) -> Any:
         where = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
         try:
             return await request
-        except self._kube.NotFound:
+        except self._lite.NotFound:
             raise NotFound(kind, namespace, name) from None
-        except self._kube.Unreachable as exc:
+        except self._lite.Unreachable as exc:
             raise CNIError(
                 ErrorCode.TRY_AGAIN_LATER,
                 f"cannot reach {where} now: the API server did not answer (connection failed or timed out)",
                 exc.message[:500],
             ) from None
-        except self._kube.ApiError as exc:
+        except self._lite.ApiError as exc:
             answer = f"the API server answered {exc.status} {exc.reason}".rstrip()
             if exc.transient:
                 # Throttled or failing for now: CNI well-known error 11 tells the runtime to retry.
@@ -224,40 +231,40 @@ class KubernetesObjects:
         except self._credentials_error as exc:
             raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {exc}") from None
 
-    async def _read(self, kind: str, namespace: str | None, name: str, request: Any) -> Any:
-        return read_object(kind, namespace, name, await self._call(kind, namespace, name, request))
+    async def _read(self, kind: str, namespace: str | None, name: str, path: str) -> Any:
+        obj = await self._call(kind, namespace, name, self._api.get(path))
+        return read_object(kind, namespace, name, obj)
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
-        pod: Pod = await self._read(POD, namespace, name, self._api.get(self._kube.Pod, name, namespace))
+        path = self._lite.object_path("", "v1", "pods", name, namespace)
+        pod: Pod = await self._read(POD, namespace, name, path)
         return pod
 
     async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
-        request = self._api.get(self._kube.NetworkAttachmentDefinition, name, namespace)
-        nad: npwg.NetworkAttachmentDefinition = await self._read(NAD, namespace, name, request)
+        path = self._lite.object_path(NAD_GROUP, NAD_VERSION, NAD_PLURAL, name, namespace)
+        nad: npwg.NetworkAttachmentDefinition = await self._read(NAD, namespace, name, path)
         return nad
 
     async def get_podnetwork(self, name: str) -> translate.PodNetwork:
-        request = self._api.get(self._kube.PodNetwork, name)
-        pn: translate.PodNetwork = await self._read(PODNETWORK, None, name, request)
+        path = self._lite.object_path(KEP_GROUP, KEP_VERSION, PODNETWORK_PLURAL, name)
+        pn: translate.PodNetwork = await self._read(PODNETWORK, None, name, path)
         return pn
 
     async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
-        request = self._api.get(self._kube.PodNetworkAttachment, name, namespace)
-        pna: translate.PodNetworkAttachment = await self._read(ATTACHMENT, namespace, name, request)
+        path = self._lite.object_path(KEP_GROUP, KEP_VERSION, ATTACHMENT_PLURAL, name, namespace)
+        pna: translate.PodNetworkAttachment = await self._read(ATTACHMENT, namespace, name, path)
         return pna
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
-        request = self._api.get(self._kube.NetworkSelectionOptions, name, namespace)
-        opts: translate.NetworkSelectionOptions = await self._read(
-            SELECTION_OPTIONS, namespace, name, request
-        )
+        path = self._lite.object_path(OPTIONS_GROUP, OPTIONS_VERSION, OPTIONS_PLURAL, name, namespace)
+        opts: translate.NetworkSelectionOptions = await self._read(SELECTION_OPTIONS, namespace, name, path)
         return opts
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
-        request = self._api.patch(self._kube.Pod, name, body, namespace=namespace)
+        request = self._api.merge_patch(self._lite.object_path("", "v1", "pods", name, namespace), body)
         await self._call(POD, namespace, name, request)
 
     async def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The agent's HTTP API on a unix socket (aiohttp, which kopf already brings in).
+"""The agent's HTTP API on a unix socket (HTTP/1.1 on asyncio streams).
 
     POST /v1/cni    body: "CNI_X=value\\n" per CNI variable, an empty line, then the
                     network configuration (the runtime's stdin) verbatim
@@ -14,6 +14,7 @@ client goes away: an ADD or DEL that started runs to its end and stays recorded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -24,8 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiohttp import web
-
 from bridge.agent.invoke import CNIError, ErrorCode
 from bridge.agent.metrics import AgentMetrics
 
@@ -35,8 +34,8 @@ API_PATH = "/v1/cni"
 READY_PATH = "/v1/ready"
 
 
-def _error(exc: CNIError, status: int, version: str = "1.1.0") -> web.Response:
-    return web.json_response(exc.to_json(version), status=status)
+def _error_body(exc: CNIError, version: str = "1.1.0") -> bytes:
+    return json.dumps(exc.to_json(version)).encode()
 
 
 def parse_body(body: bytes) -> tuple[dict[str, str], bytes]:
@@ -71,8 +70,32 @@ class Handler(Protocol):
         """Why a pod could not attach now (GET /v1/ready answers 503 with it), or None."""
 
 
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            411: "Length Required", 413: "Payload Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+#: The request line and headers may take this much; the shim sends ~150 bytes.
+MAX_HEAD_BYTES = 64 * 1024
+#: Seconds the server reads (and drops) what a client still sends after its answer.
+DRAIN_SECONDS = 10.0
+#: Seconds a stopping server gives requests in flight (an ADD runs to its end, see above).
+SHUTDOWN_SECONDS = 60.0
+
+
+class _Refused(Exception):
+    """A request this server does not take, answered with `status` and a CNI error."""
+
+    def __init__(self, status: int, error: CNIError) -> None:
+        super().__init__(error.msg)
+        self.status, self.error = status, error
+
+
 class Server:
-    """The unix-socket HTTP API in front of a `Handler`."""
+    """The unix-socket HTTP API in front of a `Handler`.
+
+    HTTP/1.1 on asyncio streams, one request per connection (the shim sends
+    `Connection: close`), a body only with `Content-Length`. A framework would cost
+    the agent's every process ~13 MB of RSS for what fits here (docs/benchmarks.md).
+    """
 
     def __init__(self, handler: Handler, socket_path: Path, max_request_bytes: int,
                  metrics: AgentMetrics | None = None) -> None:
@@ -80,8 +103,9 @@ class Server:
         self.metrics = metrics
         self.socket_path = socket_path
         self._limit = max_request_bytes
-        self._runner: web.AppRunner | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._sock: socket.socket | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         path = self.socket_path
@@ -99,86 +123,156 @@ class Server:
             sock.close()
             raise
         self._sock = sock
-        # Room for the environment lines around a configuration of the allowed size.
-        app = web.Application(client_max_size=self._limit + 64 * 1024)
-        app.router.add_post(API_PATH, self._cni)
-        app.router.add_get(READY_PATH, self._ready)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.SockSite(self._runner, sock)
-        await site.start()
+        self._server = await asyncio.start_unix_server(self._connection, sock=sock, limit=MAX_HEAD_BYTES)
         log.info("CNI agent listening on %s", path)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            self._server.close()  # no new connections; the ones in flight finish
+            if self._in_flight:
+                await asyncio.wait(set(self._in_flight), timeout=SHUTDOWN_SECONDS)
+            for task in self._in_flight:
+                task.cancel()
+            self._server = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
 
-    async def _ready(self, request: web.Request) -> web.Response:
-        problem = await self.handler.default_network_problem()
-        return web.json_response(
-            {"ready": problem is None, "problem": problem}, status=200 if problem is None else 503
-        )
-
-    async def _cni(self, request: web.Request) -> web.Response:
-        if self.metrics is None:
-            return await self._answer(request, {})
-        started = self.metrics.started()
-        code: int = ErrorCode.IO_FAILURE  # what the shim reports when no answer comes
-        env: dict[str, str] = {}
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
         try:
-            response = await self._answer(request, env)
-            code = _code_of(response)
-            return response
+            status, body = await self._answer(reader)
+            head = (
+                f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+            # A refused request's body may still be on its way: closing now would reset the
+            # connection under the sender, who would never read the answer. So: our end, then
+            # what is left of theirs, discarded.
+            writer.write_eof()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_discard(reader), DRAIN_SECONDS)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; what it asked for ran to its end (see above)
         finally:
-            self.metrics.finished(env.get("CNI_COMMAND"), code, started)
+            self._in_flight.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
-    async def _answer(self, request: web.Request, seen: dict[str, str]) -> web.Response:
-        """The answer to one CNI request; `seen` gets its CNI environment once parsed."""
-        too_large = CNIError(
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
+        try:
+            method, target, length = await self._read_head(reader)
+            if target == API_PATH:
+                if method != "POST":
+                    raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{API_PATH} takes POST"))
+                return await self._cni(await reader.readexactly(length))
+            if target == READY_PATH:
+                if method != "GET":
+                    raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{READY_PATH} takes GET"))
+                return await self._ready()
+            raise _Refused(404, CNIError(ErrorCode.DECODING_FAILURE, f"no such path {target[:80]!r}",
+                                         f"the agent serves POST {API_PATH} and GET {READY_PATH}"))
+        except _Refused as refused:
+            return refused.status, _error_body(refused.error)
+
+    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[str, str, int]:
+        """(method, path, Content-Length) of the request; `_Refused` when it cannot be served."""
+        malformed = CNIError(ErrorCode.DECODING_FAILURE, "malformed HTTP request to the agent")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise _Refused(400, malformed) from None
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise _Refused(400, malformed)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, colon, value = line.partition(":")
+                if not colon:
+                    raise _Refused(400, malformed)
+                headers[name.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raise _Refused(411, CNIError(ErrorCode.DECODING_FAILURE, "the agent needs a Content-Length",
+                                         "send the body with Content-Length, as the shim does"))
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            raise _Refused(400, malformed) from None
+        if length < 0:
+            raise _Refused(400, malformed)
+        if length > self._limit + 64 * 1024:  # room for the environment lines around the configuration
+            raise _Refused(413, self._too_large())
+        return parts[0], parts[1].split("?", 1)[0], length
+
+    def _too_large(self) -> CNIError:
+        return CNIError(
             ErrorCode.REQUEST_TOO_LARGE,
             "request too large",
             f"the agent accepts network configurations up to {self._limit} bytes",
         )
-        if request.content_length is not None and request.content_length > self._limit + 64 * 1024:
-            return _error(too_large, 413)
+
+    async def _ready(self) -> tuple[int, bytes]:
+        problem = await self.handler.default_network_problem()
+        answer = {"ready": problem is None, "problem": problem}
+        return 200 if problem is None else 503, json.dumps(answer).encode()
+
+    async def _cni(self, body: bytes) -> tuple[int, bytes]:
+        if self.metrics is None:
+            return await self._cni_answer(body, {})
+        started = self.metrics.started()
+        code: int = ErrorCode.IO_FAILURE  # what the shim reports when no answer comes
+        env: dict[str, str] = {}
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _error(too_large, 413)
+            status, answer = await self._cni_answer(body, env)
+            code = _code_of(status, answer)
+            return status, answer
+        finally:
+            self.metrics.finished(env.get("CNI_COMMAND"), code, started)
+
+    async def _cni_answer(self, body: bytes, seen: dict[str, str]) -> tuple[int, bytes]:
+        """The answer to one CNI request; `seen` gets its CNI environment once parsed."""
         try:
             env, raw = parse_body(body)
         except CNIError as exc:
-            return _error(exc, 400)
+            return 400, _error_body(exc)
         seen.update(env)
         if len(raw) > self._limit:
-            return _error(too_large, 413)
+            return 413, _error_body(self._too_large())
         version = _requested_version(raw)
         try:
             result = await self.handler.handle(env, raw)
         except CNIError as exc:
             # %r: the values are the runtime's, not yet known to be printable.
             log.info("%r %r: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)
-            return _error(exc, 400 if exc.code < 100 else 500, version)
+            return 400 if exc.code < 100 else 500, _error_body(exc, version)
         except Exception as exc:
             log.exception("unexpected failure handling %r", env.get("CNI_COMMAND"))
-            return _error(CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc)), 500, version)
-        if result is None:
-            return web.Response(status=200)
-        return web.json_response(result)
+            internal = CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc))
+            return 500, _error_body(internal, version)
+        return 200, b"" if result is None else json.dumps(result).encode()
 
 
-def _code_of(response: web.Response) -> int:
+async def _discard(reader: asyncio.StreamReader) -> None:
+    while await reader.read(65536):
+        pass
+
+
+def _code_of(status: int, answer: bytes) -> int:
     """The CNI result code of an answer: 0 for success, else the error's `code`."""
-    if response.status == 200:
+    if status == 200:
         return 0
     try:
-        code = json.loads(response.body)["code"]  # type: ignore[arg-type]
+        code = json.loads(answer)["code"]
     except (TypeError, ValueError, KeyError):
         return int(ErrorCode.IO_FAILURE)
     return code if isinstance(code, int) else int(ErrorCode.IO_FAILURE)

@@ -46,6 +46,17 @@ def test_a_missing_default_network_file_is_an_error_that_names_it(tmp_path: Path
     assert "nope: no such file" in capsys.readouterr().err
 
 
+def test_a_negative_watch_cache_bound_is_an_error_that_says_what_to_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(["--watch-cache-objects", "-1", "--socket", str(tmp_path / "a.sock")])
+    assert command.run(args) == 2
+    assert "--watch-cache-objects -1: give 0 (no cache) or more" in capsys.readouterr().err
+    assert not (tmp_path / "a.sock").exists(), "nothing started"
+
+
 async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:
     config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
     async with Running(agent.Agent(objects.MemoryObjects(), config)):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from bridge.agent import command
+from bridge.agent import command, watchcache
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
 
@@ -38,19 +38,13 @@ def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
-def test_rbac_grants_gets_of_the_named_objects_pod_patch_and_for_hot_plug_the_pod_watch_and_events() -> None:
+def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_and_for_hot_plug_the_pod_watch_and_events(
+) -> None:
     role = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {
-        ("", "pods", "get"),
-        ("", "pods", "patch"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "events", "create"),
-        ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
-        ("multinetwork.x-k8s.io", "podnetworks", "get"),
-        ("multinetwork.x-k8s.io", "podnetworkattachments", "get"),
-        ("bridge.multinetwork.x-k8s.io", "networkselectionoptions", "get"),
-    }
+    cached = {(kind.group, kind.plural, verb) for kind in watchcache.KINDS for verb in ("get", "list", "watch")}
+    hot_plug = {("", "pods", "list"), ("", "pods", "watch"), ("", "events", "create")}
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached}
+    assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"

@@ -74,6 +74,7 @@ async def test_without_a_default_conf_the_default_podnetworks_nad_is_attached_fi
                              podnetwork("default", "kubenet")])
     await add(a)
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")]
+    await a.status.idle()  # written after the answer (bridge.agent.publisher)
     status = json.loads((await a.objects.get_pod("ns", "p")).metadata.annotations["k8s.v1.cni.cncf.io/network-status"])
     assert [(s["name"], s["default"]) for s in status] == [("ns/kubenet", True), ("ns/blue", False)]
     assert await a.default_network_problem() is None

@@ -166,6 +166,8 @@ async def test_memory_objects_merge_patch_annotations_and_report_missing_objects
 
 def test_the_agents_copies_of_api_names_match_the_kep_layer() -> None:
     assert objects.KEP_GROUP == constants.GROUP and objects.KEP_VERSION == constants.VERSION
+    assert objects.PODNETWORK_PLURAL == constants.PODNETWORK_PLURAL
+    assert objects.ATTACHMENT_PLURAL == constants.ATTACHMENT_PLURAL
     assert objects.KEP_NETWORKS_ANNOTATION == constants.NETWORKS_ANNOTATION
     assert objects.BRIDGE_PROVIDER == constants.BRIDGE_PROVIDER
     assert agent.DEFAULT_PODNETWORK == constants.DEFAULT_PODNETWORK

@@ -112,6 +112,7 @@ async def test_a_result_of_a_cni_version_the_agent_does_not_read_fails_the_add_a
         await add(a)
     assert caught.value.code == ErrorCode.INCOMPATIBLE_VERSION and repr(version) in caught.value.msg
     assert [(cmd, ifname) for cmd, ifname, _ in rec.calls if cmd == "DEL"] == [("DEL", "net1"), ("DEL", "eth0")]
+    await a.status.idle()
     pod_now = await a.objects.get_pod("ns", "p")
     assert "k8s.v1.cni.cncf.io/network-status" not in (pod_now.metadata.annotations or {})
 
@@ -154,6 +155,7 @@ async def test_spec_5_3_2_a_result_without_a_sandbox_interface_gives_a_status_wi
     a.executor = Answering({"cniVersion": "1.0.0", "interfaces": [{"name": "host9", "mac": "02:00:00:00:00:09"}],
                             "ips": [{"address": "10.0.9.2/24"}]})
     await add(a)
+    await a.status.idle()  # written after the answer (bridge.agent.publisher)
     annotations = (await a.objects.get_pod("ns", "p")).metadata.annotations or {}
     blue = json.loads(annotations["k8s.v1.cni.cncf.io/network-status"])[1]
     assert blue == {"name": "ns/blue", "ips": ["10.0.9.2/24"], "default": False}

@@ -1,0 +1,198 @@
+"""The agent's cache of the objects a pod's networks name: list + watch, per kind, on each node.
+
+An ADD reads the pod, then the NetworkAttachmentDefinitions, PodNetworks,
+PodNetworkAttachments and NetworkSelectionOptions its networks name: one GET each,
+the API server's time on the pod's start-up path. `CachedObjects` keeps those four
+kinds, cluster-wide, by list + watch (as an informer does), and answers from them.
+
+Rules (docs/benchmarks.md, "watch cache"):
+
+- **The pod is always read fresh** (a GET per ADD): its annotations can change until
+  the moment its sandbox starts (KEP "Pod spec": the networks are set at creation, but
+  the NPWG annotation is a plain annotation).
+- **Staleness**: an object is answered from the cache only while its kind's watch is
+  connected and has caught up with its list; between a broken watch and the next list,
+  every read is a GET. An answer is therefore as old as the watch's delivery delay, the
+  same as any informer's: an object changed or deleted a moment before the ADD may be
+  read as it was.
+- **A miss is never an answer**: an object not in the cache is read by GET (created a
+  moment ago and not yet delivered, or beyond the bound), and a 404 is a 404.
+- **Bounded**: at most `max_objects` objects per kind (default `MAX_OBJECTS`); past it,
+  new objects are left to GETs until some are deleted. The objects are kept as the API
+  server sent them, without `managedFields`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge import npwg, translate
+from bridge.agent import objects as objects_mod
+from bridge.agent.objects import KubernetesObjects, read_object
+from podnetwork.kube import lite
+from podnetwork.kube.core import Pod
+
+log = logging.getLogger(__name__)
+
+#: Objects kept per kind. A NAD is ~1-2 KB as a dict: 4 kinds x 1,000 stay within a few MB.
+MAX_OBJECTS = 1000
+#: Seconds between attempts to list again after a watch failed (doubling up to RETRY_MAX).
+RETRY_FIRST = 0.5
+RETRY_MAX = 30.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def path(self) -> str:
+        """The collection across namespaces."""
+        return f"/apis/{self.group}/{self.version}/{self.plural}"
+
+
+NAD = Kind(objects_mod.NAD, objects_mod.NAD_GROUP, objects_mod.NAD_VERSION, objects_mod.NAD_PLURAL, True)
+PODNETWORK = Kind(objects_mod.PODNETWORK, objects_mod.KEP_GROUP, objects_mod.KEP_VERSION,
+                  objects_mod.PODNETWORK_PLURAL, False)
+ATTACHMENT = Kind(objects_mod.ATTACHMENT, objects_mod.KEP_GROUP, objects_mod.KEP_VERSION,
+                  objects_mod.ATTACHMENT_PLURAL, True)
+OPTIONS = Kind(objects_mod.SELECTION_OPTIONS, objects_mod.OPTIONS_GROUP, objects_mod.OPTIONS_VERSION,
+               objects_mod.OPTIONS_PLURAL, True)
+KINDS = (NAD, PODNETWORK, ATTACHMENT, OPTIONS)
+
+_Key = tuple[str | None, str]
+
+
+class Mirror:
+    """One kind's objects as the API has them, by list, then watch from the list's version."""
+
+    def __init__(self, api: Any, kind: Kind, max_objects: int = MAX_OBJECTS) -> None:
+        self.api, self.kind, self.max_objects = api, kind, max_objects
+        self.objects: dict[_Key, dict[str, Any]] = {}
+        self.synced = False
+        """True while the watch runs from a complete list: only then is `get` answered."""
+        self.relists = 0
+        self.left_out: set[_Key] = set()
+        """Objects not kept because the bound was reached (read by GET)."""
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if not self.synced:
+            return None
+        return self.objects.get((namespace if self.kind.namespaced else None, name))
+
+    def _key(self, obj: Mapping[str, Any]) -> _Key | None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            return None
+        return (meta.get("namespace") if self.kind.namespaced else None, meta["name"])
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        key = self._key(obj)
+        if key is None:
+            return
+        if key not in self.objects and len(self.objects) >= self.max_objects:
+            self.left_out.add(key)
+            return
+        obj["metadata"].pop("managedFields", None)
+        self.objects[key] = obj
+
+    async def run(self) -> None:
+        """Lists and watches until cancelled; a failure unsyncs the kind until the next list."""
+        def listed(items: list[dict[str, Any]]) -> None:
+            self.objects.clear()
+            self.left_out.clear()
+            for obj in items:
+                self._put(obj)
+            if self.left_out:
+                log.warning("watch cache: %d %ss beyond the bound of %d are read from the API",
+                            len(self.left_out), self.kind.name, self.max_objects)
+            self.relists += 1
+            self.synced = True
+
+        def event(kind: str, obj: dict[str, Any]) -> None:
+            if kind in ("ADDED", "MODIFIED"):
+                self._put(obj)
+            elif (key := self._key(obj)) is not None:
+                self.objects.pop(key, None)
+                self.left_out.discard(key)
+
+        def failed(exc: Exception) -> None:
+            self.synced = False
+            log.info("watch cache: %s watch ended (%s); reading them from the API until listed again",
+                     self.kind.name, exc)
+
+        try:
+            await lite.list_and_watch(self.api, self.kind.path, on_list=listed, on_event=event,
+                                      on_error=failed, retry_first=RETRY_FIRST, retry_max=RETRY_MAX)
+        finally:
+            self.synced = False
+
+
+class CachedObjects:
+    """`KubernetesObjects` whose NADs, PodNetworks, attachments and options come from `Mirror`s."""
+
+    def __init__(self, source: KubernetesObjects, *, max_objects: int = MAX_OBJECTS) -> None:
+        self.source = source
+        self.mirrors = {kind.name: Mirror(source.api, kind, max_objects) for kind in KINDS}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.hits = 0
+        self.misses = 0
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(mirror.run(), name=f"watch {name}")
+                           for name, mirror in self.mirrors.items()]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.source.close()
+
+    def _cached(self, kind: str, namespace: str | None, name: str) -> Any:
+        obj = self.mirrors[kind].get(namespace, name)
+        if obj is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return read_object(kind, namespace, name, obj)
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        return await self.source.get_pod(namespace, name)  # always fresh (module docstring)
+
+    async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
+        nad: npwg.NetworkAttachmentDefinition | None = self._cached(objects_mod.NAD, namespace, name)
+        return nad if nad is not None else await self.source.get_nad(namespace, name)
+
+    async def get_podnetwork(self, name: str) -> translate.PodNetwork:
+        pn: translate.PodNetwork | None = self._cached(objects_mod.PODNETWORK, None, name)
+        return pn if pn is not None else await self.source.get_podnetwork(name)
+
+    async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
+        pna: translate.PodNetworkAttachment | None = self._cached(objects_mod.ATTACHMENT, namespace, name)
+        return pna if pna is not None else await self.source.get_attachment(namespace, name)
+
+    async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
+        opts: translate.NetworkSelectionOptions | None = self._cached(
+            objects_mod.SELECTION_OPTIONS, namespace, name)
+        return opts if opts is not None else await self.source.get_selection_options(namespace, name)
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        await self.source.patch_pod_annotations(namespace, name, annotations)
+
+
+__all__ = ["KINDS", "MAX_OBJECTS", "CachedObjects", "Kind", "Mirror"]

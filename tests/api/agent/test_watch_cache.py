@@ -1,0 +1,140 @@
+"""The agent's watch cache (`bridge.agent.watchcache`) against kmock's Kubernetes emulator over real
+HTTP: what it answers from its list and watch, what it still reads from the API, and when."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+
+from bridge.agent import objects, watchcache
+from tests.api.kube_emulator import Emulator, write_kubeconfig
+
+NADS = "k8s.cni.cncf.io/v1/network-attachment-definitions"
+PODS = "v1/pods"
+RESOURCES = {
+    PODS: ("Pod", True),
+    NADS: ("NetworkAttachmentDefinition", True),
+    "multinetwork.x-k8s.io/v1alpha1/podnetworks": ("PodNetwork", False),
+    "multinetwork.x-k8s.io/v1alpha1/podnetworkattachments": ("PodNetworkAttachment", True),
+    "bridge.multinetwork.x-k8s.io/v1alpha1/networkselectionoptions": ("NetworkSelectionOptions", True),
+}
+
+
+def nad(name: str, namespace: str, config: str) -> dict[str, Any]:
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"}, "spec": {"config": config}}
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Emulator]:
+    async with Emulator() as k, kmock.Server(k):
+        for resource, (kind, namespaced) in RESOURCES.items():
+            k.resources[resource] = kmock.ResourceInfo(
+                kind=kind, namespaced=namespaced, verbs={"get", "list", "watch", "patch", "create", "delete"})
+        k.objects[PODS, "ns", "web"] = {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": "web", "namespace": "ns", "resourceVersion": "1"}}
+        k.objects[NADS, "ns", "blue"] = nad("blue", "ns", '{"v": 1}')
+        k.objects[NADS, "other", "red"] = nad("red", "other", '{"v": 1}')
+        yield k
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within 10 s: {what}")
+
+
+async def cached(cluster: Emulator, tmp_path: Path, max_objects: int = 10) -> watchcache.CachedObjects:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url))
+    source = await asyncio.to_thread(objects.KubernetesObjects, str(kubeconfig))
+    cache = watchcache.CachedObjects(source, max_objects=max_objects)
+    cache.start()
+    await until(lambda: all(m.synced for m in cache.mirrors.values()), "every kind listed and watched")
+    return cache
+
+
+def gets(cluster: Emulator, suffix: str) -> int:
+    return sum(1 for r in list(cluster)
+               if r.method == kmock.method.GET and str(r.url.path).endswith(suffix) and "watch" not in r.url.query)
+
+
+async def test_nads_come_from_the_watch_and_the_pod_is_read_fresh_every_time(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    cache = await cached(cluster, tmp_path)
+    try:
+        for _ in range(3):
+            assert (await cache.get_nad("ns", "blue")).spec.config == '{"v": 1}'
+            assert (await cache.get_nad("other", "red")).spec.config == '{"v": 1}'
+            await cache.get_pod("ns", "web")
+        assert gets(cluster, "/network-attachment-definitions/blue") == 0
+        assert gets(cluster, "/network-attachment-definitions/red") == 0
+        assert gets(cluster, "/pods/web") == 3
+        assert cache.hits == 6
+    finally:
+        await cache.close()
+
+
+async def test_a_changed_nad_is_served_as_changed_and_a_deleted_one_is_read_from_the_api(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    cache = await cached(cluster, tmp_path)
+    try:
+        async with cluster.clients[0].patch(
+            "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions/blue",
+            json={"spec": {"config": '{"v": 2}'}}, headers={"Content-Type": "application/merge-patch+json"},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+        async def config() -> str:
+            return (await cache.get_nad("ns", "blue")).spec.config
+
+        for _ in range(100):
+            if await config() == '{"v": 2}':
+                break
+            await asyncio.sleep(0.05)
+        assert await config() == '{"v": 2}'
+        async with cluster.clients[0].delete(
+            "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions/blue") as resp:
+            assert resp.status == 200, await resp.text()
+        await until(lambda: ("ns", "blue") not in cache.mirrors["NetworkAttachmentDefinition"].objects,
+                    "the DELETED event")
+        with pytest.raises(objects.NotFound):
+            await cache.get_nad("ns", "blue")
+        assert gets(cluster, "/network-attachment-definitions/blue") == 1, "the miss went to the API"
+    finally:
+        await cache.close()
+
+
+async def test_past_its_bound_the_cache_keeps_what_fits_and_the_rest_is_read_from_the_api(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    cache = await cached(cluster, tmp_path, max_objects=1)
+    try:
+        mirror = cache.mirrors["NetworkAttachmentDefinition"]
+        assert len(mirror.objects) == 1 and len(mirror.left_out) == 1
+        for namespace, name in (("ns", "blue"), ("other", "red")):
+            assert json.loads((await cache.get_nad(namespace, name)).spec.config) == {"v": 1}
+        assert gets(cluster, "/network-attachment-definitions/blue") + gets(
+            cluster, "/network-attachment-definitions/red") == 1
+    finally:
+        await cache.close()
+
+
+async def test_while_a_watch_is_down_every_read_goes_to_the_api(cluster: Emulator, tmp_path: Path) -> None:
+    cache = await cached(cluster, tmp_path)
+    try:
+        mirror = cache.mirrors["NetworkAttachmentDefinition"]
+        mirror.synced = False  # as after a broken watch, until the next list
+        await cache.get_nad("ns", "blue")
+        assert gets(cluster, "/network-attachment-definitions/blue") == 1
+    finally:
+        await cache.close()
