@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
     agent = agent_mod.Agent(objects, config)
     beside: Beside | None = None
-    if args.node_name and isinstance(objects, KubernetesObjects):
+    if args.node_name and args.objects is None:  # the cluster, cached or not
         from bridge.agent import hotplug
 
         try:
