@@ -193,7 +193,8 @@ class Bridge:
         if pod is None or translation is None:
             return
         try:
-            patch = pods.pod_ips_patch(pod, translation)
+            # Pod IPs per PodNetwork and the attachment data (Req 17), in one write, as the bridge does.
+            patch = pods.reverse_status_patch(pod, translation)
         except ValueError as exc:
             log.warning("pod %s: unreadable %s: %s", key, npwg.NETWORK_STATUS_ANNOTATION, exc)
             return

@@ -794,6 +794,9 @@ class Demo:
                 + (f" default-route={entry['default-route']}" if entry.get("default-route") else "")
             )
         r.say(f"  {constants.POD_IPS_ANNOTATION}: {json.dumps(ips)}")
+        data = json.loads(networks.annotations_of(obj).get(constants.ATTACHMENTS_ANNOTATION) or "[]")
+        r.say(f"  {constants.ATTACHMENTS_ANNOTATION}: " + ", ".join(
+            f"{d.get('podNetwork')} {d.get('interfaceName')} {d.get('hardwareAddress')}" for d in data))
         r.detail("network-status", status)
         r.detail(
             "ip addr in the pod",
@@ -810,6 +813,13 @@ class Demo:
             len(status) == len(wanted) and sum(1 for e in status if e.get("default")) == 1,
             f"{pod}'s network-status lists {len(wanted)} attachments, one of them the default",
             status,
+        )
+        r.check(
+            [d.get("interfaceName") for d in data] == [e.get("interface") for e in status]
+            and all(d.get("hardwareAddress") and d.get("ips") for d in data),
+            f"{pod}'s attachment data (KEP Req 17, for a downward-API volume) names each interface "
+            "with its IPs and MAC",
+            data,
         )
 
     async def _ping(self, src: str, dst: str, network: str) -> None:

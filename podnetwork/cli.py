@@ -32,11 +32,16 @@ class Command:
     """Longer text for `podnetwork SUBCOMMAND --help`; defaults to `help`."""
 
 
-def _commands() -> dict[str, Command]:
-    found: dict[str, Command] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        found[ep.name] = ep.load()
-    return found
+def _commands(argv: Sequence[str] = ()) -> dict[str, Command]:
+    """The subcommands: only the one `argv` names, when it names one, else all of them.
+
+    Loading one command module loads what it imports; a process that runs one command
+    (the CNI agent on every node, above all) must not pay for the others' imports.
+    """
+    available = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    chosen = [ep for ep in available if ep.name == named] or available
+    return {ep.name: ep.load() for ep in chosen}
 
 
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
@@ -62,7 +67,7 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    commands = _commands()
+    commands = _commands(sys.argv[1:] if argv is None else argv)
     parser = build_parser(commands)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

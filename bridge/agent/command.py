@@ -26,7 +26,7 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
-from podnetwork.kube.operatorshell import tcp_port
+from podnetwork.kube.names import tcp_port
 
 log = logging.getLogger(__name__)
 

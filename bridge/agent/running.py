@@ -10,10 +10,14 @@ whose agent is gone while the node still looks ready.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bridge.agent import invoke
 from bridge.agent.agent import Agent
-from bridge.agent.metrics import AgentMetrics, MetricsServer
 from bridge.agent.server import Server
+
+if TYPE_CHECKING:  # prometheus_client and aiohttp: only with --metrics-port (the agent's RSS)
+    from bridge.agent.metrics import AgentMetrics, MetricsServer
 
 
 class Running:
@@ -26,6 +30,8 @@ class Running:
         self.metrics: AgentMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         if metrics_port is not None:
+            from bridge.agent.metrics import AgentMetrics, MetricsServer
+
             self.metrics = AgentMetrics(lambda: sum(1 for _ in agent.cache.container_ids()))
             # Every plugin the agent runs goes through its executor (ADD, DEL, CHECK, GC).
             agent.executor = invoke.Measured(agent.executor, self.metrics.observe_exec)

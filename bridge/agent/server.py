@@ -23,10 +23,12 @@ import socket
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.agent.invoke import CNIError, ErrorCode
-from bridge.agent.metrics import AgentMetrics
+
+if TYPE_CHECKING:  # prometheus_client only where --metrics-port asks for it
+    from bridge.agent.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
 

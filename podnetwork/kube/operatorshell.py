@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from podnetwork.kube.certificates import Certificate, CertificateError
+from podnetwork.kube.names import tcp_port
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +52,6 @@ def refuse(command: str, problem: str) -> int:
 
 
 # -- flags ---------------------------------------------------------------------------------
-
-
-def tcp_port(text: str) -> int:
-    """A TCP port to listen on, 1 to 65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a number from 1 to 65535")
-    return port
 
 
 #: The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the

@@ -49,6 +49,7 @@ def test_demo_check_passes_through_every_stage_and_leaves_nothing(cni_host: list
         "ok   web-a's selection names the NADs of its PodNetworks",
         "ok   the agent moved web-a's default route to blue0 via 198.18.1.1 (isDefaultGW4)",
         "ok   web-a has an IP on blue in 198.18.1.0/24",
+        "ok   web-a's attachment data (KEP Req 17, for a downward-API volume) names each interface with its IPs and MAC",
         "ok   web-b has an IP on green in 198.18.2.0/24",
         "ok   web-a reaches web-b on blue",
         "ok   web-b reaches web-a on green",
