@@ -51,7 +51,7 @@ from bridge.agent.agent import Agent
 from bridge.agent.cache import Attachment, CacheError, Record, State
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
 from podnetwork.kube import lite
-from podnetwork.kube.core import Pod
+from podnetwork.kube.core import Pod, pod_event
 
 log = logging.getLogger(__name__)
 
@@ -206,32 +206,10 @@ def belongs_to(record: Record, pod: Pod) -> bool:
 
 
 def event(pod: Pod, reason: str, message: str, *, type_: str, now: str, node: str) -> dict[str, Any]:
-    """A core/v1 Event about the pod, from the node's agent."""
+    """A core/v1 Event about the pod, from the node's agent (one per change: `now` is in its name)."""
     meta = pod.metadata
-    name = meta.name or ""
-    suffix = hashlib.sha256(f"{meta.uid}/{reason}/{message}/{now}".encode()).hexdigest()[:16]
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name[: 253 - len(suffix) - 1]}.{suffix}", "namespace": meta.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": name,
-            "namespace": meta.namespace,
-            "uid": meta.uid,
-            "resourceVersion": meta.resource_version,
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": type_,
-        "source": {"component": COMPONENT, "host": node},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
+    key = hashlib.sha256(f"{meta.uid}/{reason}/{message}/{now}".encode()).hexdigest()[:16]
+    return pod_event(pod, reason, message, key=key, type_=type_, now=now, component=COMPONENT, node=node)
 
 
 # --- the edge ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from podnetwork import conditions, constants
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
 from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube.core import Pod, PodSchedulingGate
+from podnetwork.kube.core import Pod, PodSchedulingGate, pod_event
 
 #: Pod annotation: digest of the selection value the bridge wrote (see `bridge.translate.networks`).
 WRITTEN_ANNOTATION = translate.WRITTEN_ANNOTATION
@@ -292,29 +292,8 @@ def event(
 ) -> dict[str, Any]:
     """A core/v1 Event about the pod, named from the pod and the message so it is posted once."""
     meta = pod.metadata
-    name = meta.name or ""
-    suffix = digest(f"{meta.uid}/{reason}/{message}")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name[: 253 - len(suffix) - 1]}.{suffix}", "namespace": meta.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": name,
-            "namespace": meta.namespace,
-            "uid": meta.uid,
-            "resourceVersion": meta.resource_version,
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": type_,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
+    return pod_event(pod, reason, message, key=digest(f"{meta.uid}/{reason}/{message}"), type_=type_, now=now,
+                     component=COMPONENT)
 
 
 def _pointer(key: str) -> str:

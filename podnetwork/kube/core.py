@@ -151,6 +151,41 @@ class Namespace(_View):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
 
 
+def pod_event(pod: Pod, reason: str, message: str, *, key: str, type_: str, now: str, component: str,
+              node: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event about `pod`, named `<pod>.<key>` (`key`: a digest the caller picks, so that
+    the same report is posted once); `node` for a reporter that runs on one node."""
+    meta = pod.metadata
+    name = meta.name or ""
+    source: dict[str, str] = {"component": component}
+    if node is not None:
+        source["host"] = node
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name[: 253 - len(key) - 1]}.{key}", "namespace": meta.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": type_,
+        "source": source,
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    if node is not None:
+        body["reportingInstance"] = node
+    return body
+
+
 __all__ = [
     "Condition",
     "HasMetadata",
@@ -165,4 +200,5 @@ __all__ = [
     "PodSchedulingGate",
     "PodSpec",
     "PodStatus",
+    "pod_event",
 ]
