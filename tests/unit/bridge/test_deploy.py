@@ -44,7 +44,7 @@ def test_the_service_reaches_the_port_the_bridge_serves_its_webhook_on() -> None
     command = container["command"]
     assert command[:3] == ["podnetwork", "bridge", "--webhook"]
     port = int(next(a for a in command if a.startswith("--webhook-port=")).split("=", 1)[1])
-    (container_port,) = container["ports"]
+    container_port = next(p for p in container["ports"] if p["name"] == "webhook")
     assert container_port["containerPort"] == port
     assert service["spec"]["ports"][0]["targetPort"] == container_port["name"]
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
@@ -97,3 +97,12 @@ def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_po
     assert container["readinessProbe"]["httpGet"]["path"] == webhooks.READY_PATH
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["port"] == "webhook"
+
+
+def test_the_metrics_port_the_deployment_declares_is_the_one_the_bridge_serves_on_the_pods_address() -> None:
+    deployment, _ = documents("deployment.yaml")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    flags = dict(a.split("=", 1) for a in container["command"] if a.startswith("--metrics-"))
+    declared = next(p for p in container["ports"] if p["name"] == "metrics")
+    assert int(flags["--metrics-port"]) == declared["containerPort"]
+    assert flags["--metrics-host"] == "0.0.0.0", "Prometheus scrapes the pod's address, not its loopback"

@@ -191,3 +191,12 @@ def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_po
     assert container["readinessProbe"]["httpGet"]["path"] == webhooks.READY_PATH
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["port"] == "webhook"
+
+
+def test_the_metrics_port_the_deployment_declares_is_the_one_the_controller_serves_on_the_pods_address():
+    deploy = deployment()
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    declared = next(p for p in container["ports"] if p["name"] == "metrics")
+    args = container_args(deploy)
+    assert args.metrics_port == declared["containerPort"]
+    assert args.metrics_host == "0.0.0.0", "Prometheus scrapes the pod's address, not its loopback"
