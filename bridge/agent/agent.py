@@ -769,8 +769,8 @@ class Agent:
             self._save(record)
         if self.config.patch_status:
             with phases.timed("status"):
-                self._publish(record)
-        self._watch_addresses(record)
+                entries = self._publish(record)
+            self._watch_addresses(record, entries)
         return record.result
 
     async def _apply_default_routes(self, record: Record, planned: list[plan.Planned]) -> None:
@@ -800,9 +800,10 @@ class Agent:
             for a in record.attachments
         ]
 
-    def _publish(self, record: Record) -> None:
+    def _publish(self, record: Record) -> list[dict[str, Any]]:
         """Queues the record's network-status (spec 5: the runtime does not wait for it), and
-        marks the record once it is written, so a restarted agent knows what is left."""
+        marks the record once it is written, so a restarted agent knows what is left.
+        Returns the entries queued."""
         entries = self._status_entries(record)
         container_id = record.container_id
 
@@ -817,6 +818,7 @@ class Agent:
         self.status.publish(
             record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written
         )
+        return entries
 
     async def _write_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
         """Queues the pod's network-status with the publisher: `entries` (what the address
@@ -833,12 +835,14 @@ class Agent:
 
     # --- live IP changes (KEP Story 9, Req 25) -----------------------------------------
 
-    def _watch_addresses(self, record: Record) -> None:
-        """Follows the addresses of a complete record's interfaces into its pod's network-status."""
+    def _watch_addresses(self, record: Record, entries: list[dict[str, Any]] | None = None) -> None:
+        """Follows the addresses of a complete record's interfaces into its pod's network-status
+        (`entries`: that status, when the caller has it already)."""
         if not (self.config.watch_addresses and self.config.patch_status and record.complete):
             return
         try:
-            entries = self._status_entries(record)
+            if entries is None:
+                entries = self._status_entries(record)
         except npwg.UnsupportedResultVersion as exc:
             log.warning(
                 "pod %s/%s: not watching its addresses: %s", record.pod_namespace, record.pod_name, exc

@@ -273,7 +273,7 @@ Beside = Callable[[], Coroutine[Any, Any, None]]
 async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, beside: Beside | None = None,
                 metrics_port: int | None = None, metrics_host: str = "127.0.0.1") -> None:
     """Serve until `stop`; `beside()` runs while the socket is open (hot-plug's pod watch)."""
-    from bridge.agent.running import Running  # aiohttp: only when serving
+    from bridge.agent.running import Running  # the server: only when serving
 
     async with Running(agent, metrics_port=metrics_port, metrics_host=metrics_host):
         task = asyncio.create_task(beside(), name="cni-agent-beside") if beside is not None else None
