@@ -55,6 +55,37 @@ DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
 DEFAULT_PODNETWORK = "default"
 
 
+#: The files libcni (and so the runtimes) read CNI configurations from, in lexical order.
+CONF_EXTENSIONS = (".conf", ".conflist", ".json")
+
+
+def node_default_file(conf_dir: Path, own: Path | None) -> tuple[Path, str] | None:
+    """(path, text) of the CNI configuration the runtime would run without the agent: the first
+    file of `conf_dir` in lexical order with a CNI extension, other than `own` (the agent's conflist)
+    and any other configuration of the agent's shim. A file that cannot be read as JSON is returned
+    as it is (the runtime would pick it too, and fail on it): loading it names it."""
+    try:
+        names = sorted(e.name for e in os.scandir(conf_dir) if e.name.endswith(CONF_EXTENSIONS))
+    except OSError:
+        return None
+    for name in names:
+        path = conf_dir / name
+        if own is not None and path == own:
+            continue
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue  # a directory, or gone since the listing
+        with contextlib.suppress(ValueError, RecursionError):
+            parsed = json.loads(text)
+            plugins = parsed.get("plugins") if isinstance(parsed, dict) and "plugins" in parsed else [parsed]
+            if isinstance(plugins, list) and any(isinstance(p, dict) and p.get("type") == PLUGIN_TYPE
+                                                 for p in plugins):
+                continue  # the agent's shim: it would delegate to itself
+        return path, text
+    return None
+
+
 def _fetchable(key: tuple[str, str]) -> bool:
     """A (namespace, name) that names one object in an API path."""
     namespace, name = key
@@ -472,7 +503,9 @@ class Agent:
                 self._gate.notify_all()
 
     async def _default_network(self, k8s_runtime_config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """(status name, delegate config) of the cluster default network."""
+        """(status name, delegate config) of the cluster default network: --default-network-conf;
+        else the `default` PodNetwork's NetworkAttachmentDefinition when the bridge provides it;
+        else the node's own (`node_default_file`)."""
         source = self.config.default_network
         if source is None:
             return await self._default_from_podnetwork(k8s_runtime_config)
@@ -483,8 +516,13 @@ class Agent:
                 raise CNIError(
                     ErrorCode.INVALID_CONFIG, "cannot read the default network configuration", str(exc)
                 ) from None
-        else:
-            text = json.dumps(dict(source))
+            return self._default_from_text(text, str(source), k8s_runtime_config)
+        return self._default_from_text(json.dumps(dict(source)), str(source), k8s_runtime_config)
+
+    @staticmethod
+    def _default_from_text(
+        text: str, source: str, k8s_runtime_config: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
         try:
             parsed = npwg.load_cni_config(text, f"default network {source}")
             name = str(parsed.get("name") or "default")
@@ -496,6 +534,26 @@ class Agent:
                 ErrorCode.INVALID_CONFIG, "invalid default network configuration", str(exc)
             ) from None
         return name, config
+
+    def _default_from_node(
+        self, podnetwork: translate.PodNetwork, k8s_runtime_config: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """The network the node had before the agent: the runtime's choice without the agent's conflist."""
+        found = node_default_file(self.config.conf_dir, self.config.conf_file)
+        if found is None:
+            provider = podnetwork.spec.provider
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                "no cluster default network on this node",
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} ({f'provider {provider}' if provider else 'no provider'}) "
+                f"is the network the node was installed with, and {self.config.conf_dir} holds no CNI "
+                "configuration (.conf, .conflist, .json) other than this agent's: install the cluster's "
+                "network plugin first (it writes its configuration there), or give --default-network-conf "
+                f"FILE, or create {DEFAULT_PODNETWORK!r} with provider {objects_mod.BRIDGE_PROVIDER} and one "
+                "NetworkAttachmentDefinition (docs/deploy.md \"The cluster default network\")",
+            )
+        path, text = found
+        return self._default_from_text(text, str(path), k8s_runtime_config)
 
     async def _follow_refs(
         self, obj: translate.PodNetwork | translate.PodNetworkAttachment, found: _Found
@@ -526,16 +584,14 @@ class Agent:
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 "no cluster default network",
-                f"give --default-network-conf FILE, or create the PodNetwork {DEFAULT_PODNETWORK!r} "
-                f"with provider {objects_mod.BRIDGE_PROVIDER} and one NetworkAttachmentDefinition",
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} does not exist: `podnetwork controller` creates it "
+                "(KEP \"Default PodNetwork\"; deploy/controller), or create it yourself; or give "
+                "--default-network-conf FILE",
             ) from None
         if not translate.is_bridge(podnetwork):
-            raise CNIError(
-                ErrorCode.INVALID_CONFIG,
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} is not provided by the NPWG bridge",
-                f"its provider must be {objects_mod.BRIDGE_PROVIDER} for this agent to attach it; "
-                "or give --default-network-conf FILE",
-            )
+            # Another provider, or none (as the controller creates it): the network the cluster
+            # was installed with, which the node's own CNI configuration runs (KEP "Default PodNetwork").
+            return self._default_from_node(podnetwork, k8s_runtime_config)
         found = _Found()
         await self._follow_refs(podnetwork, found)
         try:

@@ -142,8 +142,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--default-network-conf",
         type=Path,
         metavar="FILE",
-        help="CNI config (list) of the cluster default network; without it the `default` "
-        "PodNetwork's NetworkAttachmentDefinition is used",
+        help="CNI config (list) of the cluster default network. Without it: the NetworkAttachmentDefinition "
+        "of the `default` PodNetwork when its provider is the NPWG bridge, else (no provider, as the "
+        "controller creates it, or another) the node's own network: the first CNI configuration of "
+        "--cni-conf-dir in lexical order, other than the agent's (docs/deploy.md)",
     )
     p.add_argument(
         "--plugin-timeout",
