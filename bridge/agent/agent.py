@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import addresswatch, cache, conflist, invoke, orphans, plan, routes
+from bridge.agent import addresswatch, cache, conflist, invoke, node, orphans, plan, readiness, routes
 from bridge.agent import objects as objects_mod
 from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
@@ -115,7 +115,12 @@ class AgentConfig:
     """Where to write the agent's own conflist once the default network is usable (6.1);
     None: never write one (embedded use)."""
     readiness_interval: float = 2.0
-    """Seconds between checks of the default network while waiting for it (6.1)."""
+    """Seconds between checks of the agent's readiness while it is not ready (6.1)."""
+    recheck_interval: float = 30.0
+    """Seconds between checks once ready, so a change (the default network gone) is reported."""
+    netns_dir: Path | None = None
+    """Where the runtime makes pods' network namespaces; checked at start for mounts propagating
+    into the agent's container (`bridge.agent.node.netns_problem`). None: not checked."""
     patch_status: bool = True
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5), in the
     background once the runtime has its answer (`bridge.agent.publisher`)."""
@@ -312,6 +317,10 @@ class Agent:
         self._gc_forwarding = False
         """While GC runs in the delegates, no delegate ADD may reserve what they would free."""
         self._readiness: asyncio.Task[None] | None = None
+        self.readiness = readiness.Reporter()
+        """Logs each change of readiness (and, given a node and a sink, posts a Node Event)."""
+        self.host_problem: str | None = None
+        """What the node denies the agent (`bridge.agent.node`), found at start; None: nothing."""
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
         self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
@@ -327,6 +336,8 @@ class Agent:
         left pending, and watches the addresses of the pods already recorded. The socket is not
         the agent's: `running.Running` serves it."""
         self.cache.ensure()
+        if self.config.netns_dir is not None:
+            self.host_problem = node.netns_problem(self.config.netns_dir)
         if self.config.patch_status:
             self._republish()
         self._watch_recorded()
@@ -360,6 +371,7 @@ class Agent:
             with contextlib.suppress(FileNotFoundError):
                 self.config.conf_file.unlink()
             self.conf_written.clear()
+        await self.readiness.close()
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -369,6 +381,14 @@ class Agent:
         await self.stop()
 
     # --- readiness (6.1) ---------------------------------------------------------------
+
+    async def readiness_problem(self) -> str | None:
+        """Why the agent cannot attach a pod now, or None (GET /v1/ready, CNI STATUS, the
+        readiness probe): what the node denies it, else the default network's problem. Each
+        change is reported once (`readiness`)."""
+        problem = self.host_problem or await self.default_network_problem()
+        self.readiness.update(problem)
+        return problem
 
     async def default_network_problem(self) -> str | None:
         """Why the default network is not usable now, or None when a pod could attach to it."""
@@ -407,19 +427,20 @@ class Agent:
         }
 
     async def _install_conf_when_ready(self) -> None:
+        """Writes the agent's conflist once it is ready, then keeps checking (more slowly), so a
+        later change is reported too."""
         assert self.config.conf_file is not None
         while True:
-            problem = await self.default_network_problem()
-            if problem is None:
+            problem = await self.readiness_problem()
+            if problem is None and not self.conf_written.is_set():
                 _, default_config = await self._default_network({})
                 write_atomically(
                     self.config.conf_file, json.dumps(self.own_conflist(default_config), indent=2)
                 )
                 self.conf_written.set()
                 log.info("default network usable; wrote %s", self.config.conf_file)
-                return
-            log.info("waiting for the default network before writing %s: %s", self.config.conf_file, problem)
-            await asyncio.sleep(self.config.readiness_interval)
+            ready = problem is None and self.conf_written.is_set()
+            await asyncio.sleep(self.config.recheck_interval if ready else self.config.readiness_interval)
 
     # --- requests ----------------------------------------------------------------------
 
@@ -433,9 +454,9 @@ class Agent:
         if command is Command.VERSION:
             return {"cniVersion": request.cni_version, "supportedVersions": list(invoke.SUPPORTED_VERSIONS)}
         if command is Command.STATUS:
-            problem = await self.default_network_problem()
+            problem = await self.readiness_problem()
             if problem:
-                raise CNIError(50, "the cluster default network is not available", problem)
+                raise CNIError(50, "the agent cannot attach pods now", problem)
             return None
         if command is Command.GC:
             await self._gc(request, arrival)
@@ -541,11 +562,11 @@ class Agent:
         """The network the node had before the agent: the runtime's choice without the agent's conflist."""
         found = node_default_file(self.config.conf_dir, self.config.conf_file)
         if found is None:
-            provider = podnetwork.spec.provider
+            provider = f"provider {podnetwork.spec.provider}" if podnetwork.spec.provider else "no provider"
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 "no cluster default network on this node",
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} ({f'provider {provider}' if provider else 'no provider'}) "
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} ({provider}) "
                 f"is the network the node was installed with, and {self.config.conf_dir} holds no CNI "
                 "configuration (.conf, .conflist, .json) other than this agent's: install the cluster's "
                 "network plugin first (it writes its configuration there), or give --default-network-conf "

@@ -96,7 +96,9 @@ def _suffix(name: str, data: dict[str, str]) -> str:
 
 
 def _image(image: str, images: list[dict[str, str]]) -> str:
-    name, tag = (image.split("@")[0].rsplit(":", 1) + [""])[:2] if ":" in image.split("/")[-1] else (image, "")
+    name, tag = image, ""
+    if ":" in image.split("/")[-1]:
+        name, tag = image.rsplit(":", 1)
     for entry in images:
         if entry["name"] == name:
             name = entry.get("newName", name)
