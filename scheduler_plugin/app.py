@@ -201,6 +201,16 @@ def create_app(cache: cache_mod.Cache, settings: Settings) -> FastAPI:
             metrics.observe("baseline_filter", 200, started)
             return Response(reply.to_json(), media_type=_JSON)
 
+    _add_probes(app, cache)
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _add_probes(app: FastAPI, cache: cache_mod.Cache) -> None:
     @app.get("/healthz")
     async def healthz() -> Response:
         return PlainTextResponse("ok\n")
@@ -214,8 +224,15 @@ def create_app(cache: cache_mod.Cache, settings: Settings) -> FastAPI:
             status_code=503,
         )
 
-    @app.get("/metrics")
-    async def metrics_() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+def create_probe_app(cache: cache_mod.Cache) -> FastAPI:
+    """`GET /healthz` and `GET /readyz` alone, as `create_app` answers them, for the kubelet.
+
+    The extender listens on loopback, for the kube-scheduler beside it; the kubelet probes
+    the pod's address, so the probes get an address of their own (`--probe-port`), where
+    nothing else is served (controller-runtime's health-probe address does the same).
+    """
+    app = FastAPI(title="podnetwork scheduler extender probes", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    _add_probes(app, cache)
     return app

@@ -9,6 +9,7 @@ import sys
 from podnetwork import constants
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
+from podnetwork.kube.names import tcp_port
 
 COMMAND = "podnetwork scheduler-extender"
 
@@ -20,7 +21,9 @@ or PodNetworkAttachment that is missing or not Ready, or one PodNetwork twice, i
 kept Pending on every node with the reason in its FailedScheduling event; a node
 whose annotation {constants.NODE_PODNETWORKS_ANNOTATION} does not list one of the
 pod's networks is filtered out. Also served: POST /prioritize (neutral scores),
-GET /healthz, GET /readyz (ready once the watch-fed cache is synced), GET /metrics.
+GET /healthz, GET /readyz (ready once the watch-fed cache is synced), GET /metrics;
+with --probe-port, /healthz and /readyz alone on a second address too, for the kubelet
+(deploy/scheduler/ keeps --host on loopback, where only kube-scheduler calls it).
 
 Register it with the KubeSchedulerConfiguration in deploy/scheduler/ of the project
 (docs/scheduler-extender.md). The cluster it watches: --kubeconfig/--context,
@@ -40,6 +43,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     credentials.add_arguments(parser, what="the cluster to watch")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8888, help="TCP port to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--probe-host", default="0.0.0.0",
+        help="address of --probe-port (default: %(default)s: the pod's address, which the kubelet probes)",
+    )
+    parser.add_argument(
+        "--probe-port", type=tcp_port, default=None, metavar="PORT",
+        help="also serve GET /healthz and GET /readyz, and nothing else, on this port of --probe-host "
+        "(default: not served), for a kubelet's probes while --host is loopback",
+    )
     parser.add_argument(
         "--feature-gates", default="", metavar="GATES",
         help=f"comma-separated Name=true|false, e.g. {constants.FEATURE_GATE}=false to pass every pod "
@@ -102,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
             # throughput and floods the log (docs/benchmarks.md); GET /metrics counts them.
             shell.serve(application, sockets, log_level="info", access_log=False,
                         limit_concurrency=args.max_connections + 1)
+            if args.probe_port is not None:
+                probes = shell.listen(args.probe_host, args.probe_port,
+                                      "pick another --probe-host or --probe-port")
+                shell.serve(app.create_probe_app(state), probes, log_level="info", access_log=False)
             watcher = feeder.Feeder(state, api, watch_timeout=args.watch_timeout,
                                     read_timeout=args.watch_timeout + 30)
             watcher.start()

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import addresswatch, cache, conflist, invoke, orphans, plan, routes
+from bridge.agent import addresswatch, cache, conflist, invoke, node, orphans, plan, readiness, routes
 from bridge.agent import objects as objects_mod
 from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
@@ -53,6 +53,37 @@ DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
 #: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
 DEFAULT_PODNETWORK = "default"
+
+
+#: The files libcni (and so the runtimes) read CNI configurations from, in lexical order.
+CONF_EXTENSIONS = (".conf", ".conflist", ".json")
+
+
+def node_default_file(conf_dir: Path, own: Path | None) -> tuple[Path, str] | None:
+    """(path, text) of the CNI configuration the runtime would run without the agent: the first
+    file of `conf_dir` in lexical order with a CNI extension, other than `own` (the agent's conflist)
+    and any other configuration of the agent's shim. A file that cannot be read as JSON is returned
+    as it is (the runtime would pick it too, and fail on it): loading it names it."""
+    try:
+        names = sorted(e.name for e in os.scandir(conf_dir) if e.name.endswith(CONF_EXTENSIONS))
+    except OSError:
+        return None
+    for name in names:
+        path = conf_dir / name
+        if own is not None and path == own:
+            continue
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue  # a directory, or gone since the listing
+        with contextlib.suppress(ValueError, RecursionError):
+            parsed = json.loads(text)
+            plugins = parsed.get("plugins") if isinstance(parsed, dict) and "plugins" in parsed else [parsed]
+            if isinstance(plugins, list) and any(isinstance(p, dict) and p.get("type") == PLUGIN_TYPE
+                                                 for p in plugins):
+                continue  # the agent's shim: it would delegate to itself
+        return path, text
+    return None
 
 
 def _fetchable(key: tuple[str, str]) -> bool:
@@ -84,7 +115,12 @@ class AgentConfig:
     """Where to write the agent's own conflist once the default network is usable (6.1);
     None: never write one (embedded use)."""
     readiness_interval: float = 2.0
-    """Seconds between checks of the default network while waiting for it (6.1)."""
+    """Seconds between checks of the agent's readiness while it is not ready (6.1)."""
+    recheck_interval: float = 30.0
+    """Seconds between checks once ready, so a change (the default network gone) is reported."""
+    netns_dir: Path | None = None
+    """Where the runtime makes pods' network namespaces; checked at start for mounts propagating
+    into the agent's container (`bridge.agent.node.netns_problem`). None: not checked."""
     patch_status: bool = True
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5), in the
     background once the runtime has its answer (`bridge.agent.publisher`)."""
@@ -281,6 +317,10 @@ class Agent:
         self._gc_forwarding = False
         """While GC runs in the delegates, no delegate ADD may reserve what they would free."""
         self._readiness: asyncio.Task[None] | None = None
+        self.readiness = readiness.Reporter()
+        """Logs each change of readiness (and, given a node and a sink, posts a Node Event)."""
+        self.host_problem: str | None = None
+        """What the node denies the agent (`bridge.agent.node`), found at start; None: nothing."""
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
         self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
@@ -296,6 +336,8 @@ class Agent:
         left pending, and watches the addresses of the pods already recorded. The socket is not
         the agent's: `running.Running` serves it."""
         self.cache.ensure()
+        if self.config.netns_dir is not None:
+            self.host_problem = node.netns_problem(self.config.netns_dir)
         if self.config.patch_status:
             self._republish()
         self._watch_recorded()
@@ -329,6 +371,7 @@ class Agent:
             with contextlib.suppress(FileNotFoundError):
                 self.config.conf_file.unlink()
             self.conf_written.clear()
+        await self.readiness.close()
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -338,6 +381,14 @@ class Agent:
         await self.stop()
 
     # --- readiness (6.1) ---------------------------------------------------------------
+
+    async def readiness_problem(self) -> str | None:
+        """Why the agent cannot attach a pod now, or None (GET /v1/ready, CNI STATUS, the
+        readiness probe): what the node denies it, else the default network's problem. Each
+        change is reported once (`readiness`)."""
+        problem = self.host_problem or await self.default_network_problem()
+        self.readiness.update(problem)
+        return problem
 
     async def default_network_problem(self) -> str | None:
         """Why the default network is not usable now, or None when a pod could attach to it."""
@@ -376,19 +427,20 @@ class Agent:
         }
 
     async def _install_conf_when_ready(self) -> None:
+        """Writes the agent's conflist once it is ready, then keeps checking (more slowly), so a
+        later change is reported too."""
         assert self.config.conf_file is not None
         while True:
-            problem = await self.default_network_problem()
-            if problem is None:
+            problem = await self.readiness_problem()
+            if problem is None and not self.conf_written.is_set():
                 _, default_config = await self._default_network({})
                 write_atomically(
                     self.config.conf_file, json.dumps(self.own_conflist(default_config), indent=2)
                 )
                 self.conf_written.set()
                 log.info("default network usable; wrote %s", self.config.conf_file)
-                return
-            log.info("waiting for the default network before writing %s: %s", self.config.conf_file, problem)
-            await asyncio.sleep(self.config.readiness_interval)
+            ready = problem is None and self.conf_written.is_set()
+            await asyncio.sleep(self.config.recheck_interval if ready else self.config.readiness_interval)
 
     # --- requests ----------------------------------------------------------------------
 
@@ -402,9 +454,9 @@ class Agent:
         if command is Command.VERSION:
             return {"cniVersion": request.cni_version, "supportedVersions": list(invoke.SUPPORTED_VERSIONS)}
         if command is Command.STATUS:
-            problem = await self.default_network_problem()
+            problem = await self.readiness_problem()
             if problem:
-                raise CNIError(50, "the cluster default network is not available", problem)
+                raise CNIError(50, "the agent cannot attach pods now", problem)
             return None
         if command is Command.GC:
             await self._gc(request, arrival)
@@ -472,7 +524,9 @@ class Agent:
                 self._gate.notify_all()
 
     async def _default_network(self, k8s_runtime_config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """(status name, delegate config) of the cluster default network."""
+        """(status name, delegate config) of the cluster default network: --default-network-conf;
+        else the `default` PodNetwork's NetworkAttachmentDefinition when the bridge provides it;
+        else the node's own (`node_default_file`)."""
         source = self.config.default_network
         if source is None:
             return await self._default_from_podnetwork(k8s_runtime_config)
@@ -483,8 +537,13 @@ class Agent:
                 raise CNIError(
                     ErrorCode.INVALID_CONFIG, "cannot read the default network configuration", str(exc)
                 ) from None
-        else:
-            text = json.dumps(dict(source))
+            return self._default_from_text(text, str(source), k8s_runtime_config)
+        return self._default_from_text(json.dumps(dict(source)), str(source), k8s_runtime_config)
+
+    @staticmethod
+    def _default_from_text(
+        text: str, source: str, k8s_runtime_config: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
         try:
             parsed = npwg.load_cni_config(text, f"default network {source}")
             name = str(parsed.get("name") or "default")
@@ -496,6 +555,26 @@ class Agent:
                 ErrorCode.INVALID_CONFIG, "invalid default network configuration", str(exc)
             ) from None
         return name, config
+
+    def _default_from_node(
+        self, podnetwork: translate.PodNetwork, k8s_runtime_config: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """The network the node had before the agent: the runtime's choice without the agent's conflist."""
+        found = node_default_file(self.config.conf_dir, self.config.conf_file)
+        if found is None:
+            provider = f"provider {podnetwork.spec.provider}" if podnetwork.spec.provider else "no provider"
+            raise CNIError(
+                ErrorCode.INVALID_CONFIG,
+                "no cluster default network on this node",
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} ({provider}) "
+                f"is the network the node was installed with, and {self.config.conf_dir} holds no CNI "
+                "configuration (.conf, .conflist, .json) other than this agent's: install the cluster's "
+                "network plugin first (it writes its configuration there), or give --default-network-conf "
+                f"FILE, or create {DEFAULT_PODNETWORK!r} with provider {objects_mod.BRIDGE_PROVIDER} and one "
+                "NetworkAttachmentDefinition (docs/deploy.md \"The cluster default network\")",
+            )
+        path, text = found
+        return self._default_from_text(text, str(path), k8s_runtime_config)
 
     async def _follow_refs(
         self, obj: translate.PodNetwork | translate.PodNetworkAttachment, found: _Found
@@ -526,16 +605,14 @@ class Agent:
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 "no cluster default network",
-                f"give --default-network-conf FILE, or create the PodNetwork {DEFAULT_PODNETWORK!r} "
-                f"with provider {objects_mod.BRIDGE_PROVIDER} and one NetworkAttachmentDefinition",
+                f"the PodNetwork {DEFAULT_PODNETWORK!r} does not exist: `podnetwork controller` creates it "
+                "(KEP \"Default PodNetwork\"; deploy/controller), or create it yourself; or give "
+                "--default-network-conf FILE",
             ) from None
         if not translate.is_bridge(podnetwork):
-            raise CNIError(
-                ErrorCode.INVALID_CONFIG,
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} is not provided by the NPWG bridge",
-                f"its provider must be {objects_mod.BRIDGE_PROVIDER} for this agent to attach it; "
-                "or give --default-network-conf FILE",
-            )
+            # Another provider, or none (as the controller creates it): the network the cluster
+            # was installed with, which the node's own CNI configuration runs (KEP "Default PodNetwork").
+            return self._default_from_node(podnetwork, k8s_runtime_config)
         found = _Found()
         await self._follow_refs(podnetwork, found)
         try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent import agent as agent_mod
-from bridge.agent import invoke
+from bridge.agent import invoke, node
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
 from podnetwork.kube.names import tcp_port
@@ -142,8 +142,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--default-network-conf",
         type=Path,
         metavar="FILE",
-        help="CNI config (list) of the cluster default network; without it the `default` "
-        "PodNetwork's NetworkAttachmentDefinition is used",
+        help="CNI config (list) of the cluster default network. Without it: the NetworkAttachmentDefinition "
+        "of the `default` PodNetwork when its provider is the NPWG bridge, else (no provider, as the "
+        "controller creates it, or another) the node's own network: the first CNI configuration of "
+        "--cni-conf-dir in lexical order, other than the agent's (docs/deploy.md)",
     )
     p.add_argument(
         "--plugin-timeout",
@@ -206,6 +208,29 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="this node's name: the agent then watches the pods bound to it and attaches or detaches "
         "the networks added to or removed from a running pod (hot-plug, docs/hotplug.md); "
         "default: $NODE_NAME; without it, or with --objects, hot-plug is off",
+    )
+    p.add_argument(
+        "--netns-dir",
+        type=Path,
+        default=node.DEFAULT_NETNS_DIR,
+        metavar="DIR",
+        help="where the runtime makes pods' network namespaces; the agent checks that mounts made there "
+        "after it started reach it (mount propagation; a problem makes it not ready, docs/deploy.md) "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--check-host",
+        action="store_true",
+        help="only check that the node lets the agent see new network namespaces (the mount holding "
+        "--netns-dir is shared or a slave on the host, as mountPropagation: HostToContainer needs), say "
+        "so, and exit 0, or 1 with what the node needs (the DaemonSet's init container; needs hostPID)",
+    )
+    p.add_argument(
+        "--host-proc",
+        type=Path,
+        default=node.HOST_PROC,
+        metavar="DIR",
+        help="the host's init process in /proc, for --check-host (default: %(default)s)",
     )
     p.add_argument(
         "--metrics-port",
@@ -301,7 +326,22 @@ def watch_children_by_pidfd() -> None:
     asyncio.set_child_watcher(watcher)
 
 
+def check_host(args: argparse.Namespace) -> int:
+    """--check-host: what the kubelet will demand of the node for the agent's container, said first."""
+    problem = node.host_netns_problem(args.netns_dir, proc=args.host_proc)
+    if problem is not None:
+        print(f"podnetwork cni-agent: the node is not ready for the agent: {problem}", file=sys.stderr)
+        return 1
+    print(f"podnetwork cni-agent: the node propagates mounts under {args.netns_dir} to containers")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check_host:
+        return check_host(args)
+    if not getattr(args, "verbose", 0):
+        # Readiness changes are rare and matter at 3 a.m.: shown at the default verbosity.
+        logging.getLogger("bridge.agent.readiness").setLevel(logging.INFO)
     config = agent_mod.AgentConfig(
         socket_path=args.socket,
         cache_dir=args.cache_dir,
@@ -312,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
         durable_cache=args.durable_cache,
         watch_addresses=args.watch_addresses,
+        netns_dir=args.netns_dir,
     )
     if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
         print(f"error: --watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more",
@@ -363,6 +404,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: cannot reach the cluster for hot-plug: {exc}", file=sys.stderr)
             return 1
         node_name = args.node_name
+        from bridge.agent import readiness
+
+        # Each change of readiness as an Event on this node too (kubectl describe node).
+        agent.readiness = readiness.Reporter(node_name, hotplug.KubernetesEvents(pods_api))
 
         async def beside() -> None:
             await hotplug.follow_node(agent, pods_api, node_name)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge import npwg
+from bridge.agent import node
 
 #: Versions of the CNI specification this project speaks, oldest first.
 SUPPORTED_VERSIONS: tuple[str, ...] = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -217,13 +218,36 @@ def check_plugin_type(plugin_type: Any) -> str:
     return plugin_type
 
 
-def find_plugin(plugin_type: Any, bin_dirs: Sequence[Path]) -> Path:
-    """The executable for `plugin_type`, from the bin dirs only, first dir wins."""
+def find_plugin(plugin_type: Any, bin_dirs: Sequence[Path], *,
+                host_root: Path = node.HOST_PROC / "root") -> Path:
+    """The executable for `plugin_type`, from the bin dirs only, first dir wins.
+
+    A symlink there that does not resolve here (the agent's container) is resolved as the
+    host resolves it, under `host_root` (the host's init's root, with `hostPID: true`): a
+    host's /opt/cni/bin may link to /usr/lib/cni, which the container lacks. The plugin then
+    runs from there, as the runtime on the host would run it.
+    """
     name = check_plugin_type(plugin_type)
+    dangling: list[str] = []
     for d in bin_dirs:
         candidate = Path(d) / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
+        if candidate.is_symlink():
+            # The link as the host reads it: the bin dir is mounted at its host path.
+            target = os.readlink(candidate)
+            on_host = node.in_host_root(host_root, os.path.join(candidate.parent, target))
+            if on_host is not None and on_host.is_file() and os.access(on_host, os.X_OK):
+                return on_host
+            dangling.append(f"{candidate} -> {os.readlink(candidate)}")
+    if dangling:
+        raise CNIError(
+            ErrorCode.INVALID_CONFIG,
+            f"failed to find plugin {name!r}",
+            f"{'; '.join(dangling)}: a symlink whose target is neither in the agent's container nor, "
+            f"resolved on the host, under {host_root} (the agent needs hostPID: true to see the host's "
+            "files; docs/deploy.md \"CNI paths\")",
+        )
     raise CNIError(
         ErrorCode.INVALID_CONFIG,
         f"failed to find plugin {name!r}",

@@ -68,7 +68,7 @@ class Handler(Protocol):
     async def handle(self, env: Mapping[str, str], stdin: bytes) -> dict[str, Any] | None:
         """The CNI result of one request (None when the command has none); raises `CNIError`."""
 
-    async def default_network_problem(self) -> str | None:
+    async def readiness_problem(self) -> str | None:
         """Why a pod could not attach now (GET /v1/ready answers 503 with it), or None."""
 
 
@@ -224,7 +224,7 @@ class Server:
         )
 
     async def _ready(self) -> tuple[int, bytes]:
-        problem = await self.handler.default_network_problem()
+        problem = await self.handler.readiness_problem()
         answer = {"ready": problem is None, "problem": problem}
         return 200 if problem is None else 503, json.dumps(answer).encode()
 

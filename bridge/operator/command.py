@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from typing import Any
 
 from podnetwork.cli import Command
@@ -49,11 +50,18 @@ Needs the CRDs in crds/ (NetworkAttachmentDefinition only if no NPWG
 implementation installed it) and RBAC to read them, patch pods, post events and
 patch the status of podnetworks and podnetworkattachments.
 
+High availability: replicas started with --peering NAME --priority start-time elect
+one active bridge through kopf peering (the ClusterKopfPeering NAME; deploy/peering/
+has the CRDs and objects); the others pause, and serve the webhook.
+
 exit status: 0 after a clean stop (SIGINT/SIGTERM: kopf and the webhook stop together),
+1 when an active replica is outranked by a peer (to restart as a clean standby),
 2 on bad arguments, a webhook port in use, an unusable certificate or no cluster
 """
 
 COMMAND = "podnetwork bridge"
+
+logger = logging.getLogger(__name__)
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -62,8 +70,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="watch only this namespace for pods, attachments, NADs and options "
                    "(repeatable; glob patterns allowed); default: all namespaces")
     p.add_argument("--peering", metavar="NAME",
-                   help="run with kopf peering under this name, so only one replica is active "
-                   "(needs kopf's peering CRD); default: standalone")
+                   help="run with kopf peering under this name (a ClusterKopfPeering object), so only "
+                   "one replica is active; default: standalone (deploy/peering/ has the CRDs and objects)")
+    p.add_argument("--priority", type=operatorshell.parse_priority, metavar="INT|start-time",
+                   help="peering priority (needs --peering): the live replica with the highest reconciles, "
+                   "the others pause; equal priorities pause all of them. `start-time` makes it minus the "
+                   "start time in microseconds, so replicas of one Deployment differ and the "
+                   "longest-running one stays active (default 0)")
     p.add_argument("--liveness", metavar="URL",
                    help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--no-params-ready", dest="params_ready", action="store_false",
@@ -95,6 +108,9 @@ def features(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _problem(args: argparse.Namespace) -> str | None:
+    if args.priority is not None and args.peering is None:
+        return ("--priority only matters among peers: add --peering NAME (a ClusterKopfPeering object), "
+                "or drop --priority")
     problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="add --webhook")
     if problem is None and args.webhook and not args.write_selection:
         return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
@@ -124,12 +140,25 @@ def metrics(bridge: Any) -> Any:
 
 async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured: Any = None) -> int:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
-    webhook cannot be served (port in use, unusable certificate), before anything started."""
+    webhook cannot be served (port in use, unusable certificate), before anything started;
+    1 when an active replica was outranked by a peer (it restarts as a standby)."""
     from bridge.operator import admission
+    from podnetwork.kube import peering
 
     flags = webhook_flags(args)
+    demoted = asyncio.Event()
+    identity = peering.identity()
     try:
         with operatorshell.Shell(COMMAND) as shell:
+            if args.peering is not None:
+                def demote() -> None:
+                    logger.error("another replica of peering %r outranks this one, which was active: "
+                                 "exiting, to restart as a standby with a clean memory", args.peering)
+                    demoted.set()
+                    shell.stop.set()
+
+                # Objects deleted while paused never reach a resumed bridge's caches.
+                operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
             webhook = admission.app(bridge.objects)
             if measured is not None:
                 from podnetwork.kube import metrics as kube_metrics
@@ -149,6 +178,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 registry=registry,
                 standalone=args.peering is None,
                 peering_name=args.peering,
+                priority=args.priority or 0,
+                identity=identity,
                 clusterwide=not args.namespace,
                 namespaces=args.namespace,
                 liveness_endpoint=args.liveness,
@@ -158,7 +189,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
         return operatorshell.refuse(COMMAND, str(exc))
     finally:
         await bridge.api.close()
-    return 0
+    return 1 if demoted.is_set() else 0
 
 
 def _run(args: argparse.Namespace) -> int:

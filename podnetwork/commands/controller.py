@@ -11,12 +11,17 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from podnetwork import cli, constants
 from podnetwork.kube import credentials, operatorshell
+
+# Shared with `podnetwork bridge` (operatorshell); importable from here as before.
+from podnetwork.kube.operatorshell import START_TIME as START_TIME
+from podnetwork.kube.operatorshell import parse_priority as parse_priority
+from podnetwork.kube.operatorshell import register_demotion_guard as register_demotion_guard
+from podnetwork.kube.operatorshell import retrying as retrying
 
 if TYPE_CHECKING:
     from podnetwork.kube import client as kube
@@ -137,27 +142,6 @@ def non_negative(text: str) -> float:
     return value
 
 
-START_TIME = "start-time"
-
-
-def parse_priority(text: str) -> int:
-    """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
-
-    kopf pauses every replica that sees a live peer of higher priority, and all
-    of them when two share the highest one (kopf docs "Peering", "Priorities"),
-    so the replicas of one Deployment, which share their arguments, need a value
-    that differs per process. An earlier start gives a higher priority: a new
-    replica waits behind the running one instead of taking over from it.
-    """
-    if text == START_TIME:
-        return -(time.time_ns() // 1_000)
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid priority {text!r}: expected an integer or {START_TIME!r}") from None
-
-
 def peering_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `kopf.operator` that select standalone mode or peering.
 
@@ -211,20 +195,6 @@ async def mirror(api: kube.AsyncApi, resource: kube.Resource, cache: dict[str, d
     await kube.list_and_watch(api, resource, on_list=on_list, on_event=on_event)
 
 
-async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float = 10.0) -> None:
-    """Run `run` again after an error: a side watch that ended on, say, a 403 would
-    otherwise leave its cache or guard silently stale while the operator runs on."""
-    while True:
-        try:
-            await run()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # logged, then retried: the operator must go on
-            logger.error("%s failed (%s: %s); retrying in %ss", what, type(exc).__name__, exc, backoff)
-            await asyncio.sleep(backoff)
-
-
 def register_mirror(registry: Any, cache: dict[str, dict[str, Any]], api: kube.AsyncApi, *,
                     resource: kube.Resource | None = None,
                     keep: Callable[[Mapping[str, Any]], bool] = has_profile) -> None:
@@ -257,38 +227,6 @@ def outranked(status: Mapping[str, Any], identity: str, priority: int) -> bool:
     from podnetwork.kube import peering
 
     return peering.outranked(status, identity, priority)
-
-
-def register_demotion_guard(registry: Any, api: kube.AsyncApi, identity: str,
-                            on_demoted: Callable[[], None]) -> None:
-    """Call `on_demoted` when kopf pauses this replica after it has been the active one, beside
-    the operator of `registry` (which must use `identity`; `podnetwork.kube.peering.guard_demotion`).
-
-    A resumed replica keeps what it had in memory when it paused, and kopf's
-    re-listing does not report the objects deleted meanwhile: the in-use index
-    would keep pods that are gone, and their finalizers. A clean restart avoids
-    that, and it comes back as a paused standby.
-    """
-    import kopf
-
-    from podnetwork.kube import peering
-
-    task: list[asyncio.Task[None]] = []
-
-    @kopf.on.startup(registry=registry)
-    async def start_demotion_guard(settings: kopf.OperatorSettings, **_: Any) -> None:
-        # kopf's public settings say which peering object and priority the operator runs with.
-        name, priority = settings.peering.name, settings.peering.priority
-        task.append(asyncio.create_task(retrying(
-            "watching the peering object",
-            lambda: peering.guard_demotion(api, name, identity, priority, on_demoted))))
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_demotion_guard(**_: Any) -> None:
-        for t in task:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:

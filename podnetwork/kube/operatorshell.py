@@ -26,8 +26,9 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -103,6 +104,27 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=tcp_port, default=None, metavar="PORT",
                         help="serve the Prometheus metrics over plain HTTP at GET /metrics on this "
                         "port (default: not served)")
+
+
+START_TIME = "start-time"
+
+
+def parse_priority(text: str) -> int:
+    """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
+
+    kopf pauses every replica that sees a live peer of higher priority, and all
+    of them when two share the highest one (kopf docs "Peering", "Priorities"),
+    so the replicas of one Deployment, which share their arguments, need a value
+    that differs per process. An earlier start gives a higher priority: a new
+    replica waits behind the running one instead of taking over from it.
+    """
+    if text == START_TIME:
+        return -(time.time_ns() // 1_000)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid priority {text!r}: expected an integer or {START_TIME!r}") from None
 
 
 @dataclass(frozen=True)
@@ -353,7 +375,12 @@ class Shell:
 
     def operator(self, **options: Any) -> None:
         """Run a kopf operator while the shell runs; `options` go to `kopf.spawn_tasks`
-        (registry, clusterwide, peering...), which gets the shell's stop flag."""
+        (registry, clusterwide, peering...), which gets the shell's stop flag. Without an
+        `identity`, `podnetwork.kube.peering.identity()` (kopf's own needs a passwd entry)."""
+        if options.get("identity") is None:
+            from podnetwork.kube import peering
+
+            options["identity"] = peering.identity()
         self._operator = options
 
     async def run(self) -> None:
@@ -418,3 +445,53 @@ class Shell:
                        self.command, sig.name)
         for server, _, _ in self._servers:
             server.force_exit = True
+
+
+# -- peering -------------------------------------------------------------------------------
+
+
+async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float = 10.0) -> None:
+    """Run `run` again after an error: a side watch that ended on, say, a 403 would
+    otherwise leave its cache or guard silently stale while the operator runs on."""
+    while True:
+        try:
+            await run()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # logged, then retried: the operator must go on
+            logger.error("%s failed (%s: %s); retrying in %ss", what, type(exc).__name__, exc, backoff)
+            await asyncio.sleep(backoff)
+
+
+def register_demotion_guard(registry: Any, api: Any, identity: str,
+                            on_demoted: Callable[[], None]) -> None:
+    """Call `on_demoted` when kopf pauses this replica after it has been the active one, beside
+    the operator of `registry` (which must use `identity`; `podnetwork.kube.peering.guard_demotion`).
+
+    A resumed replica keeps what it had in memory when it paused, and kopf's
+    re-listing does not report the objects deleted meanwhile: the controller's in-use
+    index would keep pods that are gone, and their finalizers; the bridge's caches, NADs
+    that are gone. A clean restart avoids that, and it comes back as a paused standby.
+    `api` is a `podnetwork.kube.client.AsyncApi`.
+    """
+    import kopf
+
+    from podnetwork.kube import peering
+
+    task: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_demotion_guard(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # kopf's public settings say which peering object and priority the operator runs with.
+        name, priority = settings.peering.name, settings.peering.priority
+        task.append(asyncio.create_task(retrying(
+            "watching the peering object",
+            lambda: peering.guard_demotion(api, name, identity, priority, on_demoted))))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_demotion_guard(**_: Any) -> None:
+        for t in task:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t

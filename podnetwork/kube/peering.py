@@ -35,13 +35,23 @@ DEFAULT_PRIORITY = 0
 
 def identity() -> str:
     """An operator identity as kopf makes one: $POD_ID in a pod, else user@host/start time/3 random
-    characters. Passed to `kopf.operator(identity=...)`, so both sides know it."""
+    characters. Passed to `kopf.operator(identity=...)`, so both sides know it, and so kopf never
+    makes its own: kopf asks `getpass.getuser()`, which raises for a uid without a passwd entry
+    (a container's `runAsUser: 65532` has none), and the operator would die at start."""
     pod = os.environ.get("POD_ID")
     if pod:
         return pod
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
     suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=3))
-    return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{suffix}"
+    return f"{_user()}@{socket.gethostname()}/{now}/{suffix}"
+
+
+def _user() -> str:
+    """The login name ($LOGNAME, $USER... or the passwd entry), else the uid as a number."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
 
 
 @dataclass(frozen=True)

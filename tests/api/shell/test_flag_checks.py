@@ -111,3 +111,16 @@ async def test_webhook_flags_without_webhooks_say_how_to_serve_them_in_each_comm
     assert (code_c, code_b) == (2, 2)
     assert refusal("controller", err_c) == "--manage-webhooks only applies to webhooks served: drop --no-webhook"
     assert refusal("bridge", err_b) == "--manage-webhooks only applies to webhooks served: add --webhook"
+
+
+async def test_both_commands_refuse_a_priority_without_peering_with_the_same_words(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    (code_c, err_c), (code_b, err_b) = await asyncio.gather(
+        run("controller", "--no-webhook", "--kubeconfig", str(config), "--priority", "start-time"),
+        run("bridge", "--kubeconfig", str(config), "--priority", "start-time"))
+    assert (code_c, code_b) == (2, 2), (err_c, err_b)
+    assert refusal("controller", err_c) == refusal("bridge", err_b)
+    assert refusal("bridge", err_b).startswith("--priority only matters among peers: add --peering NAME")
+    assert list(kmock) == []

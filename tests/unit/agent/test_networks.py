@@ -141,10 +141,14 @@ async def test_a_network_that_cannot_be_attached_fails_the_add_before_any_plugin
     assert rec.calls == [] and list(a.cache.container_ids()) == []
 
 
-async def test_a_default_podnetwork_from_another_provider_is_refused_with_the_way_out(tmp_path: Path) -> None:
+async def test_a_default_podnetwork_from_another_provider_is_the_nodes_network_and_without_one_says_so(
+        tmp_path: Path) -> None:
+    # Not the bridge's: the node's own CNI configuration (test_default_network_on_the_node.py), and
+    # this node has none, so the problem names the directory and the ways out.
     a, _ = make(tmp_path, [pod(), nad("kubenet"), podnetwork("default", "kubenet", provider="example.com/p")])
     problem = await a.default_network_problem()
-    assert problem and "not provided by the NPWG bridge" in problem and "--default-network-conf" in problem
+    assert problem and "example.com/p" in problem and str(tmp_path / "net.d") in problem
+    assert "--default-network-conf" in problem
 
 
 class FailingDel(Recorder):

@@ -116,3 +116,68 @@ async def test_without_a_default_network_conf_or_podnetwork_the_agent_says_what_
     problem = await a.default_network_problem()
     assert problem and "--default-network-conf" in problem and "PodNetwork 'default'" in problem
 
+
+
+class Sink:
+    """An EventSink that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, object]] = []
+
+    async def post_event(self, body: dict[str, object]) -> None:
+        self.events.append(dict(body))
+
+
+def probe(socket_path: Path) -> tuple[int, str]:
+    """`python3 -I -m bridge.agent.probe --socket PATH`, as the DaemonSet's readiness probe runs it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-I", "-m", "bridge.agent.probe", f"--socket={socket_path}"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3])
+    return done.returncode, done.stdout.strip()
+
+
+async def test_readiness_changes_are_logged_and_posted_on_the_node_once_each_and_the_probe_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from bridge.agent import readiness
+
+    a = _agent(tmp_path, "1.0.0")
+    (tmp_path / "bin" / "bridge").unlink()  # the default network's plugin is missing: not ready
+    sink = Sink()
+    a.readiness = readiness.Reporter("node-a", sink)
+    caplog.set_level("INFO", logger="bridge.agent.readiness")
+    async with Running(a):
+        await asyncio.sleep(0.3)  # several checks at readiness_interval 0.05
+        code, said = await asyncio.to_thread(probe, tmp_path / "a.sock")
+        assert code == 1 and said.startswith("not ready: ") and "'bridge'" in said
+        not_ready = [r for r in caplog.records if r.getMessage().startswith("not ready:")]
+        assert len(not_ready) == 1 and not_ready[0].levelname == "WARNING"
+        (tmp_path / "bin" / "bridge").write_text("#!/bin/sh\n")
+        (tmp_path / "bin" / "bridge").chmod(0o755)
+        await asyncio.wait_for(a.conf_written.wait(), 5)
+        assert await asyncio.to_thread(probe, tmp_path / "a.sock") == (0, "ready")
+        await asyncio.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records if r.name == "bridge.agent.readiness"] == [
+        not_ready[0].getMessage(), "ready again: pods can be attached"]
+    assert [(e["reason"], e["type"]) for e in sink.events] == [
+        (readiness.REASON_NOT_READY, "Warning"), (readiness.REASON_READY, "Normal")]
+    first = sink.events[0]
+    assert first["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-a"}
+    assert first["metadata"]["namespace"] == "default" and "'bridge'" in str(first["message"])
+
+
+async def test_what_the_node_denies_the_agent_makes_it_not_ready_and_no_conflist_is_written(tmp_path: Path) -> None:
+    a = _agent(tmp_path, "1.0.0")
+    async with Running(a):
+        a.host_problem = "/var/run/netns is on the mount /, which is private in the agent's container"
+        await asyncio.sleep(0.25)
+        assert not a.conf_written.is_set()
+        code, said = await asyncio.to_thread(probe, tmp_path / "a.sock")
+        assert code == 1 and "private in the agent's container" in said
+
+
+def test_the_probe_of_an_agent_that_is_not_there_fails_and_names_the_socket(tmp_path: Path) -> None:
+    code, said = probe(tmp_path / "none.sock")
+    assert code == 1 and str(tmp_path / "none.sock") in said

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Any
 
 import kopf
 import yaml
+from kopf._cogs.structs import references
 
-from bridge.operator import admission, controller
+from bridge.operator import admission, command, controller
 from podnetwork.kube import client as kube
+from podnetwork.kube import operatorshell
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy" / "bridge"
@@ -83,9 +86,43 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     writes = {("", "pods", "patch"), ("", "events", "create"),
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
               ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch")}
-    assert writes <= allowed()
+    # kopf's own write: this replica's keep-alive in the peering object (--peering).
+    peering = {(references.CLUSTER_PEERINGS_K.group or "", references.CLUSTER_PEERINGS_K.any_name, "patch")}
+    assert writes | peering <= allowed()
     read_verbs = {"get", "list", "watch"}
-    assert {w for w in allowed() if w[2] not in read_verbs} == writes
+    assert {w for w in allowed() if w[2] not in read_verbs} == writes | peering
+
+
+def bridge_args() -> argparse.Namespace:
+    deployment, _ = documents("deployment.yaml")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    argv = [*container["command"], *container.get("args", [])]
+    assert argv[:2] == ["podnetwork", "bridge"]
+    parser = argparse.ArgumentParser()
+    command.command.configure(parser)
+    return parser.parse_args(argv[2:])
+
+
+def test_the_bridge_peers_through_its_cluster_peering_with_a_priority_per_process_and_its_pod_name() -> None:
+    peerings = {d["metadata"]["name"] for d in yaml.safe_load_all((ROOT / "deploy" / "peering" / "peerings.yaml").read_text())
+                if d and d["kind"] == "ClusterKopfPeering"}
+    args = bridge_args()
+    assert args.peering == "podnetwork-bridge" and args.peering in peerings
+    # Equal priorities pause every peer (kopf docs "Peering"): two bridges of one template during a rollout.
+    first, second = (operatorshell.parse_priority(operatorshell.START_TIME) for _ in range(2))
+    assert args.priority is not None and first != second
+    deployment, _ = documents("deployment.yaml")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container.get("env", [])}
+    assert "--priority=start-time" in container["command"]
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_rbac_covers_what_kopf_peering_does_with_the_peering_object() -> None:
+    group = references.CLUSTER_PEERINGS_K.group or ""
+    plural = references.CLUSTER_PEERINGS_K.any_name
+    for verb in ("get", "list", "watch", "patch"):
+        assert (group, plural, verb) in allowed(), verb
 
 
 def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_port() -> None:

@@ -79,3 +79,29 @@ def test_kustomization_names_existing_files_and_the_mounted_config() -> None:
     scheduler = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler")
     mount = scheduler["volumeMounts"][0]["mountPath"]
     assert f"--config={mount}/{generator['files'][0]}" in scheduler["command"]
+
+
+def test_the_kubelet_probes_the_extender_on_the_pods_address_where_only_the_probes_are_served() -> None:
+    container = extender_container()
+    args = cli.build_parser(cli._commands()).parse_args(container["command"][1:])
+    assert args.host == "127.0.0.1", "the extender itself stays on loopback, for kube-scheduler only"
+    assert args.probe_host == "0.0.0.0" and args.probe_port is not None
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        # A probe's `host` is dialled from the node: 127.0.0.1 is the node's loopback, not the pod's.
+        assert "host" not in get, probe
+        assert ports[get["port"]] == args.probe_port
+    routes = {route.path for route in app_mod.create_probe_app(cache_mod.Cache()).routes}
+    assert {"/healthz", "/readyz"} <= routes and "/filter" not in routes
+
+
+def test_the_kube_scheduler_version_is_the_kustomization_s_images_setting() -> None:
+    (kustomization,) = load("kustomization.yaml")
+    (image,) = [i for i in kustomization["images"] if i["name"] == "registry.k8s.io/kube-scheduler"]
+    major, minor, _ = image["newTag"].removeprefix("v").split(".")
+    assert (int(major), int(minor)) >= (1, 36)
+    (deployment,) = load("deployment.yaml")
+    scheduler = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "kube-scheduler")
+    # No tag in the Deployment: the kustomization's is the one place to change it.
+    assert scheduler["image"] == image["name"]

@@ -1,0 +1,149 @@
+"""What the agent checks of its node (bridge.agent.node), on real files and symlinks in temp dirs
+that stand for /proc/<pid> and a host's root.
+
+- the propagation of the mount holding /var/run/netns, read from mountinfo as the kubelet reads
+  it: in the agent's container (`netns_problem`) and on the host (`host_netns_problem`, the
+  DaemonSet's init container), with the message that says what the node needs;
+- plugins in a bin dir behind symlinks to elsewhere (Debian's layout), resolved under the host's
+  root when the container cannot follow them (`invoke.find_plugin`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bridge.agent import invoke, node
+from bridge.agent.invoke import CNIError
+
+# Real lines of /proc/<pid>/mountinfo (proc(5)): root ext4 private, /run tmpfs shared, a netns bind
+# mount, a slave mount as HostToContainer gives the container, and a mount point with a space.
+HOST = """\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+30 27 0:25 / /run rw,nosuid shared:12 - tmpfs tmpfs rw,mode=755
+43 30 0:4 net:[4026532177] /run/netns/cni-1 rw shared:2 - nsfs nsfs rw
+"""
+PRIVATE_ROOT = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+# runc resolves the image's /var/run -> /run symlink: the mount point is the resolved path.
+CONTAINER = """\
+600 500 0:70 / / rw,relatime - overlay overlay rw
+610 600 254:0 /run/netns /run/netns rw,relatime master:12 - tmpfs tmpfs rw
+611 600 254:0 /data /my\\040dir rw - ext4 /dev/vda rw
+"""
+
+
+def test_mountinfo_fields_and_propagation_are_read_as_the_kernel_writes_them() -> None:
+    mounts = node.parse_mountinfo(HOST + CONTAINER)
+    assert [m.mount_point for m in mounts][-1] == "/my dir"
+    assert node.mount_of(mounts[:3], "/run/netns/cni-1").propagation == "shared"
+    assert node.mount_of(mounts[:3], "/run/netns").mount_point == "/run"
+    assert node.mount_of(mounts[:1], "/run/netns").propagation == "private"
+    assert node.mount_of(node.parse_mountinfo(CONTAINER), "/run/netns").propagation == "slave"
+    # Stacked on one mount point, the last mounted is the one seen.
+    stacked = node.parse_mountinfo(PRIVATE_ROOT + "28 27 0:9 / / rw shared:1 - ext4 /dev/vdb rw\n")
+    assert node.mount_of(stacked, "/x").propagation == "shared"
+
+
+def fake_proc(tmp_path: Path, mountinfo: str, *, mnt: str = "mnt:[4026531841]") -> Path:
+    proc = tmp_path / "proc1"
+    (proc / "ns").mkdir(parents=True)
+    (proc / "ns" / "mnt").symlink_to(mnt)
+    (proc / "mountinfo").write_text(mountinfo)
+    root = proc / "root"
+    (root / "run" / "netns").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var" / "run").symlink_to("/run")  # as on every systemd host
+    return proc
+
+
+def test_on_a_host_whose_run_is_shared_the_netns_directory_may_be_propagated(tmp_path: Path) -> None:
+    assert node.host_netns_problem(Path("/var/run/netns"), proc=fake_proc(tmp_path, HOST)) is None
+
+
+def test_on_a_host_whose_root_is_private_the_problem_is_the_kubelets_and_says_what_the_node_needs(
+        tmp_path: Path) -> None:
+    problem = node.host_netns_problem(Path("/var/run/netns"), proc=fake_proc(tmp_path, PRIVATE_ROOT))
+    assert problem is not None
+    assert "path /var/run/netns (/run/netns on the node) is mounted on /, which is not a shared or slave mount" \
+        in problem
+    assert "mount --make-shared /run/netns" in problem and "docs/deploy.md" in problem
+
+
+def test_in_a_container_the_netns_directory_must_be_a_slave_or_shared_mount(tmp_path: Path) -> None:
+    host = fake_proc(tmp_path, HOST)  # another mount namespace than this process's
+    own = tmp_path / "self"
+    own.mkdir()
+    (own / "mountinfo").write_text(CONTAINER)
+    assert node.netns_problem(Path("/var/run/netns"), proc=host, own=own) is None
+    (own / "mountinfo").write_text(CONTAINER.replace("master:12 ", ""))
+    problem = node.netns_problem(Path("/var/run/netns"), proc=host, own=own)
+    assert problem is not None and "private in the agent's container" in problem
+    assert "HostToContainer" in problem
+
+
+def test_in_the_hosts_own_mount_namespace_nothing_needs_propagating(tmp_path: Path) -> None:
+    host = fake_proc(tmp_path, PRIVATE_ROOT, mnt=os.readlink("/proc/self/ns/mnt"))
+    own = tmp_path / "self"
+    own.mkdir()
+    (own / "mountinfo").write_text(PRIVATE_ROOT)
+    assert node.netns_problem(Path("/var/run/netns"), proc=host, own=own) is None
+
+
+def test_paths_resolve_under_the_host_root_as_the_host_resolves_them(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "lib" / "cni").mkdir(parents=True)
+    (root / "opt" / "cni" / "bin").mkdir(parents=True)
+    (root / "opt" / "cni" / "bin" / "abs").symlink_to("/usr/lib/cni/bridge")
+    (root / "opt" / "cni" / "bin" / "rel").symlink_to("../../../usr/lib/cni/bridge")
+    (root / "opt" / "cni" / "bin" / "chain").symlink_to("abs")
+    (root / "opt" / "cni" / "bin" / "escape").symlink_to("../../../../../../usr/lib/cni/bridge")
+    (root / "opt" / "cni" / "bin" / "loop").symlink_to("loop")
+    for name in ("abs", "rel", "chain", "escape"):
+        assert node.in_host_root(root, f"/opt/cni/bin/{name}") == root / "usr" / "lib" / "cni" / "bridge", name
+    assert node.in_host_root(root, "/opt/cni/bin/loop") is None
+
+
+def plugin_behind_a_symlink(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A bin dir whose `bridge` links to an absolute path that exists only under a host root."""
+    target = f"/podnetwork-test-{os.getpid()}/usr/lib/cni/bridge"
+    assert not Path(target).exists()
+    host_root = tmp_path / "host"
+    real = host_root / target.lstrip("/")
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\necho '{}'\n")
+    real.chmod(0o755)
+    bin_dir = tmp_path / "opt-cni-bin"
+    bin_dir.mkdir()
+    (bin_dir / "bridge").symlink_to(target)
+    return bin_dir, host_root, target
+
+
+def test_a_plugin_behind_a_symlink_the_container_cannot_follow_runs_from_the_host(tmp_path: Path) -> None:
+    bin_dir, host_root, target = plugin_behind_a_symlink(tmp_path)
+    assert invoke.find_plugin("bridge", [bin_dir], host_root=host_root) == host_root / target.lstrip("/")
+
+
+def test_a_symlink_that_resolves_nowhere_is_named_with_its_target(tmp_path: Path) -> None:
+    bin_dir, _, target = plugin_behind_a_symlink(tmp_path)
+    with pytest.raises(CNIError) as caught:
+        invoke.find_plugin("bridge", [bin_dir], host_root=tmp_path / "elsewhere")
+    assert f"{bin_dir / 'bridge'} -> {target}" in str(caught.value)
+    assert "hostPID" in str(caught.value)
+
+
+def test_check_host_as_the_init_container_runs_it_exits_1_with_what_the_node_needs_or_0(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def check(proc: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "podnetwork", "cni-agent", "--check-host",
+                               "--netns-dir=/var/run/netns", f"--host-proc={proc}"],
+                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3])
+
+    private = check(fake_proc(tmp_path / "a", PRIVATE_ROOT))
+    assert private.returncode == 1
+    assert "is mounted on /, which is not a shared or slave mount" in private.stderr
+    shared = check(fake_proc(tmp_path / "b", HOST))
+    assert shared.returncode == 0, shared.stderr
