@@ -318,7 +318,7 @@ class Bridge:
             return
         objects = self.objects()
         try:
-            translation = translate.translate(nets, key[0], objects)
+            translation = pods.translation(pod, nets, key[0], objects)
         except translate.TranslationError as exc:
             logger.info("pod %s/%s waits: %s", *key, exc)
             if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:

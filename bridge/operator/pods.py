@@ -73,6 +73,14 @@ def declared(pod: Pod) -> list[Network] | None:
     return None if text is None else kep_networks.parse(text)
 
 
+def translation(
+    pod: Pod, networks: Sequence[Network], namespace: str, objects: translate.Objects
+) -> Translation:
+    """`translate.translate` of the pod's networks, its attachments held to its admission record
+    (`translate.admitted_networks`). Raises `translate.TranslationError`."""
+    return translate.translate(networks, namespace, objects, translate.admitted_networks(annotations_of(pod)))
+
+
 def attached(pod: Pod) -> bool:
     """The NPWG implementation has reported the pod's attachments (NPWG 5)."""
     return npwg.NETWORK_STATUS_ANNOTATION in annotations_of(pod)
@@ -380,16 +388,16 @@ def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None
         # Gated: an earlier pass (reinvocationPolicy IfNeeded) decided, and warned.
         return nothing
     try:
-        translation = translate.translate(nets, namespace, objects)
+        translated = translation(pod, nets, namespace, objects)
     except translate.TranslationError as exc:
         if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
             return nothing
         return AdmissionDecision(_gate_ops(pod), [])
-    warnings = [message for _, message in notices(translation)]
-    if not_ready(nets, namespace, objects) or refusal(translation) is not None:
+    warnings = [message for _, message in notices(translated)]
+    if not_ready(nets, namespace, objects) or refusal(translated) is not None:
         return AdmissionDecision(_gate_ops(pod), warnings)
     meta = pod.metadata.model_copy(update={"namespace": namespace})
-    decision = selection(pod.model_copy(update={"metadata": meta}), translation)
+    decision = selection(pod.model_copy(update={"metadata": meta}), translated)
     if decision.patch is None or "annotations" not in decision.patch.get("metadata", {}):
         return AdmissionDecision([], warnings)
     # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
@@ -432,4 +440,5 @@ __all__ = [
     "reverse_status_patch",
     "scheduling_gates",
     "selection",
+    "translation",
 ]
