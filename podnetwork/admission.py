@@ -234,6 +234,8 @@ def validate(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
     """
     request = admissionreview.request_of(request)
     uid = request.uid
+    if _is_binding(request):
+        return _binding_answer(request)
     if not request.is_pod or request.operation not in ("CREATE", "UPDATE"):
         return admissionreview.allowed(uid)
     pod, errors = _pod_of(request)
@@ -263,6 +265,32 @@ def validate(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
             return _refusal(uid, pod, errors)
     errors = record_change_errors(old_pod, pod)
     return _refusal(uid, pod, errors, what="is forbidden") if errors else admissionreview.allowed(uid)
+
+
+#: Pod annotations only admission may set or change (through the pod, never its subresources).
+PROTECTED_ANNOTATIONS = (constants.NETWORKS_ANNOTATION, constants.ATTACHMENT_NETWORKS_ANNOTATION)
+
+
+def _is_binding(request: AdmissionRequest) -> bool:
+    return (request.sub_resource == "binding" and request.kind.kind == "Binding" and not request.kind.group
+            and request.operation == "CREATE")
+
+
+def _binding_answer(request: AdmissionRequest) -> dict[str, Any]:
+    """A Binding (`pods/binding`, what kube-scheduler creates) carrying the networks or the record
+    among its annotations is refused: the API server copies a Binding's annotations onto the pod
+    it binds, and no webhook sees that pod change."""
+    binding = request.object or {}
+    annotations = networks.annotations_of(binding)
+    found = [key for key in PROTECTED_ANNOTATIONS if key in annotations]
+    if not found:
+        return admissionreview.allowed(request.uid)
+    name = str((binding.get("metadata") or {}).get("name") or request.name or "")
+    errors = [forbidden(f"metadata.annotations[{key}]",
+                        "a Binding's annotations are copied onto the pod it binds; the pod's networks and "
+                        "admission record can be set only when the pod is created or updated "
+                        '(docs/controller.md "Permission to use a PodNetwork")') for key in found]
+    return _refusal(request.uid, {"metadata": {"name": name}}, errors, what="cannot be bound this way")
 
 
 def _record_of(pod: Mapping[str, Any]) -> dict[str, str] | None:
@@ -669,14 +697,19 @@ def annotation_changed(key: str) -> str:
             f"object.metadata.annotations['{key}'] != oldObject.metadata.annotations['{key}'])")
 
 
-#: matchConditions of the validating webhook: every CREATE, and the updates (of the pod or of
-#: its status) that touch its networks or its admission record. The kubelet's status updates
-#: and the agent's and the bridge's annotations (network-status, pod-ips) never reach the
-#: webhook, so they are never held up by it, even while it is down.
+#: matchConditions of the validating webhook: every pod CREATE, the updates (of the pod or of
+#: its status) that touch its networks or its admission record, and the Bindings that carry
+#: either among their annotations (the API server copies them onto the pod). The kubelet's
+#: status updates, kube-scheduler's Bindings and the agent's and the bridge's annotations
+#: (network-status, pod-ips) never reach the webhook, so they are never held up by it, even
+#: while it is down.
 VALIDATE_MATCH_CONDITIONS = [{
     "name": "create-or-networks-change",
-    "expression": (f"request.operation != 'UPDATE' || {annotation_changed(constants.NETWORKS_ANNOTATION)} || "
-                   f"{annotation_changed(constants.ATTACHMENT_NETWORKS_ANNOTATION)}"),
+    "expression": (
+        "request.subResource == 'binding' ? has(object.metadata.annotations) && ("
+        + " || ".join(f"'{key}' in object.metadata.annotations" for key in PROTECTED_ANNOTATIONS)
+        + f") : request.operation != 'UPDATE' || {annotation_changed(constants.NETWORKS_ANNOTATION)} || "
+        f"{annotation_changed(constants.ATTACHMENT_NETWORKS_ANNOTATION)}"),
 }]
 #: matchConditions of the mutating webhook: every CREATE, and the updates that change the
 #: networks (hot-plug), for which it records the attachments they add.
@@ -700,8 +733,9 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
     The mutating webhook sees pod CREATE and the UPDATEs that change the networks
     (it records the attachments' PodNetworks); the validating one sees CREATE and
     the UPDATEs of `pods` and of `pods/status` that change the networks or that
-    record (`matchConditions`): through the status subresource, whoever may update
-    it (kubelets, controllers) could otherwise change a pod's networks unchecked.
+    record, and the `pods/binding` CREATEs that carry either (`matchConditions`):
+    through those subresources, whoever may write them (kubelets, controllers,
+    schedulers) could otherwise change a pod's networks unchecked.
     """
 
     def hook(name: str, path: str, operations: list[str], resources: list[str],
@@ -735,7 +769,7 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
          "metadata": {"name": CONFIGURATION_NAME},
          "webhooks": [hook(WEBHOOK_NAME_VALIDATE, VALIDATE_PATH, ["CREATE", "UPDATE"],
-                           ["pods", "pods/status"], VALIDATE_MATCH_CONDITIONS)]},
+                           ["pods", "pods/status", "pods/binding"], VALIDATE_MATCH_CONDITIONS)]},
     ]
 
 

@@ -103,7 +103,7 @@ def _sent_by_the_api_server(webhook: dict[str, Any], body: dict[str, Any]) -> bo
     """Whether the API server calls `webhook` for this review: its rules, then its matchConditions
     (CEL, evaluated with cel-python as tests/unit/crd_support.py does for the CRDs' rules)."""
     request = body["request"]
-    resource = "pods/status" if request.get("subResource") == "status" else "pods"
+    resource = "/".join(filter(None, ("pods", request.get("subResource"))))
     if not any(request["operation"] in r["operations"] and resource in r["resources"] for r in webhook["rules"]):
         return False
     activation = {"request": {"operation": request["operation"], "subResource": request.get("subResource", "")},
@@ -147,3 +147,34 @@ def test_pod_creates_and_network_changes_reach_both_webhooks_and_other_pod_updat
         assert _sent_by_the_api_server(webhook, review(pod()))
         assert _sent_by_the_api_server(webhook, hot_plug)
         assert not _sent_by_the_api_server(webhook, relabel)
+
+
+def _binding(annotations: dict[str, str] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web", "namespace": "team"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Binding"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "binding",
+        "name": "web", "namespace": "team", "operation": "CREATE",
+        "object": {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}}}
+
+
+async def test_a_binding_that_would_set_the_networks_is_refused_and_the_schedulers_never_reach_the_webhook():
+    # The API server copies a Binding's annotations onto the pod it binds (pods/binding).
+    hijack = _binding({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"other-tenants-net"}]'})
+    scheduler = _binding(None)
+    app = admission.app(lambda _: None)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
+        refused = (await client.post(admission.VALIDATE_PATH, json=hijack)).json()["response"]
+        passed = (await client.post(admission.VALIDATE_PATH, json=scheduler)).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].startswith(
+        f'Pod "web" cannot be bound this way: metadata.annotations[{ANN}]: Forbidden: a Binding\'s annotations are '
+        "copied onto the pod it binds")
+    assert passed == {"uid": "u-1", "allowed": True}
+    (_, (validating,)) = (c["webhooks"] for c in admission.webhook_configurations({"url": "https://x"}))
+    assert _sent_by_the_api_server(validating, hijack)
+    assert not _sent_by_the_api_server(validating, scheduler)
+    assert not _sent_by_the_api_server(validating, _binding({"example.com/x": "y"}))
