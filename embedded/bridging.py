@@ -168,7 +168,7 @@ class Bridge:
         if pods.not_ready(nets, namespace, objects):
             return  # written only once everything the pod references is Ready
         try:
-            translation = translate.translate(nets, namespace, objects)
+            translation = pods.translation(pod, nets, namespace, objects)
         except translate.TranslationError as exc:
             self.translation_errors[key] = f"{exc.reason}: {exc}"
             return

@@ -130,28 +130,99 @@ def _auto_populates(request: AdmissionRequest) -> bool:
             and _declared_text(pod) is None and not (pod.get("spec") or {}).get("hostNetwork"))
 
 
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _record_patch(pod: Mapping[str, Any], annotations_added: bool,
+                  record: Mapping[str, str]) -> list[dict[str, Any]]:
+    """JSON Patch operations that make the pod's admission record `record` (removed when empty)."""
+    current = networks.annotations_of(pod).get(constants.ATTACHMENT_NETWORKS_ANNOTATION)
+    path = f"/metadata/annotations/{_pointer(constants.ATTACHMENT_NETWORKS_ANNOTATION)}"
+    if not record:
+        return [] if current is None or annotations_added else [{"op": "remove", "path": path}]
+    value = networks.format_attachment_networks(record)
+    if value == current:
+        return []
+    if not annotations_added and not (pod.get("metadata") or {}).get("annotations"):
+        return [{"op": "add", "path": "/metadata/annotations",
+                 "value": {constants.ATTACHMENT_NETWORKS_ANNOTATION: value}}]
+    return [{"op": "add", "path": path, "value": value}]
+
+
+def attachments_to_record(request: AdmissionRequest | Mapping[str, Any],
+                          namespace: Mapping[str, Any] | None = None) -> list[str]:
+    """The attachments whose PodNetwork the mutating webhook records for this request (pure):
+    on CREATE every attachment the pod will name (its own list, or its namespace's profile),
+    on an UPDATE of the networks the ones the update adds and the record lacks."""
+    request = admissionreview.request_of(request)
+    if not request.is_pod or request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
+        return []
+    pod, errors = _pod_of(request)
+    if errors:
+        return []
+    if request.operation == "CREATE":
+        text = _declared_text(pod)
+        if text is None and _auto_populates(request):
+            try:
+                profile = namespace_default(namespace)
+            except InvalidObject:
+                return []
+            text = networks.format(profile) if profile else None
+        return sorted(_attachment_names(text))
+    old_pod = request.old_object or {}
+    before, after = _declared_text(old_pod), _declared_text(pod)
+    if before == after:
+        return []
+    kept = _record_of(old_pod) or {}
+    return sorted(_attachment_names(after) - _attachment_names(before) - set(kept))
+
+
 def mutate(request: AdmissionRequest | Mapping[str, Any],
-           namespace: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The mutating webhook's decision for one AdmissionRequest (auto-population).
+           namespace: Mapping[str, Any] | None,
+           attachments: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The mutating webhook's decision for one AdmissionRequest: auto-population, and the
+    admission record when `attachments` is given.
+
+    `attachments` (with `--enforce-use-permission`) maps each name of
+    `attachments_to_record` to the PodNetwork that attachment names now (None when it
+    does not exist): the pod gets `multinetwork.x-k8s.io/attachment-networks`, the
+    PodNetwork of every attachment it names, which the agent and the bridge hold the
+    attachments to. An update that changes the networks keeps the entries of the
+    attachments it keeps, adds the new ones, and drops the others.
 
     Raises `admissionreview.BadReview` when `request` is not an AdmissionRequest.
     """
     request = admissionreview.request_of(request)
     uid = request.uid
-    if not request.is_pod or request.operation != "CREATE":
+    if not request.is_pod or request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
         return admissionreview.allowed(uid)
     pod, errors = _pod_of(request)
     if errors:
-        return _refusal(uid, pod, errors)
-    if not _auto_populates(request):
+        return _refusal(uid, pod, errors) if request.operation == "CREATE" else admissionreview.allowed(uid)
+    patch: list[dict[str, Any]] = []
+    text = _declared_text(pod)
+    if request.operation == "CREATE" and _auto_populates(request):
+        try:
+            profile = namespace_default(namespace)
+        except InvalidObject as exc:
+            what = f'cannot get networks from namespace "{request.namespace}" (fix its annotation)'
+            return _refusal(uid, pod, exc.errors, what=what)
+        text = networks.format(profile or list(DEFAULT_NETWORKS))
+        patch = _annotation_patch(pod, text)
+    if attachments is not None:
+        names = _attachment_names(text)
+        kept: Mapping[str, str] = {}
+        if request.operation == "UPDATE":
+            if _declared_text(request.old_object or {}) == text:
+                names = set()  # the networks did not change: nothing to record
+            else:
+                kept = _record_of(request.old_object or {}) or {}
+        if names or request.operation == "CREATE" or kept:
+            record = {name: kept[name] if name in kept else attachments.get(name) for name in names}
+            patch += _record_patch(pod, bool(patch), {k: v for k, v in record.items() if v is not None})
+    if not patch:
         return admissionreview.allowed(uid)
-    try:
-        profile = namespace_default(namespace)
-    except InvalidObject as exc:
-        return _refusal(uid, pod, exc.errors,
-                        what=f'cannot get networks from namespace "{request.namespace}" (fix its annotation)')
-    nets = profile or list(DEFAULT_NETWORKS)
-    patch = _annotation_patch(pod, networks.format(nets))
     encoded = base64.b64encode(json.dumps(patch).encode()).decode()
     return admissionreview.allowed(uid, patchType="JSONPatch", patch=encoded)
 
@@ -163,19 +234,123 @@ def validate(request: AdmissionRequest | Mapping[str, Any]) -> dict[str, Any]:
     """
     request = admissionreview.request_of(request)
     uid = request.uid
+    if _is_binding(request):
+        return _binding_answer(request)
     if not request.is_pod or request.operation not in ("CREATE", "UPDATE"):
         return admissionreview.allowed(uid)
     pod, errors = _pod_of(request)
     if errors:
         return _refusal(uid, pod, errors)
     if request.operation == "CREATE":
+        if request.sub_resource:
+            return admissionreview.allowed(uid)
         errors = validation.validate_pod(pod)
         return _refusal(uid, pod, errors) if errors else admissionreview.allowed(uid)
-    before, after = _declared_text(request.old_object or {}), _declared_text(pod)
-    if before == after:
+    if request.sub_resource not in ("", "status"):
+        # The API server keeps a pod's metadata as it was on the other subresources' updates
+        # (ephemeralcontainers, resize): they cannot change an annotation.
         return admissionreview.allowed(uid)
-    errors = _change_errors(before, after, pod)
-    return _refusal(uid, pod, errors) if errors else admissionreview.allowed(uid)
+    old_pod = request.old_object or {}
+    before, after = _declared_text(old_pod), _declared_text(pod)
+    if before != after:
+        if request.sub_resource == "status":
+            return _refusal(uid, pod, [forbidden(
+                networks.ANNOTATION_FIELD,
+                "the networks of a pod cannot be changed through its status (pods/status): only an "
+                "update of the pod itself is checked as hot-plug and for the permission to use its "
+                f"networks; change them on the pod (kubectl annotate or patch without --subresource), "
+                f"see {HOTPLUG_DOC}")], what="is forbidden")
+        errors = _change_errors(before, after, pod)
+        if errors:
+            return _refusal(uid, pod, errors)
+    errors = record_change_errors(old_pod, pod)
+    return _refusal(uid, pod, errors, what="is forbidden") if errors else admissionreview.allowed(uid)
+
+
+#: Pod annotations only admission may set or change (through the pod, never its subresources).
+PROTECTED_ANNOTATIONS = (constants.NETWORKS_ANNOTATION, constants.ATTACHMENT_NETWORKS_ANNOTATION)
+
+
+def _is_binding(request: AdmissionRequest) -> bool:
+    return (request.sub_resource == "binding" and request.kind.kind == "Binding" and not request.kind.group
+            and request.operation == "CREATE")
+
+
+def _binding_answer(request: AdmissionRequest) -> dict[str, Any]:
+    """A Binding (`pods/binding`, what kube-scheduler creates) carrying the networks or the record
+    among its annotations is refused: the API server copies a Binding's annotations onto the pod
+    it binds, and no webhook sees that pod change."""
+    binding = request.object or {}
+    annotations = networks.annotations_of(binding)
+    found = [key for key in PROTECTED_ANNOTATIONS if key in annotations]
+    if not found:
+        return admissionreview.allowed(request.uid)
+    name = str((binding.get("metadata") or {}).get("name") or request.name or "")
+    errors = [forbidden(f"metadata.annotations[{key}]",
+                        "a Binding's annotations are copied onto the pod it binds; the pod's networks and "
+                        "admission record can be set only when the pod is created or updated "
+                        '(docs/controller.md "Permission to use a PodNetwork")') for key in found]
+    return _refusal(request.uid, {"metadata": {"name": name}}, errors, what="cannot be bound this way")
+
+
+def _record_of(pod: Mapping[str, Any]) -> dict[str, str] | None:
+    """The pod's admission record, or None when it has none or cannot be read."""
+    try:
+        return networks.attachment_networks(pod)
+    except InvalidObject:
+        return None
+
+
+def _attachment_names(text: str | None) -> set[str]:
+    """The attachments a networks annotation names (none when it cannot be read)."""
+    if text is None:
+        return set()
+    try:
+        return {name for net in networks.parse(text) if (name := net.pod_network_attachment_name)}
+    except InvalidObject:
+        return set()
+
+
+def record_change_errors(old_pod: Mapping[str, Any], pod: Mapping[str, Any]) -> list[FieldError]:
+    """Why an update may not change the pod's admission record (`multinetwork.x-k8s.io/attachment-networks`).
+
+    The record says which PodNetwork each attachment named when admission checked the
+    pod; the agent and the bridge refuse an attachment that names another one since.
+    So, whoever sends the update (the pod's owner, or anyone allowed `pods/status`):
+    - an entry stays as it was while the pod names its attachment: it is neither
+      changed nor removed;
+    - an entry is added only for an attachment the same update adds to the networks
+      (the controller's mutating webhook writes it; with `--enforce-use-permission`,
+      `authorize_use` checks it against the attachment as it is now);
+    - the record is readable JSON whenever it changes.
+    Entries of attachments the pod no longer names may go.
+    """
+    field = networks.RECORD_FIELD
+    old_text = networks.annotations_of(old_pod).get(constants.ATTACHMENT_NETWORKS_ANNOTATION)
+    new_text = networks.annotations_of(pod).get(constants.ATTACHMENT_NETWORKS_ANNOTATION)
+    if old_text == new_text:
+        return []
+    why = ("it records the PodNetwork each PodNetworkAttachment named when the pod was admitted, "
+           'so only admission writes it (docs/controller.md "Permission to use a PodNetwork")')
+    try:
+        new = networks.parse_attachment_networks(new_text) if new_text is not None else {}
+    except InvalidObject as exc:
+        return exc.errors
+    old = _record_of(old_pod) or {}
+    names_now = _attachment_names(_declared_text(pod))
+    names_before = _attachment_names(_declared_text(old_pod))
+    errors: list[FieldError] = []
+    for name, network in sorted(old.items()):
+        if name in names_now and new.get(name) != network:
+            errors.append(forbidden(f"{field}[{name}]",
+                                    f'the entry of PodNetworkAttachment "{name}" ({network!r}) cannot be '
+                                    f"changed or removed while the pod names the attachment: {why}"))
+    for name in sorted(set(new) - set(old)):
+        if name not in names_now or name in names_before:
+            errors.append(forbidden(f"{field}[{name}]",
+                                    f'an entry for PodNetworkAttachment "{name}" can be added only by the '
+                                    f"update that adds the attachment to the pod's networks: {why}"))
+    return errors
 
 
 HOTPLUG_DOC = "docs/hotplug.md"
@@ -285,10 +460,12 @@ def review(
     *,
     enabled: bool = True,
     namespace: Mapping[str, Any] | None = None,
+    attachments: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """AdmissionReview v1 in (decoded JSON, or the typed model), AdmissionReview v1 out.
 
     `namespace` is the pod's Namespace object (for its profile annotation);
+    `attachments` is what `mutate` records (with `--enforce-use-permission`);
     `enabled` is the MultiNetwork feature gate: when off, everything is
     allowed unchanged (KEP Phase I requirement 1). A body that is not an
     AdmissionReview raises `admissionreview.BadReview`, a ValueError naming the
@@ -299,7 +476,7 @@ def review(
     if not enabled:
         return admissionreview.allowed(request.uid)
     if webhook is Webhook.MUTATING:
-        return mutate(request, namespace)
+        return mutate(request, namespace, attachments)
     return validate(request)
 
 
@@ -399,20 +576,28 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
     return str(meta.get("name") or meta.get("generateName") or "")
 
 
+def _who_may_not(requester: Subject | None, account: Subject) -> str:
+    """Who lacks the permission, said plainly for each case."""
+    if requester is None or not requester.user:
+        return f'the pod\'s ServiceAccount "{account.user}" may not'
+    if requester.user == account.user:
+        return f'"{account.user}", the pod\'s ServiceAccount and the user creating it, may not'
+    return f'neither the user "{requester.user}" nor the pod\'s ServiceAccount "{account.user}" may'
+
+
 def use_refusal(uid: str, pod: Mapping[str, Any], namespace: str, use: UseRequest,
-                subjects: Sequence[Subject]) -> dict[str, Any]:
-    """The answer refusing a pod whose `subjects` may not use `use.podnetwork`: 403 Forbidden,
-    naming the network, the verb, the resource and who lacks it, and how to grant it."""
+                requester: Subject | None, account: Subject) -> dict[str, Any]:
+    """The answer refusing a pod whose requester and ServiceAccount may not use `use.podnetwork`:
+    403 Forbidden, naming the network, the verb, the resource and who lacks it, and how to
+    grant it. `requester` is None when the request names no user (the demo's)."""
     name = _pod_name(pod)
     via = (f' (through PodNetworkAttachment "{use.attachment}")' if use.attachment else "")
-    who = " nor ".join(f'"{s.user}"' for s in subjects)
-    message = (f'Pod "{name}" is forbidden: neither {who} may use PodNetwork "{use.podnetwork}"{via}: '
+    message = (f'Pod "{name}" is forbidden: {_who_may_not(requester, account)} use PodNetwork '
+               f'"{use.podnetwork}"{via}: '
                f'missing permission: verb "{USE_VERB}" on resource "{USE_RESOURCE}" in API group '
                f'"{constants.GROUP}" with resourceName "{use.podnetwork}" in namespace "{namespace}"; '
                "grant it to the pod's ServiceAccount or to the user with a Role or ClusterRole and a "
                "RoleBinding (docs/controller.md \"Permission to use a PodNetwork\")")
-    if len(subjects) == 1:
-        message = message.replace("neither ", "", 1)
     field = f"{networks.ANNOTATION_FIELD}[{use.index}]"
     return {"apiVersion": REVIEW_API_VERSION, "kind": admissionreview.KIND, "response": {
         "uid": uid, "allowed": False, "status": {
@@ -444,6 +629,22 @@ def attachment_missing(uid: str, pod: Mapping[str, Any], namespace: str, use: Us
         what="is forbidden")
 
 
+def record_mismatch(uid: str, pod: Mapping[str, Any], namespace: str, use: UseRequest,
+                    recorded: str | None) -> dict[str, Any]:
+    """The answer refusing a pod whose admission record does not say what its attachment names now."""
+    field = f"{networks.RECORD_FIELD}[{use.attachment}]"
+    if recorded is None:
+        detail = (f'has no entry for PodNetworkAttachment "{use.attachment}" '
+                  f'(PodNetwork "{use.podnetwork}"): '
+                  "the controller's mutating webhook writes it; check that it is registered for pod CREATE "
+                  "and UPDATE (deploy/controller/webhooks.yaml) and retry")
+    else:
+        detail = (f'says PodNetworkAttachment "{use.attachment}" names PodNetwork "{recorded}", but in '
+                  f'namespace "{namespace}" it names "{use.podnetwork}" now (it was replaced during '
+                  "admission, or the entry was not written by admission); retry the request")
+    return _refusal(uid, pod, [forbidden(field, f"the admission record {detail}")], what="is forbidden")
+
+
 async def authorize_use(request: AdmissionRequest, may_use: MayUse,
                         attachment_network: AttachmentNetwork) -> dict[str, Any] | None:
     """The refusal of a new pod that names a PodNetwork neither its requester nor its
@@ -451,32 +652,71 @@ async def authorize_use(request: AdmissionRequest, may_use: MayUse,
 
     Either subject suffices, as with PodSecurityPolicy: pods made by controllers
     (a ReplicaSet's) are created by the controller's account, which rarely holds
-    `use` itself, while the pod's ServiceAccount does.
+    `use` itself, while the pod's ServiceAccount does. An attachment is checked
+    against the PodNetwork it names now, which must be the one the mutating webhook
+    recorded in `multinetwork.x-k8s.io/attachment-networks` (`mutate`): the agent and
+    the bridge hold the attachment to that record afterwards.
     """
     uses = use_requests(request)
     if not uses:
         return None
     pod = request.object or {}
     namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
-    subjects = [requester(request.user_info or UserInfo()), service_account(pod, namespace)]
-    if subjects[0].user == subjects[1].user or not subjects[0].user:
-        subjects = subjects[1:]
+    account = service_account(pod, namespace)
+    asker = requester(request.user_info) if request.user_info is not None else None
+    subjects = [account] if asker is None or not asker.user or asker.user == account.user else [
+        asker, account]
+    record = _record_of(pod) or {}
     for use in uses:
         if use.attachment:
             target = await attachment_network(namespace, use.attachment)
             if target is None:
                 return attachment_missing(request.uid, pod, namespace, use)
+            use = UseRequest(use.index, target, use.attachment)
+            if record.get(use.attachment) != target:
+                return record_mismatch(request.uid, pod, namespace, use, record.get(use.attachment))
             if target == constants.DEFAULT_PODNETWORK:
                 continue
-            use = UseRequest(use.index, target, use.attachment)
         allowed = False
         for subject in subjects:
             if await may_use(subject, use.podnetwork, namespace):
                 allowed = True
                 break
         if not allowed:
-            return use_refusal(request.uid, pod, namespace, use, subjects)
+            return use_refusal(request.uid, pod, namespace, use, asker, account)
     return None
+
+
+def annotation_changed(key: str) -> str:
+    """A CEL expression (admission matchConditions) true when an UPDATE adds, removes or
+    changes the annotation `key`. `has()` guards each read: CEL's `||` and `&&` absorb
+    the error of a side whose other side decides."""
+    def present(obj: str) -> str:
+        return f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations)"
+    return (f"{present('object')} != {present('oldObject')} || ({present('object')} && "
+            f"object.metadata.annotations['{key}'] != oldObject.metadata.annotations['{key}'])")
+
+
+#: matchConditions of the validating webhook: every pod CREATE, the updates (of the pod or of
+#: its status) that touch its networks or its admission record, and the Bindings that carry
+#: either among their annotations (the API server copies them onto the pod). The kubelet's
+#: status updates, kube-scheduler's Bindings and the agent's and the bridge's annotations
+#: (network-status, pod-ips) never reach the webhook, so they are never held up by it, even
+#: while it is down.
+VALIDATE_MATCH_CONDITIONS = [{
+    "name": "create-or-networks-change",
+    "expression": (
+        "request.subResource == 'binding' ? has(object.metadata.annotations) && ("
+        + " || ".join(f"'{key}' in object.metadata.annotations" for key in PROTECTED_ANNOTATIONS)
+        + f") : request.operation != 'UPDATE' || {annotation_changed(constants.NETWORKS_ANNOTATION)} || "
+        f"{annotation_changed(constants.ATTACHMENT_NETWORKS_ANNOTATION)}"),
+}]
+#: matchConditions of the mutating webhook: every CREATE, and the updates that change the
+#: networks (hot-plug), for which it records the attachments they add.
+MUTATE_MATCH_CONDITIONS = [{
+    "name": "create-or-networks-change",
+    "expression": f"request.operation != 'UPDATE' || {annotation_changed(constants.NETWORKS_ANNOTATION)}",
+}]
 
 
 def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -487,10 +727,19 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
     without auto-population would silently land on the wrong network) and
     namespaces labelled `multinetwork.x-k8s.io/admission: disabled` are left out,
     and so are `EXEMPT_NAMESPACES`: the controller must be able to start without
-    its own webhook, and kube-system pods stay on `default` either way.
+    its own webhook, and kube-system pods stay on `default` either way
+    (docs/controller.md "What admission does not see").
+
+    The mutating webhook sees pod CREATE and the UPDATEs that change the networks
+    (it records the attachments' PodNetworks); the validating one sees CREATE and
+    the UPDATEs of `pods` and of `pods/status` that change the networks or that
+    record, and the `pods/binding` CREATEs that carry either (`matchConditions`):
+    through those subresources, whoever may write them (kubelets, controllers,
+    schedulers) could otherwise change a pod's networks unchecked.
     """
 
-    def hook(name: str, path: str, operations: list[str]) -> dict[str, Any]:
+    def hook(name: str, path: str, operations: list[str], resources: list[str],
+             conditions: list[dict[str, str]]) -> dict[str, Any]:
         cfg = dict(client_config)
         if "url" in cfg:
             cfg["url"] = cfg["url"].rstrip("/") + path
@@ -504,20 +753,23 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
             "timeoutSeconds": 5,
             "clientConfig": cfg,
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
-                       "resources": ["pods"], "scope": "Namespaced"}],
+                       "resources": resources, "scope": "Namespaced"}],
             "namespaceSelector": {"matchExpressions": [
-                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]},
+                {"key": constants.ADMISSION_LABEL, "operator": "NotIn", "values": ["disabled"]},
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                  "values": list(EXEMPT_NAMESPACES)}]},
+            "matchConditions": [dict(c) for c in conditions],
         }
 
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
          "metadata": {"name": CONFIGURATION_NAME},
-         "webhooks": [{**hook(WEBHOOK_NAME_MUTATE, MUTATE_PATH, ["CREATE"]), "reinvocationPolicy": "Never"}]},
+         "webhooks": [{**hook(WEBHOOK_NAME_MUTATE, MUTATE_PATH, ["CREATE", "UPDATE"], ["pods"],
+                              MUTATE_MATCH_CONDITIONS), "reinvocationPolicy": "Never"}]},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
          "metadata": {"name": CONFIGURATION_NAME},
-         "webhooks": [hook(WEBHOOK_NAME_VALIDATE, VALIDATE_PATH, ["CREATE", "UPDATE"])]},
+         "webhooks": [hook(WEBHOOK_NAME_VALIDATE, VALIDATE_PATH, ["CREATE", "UPDATE"],
+                           ["pods", "pods/status", "pods/binding"], VALIDATE_MATCH_CONDITIONS)]},
     ]
 
 
@@ -567,7 +819,9 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
     decides: defaulting to `default` instead would pin the pods to the wrong
     networks for good (their networks annotation is immutable).
 
-    With `may_use` (`--enforce-use-permission`), the validating webhook refuses a
+    With `may_use` (`--enforce-use-permission`), the mutating webhook records the
+    PodNetwork of each attachment the pod names (`mutate`, resolved with
+    `attachment_network`), and the validating webhook refuses a
     new pod that names a PodNetwork neither its requester nor its ServiceAccount may
     use (`authorize_use`; attachments are resolved with `attachment_network`). It
     runs after every mutating webhook, so networks from a namespace profile are
@@ -597,7 +851,10 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
         async def decide(body: AdmissionReview) -> dict[str, Any]:
             ns = body.request.namespace
             found = await namespace(ns) if ns and enabled and needs_namespace(body, webhook) else None
-            answer = review(body, webhook, enabled=enabled, namespace=found)
+            recorded = None
+            if webhook is Webhook.MUTATING and enabled and may_use is not None:
+                recorded = await record(body.request, found)
+            answer = review(body, webhook, enabled=enabled, namespace=found, attachments=recorded)
             if (webhook is Webhook.VALIDATING and enabled and may_use is not None
                     and answer["response"]["allowed"]):
                 refusal = await authorize(body.request, may_use)
@@ -608,6 +865,21 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
 
     async def no_attachments(namespace: str, name: str) -> str | None:
         return None
+
+    async def record(request: AdmissionRequest, found: Mapping[str, Any] | None) -> dict[str, str | None]:
+        names = attachments_to_record(request, found)
+        lookup = attachment_network or no_attachments
+        try:
+            async with asyncio.timeout(USE_CHECK_SECONDS):
+                return {name: await lookup(request.namespace, name) for name in names}
+        except TimeoutError:
+            raise admissionreview.Unavailable(
+                "cannot read the pod's PodNetworkAttachments to record their PodNetworks: the API server "
+                f"did not answer within {USE_CHECK_SECONDS:g}s; retry the request") from None
+        except UseUnavailable as exc:
+            raise admissionreview.Unavailable(
+                f"cannot read the pod's PodNetworkAttachments to record their PodNetworks: {exc}; "
+                "retry the request") from None
 
     async def authorize(request: AdmissionRequest, check: MayUse) -> dict[str, Any] | None:
         try:
@@ -652,12 +924,16 @@ __all__ = [
     "UseRequest",
     "UseUnavailable",
     "Webhook",
+    "annotation_changed",
     "app",
+    "attachments_to_record",
     "authorize_use",
     "mutate",
     "namespace_default",
     "needs_namespace",
     "network_change_errors",
+    "record_change_errors",
+    "record_mismatch",
     "requester",
     "review",
     "service_account",

@@ -37,6 +37,18 @@ NODE_DEFAULT_PODNETWORK_ANNOTATION = f"{GROUP}/default-podnetwork"
 #: Node annotation: JSON list of the PodNetwork names available on the node
 #: (KEP Phase II requirement 18). Absent means every network is available.
 NODE_PODNETWORKS_ANNOTATION = f"{GROUP}/podnetworks"
+#: Pod annotation recording, at admission, the PodNetwork of each PodNetworkAttachment the pod
+#: names: a JSON object `{"<attachment>": "<PodNetwork>"}`. Written by the controller's mutating
+#: webhook with `--enforce-use-permission`; an attachment re-created afterwards to name another
+#: PodNetwork is refused where networks are resolved (docs/controller.md "Permission to use a
+#: PodNetwork").
+ATTACHMENT_NETWORKS_ANNOTATION = f"{GROUP}/attachment-networks"
+#: Namespace label: `disabled` leaves the namespace out of pod admission (docs/controller.md
+#: "What admission does not see"); setting it needs `NAMESPACE_EXEMPTION_VERB`.
+ADMISSION_LABEL = f"{GROUP}/admission"
+#: The verb (on resource `namespaces` of `GROUP`, resourceName the namespace) a user needs to
+#: set `ADMISSION_LABEL` to `disabled` (crds/admission-exemption-protection.yaml).
+NAMESPACE_EXEMPTION_VERB = "exempt"
 #: Pod annotation the controller touches to make kube-scheduler retry a pod.
 REQUEUED_AT_ANNOTATION = f"{GROUP}/requeued-at"
 

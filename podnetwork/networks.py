@@ -108,6 +108,38 @@ def format(networks: Sequence[Network]) -> str:
     return json.dumps([n.to_dict() for n in networks], separators=(",", ":"))
 
 
+RECORD_FIELD = f"metadata.annotations[{constants.ATTACHMENT_NETWORKS_ANNOTATION}]"
+_RECORD_EXAMPLE = '{"fast": "dataplane"}'
+
+
+def parse_attachment_networks(text: str) -> dict[str, str]:
+    """Parse the admission record `multinetwork.x-k8s.io/attachment-networks`: attachment name ->
+    the PodNetwork it named when the pod was admitted. Raises `InvalidObject` when it is not a
+    JSON object of strings."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_ANNOTATION_BYTES:
+        raise InvalidObject([FieldError(RECORD_FIELD, ErrorType.TOO_LONG,
+                                        detail=f"may not be more than {MAX_ANNOTATION_BYTES} bytes")])
+    try:
+        data = json.loads(text)
+    except (RecursionError, ValueError) as exc:
+        raise InvalidObject([invalid(RECORD_FIELD, text, f"not valid JSON: {exc}")]) from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise InvalidObject([invalid(RECORD_FIELD, text,
+                                     f"must be a JSON object of strings, e.g. {_RECORD_EXAMPLE}")])
+    return data
+
+
+def format_attachment_networks(record: Mapping[str, str]) -> str:
+    """The admission record's JSON (compact, sorted: one record has one text)."""
+    return json.dumps(dict(sorted(record.items())), separators=(",", ":"))
+
+
+def attachment_networks(obj: Mapping[str, Any]) -> dict[str, str] | None:
+    """The admission record of a pod, or None when it has none. Raises `InvalidObject`."""
+    text = annotations_of(obj).get(constants.ATTACHMENT_NETWORKS_ANNOTATION)
+    return None if text is None else parse_attachment_networks(text)
+
+
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
@@ -137,4 +169,15 @@ def effective(
     return list(namespace_default) if namespace_default else list(DEFAULT_NETWORKS)
 
 
-__all__ = ["ANNOTATION_FIELD", "FIELD", "declared", "effective", "format", "parse"]
+__all__ = [
+    "ANNOTATION_FIELD",
+    "FIELD",
+    "RECORD_FIELD",
+    "attachment_networks",
+    "declared",
+    "effective",
+    "format",
+    "format_attachment_networks",
+    "parse",
+    "parse_attachment_networks",
+]

@@ -27,7 +27,7 @@ from typing import Any
 
 import pydantic
 
-from podnetwork import api, conditions, constants
+from podnetwork import activevalidation, api, constants
 from podnetwork.kube import jsontype
 from podnetwork.kube.core import Node
 from scheduler_plugin import wire
@@ -35,21 +35,11 @@ from scheduler_plugin import wire
 NODE_KIND = "Node"
 
 
-@dataclass(frozen=True, slots=True)
-class Readiness:
-    """The Ready condition of a PodNetwork or PodNetworkAttachment, as the decision reads it."""
-
-    ready: bool
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class AttachmentState:
-    """A PodNetworkAttachment: which PodNetwork it attaches to, and whether it is Ready."""
-
-    pod_network_name: str
-    readiness: Readiness
+# What the decision reads of PodNetworks and attachments: the KEP layer's active validations,
+# which the bridge shares (`podnetwork.activevalidation`).
+Readiness = activevalidation.Readiness
+AttachmentState = activevalidation.AttachmentState
+readiness_of = activevalidation.readiness_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +76,6 @@ class Snapshot:
 
 #: Reason of the readiness of an object that does not fit its model.
 INVALID_REASON = "Invalid"
-
-
-def readiness_of(obj: api.KepObject) -> Readiness:
-    """Read the Ready condition; a missing one or a terminating object is not Ready."""
-    if obj.metadata.deletion_timestamp:
-        return Readiness(False, "Terminating", "the object is being deleted")
-    cond = conditions.find(obj, constants.ConditionType.READY)
-    if cond is None:
-        return Readiness(False, "ConditionMissing", "the controller has not set the Ready condition yet")
-    return Readiness(cond.status == constants.ConditionStatus.TRUE.value, cond.reason, cond.message)
 
 
 def _unreadable(kind: str, exc: pydantic.ValidationError) -> Readiness:

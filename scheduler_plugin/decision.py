@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import orjson
 import pydantic_core
 
-from podnetwork import constants, networks, validation
+from podnetwork import activevalidation, constants, networks, validation
 from podnetwork.api import Network
 from podnetwork.fielderrors import FieldError
 from podnetwork.kube.core import Pod
@@ -61,14 +61,8 @@ class FilterResult:
     """Node -> reason, when no node can help until the pod's networks change."""
 
 
-def not_found(kind: str, name: str) -> str:
-    return f'{kind.lower()} "{name}" not found'
-
-
-def not_ready(kind: str, name: str, reason: str, message: str) -> str:
-    """The object's Ready condition, copied: `<reason>: <message>` (no dangling colon)."""
-    detail = f"{reason}: {message}" if message else reason or "no reason given"
-    return f'{kind.lower()} "{name}" is not Ready: {detail}'
+not_found = activevalidation.not_found
+not_ready = activevalidation.not_ready
 
 
 def not_available(name: str) -> str:
@@ -78,43 +72,9 @@ def not_available(name: str) -> str:
 def _resolve(
     namespace: str, nets: Sequence[Network], snapshot: Snapshot
 ) -> tuple[list[str], list[str]]:
-    """The PodNetwork names a pod of `namespace` needs, in its order, and every problem with them."""
-    needed: list[str] = []
-    problems: list[str] = []
-    referrer: dict[str, str] = {}
-    for net in nets:
-        kind, name = net.reference
-        attachment_ready = True
-        if kind == constants.ATTACHMENT_KIND:
-            attachment = snapshot.attachments.get((namespace, name))
-            if attachment is None:
-                problems.append(not_found(kind, name))
-                continue
-            attachment_ready = attachment.readiness.ready
-            if not attachment_ready:
-                r = attachment.readiness
-                problems.append(not_ready(kind, name, r.reason, r.message))
-            pn_name, via = attachment.pod_network_name, f'podnetworkattachment "{name}"'
-        else:
-            pn_name, via = name, f'podNetworkName "{name}"'
-        pn = snapshot.podnetworks.get(pn_name)
-        suffix = "" if kind == constants.PODNETWORK_KIND else f" (referenced by {via})"
-        if pn is None:
-            problems.append(not_found(constants.PODNETWORK_KIND, pn_name) + suffix)
-        elif not pn.ready and attachment_ready:
-            # A not-Ready attachment already says PodNetworkNotReady: say it once. A Ready one
-            # over a not-Ready network is stale (the controller has not caught up): hold the pod.
-            problems.append(not_ready(constants.PODNETWORK_KIND, pn_name, pn.reason, pn.message))
-        if pn_name in referrer:
-            # KEP "Active validations": a pod references a given PodNetwork only once,
-            # also through attachments.
-            problems.append(
-                f'podnetwork "{pn_name}" is referenced more than once: by {referrer[pn_name]} and by {via}'
-            )
-            continue
-        referrer[pn_name] = via
-        needed.append(pn_name)
-    return needed, problems
+    """The PodNetwork names a pod of `namespace` needs, in its order, and every problem with them
+    (`podnetwork.activevalidation.resolve`: the bridge holding a gated pod says the same)."""
+    return activevalidation.resolve(namespace, nets, snapshot.podnetworks, snapshot.attachments)
 
 
 #: Longest value quoted in a field error, in characters (an annotation may hold 256 KiB).

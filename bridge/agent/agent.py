@@ -642,7 +642,15 @@ class Agent:
         namespace = pod.metadata.namespace or "default"
         annotations = pod.metadata.annotations or {}
         if objects_mod.KEP_NETWORKS_ANNOTATION in annotations:
-            return await self._translated(namespace, annotations[objects_mod.KEP_NETWORKS_ANNOTATION])
+            try:
+                # Attachments are held to what admission recorded of them: one re-created since to
+                # name another PodNetwork was never checked for `use` (docs/controller.md).
+                admitted = translate.admitted_networks(annotations)
+            except translate.TranslationError as exc:
+                raise CNIError(ErrorCode.INVALID_CONFIG, "invalid pod annotation "
+                               f"{translate.ATTACHMENT_NETWORKS_ANNOTATION}", str(exc)) from None
+            text = annotations[objects_mod.KEP_NETWORKS_ANNOTATION]
+            return await self._translated(namespace, text, admitted)
         annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
         if not annotation:
             return []
@@ -656,7 +664,9 @@ class Agent:
             log.warning("pod %s/%s: %s", namespace, pod.metadata.name, warning)
         return elements
 
-    async def _translated(self, namespace: str, text: str) -> list[npwg.NetworkSelectionElement]:
+    async def _translated(
+        self, namespace: str, text: str, admitted: Mapping[str, str] | None = None
+    ) -> list[npwg.NetworkSelectionElement]:
         what = f"pod annotation {objects_mod.KEP_NETWORKS_ANNOTATION}"
         try:
             raw = json.loads(text)
@@ -680,7 +690,7 @@ class Agent:
                     found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
                     await self._follow_refs(podnetwork, found)
         try:
-            translation = translate.translate(networks, namespace, found.objects())
+            translation = translate.translate(networks, namespace, found.objects(), admitted)
         except translate.TranslationError as exc:
             raise CNIError(
                 ErrorCode.DELEGATION_FAILED, f"cannot translate the pod's networks ({exc.reason})", str(exc)

@@ -91,8 +91,9 @@ class Bridge:
     options_users: dict[Key, set[Ref]] = field(default_factory=dict)
     waiting: dict[Key, kube_core.Pod] = field(default_factory=dict)
     """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
-    posted: set[str] = field(default_factory=set)
-    """Names of the Events already posted (each disagreement is reported once)."""
+    posted: dict[Key, set[str]] = field(default_factory=dict)
+    """Per pod, the names of the Events already posted (each cause is reported once); forgotten
+    with the pod."""
     reverse_written: dict[Key, tuple[str, dict[str, str]]] = field(default_factory=dict)
     """Per pod, digests of the network-status the bridge last wrote the reverse status from and
     of what it wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
@@ -199,10 +200,11 @@ class Bridge:
     async def post_event(self, pod: kube_core.Pod, reason: str, message: str) -> None:
         body = pods.event(pod, reason, message, now=conditions.now())
         name = body["metadata"]["name"]
-        if name in self.posted:
-            return
-        self.posted.add(name)
         namespace = body["metadata"]["namespace"]
+        posted = self.posted.setdefault((namespace, pod.metadata.name or ""), set())
+        if name in posted:
+            return
+        posted.add(name)
         try:
             await self._api().create(kube.Event, body)
         except kube.Conflict:
@@ -318,13 +320,14 @@ class Bridge:
             return
         objects = self.objects()
         try:
-            translation = translate.translate(nets, key[0], objects)
+            translation = pods.translation(pod, nets, key[0], objects)
         except translate.TranslationError as exc:
             logger.info("pod %s/%s waits: %s", *key, exc)
             if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
                 # Providers do not change: the bridge will never write this pod's selection.
                 pod = await self.release(key, pod, str(exc))
             self.waiting[key] = pod
+            await self.say_why_gated(pod, nets, key[0], objects, exc)
             return
         if not self.config.write_selection:
             await self.release(key, pod, "the bridge runs with --no-selection")
@@ -339,6 +342,7 @@ class Bridge:
             if blockers:
                 logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
                 self.waiting[key] = pod
+                await self.say_why_gated(pod, nets, key[0], objects)
             else:
                 self.waiting.pop(key, None)
                 decision = pods.selection(pod, translation)
@@ -376,6 +380,15 @@ class Bridge:
                 before = last[1] if last is not None and last[0] == status else {}
                 self.reverse_written[key] = (status, {**before, **digests})
                 logger.info("pod %s/%s: wrote %s", *key, ", ".join(changes))
+
+    async def say_why_gated(
+        self, pod: kube_core.Pod, nets: list[translate.Network], namespace: str, objects: translate.Objects,
+        error: translate.TranslationError | None = None,
+    ) -> None:
+        """An Event per cause on a pod the bridge holds behind its gate (`pods.gate_notices`): it
+        never reaches kube-scheduler, so no FailedScheduling says why it is Pending."""
+        for message in pods.gate_notices(pod, nets, namespace, objects, error):
+            await self.post_event(pod, pods.GATED_REASON, message)
 
     async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
         """Remove the bridge's scheduling gate from a pod it will write no selection for.
@@ -567,6 +580,7 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
             bridge.waiting.pop(key, None)
             bridge.locks.pop(("Pod", *key), None)
             bridge.reverse_written.pop(key, None)
+            bridge.posted.pop(key, None)
             return
         await bridge.reconcile_pod(body)
 

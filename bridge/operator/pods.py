@@ -36,7 +36,7 @@ from typing import Any
 
 from bridge import npwg, translate
 from bridge.translate import Translation, podips
-from podnetwork import conditions, constants
+from podnetwork import activevalidation, conditions, constants
 from podnetwork import networks as kep_networks
 from podnetwork.api import Network
 from podnetwork.fielderrors import InvalidObject
@@ -52,6 +52,9 @@ COMPONENT = "podnetwork-bridge"
 SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
 #: Event reason: something of the pod's networks NPWG cannot express (`Translation.warnings`).
 TRANSLATION_WARNING_REASON = "TranslationWarning"
+#: Event reason: the pod is held behind `SCHEDULING_GATE`, and why (a network missing, not Ready...).
+#: kube-scheduler never sees a gated pod, so the extender cannot say it: the gate's holder does.
+GATED_REASON = "SchedulingGated"
 #: Event reason: isDefaultGW4/6 on a network whose NAD names no gateway of that family
 #: (`translate.GatewayGap`): the bridge writes no selection for the pod.
 GATEWAY_MISSING_REASON = "DefaultGatewayMissing"
@@ -71,6 +74,14 @@ def declared(pod: Pod) -> list[Network] | None:
     """
     text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
     return None if text is None else kep_networks.parse(text)
+
+
+def translation(
+    pod: Pod, networks: Sequence[Network], namespace: str, objects: translate.Objects
+) -> Translation:
+    """`translate.translate` of the pod's networks, its attachments held to its admission record
+    (`translate.admitted_networks`). Raises `translate.TranslationError`."""
+    return translate.translate(networks, namespace, objects, translate.admitted_networks(annotations_of(pod)))
 
 
 def attached(pod: Pod) -> bool:
@@ -109,6 +120,45 @@ def not_ready(
             what = translate.describe(constants.PODNETWORK_KIND, pn_name)
             problems.append(f"{what} is {'missing' if pn is None else 'not Ready'}")
     return problems
+
+
+def gate_notices(
+    pod: Pod,
+    networks: Sequence[Network],
+    pod_namespace: str,
+    objects: translate.Objects,
+    error: translate.TranslationError | None = None,
+) -> list[str]:
+    """Why a pod the bridge holds behind its scheduling gate waits: one message per cause.
+
+    Worded as the scheduler extender words its FailedScheduling (`podnetwork.activevalidation`):
+    a PodNetwork or attachment missing or not Ready, a PodNetwork reached twice. When those
+    checks pass but the translation still fails (`error`: an attachment replaced since
+    admission, parameters that cannot be read), its message. Nothing for a pod without the
+    gate: kube-scheduler and the extender speak for it.
+    """
+    if not gated(pod):
+        return []
+    podnetworks: dict[str, activevalidation.Readiness] = {}
+    attachments: dict[tuple[str, str], activevalidation.AttachmentState] = {}
+    for net in networks:
+        pn_name = net.pod_network_name
+        if net.pod_network_attachment_name:
+            key = (pod_namespace, net.pod_network_attachment_name)
+            pna = objects.attachments.get(key)
+            if pna is None:
+                continue
+            attachments[key] = activevalidation.AttachmentState(
+                pna.spec.pod_network_name, activevalidation.readiness_of(pna))
+            pn_name = pna.spec.pod_network_name
+        pn = objects.podnetworks.get(pn_name or "")
+        if pn is not None:
+            podnetworks[pn.metadata.name or ""] = activevalidation.readiness_of(pn)
+    _, problems = activevalidation.resolve(pod_namespace, networks, podnetworks, attachments)
+    if not problems and error is not None and error.reason is not translate.Reason.NOT_BRIDGE_PROVIDER:
+        problems = [str(error)]
+    return [f"{problem}; the pod stays behind scheduling gate {SCHEDULING_GATE} until its networks exist and "
+            "are Ready" for problem in problems]
 
 
 @dataclass(frozen=True)
@@ -380,16 +430,16 @@ def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None
         # Gated: an earlier pass (reinvocationPolicy IfNeeded) decided, and warned.
         return nothing
     try:
-        translation = translate.translate(nets, namespace, objects)
+        translated = translation(pod, nets, namespace, objects)
     except translate.TranslationError as exc:
         if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
             return nothing
         return AdmissionDecision(_gate_ops(pod), [])
-    warnings = [message for _, message in notices(translation)]
-    if not_ready(nets, namespace, objects) or refusal(translation) is not None:
+    warnings = [message for _, message in notices(translated)]
+    if not_ready(nets, namespace, objects) or refusal(translated) is not None:
         return AdmissionDecision(_gate_ops(pod), warnings)
     meta = pod.metadata.model_copy(update={"namespace": namespace})
-    decision = selection(pod.model_copy(update={"metadata": meta}), translation)
+    decision = selection(pod.model_copy(update={"metadata": meta}), translated)
     if decision.patch is None or "annotations" not in decision.patch.get("metadata", {}):
         return AdmissionDecision([], warnings)
     # The pod has annotations (it carries the KEP one), so adding keys under them is valid.
@@ -408,6 +458,7 @@ def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str
 
 __all__ = [
     "CONFLICT_REASON",
+    "GATED_REASON",
     "GATEWAY_MISSING_REASON",
     "SCHEDULING_GATE",
     "TRANSLATION_WARNING_REASON",
@@ -420,6 +471,7 @@ __all__ = [
     "declared",
     "digest",
     "event",
+    "gate_notices",
     "gated",
     "may_be_bridged",
     "not_ready",
@@ -432,4 +484,5 @@ __all__ = [
     "reverse_status_patch",
     "scheduling_gates",
     "selection",
+    "translation",
 ]

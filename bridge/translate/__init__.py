@@ -18,6 +18,7 @@ from bridge.translate.networks import (
     GatewayGap,
     Source,
     Translation,
+    admitted_networks,
     ipam_gateways,
     selection_digest,
     translate,
@@ -56,8 +57,10 @@ from bridge.translate.refs import (
 # The KEP entry of a pod's networks list and the KEP objects' models: re-exported
 # for the agent, which sees the KEP layer only through this package (.importlinter).
 from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
+from podnetwork.constants import ATTACHMENT_NETWORKS_ANNOTATION
 
 __all__ = [
+    "ATTACHMENT_NETWORKS_ANNOTATION",
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
     "NAD_KINDS",
@@ -85,6 +88,7 @@ __all__ = [
     "Translation",
     "TranslationError",
     "Typed",
+    "admitted_networks",
     "attachment_params",
     "describe",
     "field_errors",

@@ -72,7 +72,9 @@ from bridge.translate.refs import (
     podnetwork_nad,
 )
 from podnetwork import constants
+from podnetwork import networks as kep_networks
 from podnetwork.api import Network
+from podnetwork.fielderrors import InvalidObject
 
 #: Implementation extension of a selection element (NPWG 4.1.2.1: keys with a dot are
 #: implementation-specific and kept): the address families, `ipv4`/`ipv6`, whose default
@@ -217,8 +219,37 @@ def _entry_label(index: int, net: Network) -> str:
     return f"spec.networks[{index}] ({kind} {name!r})"
 
 
-def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects) -> Translation:
+def admitted_networks(annotations: Mapping[str, str]) -> dict[str, str] | None:
+    """The pod's admission record (`multinetwork.x-k8s.io/attachment-networks`): attachment ->
+    the PodNetwork it named when the pod was admitted; None when the pod has none.
+
+    Raises `TranslationError` (`Reason.INVALID_RECORD`) when it cannot be read: only
+    admission writes it, so an unreadable one was forged, and no attachment is trusted.
+    """
+    text = annotations.get(constants.ATTACHMENT_NETWORKS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return kep_networks.parse_attachment_networks(text)
+    except InvalidObject as exc:
+        raise TranslationError(Reason.INVALID_RECORD, f"the pod's admission record {exc}") from None
+
+
+def translate(
+    networks: Sequence[Network],
+    pod_namespace: str,
+    objects: Objects,
+    admitted: Mapping[str, str] | None = None,
+) -> Translation:
     """Translate a pod's KEP networks into the NPWG selection. See the module docstring.
+
+    `admitted` is the pod's admission record (`admitted_networks`): an attachment it
+    names must still name the PodNetwork recorded there, or the translation fails
+    (`Reason.ATTACHMENT_CHANGED`): with `--enforce-use-permission`, admission checked
+    the permission to use that PodNetwork, and an attachment deleted and re-created
+    since to name another must not carry the pod onto it (docs/controller.md
+    "Permission to use a PodNetwork"). An attachment the record does not name (a pod
+    admitted without enforcement) is not held to anything.
 
     Raises `TranslationError` (with a `Reason`) when a referenced object is missing,
     is not provided by this bridge, or has invalid parameters.
@@ -239,6 +270,16 @@ def translate(networks: Sequence[Network], pod_namespace: str, objects: Objects)
                     )
                 raise TranslationError(Reason.ATTACHMENT_NOT_FOUND, f"{label}: {what} does not exist")
             pn_name = attachment.spec.pod_network_name
+            recorded = (admitted or {}).get(attachment_name)
+            if recorded is not None and recorded != pn_name:
+                what = describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)
+                raise TranslationError(
+                    Reason.ATTACHMENT_CHANGED,
+                    f"{label}: {what} names PodNetwork {pn_name!r}, but the pod was admitted with it naming "
+                    f"{recorded!r} ({constants.ATTACHMENT_NETWORKS_ANNOTATION}): the attachment was replaced "
+                    "after admission, so the permission to use its network was never checked; re-create the "
+                    "pod to have it checked, or put the attachment back",
+                )
             params = attachment_params(attachment, objects)
         else:
             pn_name = net.pod_network_name or ""
@@ -369,6 +410,7 @@ __all__ = [
     "GatewayGap",
     "Source",
     "Translation",
+    "admitted_networks",
     "ipam_gateways",
     "selection_digest",
     "translate",

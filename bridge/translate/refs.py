@@ -62,7 +62,8 @@ OPTIONS_KEYS: tuple[str, ...] = (
 
 
 class Reason(StrEnum):
-    """Why a translation failed. The last three are also ParamsReady=False reasons."""
+    """Why a translation failed. PARAMETERS_NOT_FOUND, INVALID_PARAMETERS and
+    UNSUPPORTED_PARAMETERS_KIND are also ParamsReady=False reasons."""
 
     PODNETWORK_NOT_FOUND = "PodNetworkNotFound"
     ATTACHMENT_NOT_FOUND = "PodNetworkAttachmentNotFound"
@@ -70,6 +71,10 @@ class Reason(StrEnum):
     PARAMETERS_NOT_FOUND = "ParametersNotFound"
     INVALID_PARAMETERS = "InvalidParameters"
     UNSUPPORTED_PARAMETERS_KIND = "UnsupportedParametersKind"
+    ATTACHMENT_CHANGED = "PodNetworkAttachmentChanged"
+    """An attachment names another PodNetwork than the one admission recorded for the pod."""
+    INVALID_RECORD = "InvalidAdmissionRecord"
+    """The pod's admission record (`multinetwork.x-k8s.io/attachment-networks`) cannot be read."""
 
 
 class TranslationError(ValueError):

@@ -7,8 +7,14 @@ What kmock lacks and `ClusterEmulator` adds, each as the API server does it:
   and the CEL rules (immutability), from the real files in crds/ (`tests.unit.crd_support`);
 - the ValidatingAdmissionPolicy of crds/default-podnetwork-protection.yaml on DELETE, and dry runs
   of DELETE (`?dryRun=All`: admission runs, nothing is removed);
-- admission webhooks for pod CREATE: the AdmissionReview is POSTed over HTTPS to each webhook
-  (mutating first, then validating, failurePolicy Fail) and a JSONPatch answer applied;
+- admission webhooks for pod CREATE, as their configurations deploy them (the objects
+  `podnetwork.admission.webhook_configurations` and `bridge.operator.admission.webhook_configuration`
+  build, with a URL): the rules, the namespaceSelector, the matchConditions (CEL, with cel-python),
+  mutating webhooks in the order of their configurations' names with `reinvocationPolicy: IfNeeded`
+  honoured, then validating ones; the AdmissionReview is POSTed over HTTPS, failurePolicy Fail, and a
+  JSONPatch answer applied;
+- a new pod with scheduling gates gets `PodScheduled=False`, reason `SchedulingGated` (what the API
+  server sets, KEP-3521);
 - `/version` says it is kmock (kmock's own answer is a canned k3s version);
 - `status.conditions` of a strategic merge patch merged by type (kmock replaces the list);
 - what the API server fills in on create: uid, creationTimestamp, generation 1 (bumped when a
@@ -51,9 +57,10 @@ import kmock
 import yaml
 
 from bridge import npwg
+from bridge.operator import admission as bridge_admission
 from embedded.admission import apply_json_patch
 from embedded.scheduling import unschedulable_message
-from podnetwork import constants
+from podnetwork import admission, constants
 from podnetwork.kube import client as kube
 from tests.api import kube_emulator
 from tests.api.controller_support import free_port
@@ -98,9 +105,8 @@ class ClusterEmulator(kube_emulator.Emulator):
         super().__attrs_post_init__()
         self.namespaces: dict[str, dict[str, Any]] = {}
         self._namespace_watchers: list[asyncio.Queue[dict[str, Any]]] = []
-        self.mutating: list[str] = []
-        """URLs of mutating webhooks for pod CREATE, called in this order."""
-        self.validating: list[str] = []
+        self.configurations: list[dict[str, Any]] = []
+        """Mutating- and ValidatingWebhookConfigurations, with URL clientConfigs (`register`)."""
         self.crds = {constants.PODNETWORK_PLURAL: crd_support.crd("podnetworks.yaml"),
                      constants.ATTACHMENT_PLURAL: crd_support.crd("podnetworkattachments.yaml")}
         (self.policy, _) = crd_support.load_yaml_documents(ROOT / "crds" / "default-podnetwork-protection.yaml")
@@ -242,12 +248,51 @@ class ClusterEmulator(kube_emulator.Emulator):
             return aiohttp.web.json_response(old)
         return None
 
+    def register(self, *configurations: dict[str, Any]) -> None:
+        """Admission webhook configurations (as `kubectl apply` would register them)."""
+        self.configurations.extend(configurations)
+
+    def _webhooks(self, kind: str, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """The webhooks of `kind` configurations that a pod CREATE reaches, in the API server's order
+        (configurations sorted by name)."""
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        labels = {**((self.namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {}),
+                  "kubernetes.io/metadata.name": namespace}
+        found = []
+        for config in sorted(self.configurations, key=lambda c: c["metadata"]["name"]):
+            if config["kind"] != kind:
+                continue
+            for hook in config["webhooks"]:
+                if not any("CREATE" in r["operations"] and "pods" in r["resources"] for r in hook["rules"]):
+                    continue
+                if not all(_selects(e, labels) for e in hook["namespaceSelector"].get("matchExpressions", [])):
+                    continue
+                activation = {"request": {"operation": "CREATE", "subResource": ""}, "object": pod,
+                              "oldObject": None}
+                if all(bool(crd_support.cel(c["expression"], activation)) for c in hook.get("matchConditions", [])):
+                    found.append(hook)
+        return found
+
     async def _admit_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         async with httpx.AsyncClient(verify=False, timeout=10) as client:  # the webhooks' self-signed certificates
-            for url in self.mutating:
-                pod = await self._review(client, url, pod, mutate=True)
-            for url in self.validating:
-                await self._review(client, url, pod, mutate=False)
+            mutating = self._webhooks("MutatingWebhookConfiguration", pod)
+            changed_after: dict[str, bool] = {}
+            for hook in mutating:
+                before = json.dumps(pod, sort_keys=True)
+                pod = await self._review(client, hook["clientConfig"]["url"], pod, mutate=True)
+                changed_after = {name: changed or json.dumps(pod, sort_keys=True) != before
+                                 for name, changed in changed_after.items()}
+                changed_after[hook["name"]] = False
+            # reinvocationPolicy IfNeeded: called once more when a later webhook changed the pod.
+            for hook in mutating:
+                if hook.get("reinvocationPolicy") == "IfNeeded" and changed_after.get(hook["name"]):
+                    pod = await self._review(client, hook["clientConfig"]["url"], pod, mutate=True)
+            for hook in self._webhooks("ValidatingWebhookConfiguration", pod):
+                await self._review(client, hook["clientConfig"]["url"], pod, mutate=False)
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            pod.setdefault("status", {}).setdefault("conditions", []).append({
+                "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates", "lastTransitionTime": _now()})
         return pod
 
     async def _review(self, client: httpx.AsyncClient, url: str, pod: dict[str, Any], *,
@@ -276,6 +321,20 @@ class ClusterEmulator(kube_emulator.Emulator):
             patched: dict[str, Any] = apply_json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
             return patched
         return pod
+
+
+def _selects(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    """One matchExpression of a label selector against a namespace's labels."""
+    key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return labels.get(key) not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"unknown selector operator {operator!r}")
 
 
 def declare_resources(k: kmock.KubernetesEmulator) -> None:
@@ -453,8 +512,7 @@ async def cluster(workdir: Path, *, controller: bool = True, extender: bool = Tr
                 port = free_port()
                 proc = await _start(the, "controller", "controller", "--webhook-host", "127.0.0.1",
                                     "--webhook-port", str(port), "--resync-interval", "30")
-                emulator.mutating.append(f"https://127.0.0.1:{port}/mutate-pods")
-                emulator.validating.append(f"https://127.0.0.1:{port}/validate-pods")
+                emulator.register(*admission.webhook_configurations({"url": f"https://127.0.0.1:{port}"}))
 
                 async def default_exists() -> bool:
                     return bool(await api.get(kube.PodNetwork, constants.DEFAULT_PODNETWORK))
@@ -466,7 +524,17 @@ async def cluster(workdir: Path, *, controller: bool = True, extender: bool = Tr
                         return True
                     await _until("its webhook listened", serving, proc, the, "controller")
             if bridge:
-                await _start(the, "bridge", "bridge")
+                # With its webhook, as deploy/bridge runs it: pods naming a network that is not Ready
+                # (or does not exist) are held behind its scheduling gate.
+                port = free_port()
+                proc = await _start(the, "bridge", "bridge", "--webhook", "--webhook-host", "127.0.0.1",
+                                    "--webhook-port", str(port))
+                emulator.register(bridge_admission.webhook_configuration({"url": f"https://127.0.0.1:{port}"}))
+                async with httpx.AsyncClient(verify=False, timeout=5) as http:
+                    async def bridge_serving() -> bool:
+                        await http.get(f"https://127.0.0.1:{port}/healthz")
+                        return True
+                    await _until("its webhook listened", bridge_serving, proc, the, "bridge")
             if scheduler:
                 tasks.append(asyncio.create_task(Scheduler(api, extender_url, scheduler_name).run()))
             yield the

@@ -210,3 +210,39 @@ async def test_a_failing_attach_is_rolled_back_leaving_the_pod_as_it_was_and_an_
         assert world.leftovers() == NOTHING_LEFT
     finally:
         await world.cleanup()
+
+
+async def test_an_attachment_replaced_after_admission_is_not_hot_plugged_and_an_event_says_why(
+    cni_host: list[Path], kmock: bs.Emulator
+) -> None:
+    # Admission recorded `fast` naming `green` (which the pod may use, docs/controller.md "An
+    # attachment is held to what admission checked"); `fast` was then deleted and re-created naming
+    # `red`. The agent resolves the attachment again at hot-plug, and must not attach red.
+    world = World(cni_host)
+    try:
+        seed(kmock, world, {"blue": world.network("blue", 1), "red": world.network("red", 2),
+                            "green": world.network("green", 3)}, [DEFAULT, BLUE])
+        swapped = bs.attachment("fast", "red", [], ns=NS)
+        swapped["status"] = {"conditions": [bs.ready_condition()]}
+        kmock.objects[bs.PNA, NS, "fast"] = swapped
+        netns = world.make_netns()
+        async with bs.running(kmock), agent_process(world, kmock):
+            await add(world, netns)
+            before = {"interfaces": world.interfaces(netns), "reservations": world.reservations()}
+            nets = [DEFAULT, BLUE, {"podNetworkAttachmentName": "fast"}]
+            await bs.call(kmock, "PATCH", POD_URL, {"metadata": {"annotations": {
+                KEP_NETWORKS: json.dumps(nets), "multinetwork.x-k8s.io/attachment-networks": '{"fast":"green"}'}}})
+            failed = await until(lambda: [e for e in events(kmock) if e["reason"] == hotplug.REASON_FAILED],
+                                 "a NetworksChangeFailed Event")
+            message = failed[0]["message"]
+            assert message.startswith("the pod's networks cannot be changed: ")
+            assert ("PodNetworkAttachment default/fast names PodNetwork 'red', but the pod was admitted with it "
+                    "naming 'green'") in message
+            await asyncio.sleep(1.0)
+            assert {"interfaces": world.interfaces(netns), "reservations": world.reservations()} == before
+            assert "red" not in json.dumps(status(kmock))
+            deleted = await world.cni("DEL", "ctr-hot", netns, "vm")
+            assert deleted.returncode == 0, deleted.stdout
+        assert world.leftovers() == NOTHING_LEFT
+    finally:
+        await world.cleanup()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,16 +213,41 @@ def _lookup(value: Any, path: str) -> Any:
     return value
 
 
-def vap_errors(policy: dict[str, Any], request: dict[str, Any]) -> list[str]:
+Authorizer = Callable[[dict[str, str]], bool]
+"""Answers the API server's authorizer would give: attributes (`group`, `resource`, `name`,
+`namespace`, `subresource`, `verb`) of a check for the request's user -> allowed."""
+
+
+def _authorizer_functions(authorized: Authorizer) -> dict[str, Any]:
+    """The CEL authorizer library (`authorizer.group(g).resource(r).name(n).check(verb).allowed()`),
+    as functions over a map of the attributes gathered so far."""
+    def setter(key: str) -> Callable[[Any, Any], Any]:
+        def put(target: Any, value: Any) -> Any:
+            return celpy.celtypes.MapType({**target, celpy.celtypes.StringType(key): value})
+        return put
+
+    def check(target: Any, verb: Any) -> Any:
+        attrs = {str(k): str(v) for k, v in target.items()}
+        return celpy.celtypes.BoolType(authorized({**attrs, "verb": str(verb)}))
+
+    return {"group": setter("group"), "resource": setter("resource"), "name": setter("name"),
+            "namespace": setter("namespace"), "subresource": setter("subresource"), "check": check,
+            "allowed": lambda decision: decision}
+
+
+def vap_errors(policy: dict[str, Any], request: dict[str, Any], authorized: Authorizer | None = None) -> list[str]:
     """Messages of the policy's validations that fail for one admission request.
 
     `request` carries `operation`, `resource` ({group, version, resource}),
-    `object` and `oldObject` as the API server would bind them.
+    `object` and `oldObject` as the API server would bind them. The policy's
+    `variables` are evaluated in order, as `variables.<name>`; `authorizer` answers
+    with `authorized` (nothing is allowed without it). A failing validation's
+    `messageExpression` is evaluated, else its `message` is taken.
     """
     spec = policy["spec"]
     if not any(_matches(rule, request) for rule in spec["matchConstraints"]["resourceRules"]):
         return []
-    activation = {
+    activation: dict[str, Any] = {
         "object": request.get("object"),
         "oldObject": request.get("oldObject"),
         "request": {
@@ -231,11 +256,24 @@ def vap_errors(policy: dict[str, Any], request: dict[str, Any]) -> list[str]:
             "name": (request.get("oldObject") or request.get("object") or {}).get("metadata", {}).get("name"),
         },
     }
-    return [
-        " ".join(v["message"].split())
-        for v in spec["validations"]
-        if not bool(cel(v["expression"], activation))
-    ]
+    functions = _authorizer_functions(authorized or (lambda _: False))
+
+    def evaluate(expression: str, variables: dict[str, Any]) -> Any:
+        program = _ENV.program(_ENV.compile(expression), functions=functions)
+        bound = {k: celpy.json_to_cel(v) for k, v in activation.items()}
+        return program.evaluate({**bound, "authorizer": celpy.celtypes.MapType({}),
+                                 "variables": celpy.celtypes.MapType(variables)})
+
+    variables: dict[Any, Any] = {}
+    for variable in spec.get("variables") or []:
+        variables[celpy.celtypes.StringType(variable["name"])] = evaluate(variable["expression"], variables)
+    errors = []
+    for v in spec["validations"]:
+        if bool(evaluate(v["expression"], variables)):
+            continue
+        text = str(evaluate(v["messageExpression"], variables)) if "messageExpression" in v else v["message"]
+        errors.append(" ".join(text.split()))
+    return errors
 
 
 def _matches(rule: dict[str, Any], request: dict[str, Any]) -> bool:

@@ -38,10 +38,14 @@ async def scheduler_probe(ctx: Context) -> str | None:
 
 
 async def _held(ctx: Context, name: str) -> str | None:
-    """"bound" once the pod has a node, "held" once kube-scheduler says it is unschedulable."""
+    """"bound" once the pod has a node, "held" once kube-scheduler says it is unschedulable or the pod
+    waits behind a scheduling gate (an implementation may hold a pod whose networks are not usable
+    before kube-scheduler sees it; the API server then says PodScheduled False, SchedulingGated)."""
     pod = await ctx.client.get(kc.Pod, name, ctx.namespace)
     if _node(pod):
         return "bound"
+    if ((pod or {}).get("spec") or {}).get("schedulingGates"):
+        return "held"
     cond = kc.condition(pod, "PodScheduled")
     if cond is not None and cond.get("status") == "False":
         return "held"
@@ -60,7 +64,9 @@ async def extender_probe(ctx: Context) -> str | None:
 
 
 async def _held_with_event(ctx: Context, pod: str, network: str) -> None:
-    """The pod is not bound, PodScheduled is False, and an Event on the pod names `network`."""
+    """The pod is not bound, PodScheduled is False (or the pod is gated), and an Event on the pod
+    names `network`: from whichever component holds it, kube-scheduler's FailedScheduling (an
+    extender or plugin rejected it) or the holder of its scheduling gate."""
     seen = await ctx.client.eventually(f"pod {pod} is held Pending", lambda: _held(ctx, pod),
                                        timeout=ctx.timeouts.schedule)
     assert seen == "held", f"pod {pod}, naming PodNetwork {network}, was bound to a node"
@@ -71,7 +77,8 @@ async def _held_with_event(ctx: Context, pod: str, network: str) -> None:
             text = str(ev.get("message") or ev.get("note") or "")
             if involved.get("name") == pod and network in text:
                 return text
-        raise kc.Unmet(f"no Event on pod {pod} names {network}")
+        raise kc.Unmet(f"no Event on pod {pod} names {network} (neither a FailedScheduling nor one from "
+                       "the holder of a scheduling gate)")
 
     # KEP "Active validations": "These errors will be presented as Pod Events".
     await ctx.client.eventually(f"an Event on pod {pod} names {network}", event)

@@ -22,7 +22,7 @@ OTHER_GATE = {"name": "example.com/quota"}
 
 def seed(k: kmock_lib.KubernetesEmulator, *objs: dict) -> None:
     bs.declare_resources(k)
-    kinds = {"PodNetwork": bs.PN, npwg.NAD_KIND: bs.NAD, "Pod": bs.PODS}
+    kinds = {"PodNetwork": bs.PN, "PodNetworkAttachment": bs.PNA, npwg.NAD_KIND: bs.NAD, "Pod": bs.PODS}
     for obj in objs:
         meta = obj["metadata"]
         k.objects[kinds[obj["kind"]], meta.get("namespace"), meta["name"]] = obj
@@ -147,3 +147,56 @@ async def test_a_stale_write_conflicts_and_the_next_event_retries_with_the_fresh
     # Never re-added: the other controller's removed gate stays removed.
     assert all(OTHER_GATE not in (p.get("spec", {}).get("schedulingGates") or [])
                for p in pod_patches(kmock, "p6")[1:])
+
+
+def events_on(k: kmock_lib.KubernetesEmulator, pod: str) -> list[tuple[str, str]]:
+    """(reason, message) of every Event the bridge posted about `pod`, in order."""
+    return [(e["reason"], e["message"]) for e in bs.requests_to(k, "POST", f"/api/v1/namespaces/{bs.NS}/events")
+            if e["involvedObject"]["name"] == pod]
+
+
+HELD = f"; the pod stays behind scheduling gate {pods.SCHEDULING_GATE} until its networks exist and are Ready"
+
+
+async def test_a_gated_pod_says_in_an_event_which_network_holds_it_once_per_cause(kmock: bs.Emulator) -> None:
+    # kube-scheduler never sees a gated pod, so no FailedScheduling names the network: the bridge,
+    # which holds it, does, in the extender's words (podnetwork.activevalidation).
+    seed(kmock, bs.podnetwork("default", nad=None, provider="example.com/cluster"),
+         gated("p7", [{"podNetworkName": "default"}, {"podNetworkName": "later"}]),
+         gated("p8", [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "gone"}]))
+    async with bs.running(kmock):
+        await bs.eventually(lambda: events_on(kmock, "p7"))
+        await bs.eventually(lambda: events_on(kmock, "p8"))
+        # The same cause again (another event of the pod, the network changing) posts nothing more.
+        await bs.call(kmock, "PATCH", bs.POD_URL.format(ns=bs.NS, name="p7"),
+                      {"metadata": {"labels": {"touched": "yes"}}})
+        await bs.call(kmock, "POST", bs.PN_URL, bs.podnetwork("later", ready=False))
+        await bs.eventually(lambda: len(events_on(kmock, "p7")) == 2)
+        await asyncio.sleep(0.5)
+    assert events_on(kmock, "p7") == [
+        ("SchedulingGated", 'podnetwork "later" not found' + HELD),
+        ("SchedulingGated", 'podnetwork "later" is not Ready: ConditionMissing: the controller has not set the Ready '
+                            "condition yet" + HELD)]
+    assert events_on(kmock, "p8") == [("SchedulingGated", 'podnetworkattachment "gone" not found' + HELD)]
+    assert pod_of(kmock, "p7")["spec"]["schedulingGates"] == [GATE]
+
+
+async def test_an_attachment_replaced_after_admission_gets_no_selection_and_the_pod_says_why(
+    kmock: bs.Emulator
+) -> None:
+    # Admitted with `fast` naming `dataplane`; `fast` was then re-created to name `other`.
+    recorded = {"multinetwork.x-k8s.io/attachment-networks": '{"fast":"dataplane"}'}
+    seed(kmock, bs.podnetwork("default", nad=None, provider="example.com/cluster"),
+         bs.podnetwork("dataplane"), bs.podnetwork("other", nad=("nets", "other")), bs.nad("dataplane"),
+         bs.nad("other"), bs.attachment("fast", "other", []),
+         gated("p9", [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}], annotations=recorded))
+    kmock.objects[bs.PNA, bs.NS, "fast"]["status"] = {"conditions": [bs.ready_condition()]}
+    async with bs.running(kmock):
+        await bs.eventually(lambda: events_on(kmock, "p9"))
+        await asyncio.sleep(0.5)
+    assert npwg.NETWORKS_ANNOTATION not in bs.annotations(pod_of(kmock, "p9"))
+    assert pod_of(kmock, "p9")["spec"]["schedulingGates"] == [GATE]
+    ((reason, message),) = events_on(kmock, "p9")
+    assert reason == "SchedulingGated"
+    assert message.startswith("spec.networks[1] (PodNetworkAttachment 'fast'): PodNetworkAttachment app/fast names "
+                              "PodNetwork 'other', but the pod was admitted with it naming 'dataplane'")

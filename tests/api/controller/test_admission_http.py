@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from podnetwork import admission, constants
+from tests.unit.crd_support import cel
 
 ANN = constants.NETWORKS_ANNOTATION
 
@@ -89,3 +90,91 @@ async def test_an_admission_review_whose_namespace_is_not_a_string_is_a_400(path
         resp = await client.post(path, json=review)
     assert resp.status_code == 400, resp.text
     assert "namespace" in resp.json()["detail"]
+
+
+def _status_update(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    body = review(new, operation="UPDATE")
+    body["request"].update(oldObject=old, subResource="status",
+                           resource={"group": "", "version": "v1", "resource": "pods"})
+    return body
+
+
+def _sent_by_the_api_server(webhook: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the API server calls `webhook` for this review: its rules, then its matchConditions
+    (CEL, evaluated with cel-python as tests/unit/crd_support.py does for the CRDs' rules)."""
+    request = body["request"]
+    resource = "/".join(filter(None, ("pods", request.get("subResource"))))
+    if not any(request["operation"] in r["operations"] and resource in r["resources"] for r in webhook["rules"]):
+        return False
+    activation = {"request": {"operation": request["operation"], "subResource": request.get("subResource", "")},
+                  "object": request["object"], "oldObject": request.get("oldObject")}
+    return all(bool(cel(c["expression"], activation)) for c in webhook.get("matchConditions", []))
+
+
+async def test_networks_changed_through_pods_status_are_refused_and_the_kubelets_status_writes_pass():
+    # `kubectl patch pod web --subresource=status` keeps metadata changes on a real API server.
+    old = pod({ANN: '[{"podNetworkName":"default"}]'})
+    hijack = pod({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"other-tenants-net"}]'})
+    kubelet = {**pod({ANN: '[{"podNetworkName":"default"}]',
+                      "k8s.v1.cni.cncf.io/network-status": "[]"}), "status": {"phase": "Running"}}
+    app = admission.app(lambda _: None)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
+        refused = (await client.post(admission.VALIDATE_PATH, json=_status_update(old, hijack))).json()["response"]
+        passed = (await client.post(admission.VALIDATE_PATH, json=_status_update(old, kubelet))).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"] == (
+        f'Pod "web" is forbidden: metadata.annotations[{ANN}]: Forbidden: the networks of a pod cannot be '
+        "changed through its status (pods/status): only an update of the pod itself is checked as hot-plug and "
+        "for the permission to use its networks; change them on the pod (kubectl annotate or patch without "
+        "--subresource), see docs/hotplug.md")
+    assert passed == {"uid": "u-1", "allowed": True}
+    # As registered: the change reaches the validating webhook, the kubelet's write never calls it
+    # (so the kubelet is not held up while the webhook is down); the mutating one sees neither.
+    (mutating,), (validating,) = (c["webhooks"] for c in admission.webhook_configurations({"url": "https://x"}))
+    assert _sent_by_the_api_server(validating, _status_update(old, hijack))
+    assert not _sent_by_the_api_server(validating, _status_update(old, kubelet))
+    assert not _sent_by_the_api_server(mutating, _status_update(old, hijack))
+
+
+def test_pod_creates_and_network_changes_reach_both_webhooks_and_other_pod_updates_neither():
+    (mutating,), (validating,) = (c["webhooks"] for c in admission.webhook_configurations({"url": "https://x"}))
+    old = pod({ANN: '[{"podNetworkName":"default"}]'})
+    hot_plug = review(pod({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"blue"}]'}), operation="UPDATE")
+    hot_plug["request"]["oldObject"] = old
+    relabel = review({**old, "metadata": {**old["metadata"], "labels": {"a": "b"}}}, operation="UPDATE")
+    relabel["request"]["oldObject"] = old
+    for webhook in (mutating, validating):
+        assert _sent_by_the_api_server(webhook, review(pod()))
+        assert _sent_by_the_api_server(webhook, hot_plug)
+        assert not _sent_by_the_api_server(webhook, relabel)
+
+
+def _binding(annotations: dict[str, str] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web", "namespace": "team"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Binding"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "binding",
+        "name": "web", "namespace": "team", "operation": "CREATE",
+        "object": {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}}}
+
+
+async def test_a_binding_that_would_set_the_networks_is_refused_and_the_schedulers_never_reach_the_webhook():
+    # The API server copies a Binding's annotations onto the pod it binds (pods/binding).
+    hijack = _binding({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"other-tenants-net"}]'})
+    scheduler = _binding(None)
+    app = admission.app(lambda _: None)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
+        refused = (await client.post(admission.VALIDATE_PATH, json=hijack)).json()["response"]
+        passed = (await client.post(admission.VALIDATE_PATH, json=scheduler)).json()["response"]
+    assert refused["allowed"] is False
+    assert refused["status"]["message"].startswith(
+        f'Pod "web" cannot be bound this way: metadata.annotations[{ANN}]: Forbidden: a Binding\'s annotations are '
+        "copied onto the pod it binds")
+    assert passed == {"uid": "u-1", "allowed": True}
+    (_, (validating,)) = (c["webhooks"] for c in admission.webhook_configurations({"url": "https://x"}))
+    assert _sent_by_the_api_server(validating, hijack)
+    assert not _sent_by_the_api_server(validating, scheduler)
+    assert not _sent_by_the_api_server(validating, _binding({"example.com/x": "y"}))

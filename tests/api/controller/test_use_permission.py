@@ -9,6 +9,7 @@ every review, so the tests assert what was asked as well as what was decided.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from embedded.admission import apply_json_patch
 from podnetwork import admission, cli, constants, controller
 from podnetwork.commands import controller as command
 from tests.api.controller_support import ask_the_command, attachment, running
@@ -68,11 +70,35 @@ def reviews(kmock: Any) -> list[tuple[str, str]]:
             for body in requests_to(kmock, "POST", SAR_PATH)]
 
 
-async def post(ctl: controller.Controller, body: dict[str, Any], *, enforce: bool = True) -> httpx.Response:
+async def admit(ctl: controller.Controller, body: dict[str, Any], *,
+                enforce: bool = True) -> tuple[httpx.Response, dict[str, Any]]:
+    """The review through both webhooks, as the API server sends it: the mutating one first, its
+    JSON Patch applied, then the validating one. Its answer, and the pod as it would be stored."""
     app = admission.app(ctl.namespace, may_use=ctl.may_use if enforce else None,
                         attachment_network=ctl.attachment_network)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
-        return await client.post(admission.VALIDATE_PATH, json=body)
+        mutated = (await client.post(admission.MUTATE_PATH, json=body)).json()["response"]
+        assert mutated["allowed"], mutated
+        if "patch" in mutated:
+            request = body["request"]
+            ops = json.loads(base64.b64decode(mutated["patch"]))
+            body = {**body, "request": {**request, "object": apply_json_patch(request["object"], ops)}}
+        return await client.post(admission.VALIDATE_PATH, json=body), body["request"]["object"]
+
+
+async def post(ctl: controller.Controller, body: dict[str, Any], *, enforce: bool = True) -> httpx.Response:
+    return (await admit(ctl, body, enforce=enforce))[0]
+
+
+def update(old: dict[str, Any], new_annotations: dict[str, str], *, subresource: str = "") -> dict[str, Any]:
+    """An UPDATE review of the pod `old` (as admission stored it) to these annotations."""
+    pod = json.loads(json.dumps(old))
+    pod["metadata"]["annotations"] = new_annotations
+    body = review([], operation="UPDATE")
+    body["request"].update(object=pod, oldObject=old)
+    if subresource:
+        body["request"]["subResource"] = subresource
+    return body
 
 
 async def test_a_user_who_may_use_the_podnetwork_creates_the_pod(kmock):
@@ -113,8 +139,8 @@ async def test_neither_user_nor_service_account_may_use_it_refuses_naming_networ
     status = response["status"]
     assert status["code"] == 403 and status["reason"] == "Forbidden"
     message = status["message"]
-    assert message.startswith('Pod "web" is forbidden: neither "alice" nor "system:serviceaccount:ns:default" '
-                              'may use PodNetwork "red": missing permission: verb "use" on resource '
+    assert message.startswith('Pod "web" is forbidden: neither the user "alice" nor the pod\'s ServiceAccount '
+                              '"system:serviceaccount:ns:default" may use PodNetwork "red": missing permission: verb "use" on resource '
                               f'"podnetworks" in API group "{constants.GROUP}" with resourceName "red" '
                               'in namespace "ns"')
     assert status["details"]["causes"] == [{"type": "FieldValueForbidden",
@@ -218,3 +244,77 @@ async def test_the_command_flag_turns_enforcement_on_over_https_with_the_control
     sent = [r for r in list(kmock) if r.method.value == "POST" and str(r.url.path) == SAR_PATH]
     assert [r.data["spec"]["user"] for r in sent] == ["alice", "system:serviceaccount:ns:default"]
     assert all(r.headers.get("Authorization") == "Bearer secret-token" for r in sent)
+
+
+RECORD = "multinetwork.x-k8s.io/attachment-networks"  # the wire name, as users and agents read it
+
+
+async def test_admission_records_the_podnetwork_each_attachment_names_and_overwrites_a_forged_record(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue")})
+    kmock.objects[PNA, "ns", "fast"] = attachment("fast", "blue")
+    kmock.objects[PNA, "ns", "home"] = attachment("home", "default")
+    async with running(kmock, SETTINGS) as ctl:
+        nets = [{"podNetworkAttachmentName": "home"}, {"podNetworkAttachmentName": "fast", "interfaceName": "net1"}]
+        body = review(nets)
+        body["request"]["object"]["metadata"]["annotations"][RECORD] = '{"fast":"red"}'  # the user's own
+        resp, stored = await admit(ctl, body)
+        _, unenforced = await admit(ctl, review(nets), enforce=False)
+    assert resp.json()["response"]["allowed"] is True
+    # The record every agent and the bridge hold the attachments to (default included).
+    assert stored["metadata"]["annotations"][RECORD] == '{"fast":"blue","home":"default"}'
+    assert RECORD not in unenforced["metadata"]["annotations"], "without enforcement nothing is recorded"
+
+
+async def test_an_update_of_the_pod_or_its_status_cannot_change_or_drop_the_record(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue")})
+    kmock.objects[PNA, "ns", "fast"] = attachment("fast", "blue")
+    async with running(kmock, SETTINGS) as ctl:
+        _, stored = await admit(ctl, review([{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}]))
+        kept = dict(stored["metadata"]["annotations"])
+        answers = {}
+        for subresource in ("", "status"):
+            for what, annotations in (("changed", {**kept, RECORD: '{"fast":"red"}'}),
+                                      ("dropped", {k: v for k, v in kept.items() if k != RECORD}),
+                                      ("unreadable", {**kept, RECORD: "fast=red"})):
+                resp, _ = await admit(ctl, update(stored, annotations, subresource=subresource))
+                answers[subresource, what] = resp.json()["response"]
+        # The kubelet's and the agent's own writes pass: they leave the record as it is.
+        status_write, _ = await admit(ctl, update(stored, {**kept, "k8s.v1.cni.cncf.io/network-status": "[]"},
+                                                  subresource="status"))
+    for (subresource, what), answer in answers.items():
+        assert answer["allowed"] is False, (subresource, what)
+    message = answers["status", "changed"]["status"]["message"]
+    assert message.startswith(f'Pod "web" is forbidden: metadata.annotations[{RECORD}][fast]: Forbidden: the entry '
+                              "of PodNetworkAttachment \"fast\" ('blue') cannot be changed or removed while the pod "
+                              "names the attachment")
+    assert "Invalid value: \"fast=red\": not valid JSON" in answers["", "unreadable"]["status"]["message"]
+    assert status_write.json()["response"]["allowed"] is True
+
+
+async def test_hot_plug_of_an_attachment_records_it_and_checks_use_on_its_podnetwork(kmock):
+    declare_resources(kmock)
+    authorizer(kmock, {("alice", "blue")})
+    kmock.objects[PNA, "ns", "fast"] = attachment("fast", "blue")
+    kmock.objects[PNA, "ns", "slow"] = attachment("slow", "red")
+    async with running(kmock, SETTINGS) as ctl:
+        _, stored = await admit(ctl, review([{"podNetworkName": "default"}]))
+        first = stored["metadata"]["annotations"][ANN]
+
+        def adding(name: str) -> dict[str, str]:
+            nets = [*json.loads(first), {"podNetworkAttachmentName": name}]
+            return {**stored["metadata"]["annotations"], ANN: json.dumps(nets)}
+
+        added, with_fast = await admit(ctl, update(stored, adding("fast")))
+        refused, _ = await admit(ctl, update(stored, adding("slow")))
+        # An entry written by hand, for an attachment the update does not add, is refused.
+        forged = update(stored, {**stored["metadata"]["annotations"], RECORD: '{"slow":"blue"}'})
+        forged_answer, _ = await admit(ctl, forged)
+    assert added.json()["response"]["allowed"] is True
+    assert with_fast["metadata"]["annotations"][RECORD] == '{"fast":"blue"}'
+    assert 'may use PodNetwork "red" (through PodNetworkAttachment "slow")' in (
+        refused.json()["response"]["status"]["message"])
+    assert forged_answer.json()["response"]["allowed"] is False
+    assert ('an entry for PodNetworkAttachment "slow" can be added only by the update that adds the attachment'
+            in forged_answer.json()["response"]["status"]["message"])

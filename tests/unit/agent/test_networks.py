@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.agent import agent, objects
-from bridge.agent.invoke import CNIError
+from bridge.agent.invoke import CNIError, ErrorCode
 
 NAD_CONF = {"cniVersion": "1.0.0", "type": "bridge", "capabilities": {"portMappings": True, "mac": True}}
 
@@ -110,6 +110,54 @@ async def test_an_attachment_with_selection_options_passes_its_per_pod_keys(tmp_
     await add(a)
     (_, _, red_conf) = [c for c in rec.calls if c[0] == "ADD"][1]
     assert red_conf["runtimeConfig"] == {"mac": "02:00:00:00:00:09"}
+
+
+def _attachment(name: str, network: str) -> dict[str, Any]:
+    return {"kind": "PodNetworkAttachment", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"podNetworkName": network}}
+
+
+ADMITTED = "multinetwork.x-k8s.io/attachment-networks"
+KUBENET = {"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"}
+
+
+async def test_an_attachment_replaced_after_admission_to_name_another_network_is_refused_before_any_plugin_runs(
+    tmp_path: Path,
+) -> None:
+    # Admitted with `fast` naming `blue` (which the pod may use); `fast` was then deleted and
+    # re-created naming `red`, before the pod started (docs/controller.md "Permission to use").
+    kep = [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}]
+    annotations = {"multinetwork.x-k8s.io/networks": json.dumps(kep), ADMITTED: '{"fast":"blue"}'}
+    a, rec = make(tmp_path, [pod(annotations), nad("blue"), nad("red"), podnetwork("blue", "blue"),
+                             podnetwork("red", "red"), _attachment("fast", "red")], default=KUBENET)
+    with pytest.raises(CNIError) as caught:
+        await add(a)
+    assert caught.value.code == ErrorCode.DELEGATION_FAILED  # the pod's networks cannot be translated
+    assert "PodNetworkAttachmentChanged" in caught.value.msg
+    assert ("PodNetworkAttachment ns/fast names PodNetwork 'red', but the pod was admitted with it naming 'blue'"
+            in str(caught.value.details))
+    assert rec.calls == [] and list(a.cache.container_ids()) == []
+
+
+async def test_an_attachment_that_still_names_its_admitted_network_is_attached(tmp_path: Path) -> None:
+    kep = [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}]
+    annotations = {"multinetwork.x-k8s.io/networks": json.dumps(kep), ADMITTED: '{"fast":"blue"}'}
+    a, rec = make(tmp_path, [pod(annotations), nad("blue"), podnetwork("blue", "blue"), _attachment("fast", "blue")],
+                  default=KUBENET)
+    await add(a)
+    assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")]
+
+
+async def test_an_admission_record_that_cannot_be_read_attaches_nothing(tmp_path: Path) -> None:
+    kep = [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}]
+    annotations = {"multinetwork.x-k8s.io/networks": json.dumps(kep), ADMITTED: '["fast"]'}
+    a, rec = make(tmp_path, [pod(annotations), nad("blue"), podnetwork("blue", "blue"), _attachment("fast", "blue")],
+                  default=KUBENET)
+    with pytest.raises(CNIError) as caught:
+        await add(a)
+    assert caught.value.code == ErrorCode.INVALID_CONFIG and ADMITTED in caught.value.msg
+    assert "must be a JSON object of strings" in str(caught.value.details)
+    assert rec.calls == []
 
 
 async def test_an_invalid_npwg_annotation_is_ignored_as_the_spec_says(tmp_path: Path) -> None:

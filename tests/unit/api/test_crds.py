@@ -318,6 +318,88 @@ def test_policy_binding_denies_with_that_policy():
     assert POLICY["spec"]["validations"][0]["reason"] == "Forbidden"
 
 
+# --- a tenant cannot take its namespace out of pod admission --------------------------
+
+EXEMPTION, EXEMPTION_BINDING = load_yaml_documents(CRDS / "admission-exemption-protection.yaml")
+NAMESPACES = {"group": "", "version": "v1", "resource": "namespaces"}
+LABEL = "multinetwork.x-k8s.io/admission"
+
+
+def namespace(name: str, label: str | None = None, **other: str) -> dict[str, Any]:
+    labels = {"kubernetes.io/metadata.name": name, **other}
+    if label is not None:
+        labels[LABEL] = label
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def may_exempt(*names: str) -> Any:
+    """An authorizer granting verb `exempt` on `namespaces` of our group for these names only, as a
+    ClusterRole with resourceNames and a ClusterRoleBinding would."""
+    def authorized(attrs: dict[str, str]) -> bool:
+        return (attrs == {"group": constants.GROUP, "resource": "namespaces", "name": attrs.get("name", ""),
+                          "verb": "exempt"} and attrs["name"] in names)
+    return authorized
+
+
+def exemption_errors(operation: str, new: dict[str, Any], old: dict[str, Any] | None = None,
+                     authorized: Any = None) -> list[str]:
+    return vap_errors(EXEMPTION, {"operation": operation, "resource": NAMESPACES, "object": new, "oldObject": old},
+                      authorized)
+
+
+DISABLED_MSG = ('labelling namespace team-a multinetwork.x-k8s.io/admission=disabled takes its pods out of pod '
+                "admission (networks, their validation, the permission to use PodNetworks); it needs verb "
+                '"exempt" on resource "namespaces" in API group "multinetwork.x-k8s.io" with resourceName team-a, '
+                'granted cluster-wide (docs/controller.md "What admission does not see")')
+
+
+def test_a_tenant_cannot_label_its_namespace_out_of_pod_admission():
+    # Whoever may update (or create) the namespace, without the cluster-wide grant: refused.
+    assert exemption_errors("UPDATE", namespace("team-a", "disabled"), namespace("team-a")) == [DISABLED_MSG]
+    assert exemption_errors("CREATE", namespace("team-a", "disabled")) == [DISABLED_MSG]
+    # A grant for another namespace does not do.
+    assert exemption_errors("UPDATE", namespace("team-a", "disabled"), namespace("team-a"),
+                            may_exempt("team-b")) == [DISABLED_MSG]
+
+
+def test_the_cluster_wide_grant_exempts_and_keeping_or_removing_the_label_needs_nothing():
+    grant = may_exempt("team-a")
+    assert exemption_errors("UPDATE", namespace("team-a", "disabled"), namespace("team-a"), grant) == []
+    assert exemption_errors("CREATE", namespace("team-a", "disabled"), None, grant) == []
+    # An exempt namespace's other updates (labels, the namespace controller's) pass without it.
+    assert exemption_errors("UPDATE", namespace("team-a", "disabled", tier="gold"),
+                            namespace("team-a", "disabled")) == []
+    assert exemption_errors("UPDATE", namespace("team-a"), namespace("team-a", "disabled")) == []
+    # Only `disabled` leaves the namespace out (the webhooks' namespaceSelector: NotIn [disabled]).
+    assert exemption_errors("UPDATE", namespace("team-a", "enabled"), namespace("team-a")) == []
+
+
+def test_creating_the_projects_own_namespace_needs_the_grant_too():
+    assert exemption_errors("CREATE", namespace("multinetwork-system")) == [
+        "the namespace multinetwork-system is left out of pod admission (the project's own); creating it needs "
+        'verb "exempt" on resource "namespaces" in API group "multinetwork.x-k8s.io" with resourceName '
+        'multinetwork-system, granted cluster-wide (docs/controller.md "What admission does not see")']
+    assert exemption_errors("CREATE", namespace("multinetwork-system"), None, may_exempt("multinetwork-system")) == []
+    assert exemption_errors("UPDATE", namespace("multinetwork-system", tier="x"), namespace("multinetwork-system")) == []
+
+
+def test_the_exemption_policy_binds_deny_and_names_what_the_webhooks_leave_out():
+    assert EXEMPTION_BINDING["spec"] == {"policyName": EXEMPTION["metadata"]["name"], "validationActions": ["Deny"]}
+    assert EXEMPTION["spec"]["failurePolicy"] == "Fail"
+    from bridge.operator import admission as bridge_admission
+    from podnetwork import admission
+    selectors = [hook["namespaceSelector"] for config in admission.webhook_configurations({"url": "https://x"})
+                 for hook in config["webhooks"]]
+    selectors.append(bridge_admission.webhook_configuration({"url": "https://x"})["webhooks"][0]["namespaceSelector"])
+    for selector in selectors:
+        # Exactly what the policy guards: the label's `disabled`, and the project's own namespace by name
+        # (kube-system exists in every cluster, and kubernetes.io/metadata.name is the API server's).
+        assert selector == {"matchExpressions": [
+            {"key": LABEL, "operator": "NotIn", "values": ["disabled"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+             "values": ["kube-system", "multinetwork-system"]}]}
+
+
 def schema_nodes(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
     found = [(path, node)]
     for name, sub in (node.get("properties") or {}).items():

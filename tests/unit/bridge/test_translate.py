@@ -308,3 +308,28 @@ def test_translation_has_one_element_per_non_default_network_in_order_and_round_
         assert nets[source.index] == net
     assert result.includes_default == ({"podNetworkName": "default"} in nets)
     assert npwg.parse_selection(result.annotation, NS) == result.elements
+
+
+def test_an_attachment_is_held_to_the_podnetwork_admission_recorded_for_it() -> None:
+    nets = [Network.model_validate(n) for n in [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "fast"}]]
+    swapped = Objects.from_objects([*WORLD, attachment("fast", "storage")])
+    # Recorded `dataplane` at admission; re-created since to name `storage`: refused.
+    with pytest.raises(TranslationError) as caught:
+        translate.translate(nets, NS, swapped, {"fast": "dataplane"})
+    assert caught.value.reason is Reason.ATTACHMENT_CHANGED
+    assert str(caught.value).startswith(
+        "spec.networks[1] (PodNetworkAttachment 'fast'): PodNetworkAttachment app/fast names PodNetwork 'storage', "
+        "but the pod was admitted with it naming 'dataplane' (multinetwork.x-k8s.io/attachment-networks)")
+    # The recorded network, or no record of it (a pod admitted without enforcement): translated.
+    assert [e.name for e in translate.translate(nets, NS, swapped, {"fast": "storage"}).elements] == ["storage"]
+    assert [e.name for e in translate.translate(nets, NS, swapped, {}).elements] == ["storage"]
+    assert [e.name for e in translate.translate(nets, NS, swapped).elements] == ["storage"]
+
+
+@pytest.mark.parametrize("text", ["[]", '{"fast": 1}', "fast=dataplane", '{"fast": "dataplane"'])
+def test_an_admission_record_that_cannot_be_read_is_refused(text: str) -> None:
+    with pytest.raises(TranslationError) as caught:
+        translate.admitted_networks({"multinetwork.x-k8s.io/attachment-networks": text})
+    assert caught.value.reason is Reason.INVALID_RECORD
+    assert translate.admitted_networks({}) is None
+    assert translate.admitted_networks({"multinetwork.x-k8s.io/attachment-networks": '{"a":"b"}'}) == {"a": "b"}

@@ -77,32 +77,46 @@ def test_user_info_of_the_wrong_type_is_a_bad_review_naming_the_field():
         typed(request([], user={"username": "alice", "groups": "devs"}))
 
 
-def test_refusal_names_the_network_verb_resource_and_who_lacks_it():
-    pod = {"metadata": {"name": "web"}}
-    sa = admission.service_account({}, "ns")
-    answer = admission.use_refusal("u-1", pod, "ns", admission.UseRequest(0, "red", "slow"), [sa])
-    status = answer["response"]["status"]
-    assert answer["response"]["allowed"] is False and answer["response"]["uid"] == "u-1"
-    assert (status["code"], status["reason"]) == (403, "Forbidden")
-    assert status["message"].startswith(
-        'Pod "web" is forbidden: "system:serviceaccount:ns:default" may use PodNetwork "red" '
-        '(through PodNetworkAttachment "slow"): missing permission: verb "use" on resource "podnetworks"')
-
-
-async def test_a_service_account_creating_its_own_pod_is_asked_about_once():
-    asked: list[tuple[str, str, str]] = []
-
+async def _refusal_message(user: dict[str, Any] | None, nets: list[dict[str, str]]) -> str:
     async def may_use(subject: admission.Subject, network: str, namespace: str) -> bool:
-        asked.append((subject.user, network, namespace))
         return False
 
-    async def no_attachment(namespace: str, name: str) -> str | None:
-        return None
+    async def slow_is_red(namespace: str, name: str) -> str | None:
+        return "red"
 
-    body = request([{"podNetworkName": "blue"}], user={"username": "system:serviceaccount:ns:default"})
-    refusal = await admission.authorize_use(typed(body), may_use, no_attachment)
-    assert refusal is not None and refusal["response"]["status"]["code"] == 403
-    assert asked == [("system:serviceaccount:ns:default", "blue", "ns")]
+    body = request(nets, user=user)
+    if any("podNetworkAttachmentName" in n for n in nets):
+        body["object"]["metadata"]["annotations"]["multinetwork.x-k8s.io/attachment-networks"] = '{"slow":"red"}'
+    refusal = await admission.authorize_use(typed(body), may_use, slow_is_red)
+    assert refusal is not None
+    status = refusal["response"]["status"]
+    assert (status["code"], status["reason"]) == (403, "Forbidden")
+    assert refusal["response"]["allowed"] is False and refusal["response"]["uid"] == "u-1"
+    message: str = status["message"]
+    assert message.endswith('missing permission: verb "use" on resource "podnetworks" in API group '
+                            '"multinetwork.x-k8s.io" with resourceName "red" in namespace "ns"; grant it to the '
+                            "pod's ServiceAccount or to the user with a Role or ClusterRole and a RoleBinding "
+                            '(docs/controller.md "Permission to use a PodNetwork")')
+    return message.split(": missing permission")[0]
+
+
+@pytest.mark.parametrize(("user", "says"), [
+    ({"username": "alice"},
+     'Pod "web" is forbidden: neither the user "alice" nor the pod\'s ServiceAccount '
+     '"system:serviceaccount:ns:default" may use PodNetwork "red"'),
+    # A ServiceAccount creating a pod that runs as itself: one subject, said once, plainly.
+    ({"username": "system:serviceaccount:ns:default"},
+     'Pod "web" is forbidden: "system:serviceaccount:ns:default", the pod\'s ServiceAccount and the user '
+     'creating it, may not use PodNetwork "red"'),
+    # No user in the request (an in-process caller): only the ServiceAccount was asked.
+    (None,
+     'Pod "web" is forbidden: the pod\'s ServiceAccount "system:serviceaccount:ns:default" may not use '
+     'PodNetwork "red"'),
+])
+async def test_refusal_says_plainly_who_may_not_use_the_network(user, says):
+    assert await _refusal_message(user, [{"podNetworkName": "red"}]) == says
+    through = await _refusal_message(user, [{"podNetworkAttachmentName": "slow"}])
+    assert through == says + ' (through PodNetworkAttachment "slow")'
 
 
 class Clock:
