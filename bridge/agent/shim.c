@@ -53,8 +53,15 @@ extern char **environ;
 static char *in;
 static size_t in_len;
 
+/* Out of memory: what the Python shim prints when it is (its MemoryError, caught by its last resort). */
+static int out_of_memory(void) {
+    printf("{\"cniVersion\": \"1.1.0\", \"code\": %d, \"msg\": \"internal shim error\", \"details\": "
+           "\"MemoryError()\"}\n", IO_FAILURE);
+    return 1;
+}
+
 /* The Python shim, with the stdin already read: it reads at most MAX_STDIN_BYTES + 1 bytes itself, so
- * what it finds in the memfd is what it would have read. */
+ * what it finds in the memfd is what it would have read. Never once the request was sent. */
 static int defer(char **argv) {
     int fd = memfd_create("multinetwork-stdin", 0);
     if (fd >= 0) {
@@ -243,13 +250,16 @@ int main(int argc, char **argv) {
     /* As the Python shim's sys.stdin.buffer.read(MAX_STDIN_BYTES + 1): all of it, or one byte more. */
     size_t cap = 65536, most = (size_t)MAX_STDIN_BYTES + 1;
     in = malloc(cap);
-    if (!in) return defer(argv);
+    if (!in) {
+        execv(PYTHON_SHIM, argv);  /* nothing read yet: the Python shim reads stdin itself */
+        return out_of_memory();
+    }
     for (;;) {
         if (in_len == cap) {
             if (cap >= most) break;
             size_t bigger = cap * 2 > most ? most : cap * 2;
             char *grown = realloc(in, bigger);
-            if (!grown) return defer(argv);  /* the Python shim reads the rest itself */
+            if (!grown) return out_of_memory();  /* handing over part of stdin would cut it */
             in = grown;
             cap = bigger;
         }
@@ -335,7 +345,7 @@ int main(int argc, char **argv) {
     }
     size_t out_cap = 65536, out_len = 0;
     char *out = malloc(out_cap);
-    if (!out) return defer(argv);
+    if (!out) return out_of_memory();  /* the request was sent: never a second one */
     for (;;) {
         ssize_t r = recv(sock, out + out_len, out_cap - out_len, 0);
         if (r < 0 && errno == EINTR) continue;
@@ -344,7 +354,7 @@ int main(int argc, char **argv) {
         out_len += (size_t)r;
         if (out_len == out_cap) {
             char *grown = realloc(out, out_cap * 2);
-            if (!grown) return fail(version, version_len, "the agent's answer is too large", "", 0, AS_TEXT);
+            if (!grown) return out_of_memory();
             out = grown;
             out_cap *= 2;
         }
