@@ -139,7 +139,10 @@ async def test_hot_plugs_pod_watch_paces_itself_against_a_server_that_ends_every
 
     api = lite.LiteApi(credentials.Credentials(server=server.url))
     task = asyncio.create_task(hotplug.watch_node_pods(api, "node-1", cast(hotplug.HotPlug, Pods())))
-    await asyncio.sleep(2.0)  # a window to count requests in, not a timing
+    async with asyncio.timeout(30):
+        while not lists_and_watches(server)[1]:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(2.0)  # a window to count requests in, from the first watch; not a timing
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await api.close()
