@@ -54,6 +54,7 @@ bench: setup
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_addresswatch.py
+	$(PY) benchmarks/bench_lite.py
 
 # The KEP-3698 conformance suite (--profile extended) against this project's components on the
 # API emulator of the tests; the report goes to docs/conformance/ (docs/conformance.md).

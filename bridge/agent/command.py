@@ -24,6 +24,7 @@ from typing import Any
 
 from bridge.agent import agent as agent_mod
 from bridge.agent import invoke, node
+from bridge.agent import shim as shim_mod
 from podnetwork.cli import Command
 from podnetwork.kube import credentials
 from podnetwork.kube.names import tcp_port
@@ -74,9 +75,13 @@ def _compile_shim(python_shim: Path, output: str) -> None:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise FileNotFoundError("no C compiler (cc) on this node")
+    # The Python shim's numbers, so that both shims wait and refuse alike.
+    numbers = {name: getattr(shim_mod, name) for name in ("MAX_STDIN_BYTES", "TIMEOUT_SECONDS",
+                                                           "CONNECT_TIMEOUT_SECONDS")}
     subprocess.run(
         # Static: built in the agent's container, it runs on the node, whose libc may differ.
-        [compiler, "-O2", "-static", "-s", f'-DPYTHON_SHIM="{text}"', "-o", output, str(SHIM_C_SOURCE)],
+        [compiler, "-O2", "-static", "-s", f'-DPYTHON_SHIM="{text}"',
+         *(f"-D{name}={int(value)}" for name, value in numbers.items()), "-o", output, str(SHIM_C_SOURCE)],
         check=True, capture_output=True, timeout=120,
     )
 

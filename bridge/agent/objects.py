@@ -212,6 +212,14 @@ class KubernetesObjects:
             return await request
         except self._lite.NotFound:
             raise NotFound(kind, namespace, name) from None
+        except self._lite.Malformed as exc:
+            # A broken server or proxy: CNI well-known error 11 ("Try again later", the spec's
+            # "Well-known Error Codes"), as for a server that did not answer.
+            raise CNIError(
+                ErrorCode.TRY_AGAIN_LATER,
+                f"cannot read {where} now: the API server's answer is malformed",
+                exc.message[:500],
+            ) from None
         except self._lite.Unreachable as exc:
             raise CNIError(
                 ErrorCode.TRY_AGAIN_LATER,
@@ -233,6 +241,15 @@ class KubernetesObjects:
 
     async def _read(self, kind: str, namespace: str | None, name: str, path: str) -> Any:
         obj = await self._call(kind, namespace, name, self._api.get(path))
+        meta = obj.get("metadata")
+        got = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else (None, None)
+        if got != (namespace if kind in _NAMESPACED else got[0], name):
+            where = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+            raise CNIError(
+                ErrorCode.TRY_AGAIN_LATER,
+                f"cannot read {where} now: the API server's answer is malformed",
+                f"it is not that object (its metadata names {got[0]!r}/{got[1]!r})"[:500],
+            )
         return read_object(kind, namespace, name, obj)
 
     async def get_pod(self, namespace: str, name: str) -> Pod:

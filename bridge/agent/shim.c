@@ -3,15 +3,19 @@
  * A Python start costs ~6 ms of every CNI call (docs/benchmarks.md); this program costs ~1. It forwards a
  * request exactly as the Python shim does (POST /v1/cni with the CNI_* variables byte for byte, an empty
  * line, then stdin verbatim) when the request is ordinary: a top-level "socketPath" that is a plain string,
- * no CNI_* value with a newline, stdin within MAX_FAST_STDIN, the agent's socket accepting the connection.
+ * no CNI_* entry with a newline or given twice, stdin within MAX_FAST_STDIN, the agent's socket there.
  * Anything else (VERSION, errors before the agent is reached, unusual configurations) goes to the Python
  * shim, exec'd with the same arguments and the same stdin (a memfd), so every error and edge case stays
- * one implementation. Once the request is sent it is answered here: the agent's answer is printed as the
- * Python shim prints it.
+ * one implementation. Once the request is sent it is answered here, and every answer is printed as the
+ * Python shim prints it, byte for byte (tests/unit/agent/test_shims_agree.py runs one table through both):
+ * its error JSON escapes what it quotes the same way (Python's UTF-8 decoding with U+FFFD for what is not
+ * UTF-8, its repr() of bytes), and it reads the agent's status line by the same rule.
  *
  * Built by `podnetwork cni-agent --install --compiled-shim` where a C compiler is present (statically: it
- * is built in the agent's container and runs on the node), else the Python shim is installed:
- *     cc -O2 -static -s -DPYTHON_SHIM='"/opt/cni/bin/.multinetwork.py"' -o multinetwork shim.c
+ * is built in the agent's container and runs on the node), else the Python shim is installed. The
+ * install passes the Python shim's own numbers, so that both wait and refuse alike:
+ *     cc -O2 -static -s -DPYTHON_SHIM='"/opt/cni/bin/.multinetwork.py"' -DMAX_STDIN_BYTES=8388608 \
+ *        -DTIMEOUT_SECONDS=300 -DCONNECT_TIMEOUT_SECONDS=10 -o multinetwork shim.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,17 +31,37 @@
 #ifndef PYTHON_SHIM
 #error "define PYTHON_SHIM, the path of the Python shim to defer to"
 #endif
+#ifndef MAX_STDIN_BYTES
+#error "define MAX_STDIN_BYTES as bridge/agent/shim.py's"
+#endif
+#ifndef TIMEOUT_SECONDS
+#error "define TIMEOUT_SECONDS as bridge/agent/shim.py's"
+#endif
+#ifndef CONNECT_TIMEOUT_SECONDS
+#error "define CONNECT_TIMEOUT_SECONDS as bridge/agent/shim.py's"
+#endif
 
 #define MAX_FAST_STDIN (1 << 20)
 #define AGENT_UNAVAILABLE 102
-#define TIMEOUT_SECONDS 300
+#define IO_FAILURE 5
+#define NOT_REACHABLE "the multinetwork agent is not reachable"
+#define NOT_OURS "it has a Transfer-Encoding, and the multinetwork agent sends a Content-Length: is another " \
+                 "server listening on its socket?"
 
 extern char **environ;
 
 static char *in;
 static size_t in_len;
 
-/* The Python shim, with the stdin already read (it would refuse an oversized one the same way). */
+/* Out of memory: what the Python shim prints when it is (its MemoryError, caught by its last resort). */
+static int out_of_memory(void) {
+    printf("{\"cniVersion\": \"1.1.0\", \"code\": %d, \"msg\": \"internal shim error\", \"details\": "
+           "\"MemoryError()\"}\n", IO_FAILURE);
+    return 1;
+}
+
+/* The Python shim, with the stdin already read: it reads at most MAX_STDIN_BYTES + 1 bytes itself, so
+ * what it finds in the memfd is what it would have read. Never once the request was sent. */
 static int defer(char **argv) {
     int fd = memfd_create("multinetwork-stdin", 0);
     if (fd >= 0) {
@@ -52,8 +76,8 @@ static int defer(char **argv) {
             execv(PYTHON_SHIM, argv);
         }
     }
-    printf("{\"cniVersion\": \"1.1.0\", \"code\": 5, \"msg\": \"internal shim error\", \"details\": "
-           "\"cannot run the Python shim %s: %s\"}\n", PYTHON_SHIM, strerror(errno));
+    printf("{\"cniVersion\": \"1.1.0\", \"code\": %d, \"msg\": \"internal shim error\", \"details\": "
+           "\"cannot run the Python shim %s: %s\"}\n", IO_FAILURE, PYTHON_SHIM, strerror(errno));
     return 1;
 }
 
@@ -98,40 +122,151 @@ static int string_field(const char *data, size_t n, const char *key, const char 
     return 0;
 }
 
-/* `text` as a JSON string body (quotes, backslashes and control characters escaped). */
-static void json_text(FILE *f, const char *text, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+/* One code point as the Python shim's json_string writes it: printable ASCII as is (quotes and
+ * backslashes escaped), everything else as \uXXXX, above U+FFFF as a surrogate pair. */
+static void json_code_point(unsigned long cp) {
+    if (cp == '"' || cp == '\\') printf("\\%c", (int)cp);
+    else if (cp >= 0x20 && cp < 0x7f) putchar((int)cp);
+    else if (cp > 0xffff) {
+        cp -= 0x10000;
+        printf("\\u%04lx\\u%04lx", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+    } else printf("\\u%04lx", cp);
+}
+
+/* `text` decoded as Python's bytes.decode("utf-8", "replace") does (each maximal invalid subpart one
+ * U+FFFD, Unicode 3.9 table 3-7), written as a JSON string body. */
+static void json_utf8(const unsigned char *text, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = text[i];
+        int need;
+        unsigned char lo = 0x80, hi = 0xbf;
+        unsigned long cp;
+        if (c < 0x80) { json_code_point(c); i++; continue; }
+        if (c >= 0xc2 && c <= 0xdf) { need = 1; cp = c & 0x1f; }
+        else if (c >= 0xe0 && c <= 0xef) {
+            need = 2; cp = c & 0x0f;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            need = 3; cp = c & 0x07;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        } else { json_code_point(0xfffd); i++; continue; }
+        size_t j = i + 1;
+        int got = 0;
+        while (got < need && j < n) {
+            unsigned char d = text[j];
+            if (d < (got == 0 ? lo : 0x80) || d > (got == 0 ? hi : 0xbf)) break;
+            cp = (cp << 6) | (d & 0x3f);
+            got++;
+            j++;
+        }
+        json_code_point(got == need ? cp : 0xfffd);
+        i = j;
     }
 }
 
-static int fail(const char *version, size_t vlen, const char *msg, const char *details, size_t dlen) {
+/* Python's repr() of `text` (a bytes object) as a JSON string body. */
+static void json_bytes_repr(const unsigned char *text, size_t n) {
+    char quote = memchr(text, '\'', n) && !memchr(text, '"', n) ? '"' : '\'';
+    json_code_point('b');
+    json_code_point((unsigned char)quote);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = text[i];
+        char escaped[5];
+        if (c == (unsigned char)quote || c == '\\') snprintf(escaped, sizeof escaped, "\\%c", c);
+        else if (c == '\t') snprintf(escaped, sizeof escaped, "\\t");
+        else if (c == '\n') snprintf(escaped, sizeof escaped, "\\n");
+        else if (c == '\r') snprintf(escaped, sizeof escaped, "\\r");
+        else if (c < 0x20 || c >= 0x7f) snprintf(escaped, sizeof escaped, "\\x%02x", c);
+        else snprintf(escaped, sizeof escaped, "%c", c);
+        for (char *e = escaped; *e; e++) json_code_point((unsigned char)*e);
+    }
+    json_code_point((unsigned char)quote);
+}
+
+enum quoting { AS_TEXT, AS_REPR };
+
+/* The Python shim's fail(): its error JSON, "details" left out when empty. */
+static int fail(const char *version, size_t vlen, const char *msg, const char *details, size_t dlen,
+                enum quoting quoting) {
     printf("{\"cniVersion\": \"");
-    json_text(stdout, version, vlen);
-    printf("\", \"code\": %d, \"msg\": \"%s\", \"details\": \"", AGENT_UNAVAILABLE, msg);
-    json_text(stdout, details, dlen);
-    printf("\"}\n");
+    json_utf8((const unsigned char *)version, vlen);
+    printf("\", \"code\": %d, \"msg\": \"", AGENT_UNAVAILABLE);
+    json_utf8((const unsigned char *)msg, strlen(msg));
+    printf("\"");
+    if (dlen || quoting == AS_REPR) {
+        printf(", \"details\": \"");
+        if (quoting == AS_REPR) json_bytes_repr((const unsigned char *)details, dlen);
+        else json_utf8((const unsigned char *)details, dlen);
+        printf("\"");
+    }
+    printf("}\n");
     return 1;
+}
+
+/* What the Python shim says when the socket fails after connecting: str() of its OSError. */
+static int unreachable(const char *version, size_t vlen, const char *path, size_t path_len, int err) {
+    char reason[160];
+    if (err == EAGAIN || err == EWOULDBLOCK) snprintf(reason, sizeof reason, "timed out");
+    else snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
+    size_t cap = path_len + strlen(reason) + 64;
+    char *details = malloc(cap);
+    if (!details) return fail(version, vlen, NOT_REACHABLE, reason, strlen(reason), AS_TEXT);
+    int len = snprintf(details, cap, "%.*s: %s; is `podnetwork cni-agent` running on this node?",
+                       (int)path_len, path, reason);
+    return fail(version, vlen, NOT_REACHABLE, details, (size_t)len, AS_TEXT);
+}
+
+/* bytes.strip()'s whitespace. */
+static int space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* The status line the agent sends, by the Python shim's rule: HTTP/1.<digit> <three digits>, then a
+ * space or the end of the line. */
+static int status_of(const char *line, size_t n) {
+    if (n < 12 || memcmp(line, "HTTP/1.", 7) != 0 || line[7] < '0' || line[7] > '9' || line[8] != ' ') return -1;
+    for (int k = 9; k < 12; k++)
+        if (line[k] < '0' || line[k] > '9') return -1;
+    if (n > 12 && line[12] != ' ') return -1;
+    return (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
+}
+
+/* Whether the head names a Transfer-Encoding, in any case (the agent always sends a Content-Length). */
+static int transfer_encoded(const char *head, size_t n) {
+    static const char name[] = "\r\ntransfer-encoding:";
+    size_t k = sizeof name - 1;
+    for (size_t i = 0; i + k <= n; i++) {
+        size_t j = 0;
+        while (j < k && (char)((head[i + j] >= 'A' && head[i + j] <= 'Z') ? head[i + j] + 32 : head[i + j]) == name[j])
+            j++;
+        if (j == k) return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     (void)argc;
-    size_t cap = 65536;
+    /* As the Python shim's sys.stdin.buffer.read(MAX_STDIN_BYTES + 1): all of it, or one byte more. */
+    size_t cap = 65536, most = (size_t)MAX_STDIN_BYTES + 1;
     in = malloc(cap);
+    if (!in) {
+        execv(PYTHON_SHIM, argv);  /* nothing read yet: the Python shim reads stdin itself */
+        return out_of_memory();
+    }
     for (;;) {
-        if (!in) return defer(argv);
+        if (in_len == cap) {
+            if (cap >= most) break;
+            size_t bigger = cap * 2 > most ? most : cap * 2;
+            char *grown = realloc(in, bigger);
+            if (!grown) return out_of_memory();  /* handing over part of stdin would cut it */
+            in = grown;
+            cap = bigger;
+        }
         ssize_t r = read(0, in + in_len, cap - in_len);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         in_len += (size_t)r;
-        if (in_len == cap) {
-            if (cap > MAX_FAST_STDIN) return defer(argv);
-            cap *= 2;
-            in = realloc(in, cap);
-        }
     }
     const char *command = getenv("CNI_COMMAND");
     const char *path, *version = "1.1.0";
@@ -150,7 +285,7 @@ int main(int argc, char **argv) {
 
     size_t env_len = 0;
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "CNI_", 4) != 0) continue;
+        if (strncmp(*e, "CNI_", 4) != 0 || !strchr(*e, '=')) continue;  /* Python skips an entry without '=' */
         if (strchr(*e, '\n')) return defer(argv);
         /* A name given twice: Python keeps the first; one rule, there. */
         size_t name_len = strcspn(*e, "=");
@@ -169,7 +304,7 @@ int main(int argc, char **argv) {
     size_t at = (size_t)head_len;
     memcpy(request, head, at);
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "CNI_", 4) != 0) continue;
+        if (strncmp(*e, "CNI_", 4) != 0 || !strchr(*e, '=')) continue;
         size_t l = strlen(*e);
         memcpy(request + at, *e, l);
         request[at + l] = '\n';
@@ -182,39 +317,57 @@ int main(int argc, char **argv) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     memcpy(addr.sun_path, path, path_len);
     int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0)
+    if (sock < 0) return defer(argv);
+    /* A unix-socket connect() waits while the agent's listen queue is full (a stuck agent) for as long as
+     * SO_SNDTIMEO allows, and for ever without it; a non-blocking connect would not wait at all (EAGAIN at
+     * once), failing a healthy agent's burst. */
+    struct timeval connect_timeout = {.tv_sec = CONNECT_TIMEOUT_SECONDS};
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &connect_timeout, sizeof connect_timeout);
+    if (connect(sock, (struct sockaddr *)&addr, sizeof addr) < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            char details[256];
+            int len = snprintf(details, sizeof details,
+                               "%.*s: the agent did not accept the connection within %d s (its queue of "
+                               "connections is full: it is stuck or overloaded)",
+                               (int)path_len, path, CONNECT_TIMEOUT_SECONDS);
+            return fail(version, version_len, NOT_REACHABLE, details, (size_t)len, AS_TEXT);
+        }
         return defer(argv);  /* no agent there: the Python shim says so, in its words */
+    }
     struct timeval timeout = {.tv_sec = TIMEOUT_SECONDS};  /* as the Python shim's */
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
     setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
     for (size_t sent = 0; sent < at;) {
         ssize_t w = send(sock, request + sent, at - sent, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return fail(version, version_len, "the multinetwork agent is not reachable",
-                                strerror(errno), strlen(strerror(errno)));
+        if (w <= 0) return unreachable(version, version_len, path, path_len, errno);
         sent += (size_t)w;
     }
     size_t out_cap = 65536, out_len = 0;
     char *out = malloc(out_cap);
+    if (!out) return out_of_memory();  /* the request was sent: never a second one */
     for (;;) {
-        if (!out) return fail(version, version_len, "the agent's answer is too large", "", 0);
         ssize_t r = recv(sock, out + out_len, out_cap - out_len, 0);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return fail(version, version_len, "the multinetwork agent is not reachable",
-                               strerror(errno), strlen(strerror(errno)));
+        if (r < 0) return unreachable(version, version_len, path, path_len, errno);
         if (r == 0) break;
         out_len += (size_t)r;
         if (out_len == out_cap) {
+            char *grown = realloc(out, out_cap * 2);
+            if (!grown) return out_of_memory();
+            out = grown;
             out_cap *= 2;
-            out = realloc(out, out_cap);
         }
     }
     char *sep = out_len ? memmem(out, out_len, "\r\n\r\n", 4) : NULL;
-    int status = 0;
-    if (!sep || out_len < 12 || memcmp(out, "HTTP/1.", 7) != 0 || sscanf(out + 8, " %3d", &status) != 1 ||
-        memmem(out, (size_t)(sep - out), "hunked", 6))
-        /* Not what this agent sends (it never chunks): left to no one, said plainly. */
-        return fail(version, version_len, "the agent's answer is not HTTP", out, out_len < 200 ? out_len : 200);
+    char *line_end = sep ? memmem(out, (size_t)(sep - out) + 2, "\r\n", 2) : NULL;
+    int status = sep ? status_of(out, (size_t)(line_end - out)) : -1;
+    if (status < 0)
+        return fail(version, version_len, "the agent's answer is not HTTP", out, out_len < 200 ? out_len : 200,
+                    AS_REPR);
+    if (transfer_encoded(out, (size_t)(sep - out)))
+        return fail(version, version_len, "the agent's answer is not the agent's", NOT_OURS, strlen(NOT_OURS),
+                    AS_TEXT);
     char *payload = sep + 4;
     size_t payload_len = out_len - (size_t)(payload - out);
     if (status == 200) {
@@ -222,15 +375,15 @@ int main(int argc, char **argv) {
         return 0;
     }
     size_t s = 0;
-    while (s < payload_len && strchr(" \t\r\n", payload[s]) && payload[s]) s++;
+    while (s < payload_len && space(payload[s])) s++;
     if (s < payload_len && payload[s] == '{') {
         size_t e = payload_len;
-        while (e > s && strchr(" \t\r\n", payload[e - 1]) && payload[e - 1]) e--;
+        while (e > 0 && space(payload[e - 1])) e--;
         fwrite(payload, 1, e, stdout);
         fputc('\n', stdout);
         return 1;
     }
     char msg[64];
     snprintf(msg, sizeof msg, "the agent answered HTTP %d", status);
-    return fail(version, version_len, msg, payload, payload_len < 200 ? payload_len : 200);
+    return fail(version, version_len, msg, payload, payload_len < 200 ? payload_len : 200, AS_TEXT);
 }

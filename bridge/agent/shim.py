@@ -15,9 +15,14 @@ Protocol with the agent (`bridge.agent.server`), one HTTP/1.1 request per call:
     200             body: the CNI result to print (empty for DEL/CHECK)
     4xx/5xx         body: the CNI error JSON to print; the shim exits 1
 
+The agent answers `HTTP/1.1 NNN Reason`, a Content-Length and `Connection: close`; the
+shim reads to the end of the connection. Any other status line is "not HTTP", a
+Transfer-Encoding is not the agent's: both error 102.
+
 The socket is `socketPath` from the network configuration, else DEFAULT_SOCKET.
 VERSION is answered here, without the agent. Errors are CNI error JSON on stdout
-with exit code 1 (CNI spec "Errors").
+with exit code 1 (CNI spec "Errors"), pure ASCII (what they quote is escaped).
+The compiled shim (`shim.c`) answers every input as this file does, byte for byte.
 
 `podnetwork cni-agent --install` copies this file into the CNI bin dir as
 `multinetwork`, its first line naming the node's python3.
@@ -31,7 +36,10 @@ DEFAULT_SOCKET = "/run/multinetwork/agent.sock"
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 #: stdin larger than this is refused before contacting the agent (the agent's own limit is lower).
 MAX_STDIN_BYTES = 8 * 1024 * 1024
-TIMEOUT_SECONDS = 300.0
+TIMEOUT_SECONDS = 300
+#: How long a connection may wait for the agent to accept it (its listen queue full: stuck or
+#: overloaded) before the call fails with 102; an agent that accepted has TIMEOUT_SECONDS.
+CONNECT_TIMEOUT_SECONDS = 10
 AGENT_UNAVAILABLE = 102
 REQUEST_TOO_LARGE = 103
 INVALID_ENVIRONMENT = 4
@@ -40,16 +48,19 @@ INVALID_CONFIG = 7
 
 
 def json_string(text: str) -> str:
+    """`text` as a JSON string of printable ASCII: whatever stdout's encoding, and lone
+    surrogates (from a "\\ud800" escape) included, it prints."""
     out = ['"']
     for ch in text:
         if ch in '"\\':
             out.append("\\" + ch)
-        elif ord(ch) < 0x20 or 0xD800 <= ord(ch) <= 0xDFFF:
-            # Control characters, and lone surrogates (from a "\\ud800" escape or a non-UTF-8
-            # name), which no UTF-8 stdout could print.
-            out.append(f"\\u{ord(ch):04x}")
-        else:
+        elif " " <= ch < "\x7f":
             out.append(ch)
+        elif ord(ch) > 0xFFFF:
+            code = ord(ch) - 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}")
     out.append('"')
     return "".join(out)
 
@@ -123,11 +134,31 @@ def socket_address(path: str) -> bytes | None:
     return None if b"\0" in raw else raw
 
 
+class NotAccepted(OSError):
+    """The agent did not accept the connection within CONNECT_TIMEOUT_SECONDS."""
+
+
+def _timeval(seconds: int) -> bytes:
+    """A struct timeval (two C longs: this interpreter's pointer size on Linux), without `struct`."""
+    size = 8 if sys.maxsize > 2**32 else 4
+    return seconds.to_bytes(size, sys.byteorder) + bytes(size)
+
+
 def exchange(path: str | bytes, request: bytes, timeout: float) -> bytes:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
+        # A unix-socket connect() waits while the agent's listen queue is full (a stuck agent) for
+        # as long as SO_SNDTIMEO allows, for ever without it; settimeout() would not wait at all (its
+        # non-blocking connect fails with EAGAIN at once), failing a healthy agent's burst.
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, _timeval(CONNECT_TIMEOUT_SECONDS))
+        try:
+            sock.connect(path)
+        except BlockingIOError:
+            raise NotAccepted(
+                f"the agent did not accept the connection within {CONNECT_TIMEOUT_SECONDS} s (its queue of "
+                "connections is full: it is stuck or overloaded)"
+            ) from None
         sock.settimeout(timeout)
-        sock.connect(path)
         sock.sendall(request)
         chunks = []
         while True:
@@ -140,16 +171,13 @@ def exchange(path: str | bytes, request: bytes, timeout: float) -> bytes:
         sock.close()
 
 
-def dechunk(body: bytes) -> bytes:
-    out = []
-    while body:
-        line, _, rest = body.partition(b"\r\n")
-        size = int(line.split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out.append(rest[:size])
-        body = rest[size + 2 :]
-    return b"".join(out)
+def status_of(line: bytes) -> int | None:
+    """The status of the agent's status line, `HTTP/1.<digit> <three digits>` then a space or the
+    end; None for anything else (`HTTP/1.1 2000` is not 200)."""
+    if (len(line) < 12 or line[:7] != b"HTTP/1." or not line[7:8].isdigit() or line[8:9] != b" "
+            or not line[9:12].isdigit() or line[12:13] not in (b"", b" ")):
+        return None
+    return int(line[9:12])
 
 
 def main() -> int:
@@ -167,7 +195,7 @@ def main() -> int:
     env_lines = []
     for name, value in environ.items():
         if name.startswith(b"CNI_"):
-            if b"\n" in value:
+            if b"\n" in name or b"\n" in value:
                 shown = name.decode("utf-8", "replace")
                 return fail(version, INVALID_ENVIRONMENT, f"invalid {shown}", "contains a newline")
             env_lines.append(name + b"=" + value + b"\n")
@@ -198,6 +226,8 @@ def main() -> int:
         )
     try:
         response = exchange(address, head.encode() + body, TIMEOUT_SECONDS)
+    except NotAccepted as exc:
+        return fail(version, AGENT_UNAVAILABLE, "the multinetwork agent is not reachable", f"{path}: {exc}")
     except OSError as exc:
         return fail(
             version,
@@ -206,12 +236,17 @@ def main() -> int:
             f"{path}: {exc}; is `podnetwork cni-agent` running on this node?",
         )
     header, sep, payload = response.partition(b"\r\n\r\n")
-    status_line = header.split(b"\r\n", 1)[0].split()
-    if not sep or len(status_line) < 2 or not status_line[1].isdigit():
+    status = status_of(header.split(b"\r\n", 1)[0]) if sep else None
+    if status is None:
         return fail(version, AGENT_UNAVAILABLE, "the agent's answer is not HTTP", repr(response[:200]))
-    if b"\r\ntransfer-encoding: chunked" in header.lower():
-        payload = dechunk(payload)
-    status = int(status_line[1])
+    if b"\r\ntransfer-encoding:" in header.lower():
+        return fail(
+            version,
+            AGENT_UNAVAILABLE,
+            "the agent's answer is not the agent's",
+            "it has a Transfer-Encoding, and the multinetwork agent sends a Content-Length: is another "
+            "server listening on its socket?",
+        )
     if status == 200:
         sys.stdout.buffer.write(payload)
         return 0

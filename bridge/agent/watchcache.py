@@ -17,8 +17,13 @@ Rules (docs/benchmarks.md, "watch cache"):
   read as it was.
 - **A miss is never an answer**: an object not in the cache is read by GET (created a
   moment ago and not yet delivered, or beyond the bound), and a 404 is a 404.
-- **Bounded**: at most `max_objects` objects per kind (default `MAX_OBJECTS`); past it,
-  new objects are left to GETs until some are deleted. The objects are kept as the API
+- **Bounded** by count and by memory (docs/limits.md): at most `max_objects` objects per
+  kind (`MAX_OBJECTS`), holding at most `max_bytes` together (`MAX_KIND_BYTES`), none
+  larger than `max_object_bytes` (`MAX_OBJECT_BYTES`); "bytes" are what the object holds
+  as Python objects (`held_bytes`), so a NAD a tenant made of a megabyte of config, or
+  of a thousand tiny labels, costs what it really costs. What does not fit is left to a
+  GET each time an ADD names it: the object is valid, and an ADD needs it, so it is read
+  (its memory is the ADD's while it runs) but never kept. The objects are kept as the API
   server sent them, without `managedFields`.
 """
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +47,10 @@ log = logging.getLogger(__name__)
 
 #: Objects kept per kind. A NAD is ~1-2 KB as a dict: 4 kinds x 1,000 stay within a few MB.
 MAX_OBJECTS = 1000
+#: Memory one kept object may hold, bytes (`held_bytes`); a typical NAD holds 3-4 KiB.
+MAX_OBJECT_BYTES = 256 * 1024
+#: Memory the kept objects of one kind may hold together, bytes: 4 kinds stay within 32 MiB.
+MAX_KIND_BYTES = 8 * 1024 * 1024
 #: Seconds between attempts to list again after a watch failed (doubling up to RETRY_MAX).
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
@@ -72,17 +82,42 @@ KINDS = (NAD, PODNETWORK, ATTACHMENT, OPTIONS)
 _Key = tuple[str | None, str]
 
 
+def held_bytes(value: Any, limit: int) -> int:
+    """The memory a JSON-shaped value holds: `sys.getsizeof` summed over its dicts, lists,
+    strings and numbers (shared ones counted each time: an upper bound). Counting stops once
+    past `limit`, so measuring a huge object costs no more than measuring a small one."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        total += sys.getsizeof(item)
+        if total > limit:
+            break
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
 class Mirror:
     """One kind's objects as the API has them, by list, then watch from the list's version."""
 
-    def __init__(self, api: Any, kind: Kind, max_objects: int = MAX_OBJECTS) -> None:
+    def __init__(self, api: Any, kind: Kind, max_objects: int = MAX_OBJECTS, *,
+                 max_bytes: int = MAX_KIND_BYTES, max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
         self.api, self.kind, self.max_objects = api, kind, max_objects
+        self.max_bytes, self.max_object_bytes = max_bytes, max_object_bytes
         self.objects: dict[_Key, dict[str, Any]] = {}
+        self.sizes: dict[_Key, int] = {}
+        self.bytes = 0
+        """What the kept objects hold together (`held_bytes`)."""
         self.synced = False
         """True while the watch runs from a complete list: only then is `get` answered."""
         self.relists = 0
         self.left_out: set[_Key] = set()
-        """Objects not kept because the bound was reached (read by GET)."""
+        """Objects not kept because a bound was reached (read by GET); at most `max_objects` of
+        them are named here, so that the names cannot grow past a bound either."""
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         if not self.synced:
@@ -93,28 +128,50 @@ class Mirror:
         meta = obj.get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
             return None
-        return (meta.get("namespace") if self.kind.namespaced else None, meta["name"])
+        namespace = meta.get("namespace") if self.kind.namespaced else None
+        return (namespace if isinstance(namespace, str) else None, meta["name"])
 
-    def _put(self, obj: dict[str, Any]) -> None:
+    def _drop(self, key: _Key) -> None:
+        self.objects.pop(key, None)
+        self.bytes -= self.sizes.pop(key, 0)
+
+    def _put(self, obj: dict[str, Any], *, listing: bool = False) -> None:
         key = self._key(obj)
         if key is None:
             return
-        if key not in self.objects and len(self.objects) >= self.max_objects:
-            self.left_out.add(key)
-            return
         obj["metadata"].pop("managedFields", None)
-        self.objects[key] = obj
+        size = held_bytes(obj, self.max_object_bytes)
+        if size > self.max_object_bytes:
+            why = f"holds more than {self.max_object_bytes} bytes"
+        elif key not in self.objects and len(self.objects) >= self.max_objects:
+            why = f"is beyond the bound of {self.max_objects} objects"
+        elif self.bytes - self.sizes.get(key, 0) + size > self.max_bytes:
+            why = f"is beyond the bound of {self.max_bytes} bytes for the kind"
+        else:
+            self.bytes += size - self.sizes.get(key, 0)
+            self.objects[key], self.sizes[key] = obj, size
+            return
+        self._drop(key)  # never serve an older version of what is no longer kept
+        if len(self.left_out) < self.max_objects:
+            self.left_out.add(key)
+        if not listing:
+            where = "/".join(part for part in key if part)
+            log.info("watch cache: %s %s %s: read from the API when an ADD names it", self.kind.name,
+                     where[:300], why)
 
     async def run(self) -> None:
         """Lists and watches until cancelled; a failure unsyncs the kind until the next list."""
         def listed(items: list[dict[str, Any]]) -> None:
             self.objects.clear()
+            self.sizes.clear()
+            self.bytes = 0
             self.left_out.clear()
             for obj in items:
-                self._put(obj)
+                self._put(obj, listing=True)
             if self.left_out:
-                log.warning("watch cache: %d %ss beyond the bound of %d are read from the API",
-                            len(self.left_out), self.kind.name, self.max_objects)
+                log.warning("watch cache: %d %ss beyond the bounds (%d objects, %d bytes, %d bytes each) "
+                            "are read from the API", len(self.left_out), self.kind.name, self.max_objects,
+                            self.max_bytes, self.max_object_bytes)
             self.relists += 1
             self.synced = True
 
@@ -122,7 +179,7 @@ class Mirror:
             if kind in ("ADDED", "MODIFIED"):
                 self._put(obj)
             elif (key := self._key(obj)) is not None:
-                self.objects.pop(key, None)
+                self._drop(key)
                 self.left_out.discard(key)
 
         def failed(exc: Exception) -> None:
@@ -140,9 +197,11 @@ class Mirror:
 class CachedObjects:
     """`KubernetesObjects` whose NADs, PodNetworks, attachments and options come from `Mirror`s."""
 
-    def __init__(self, source: KubernetesObjects, *, max_objects: int = MAX_OBJECTS) -> None:
+    def __init__(self, source: KubernetesObjects, *, max_objects: int = MAX_OBJECTS,
+                 max_bytes: int = MAX_KIND_BYTES, max_object_bytes: int = MAX_OBJECT_BYTES) -> None:
         self.source = source
-        self.mirrors = {kind.name: Mirror(source.api, kind, max_objects) for kind in KINDS}
+        self.mirrors = {kind.name: Mirror(source.api, kind, max_objects, max_bytes=max_bytes,
+                                          max_object_bytes=max_object_bytes) for kind in KINDS}
         self._tasks: list[asyncio.Task[None]] = []
         self.hits = 0
         self.misses = 0
@@ -195,4 +254,5 @@ class CachedObjects:
         await self.source.patch_pod_annotations(namespace, name, annotations)
 
 
-__all__ = ["KINDS", "MAX_OBJECTS", "CachedObjects", "Kind", "Mirror"]
+__all__ = ["KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "CachedObjects", "Kind", "Mirror",
+           "held_bytes"]

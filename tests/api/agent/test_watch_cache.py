@@ -4,6 +4,7 @@ HTTP: what it answers from its list and watch, what it still reads from the API,
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -136,5 +137,88 @@ async def test_while_a_watch_is_down_every_read_goes_to_the_api(cluster: Emulato
         mirror.synced = False  # as after a broken watch, until the next list
         await cache.get_nad("ns", "blue")
         assert gets(cluster, "/network-attachment-definitions/blue") == 1
+    finally:
+        await cache.close()
+
+
+MiB = 1024 * 1024
+NAD_URL = "/apis/k8s.cni.cncf.io/v1/namespaces/{namespace}/network-attachment-definitions"
+
+
+async def create_nad(cluster: Emulator, name: str, namespace: str, config: str) -> None:
+    body = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"config": config}}
+    async with cluster.clients[0].post(NAD_URL.format(namespace=namespace), data=io.BytesIO(json.dumps(body).encode()),
+                                       headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status in (200, 201), await resp.text()
+
+
+def kept_json_bytes(cache: watchcache.CachedObjects) -> int:
+    return sum(len(json.dumps(obj)) for mirror in cache.mirrors.values() for obj in mirror.objects.values())
+
+
+async def test_nads_of_900_kb_are_never_kept_and_each_is_read_from_the_api_when_named(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    big = json.dumps({"cniVersion": "1.0.0", "type": "bridge", "pad": "x" * 900_000})
+    cluster.objects[NADS, "ns", "listed"] = nad("listed", "ns", big)  # there at the first list
+    cache = await cached(cluster, tmp_path, max_objects=1000)
+    try:
+        mirror = cache.mirrors["NetworkAttachmentDefinition"]
+        for i in range(10):  # made while the watch runs, as a tenant would
+            await create_nad(cluster, f"big{i}", "ns", big)
+        await create_nad(cluster, "small", "ns", '{"v": 3}')
+        await until(lambda: ("ns", "small") in mirror.objects, "the events up to the small NAD")
+        assert ("ns", "listed") not in mirror.objects
+        assert not any(name.startswith("big") for _, name in mirror.objects)
+        assert kept_json_bytes(cache) < 64 * 1024, "only the small NADs are kept"
+        assert (await cache.get_nad("ns", "big3")).spec.config == big
+        assert (await cache.get_nad("ns", "listed")).spec.config == big
+        assert gets(cluster, "/network-attachment-definitions/big3") == 1
+        assert gets(cluster, "/network-attachment-definitions/listed") == 1
+        assert (await cache.get_nad("ns", "small")).spec.config == '{"v": 3}'
+        assert gets(cluster, "/network-attachment-definitions/small") == 0
+    finally:
+        await cache.close()
+
+
+async def test_a_kept_nad_that_grows_past_the_bound_is_dropped_not_served_as_it_was(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    cache = await cached(cluster, tmp_path)
+    try:
+        mirror = cache.mirrors["NetworkAttachmentDefinition"]
+        assert ("ns", "blue") in mirror.objects
+        grown = json.dumps({"v": 2, "pad": "x" * 900_000})
+        async with cluster.clients[0].patch(
+            "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions/blue",
+            data=io.BytesIO(json.dumps({"spec": {"config": grown}}).encode()),
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+        await until(lambda: ("ns", "blue") not in mirror.objects, "the MODIFIED event")
+        assert (await cache.get_nad("ns", "blue")).spec.config == grown
+    finally:
+        await cache.close()
+
+
+async def test_past_the_kinds_bound_in_bytes_the_cache_keeps_what_fits_and_the_rest_is_read_from_the_api(
+    cluster: Emulator, tmp_path: Path
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url))
+    source = await asyncio.to_thread(objects.KubernetesObjects, str(kubeconfig))
+    one = watchcache.held_bytes(await source.api.get(
+        "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions/blue"), 10 * MiB)
+    cache = watchcache.CachedObjects(source, max_bytes=one + one // 2)  # room for one of the two NADs
+    cache.start()
+    try:
+        await until(lambda: all(m.synced for m in cache.mirrors.values()), "every kind listed and watched")
+        mirror = cache.mirrors["NetworkAttachmentDefinition"]
+        assert len(mirror.objects) == 1 and len(mirror.left_out) == 1 and mirror.bytes <= one + one // 2
+        for namespace, name in (("ns", "blue"), ("other", "red")):
+            assert json.loads((await cache.get_nad(namespace, name)).spec.config) == {"v": 1}
+        await create_nad(cluster, "green", "ns", '{"v": 1}')
+        await until(lambda: ("ns", "green") in mirror.left_out, "the ADDED event, not kept")
+        assert len(mirror.objects) == 1
     finally:
         await cache.close()

@@ -77,9 +77,7 @@ class ServedAgent:
     def post(self, body: bytes) -> tuple[int, bytes]:
         head = f"POST {server.API_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         response = shim.exchange(str(self.config.socket_path), head.encode() + body, 30)
-        header, _, payload = response.partition(b"\r\n\r\n")
-        if b"transfer-encoding: chunked" in header.lower():
-            payload = shim.dechunk(payload)
+        header, _, payload = response.partition(b"\r\n\r\n")  # the agent sends a Content-Length, never chunks
         return int(header.split()[1]), payload
 
     def run_shim(self, env: Mapping[bytes, bytes], stdin: bytes) -> subprocess.CompletedProcess[bytes]:

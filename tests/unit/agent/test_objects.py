@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,6 +24,7 @@ import yaml
 from bridge.agent import agent, objects
 from bridge.agent.invoke import CNIError, ErrorCode
 from podnetwork import constants
+from tests.unit.hostile_api_support import HostileApi, ok
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -191,3 +192,66 @@ async def test_the_object_source_returns_typed_objects_and_refuses_what_does_not
     assert "spec.config: Input should be a valid string" in caught.value.details
     with pytest.raises(CNIError, match=r"PodNetworkAttachment ns/a1 does not fit its schema: spec\.colour"):
         await objs.get_attachment("ns", "a1")
+
+
+# --- an API server that answers what no API server sends -------------------------------------
+
+MALFORMED = {
+    "an oversized header line": [b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 100_000 + b"\r\n\r\n{}"],
+    "chunk size zz": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"],
+    "a negative Content-Length": [b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n{}"],
+    "JSON nested 200,000 deep": [ok(b"[" * 200_000 + b"]" * 200_000)],
+    "a body that is not an object": [ok(b"[1,2,3]")],
+    "an object that is not the pod": [ok(b"{}")],
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+async def test_a_malformed_answer_is_try_again_later_naming_the_object(tmp_path: Path, case: str) -> None:
+    server = HostileApi(lambda line: MALFORMED[case])
+    source = await _source(tmp_path, server.url)
+    try:
+        with pytest.raises(CNIError) as caught:
+            await source.get_pod("ns", "web")
+    finally:
+        await source.close()
+        server.close()
+    assert caught.value.code == ErrorCode.TRY_AGAIN_LATER == 11
+    assert caught.value.msg == "cannot read Pod ns/web now: the API server's answer is malformed"
+    assert caught.value.details and len(caught.value.details) <= 500
+
+
+async def test_an_add_whose_pod_is_answered_as_a_list_fails_with_11_and_attaches_nothing(tmp_path: Path) -> None:
+    server = HostileApi(lambda line: [ok(b"[1,2,3]")])
+    source = await _source(tmp_path, server.url)
+    ran: list[str] = []
+
+    class Recording:
+        """Answers as the bridge plugin would: an ADD that reached it would succeed."""
+
+        async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
+                      ) -> tuple[int, bytes, bytes]:
+            ran.append(plugin.name)
+            result = {"cniVersion": "1.0.0", "interfaces": [{"name": env["CNI_IFNAME"], "sandbox": env["CNI_NETNS"]}],
+                      "ips": [{"address": "10.9.0.2/24", "interface": 0}]}
+            return 0, json.dumps(result).encode(), b""
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bridge").write_text("#!/bin/sh\nexit 1\n")  # found by the plan; run by `Recording` only
+    (bin_dir / "bridge").chmod(0o755)
+    config = agent.AgentConfig(socket_path=tmp_path / "agent.sock", cache_dir=tmp_path / "cache", bin_dirs=(bin_dir,),
+                               conf_dir=tmp_path / "net.d", patch_status=False, watch_addresses=False,
+                               default_network={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
+    the_agent = agent.Agent(source, config, executor=Recording())
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web"}
+    try:
+        with pytest.raises(CNIError) as caught:
+            await the_agent.handle(env, b'{"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork"}')
+    finally:
+        await source.close()
+        server.close()
+    assert caught.value.code == 11 and "the API server's answer is malformed" in caught.value.msg
+    assert "not an object" in caught.value.details
+    assert ran == [], "no plugin ran"
