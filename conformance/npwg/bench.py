@@ -107,6 +107,9 @@ def parse_conf(text: str, values: Mapping[str, str], where: str) -> dict[str, An
         conf = json.loads(substitute(text, values, where))
     except json.JSONDecodeError as exc:
         raise BenchError(f"{where}: not JSON after the placeholders were replaced: {exc}") from None
+    except RecursionError:  # Python's parser recurses per level: ~1,000 levels end it
+        raise BenchError(f"{where}: nested too deeply to be a CNI configuration (Python's JSON parser "
+                         f"stops near {sys.getrecursionlimit()} levels)") from None
     if not isinstance(conf, dict):
         raise BenchError(f"{where}: a CNI network configuration is a JSON object, got {type(conf).__name__}")
     if "plugins" in conf:
@@ -201,7 +204,7 @@ class Invocation:
     def answer(self) -> Any:
         try:
             return json.loads(self.stdout) if self.stdout.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not an answer, however deep
             return None
 
     @property

@@ -762,6 +762,9 @@ def network_status(bench: Bench, judge: Judge) -> None:
     _del(bench, judge, pod)
     try:
         status = json.loads(writes[-1].annotations[STATUS_ANNOTATION])
+    except RecursionError:
+        judge.require(False, "5", "the annotation's value must be JSON a reader can parse: nested too deeply")
+        return
     except ValueError as exc:
         judge.require(False, "5", f"the annotation's value must be JSON: {exc}")
         return
