@@ -18,6 +18,10 @@ Two rules:
   device node with a regular file when run as root, and a symbolic link with a
   file beside its target.
 
+`/dev/stdout`, `/dev/stderr` and `/dev/fd/N` are written to that descriptor as it is,
+never reopened: reopening `/proc/self/fd/1` with `O_TRUNC` would empty a file the
+shell opened for appending (`>> log`).
+
 A write that fails part-way (a full disk, `/dev/full`) is an `OutputError`
 naming the path and the system's reason; a regular file may then hold part of
 the text, as after a shell's `>`.
@@ -26,12 +30,24 @@ the text, as after a shell's `>`.
 from __future__ import annotations
 
 import os
+import re
 import stat
+import sys
 from pathlib import Path
 
 from podnetwork import excerpts
 
 STDOUT = "-"
+_DESCRIPTOR = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")
+_STANDARD = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _descriptor(target: str) -> int | None:
+    """The open descriptor `target` names (`/dev/stdout`, `/dev/fd/3`), else None."""
+    if target in _STANDARD:
+        return _STANDARD[target]
+    match = _DESCRIPTOR.fullmatch(target)
+    return int(match.group(1)) if match else None
 
 
 class OutputError(ValueError):
@@ -110,6 +126,17 @@ def write(target: str | os.PathLike[str], data: str | bytes, flag: str = "") -> 
     nothing exists. Raises `OutputError`."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     shown = _shown(flag, os.fspath(target))
+    fd = _descriptor(os.fspath(target))
+    if fd is not None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # what the command printed before comes first
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            raise OutputError(f"{shown}: cannot write it: {exc.strerror or exc}") from None
+        return
     try:
         with open(target, "wb") as f:  # O_WRONLY|O_CREAT|O_TRUNC: the device or FIFO stays
             f.write(raw)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -122,3 +124,17 @@ def test_a_directory_to_write_in_must_be_one_or_be_creatable(tmp_path: Path, tar
     assert outputs.directory_problem(target.format(tmp=tmp_path), "--write-manifests") == message.format(tmp=tmp_path)
     assert outputs.directory_problem(str(tmp_path / "new" / "deeper"), "--write-manifests") is None
     assert outputs.directory_problem(str(tmp_path), "--write-manifests") is None
+
+
+def test_dev_stdout_is_written_to_the_descriptor_without_emptying_a_file_opened_for_appending(
+    tmp_path: Path,
+) -> None:
+    # `podnetwork graph -o /dev/stdout >> log`: reopening /proc/self/fd/1 with O_TRUNC would empty log.
+    log = tmp_path / "log"
+    log.write_text("kept\n")
+    with log.open("a") as append:
+        done = subprocess.run(
+            [sys.executable, "-c", "from podnetwork import outputs; outputs.write('/dev/stdout', 'added\\n', '-o')"],
+            stdout=append, stderr=subprocess.PIPE, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text() == "kept\nadded\n"
