@@ -28,16 +28,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The real CNI plugins and `ip`. Without root we cannot install them: say so,
-# and let the demo run its control-plane part and the CNI tests report it.
+# The real CNI plugins and `ip` (the CNI tier, the demo), and Graphviz's `dot` (`podnetwork graph
+# -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
+# cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
-	@if [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ] && command -v ip >/dev/null; then \
+	@missing=""; \
+	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	if [ -z "$$missing" ]; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \
-		apt-get update && apt-get install -y containernetworking-plugins iproute2; \
+		apt-get update && apt-get install -y $$missing; \
 	else \
-		echo "note: not root, so containernetworking-plugins and iproute2 were not installed;" \
-		     "run 'sudo apt-get install -y containernetworking-plugins iproute2' for the CNI parts"; \
+		echo "note: not root, so$$missing were not installed;" \
+		     "run 'sudo apt-get install -y$$missing' for the CNI parts and SVG graphs"; \
 	fi
 
 lint: setup

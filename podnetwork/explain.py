@@ -143,6 +143,7 @@ def explain(graph: nx.DiGraph[str], subject: str) -> Explanation:
         pods = [u for u in users if graph.nodes[u]["kind"] == "Pod"]
         pnas = [u for u in users if graph.nodes[u]["kind"] == constants.ATTACHMENT_KIND]
         nodes = [u for u in users if graph.nodes[u]["kind"] == "Node"]
+        roles = [u for u in users if graph.nodes[u]["kind"] in graphs.ROLE_KINDS]
         parts = []
         if pnas:
             parts.append(f"{len(pnas)} attachment(s)")
@@ -151,7 +152,11 @@ def explain(graph: nx.DiGraph[str], subject: str) -> Explanation:
         if nodes:
             parts.append(f"default of {len(nodes)} node(s)")
         names = ", ".join(graphs.label(u) for u in (pnas + pods)[:5])
-        out.lines.append(f"referenced by {' and '.join(parts)}" + (f": {names}" if names else ""))
+        if parts:
+            out.lines.append(f"referenced by {' and '.join(parts)}" + (f": {names}" if names else ""))
+        if roles:
+            out.lines.append(f"use granted by {len(roles)} role(s): "
+                             + ", ".join(graphs.label(u) for u in roles[:5]))
     return out
 
 

@@ -8,6 +8,14 @@ relations"):
     PodNetworkAttachment --(spec.podNetworkName)--> PodNetwork
     PodNetwork, PodNetworkAttachment --(spec.parametersRefs[i])--> parameters object
     Pod --(spec.nodeName)--> Node --(default)--> its default PodNetwork
+    RoleBinding, ClusterRoleBinding --(roleRef)--> Role | ClusterRole --(use)--> PodNetwork
+
+The last line is who may attach pods to a PodNetwork (KEP "controlled via RBAC
+configuration"; `podnetwork controller --enforce-use-permission` asks for verb
+`use` on `podnetworks`): a role whose rule grants it points at each PodNetwork
+its `resourceNames` list (at every PodNetwork of the graph when it lists none),
+and a binding carries its subjects and where they may use it (the binding's
+namespace, or every namespace for a ClusterRoleBinding).
 
 Every node of the graph is keyed `Kind/namespace/name` (`Kind//name` when
 cluster-scoped) and carries `kind`, `namespace`, `name`, `obj` (None when the
@@ -35,7 +43,7 @@ from typing import Any
 import networkx as nx
 import pydantic
 
-from podnetwork import api, conditions, constants, defaultnet, networks, validation
+from podnetwork import api, conditions, constants, defaultnet, excerpts, networks, validation
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.kube.core import Node, PartialObjectMetadata, Pod
 
@@ -45,6 +53,14 @@ logger = logging.getLogger(__name__)
 Object = api.PodNetwork | api.PodNetworkAttachment | Pod | Node | PartialObjectMetadata
 #: Reason of the Ready a PodNetwork or attachment is given when it does not fit its model.
 INVALID_REASON = "Invalid"
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLE_KINDS = ("ClusterRole", "Role")
+BINDING_KINDS = ("ClusterRoleBinding", "RoleBinding")
+#: The verb `--enforce-use-permission` asks for (podnetwork.admission.USE_VERB).
+USE_VERB = "use"
+#: Subjects a binding's label names; the rest are counted.
+SHOWN_SUBJECTS = 5
 
 
 def key(kind: str, namespace: str | None, name: str) -> str:
@@ -94,6 +110,85 @@ def _read(raw: Mapping[str, Any]) -> tuple[Object, list[str]] | None:
     except pydantic.ValidationError as exc:
         return head, _field_errors(exc)
     return head, []
+
+
+def _strings(value: Any) -> set[str]:
+    return {v for v in value if isinstance(v, str)} if isinstance(value, list) else set()
+
+
+def is_rbac(raw: Mapping[str, Any], kinds: Iterable[str]) -> bool:
+    """Whether `raw` is an RBAC object of one of `kinds` (not another group's `Role`)."""
+    version, kind = raw.get("apiVersion"), raw.get("kind")
+    return (isinstance(kind, str) and kind in set(kinds) and isinstance(version, str)
+            and version.startswith(f"{RBAC_GROUP}/"))
+
+
+def use_grants(role: Mapping[str, Any]) -> list[str | None]:
+    """The PodNetworks a Role or ClusterRole lets its subjects `use`, in rule order: names,
+    and None for a rule without `resourceNames` (every PodNetwork). Wildcards count, as RBAC
+    counts them: `*` in apiGroups, resources or verbs."""
+    grants: list[str | None] = []
+    rules = role.get("rules")
+    for rule in rules if isinstance(rules, list) else []:
+        if not isinstance(rule, Mapping):
+            continue
+        if not (_strings(rule.get("apiGroups")) & {constants.GROUP, "*"}
+                and _strings(rule.get("resources")) & {constants.PODNETWORK_PLURAL, "*"}
+                and _strings(rule.get("verbs")) & {USE_VERB, "*"}):
+            continue
+        names = sorted(_strings(rule.get("resourceNames")))
+        grants += names if names else [None]
+    return grants
+
+
+def _role_ref(binding: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of a binding's role, when it names an RBAC role."""
+    ref = binding.get("roleRef")
+    if not isinstance(ref, Mapping) or ref.get("apiGroup", RBAC_GROUP) != RBAC_GROUP:
+        return None
+    kind, name = ref.get("kind"), ref.get("name")
+    if kind not in ROLE_KINDS or not isinstance(name, str) or not name:
+        return None
+    return kind, name
+
+
+def _subjects(binding: Mapping[str, Any], namespace: str) -> list[str]:
+    """`ServiceAccount ns/name`, `User alice`, `Group g` for people (a ServiceAccount without
+    a namespace is the RoleBinding's, as RBAC reads it)."""
+    out = []
+    subjects = binding.get("subjects")
+    for s in subjects if isinstance(subjects, list) else []:
+        if not isinstance(s, Mapping) or not isinstance(s.get("name"), str):
+            continue
+        kind = s.get("kind") if isinstance(s.get("kind"), str) else "?"
+        name = excerpts.cut(s["name"], 63)
+        if kind == "ServiceAccount":
+            sa_ns = s.get("namespace") if isinstance(s.get("namespace"), str) else namespace
+            name = f"{excerpts.cut(sa_ns or '', 63)}/{name}"
+        out.append(f"{excerpts.cut(str(kind), 20)} {name}")
+    return out
+
+
+def referenced_roles(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Of RBAC objects, those that matter to PodNetworks: roles granting `use` of one, and the
+    bindings to them (what a cluster read keeps of every role and binding)."""
+    objs = list(objects)
+    granting = set()
+    for raw in objs:
+        if is_rbac(raw, ROLE_KINDS) and use_grants(raw):
+            meta = raw.get("metadata") or {}
+            granting.add((raw.get("kind"), meta.get("namespace") or "", meta.get("name")))
+    kept: list[Mapping[str, Any]] = []
+    for raw in objs:
+        meta = raw.get("metadata") or {}
+        if is_rbac(raw, ROLE_KINDS):
+            if (raw.get("kind"), meta.get("namespace") or "", meta.get("name")) in granting:
+                kept.append(raw)
+        elif is_rbac(raw, BINDING_KINDS) and (ref := _role_ref(raw)) is not None:
+            role_ns = meta.get("namespace") or "" if ref[0] == "Role" else ""
+            if (ref[0], role_ns, ref[1]) in granting:
+                kept.append(raw)
+    return kept
 
 
 def _readiness(graph: nx.DiGraph[str], node_key: str) -> None:
@@ -157,6 +252,7 @@ def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph[str]:
             graph.add_node(k, kind=kind, namespace=namespace, name=name, obj=None)
         return k
 
+    every_podnetwork: list[str] = []
     for raw, obj, _ in objs:
         kind, namespace = obj.kind, obj.metadata.namespace or ""
         src = key(kind, namespace, obj.metadata.name or "")
@@ -194,6 +290,26 @@ def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph[str]:
         if kind == "Node":
             graph.add_edge(src, target(constants.PODNETWORK_KIND, "", defaultnet.node_default_name(obj)),
                            relation="default")
+        if is_rbac(raw, ROLE_KINDS):
+            for granted in use_grants(raw):
+                if granted is not None:
+                    graph.add_edge(src, target(constants.PODNETWORK_KIND, "", granted), relation=USE_VERB,
+                                   permission=True)
+                else:
+                    every_podnetwork.append(src)
+        if is_rbac(raw, BINDING_KINDS):
+            if (role_ref := _role_ref(raw)) is not None:
+                role_kind, role_name = role_ref
+                role = target(role_kind, namespace if role_kind == "Role" else "", role_name)
+                graph.add_edge(src, role, relation="roleRef", permission=True)
+            where = f"in namespace {namespace}" if kind == "RoleBinding" else "in every namespace"
+            graph.nodes[src]["grants"] = (_subjects(raw, namespace), where)
+    # After the loop: "every PodNetwork" means those the input has.
+    present = [n for n, d in graph.nodes(data=True)
+               if d["kind"] == constants.PODNETWORK_KIND and d.get("obj") is not None]
+    for src in every_podnetwork:
+        for dst in present:
+            graph.add_edge(src, dst, relation=f"{USE_VERB} (every PodNetwork)", permission=True)
     # PodNetworks first: an attachment's computed readiness needs its PodNetwork's.
     for kind in (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND):
         for node_key in [n for n, d in graph.nodes(data=True) if d["kind"] == kind]:
@@ -206,7 +322,18 @@ def _quote(text: str) -> str:
 
 
 _SHAPES = {"Pod": "box", constants.PODNETWORK_KIND: "ellipse", constants.ATTACHMENT_KIND: "hexagon",
-           "Node": "box3d"}
+           "Node": "box3d", "ClusterRole": "component", "Role": "component",
+           "ClusterRoleBinding": "cds", "RoleBinding": "cds"}
+
+
+def _grant_lines(grants: tuple[list[str], str]) -> str:
+    subjects, where = grants
+    shown = subjects[:SHOWN_SUBJECTS]
+    more = len(subjects) - len(shown)
+    lines = [f"to {s}" for s in shown] or ["to no subject"]
+    if more:
+        lines.append(f"and {more} more")
+    return "\n".join([*lines, where])
 
 
 def to_dot(graph: nx.DiGraph[str]) -> str:
@@ -222,10 +349,13 @@ def to_dot(graph: nx.DiGraph[str]) -> str:
             attrs.update(color="orange", label=f"{label(node_key)}\n({reason})")
         elif data.get("ready") is True:
             attrs["color"] = "darkgreen"
+        if data.get("grants") is not None:
+            attrs["label"] += "\n" + _grant_lines(data["grants"])
         text = ", ".join(f"{k}={_quote(v)}" for k, v in attrs.items())
         lines.append(f"  {_quote(node_key)} [{text}];")
     for (src, dst), edge in sorted(graph.edges.items()):
-        lines.append(f"  {_quote(src)} -> {_quote(dst)} [label={_quote(edge.get('relation', ''))}];")
+        style = ', style="dashed", color="blue", fontcolor="blue"' if edge.get("permission") else ""
+        lines.append(f"  {_quote(src)} -> {_quote(dst)} [label={_quote(edge.get('relation', ''))}{style}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -235,11 +365,17 @@ def dot_available() -> bool:
 
 
 def to_svg(dot_text: str) -> bytes:
-    """Render DOT as SVG with Graphviz's `dot`. Raises RuntimeError when it is not installed."""
+    """Render DOT as SVG with Graphviz's `dot`. Raises RuntimeError when it is not installed or fails."""
     exe = shutil.which("dot")
     if exe is None:
         raise RuntimeError("Graphviz `dot` is not installed (apt-get install graphviz); write DOT instead")
-    return subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), check=True, capture_output=True).stdout
+    done = subprocess.run([exe, "-Tsvg"], input=dot_text.encode(), check=False, capture_output=True)
+    if done.returncode != 0:
+        said = excerpts.cut(done.stderr.decode(errors="replace").strip(), excerpts.LINE_LIMIT)
+        raise RuntimeError(f"Graphviz `dot` failed (exit status {done.returncode}): {said}; "
+                           "write DOT (--format dot) instead")
+    return done.stdout
 
 
-__all__ = ["INVALID_REASON", "Object", "build", "dot_available", "key", "label", "to_dot", "to_svg"]
+__all__ = ["INVALID_REASON", "Object", "build", "dot_available", "is_rbac", "key", "label",
+           "referenced_roles", "to_dot", "to_svg", "use_grants"]

@@ -21,7 +21,8 @@ def from_files(inputs: Iterable[str], *, recursive: bool = False) -> list[dict[s
 
 
 def from_cluster(kubeconfig: str | None = None, *, context: str | None = None) -> list[dict[str, Any]]:
-    """Pods, nodes, PodNetworks, attachments and their parameter objects from a cluster.
+    """Pods, nodes, PodNetworks, attachments and their parameter objects from a cluster, and
+    the roles granting `use` of a PodNetwork with their bindings.
 
     One list call per kind (never per object), plus one get per distinct
     parameters object. Raises RuntimeError with a readable message when the
@@ -75,7 +76,24 @@ def _read(api: Any) -> list[dict[str, Any]]:
             continue
         except kube.ApiError as exc:
             logger.warning("cannot read %s %s/%s: %s", kind, namespace, name, exc.reason or exc.message)
-    return objects
+    return objects + _rbac(api)
+
+
+def _rbac(api: Any) -> list[dict[str, Any]]:
+    """Roles granting `use` of a PodNetwork and the bindings to them; none, with a warning, when
+    the credentials may not list RBAC (the graph is still drawn, without who may use what)."""
+    from podnetwork import graph
+    from podnetwork.kube import client as kube
+
+    found: list[dict[str, Any]] = []
+    for resource in (kube.ClusterRole, kube.Role, kube.ClusterRoleBinding, kube.RoleBinding):
+        try:
+            found += api.list(resource).items
+        except kube.ApiError as exc:
+            logger.warning("cannot list %s, so the graph shows no permission to use PodNetworks: %s",
+                           kube.plural_of(resource), exc.reason or exc.message)
+            return []
+    return [dict(obj) for obj in graph.referenced_roles(found)]
 
 
 __all__ = ["from_cluster", "from_files"]

@@ -896,11 +896,19 @@ class Agent:
 
         async def written() -> None:
             async with self._container_lock(container_id):
-                current = self._load(container_id)
-                # Not a record a DEL removed, nor a later ADD's (its own write marks it).
-                if current is not None and current.complete and current.result == record.result:
-                    current.status_published = True
-                    self._save(current)
+                try:
+                    current = self._load(container_id)
+                    # Not a record a DEL removed, nor a later ADD's (its own write marks it).
+                    if current is not None and current.complete and current.result == record.result:
+                        current.status_published = True
+                        self._save(current)
+                except (CNIError, cache.CacheError, OSError) as exc:
+                    # The status is written; only the mark is lost, and an unmarked record is
+                    # written again by the next ADD or CHECK. An unreadable file is the DEL's to
+                    # move aside (`_load`), not this callback's.
+                    log.warning("pod %s/%s: network-status written, but the record of container %s cannot "
+                                "be marked so (%s); the next ADD or CHECK writes the status again",
+                                record.pod_namespace, record.pod_name, container_id, exc)
 
         self.status.publish(
             record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written

@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from podnetwork import cli, manifests
+from podnetwork import cli, manifests, outputs
 from podnetwork.kube import credentials
 
 EXIT_OK = 0
@@ -95,28 +94,33 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     if not args.filename and not (args.namespace or args.all_namespaces):
         return ("say what to export: -f FILE_OR_DIR for manifests, or -n NAMESPACE / -A for the cluster "
                 "of --kubeconfig/--context")
-    if args.network_data and args.network_data == "-":
+    if args.network_data == "-":
         return "--network-data needs a file name (standard output carries the DRA objects)"
-    same = args.output != "-" and Path(str(args.network_data)).resolve() == Path(args.output).resolve()
-    if args.network_data and same:
-        return "--network-data and --output must be different files"
+    # Before any input is read: an export is never computed for an output that cannot be written.
+    if problem := outputs.problem(args.output, "-o", allow_stdout=True):
+        return problem
+    if args.network_data is not None:
+        if problem := outputs.problem(args.network_data, "--network-data"):
+            return problem
+        if args.output != "-" and _same_file(args.output, args.network_data):
+            return "--network-data and --output must be different files"
     return None
 
 
-def _write(text: str, target: str, out: TextIO) -> None:
-    """Write all of `text` or nothing: a temporary file in the target's directory, renamed."""
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist yet: the same path, or not the same file
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _write(text: str, target: str, flag: str, out: TextIO) -> None:
+    """`text` to standard output (`-`) or through to the file (`podnetwork.outputs.write`).
+    Raises `outputs.OutputError`."""
     if target == "-":
         out.write(text)
         return
-    path = Path(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    outputs.write(target, text, flag)
 
 
 def dump_yaml(documents: list[dict[str, Any]]) -> str:
@@ -177,9 +181,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         print("podnetwork export-dra: nothing written: the driver cannot express the above "
               "(--partial writes the rest)", file=err)
         return EXIT_UNEXPRESSIBLE
-    _write(dump_yaml(result.documents()), args.output, out)
-    if args.network_data:
-        _write(dump_yaml([dra_export.network_data_document(result.network_data)]), args.network_data, out)
+    try:
+        _write(dump_yaml(result.documents()), args.output, "-o", out)
+        if args.network_data is not None:
+            _write(dump_yaml([dra_export.network_data_document(result.network_data)]), args.network_data,
+                   "--network-data", out)
+    except outputs.OutputError as exc:
+        print(f"podnetwork export-dra: {exc}", file=err)
+        return EXIT_USAGE
     return EXIT_UNEXPRESSIBLE if result.unexpressible else EXIT_OK
 
 

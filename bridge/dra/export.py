@@ -43,7 +43,7 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.dra import objects as dra
 from bridge.translate import podips
-from podnetwork import constants, networks, validation
+from podnetwork import constants, excerpts, networks, validation
 from podnetwork.api import Network, PodNetwork
 from podnetwork.fielderrors import InvalidObject
 from podnetwork.kube import names as kube_names
@@ -805,15 +805,21 @@ def rewrite(obj: Mapping[str, Any], template_path: Sequence[str], claims: Sequen
     return out
 
 
-def _cidr(ip: str, subnets: Sequence[str]) -> tuple[str, bool]:
-    """An NPWG status IP as a CIDR, and whether the prefix was known (else a host prefix)."""
-    if "/" in ip:
-        return ip, True
+def _cidr(ip: str, subnets: Sequence[str]) -> tuple[str, bool] | None:
+    """An NPWG status IP as a CIDR, and whether the prefix was known (else a host prefix);
+    None when it is no address. Any pod's status may hold anything (its tenant can write it)."""
+    if "%" in ip:  # an IPv6 zone: Python reads one, a CIDR of KEP-4817 has none
+        return None
+    try:
+        if "/" in ip:
+            return ipaddress.ip_interface(ip).with_prefixlen, True
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return None
     try:
         return _with_prefix(ip, subnets, ""), True
-    except (_Cannot, ValueError):
-        addr = ipaddress.ip_address(ip)
-        return f"{ip}/{addr.max_prefixlen}", False
+    except _Cannot:
+        return f"{addr}/{addr.max_prefixlen}", False
 
 
 def _network_data(
@@ -841,7 +847,13 @@ def _network_data(
         for ip in entry.get("ips") or []:
             if not isinstance(ip, str):
                 continue
-            cidr, known = _cidr(ip, subnets_of.get((element.namespace, element.name), []))
+            read = _cidr(ip, subnets_of.get((element.namespace, element.name), []))
+            if read is None:
+                notes.append(Note(wl.ref, f"networkData of {claim.pod_claim}: {excerpts.value(ip)} in "
+                                  f"{npwg.NETWORK_STATUS_ANNOTATION} is not an IP address: left out",
+                                  wl.source))
+                continue
+            cidr, known = read
             if not known:
                 notes.append(Note(wl.ref, f"networkData of {claim.pod_claim}: the prefix length of {ip} "
                                   f"is unknown (not in network-status nor the IPAM subnets): written {cidr}",

@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 from bridge import migrate, npwg
 from bridge.migrate import offline as migrate_offline
-from podnetwork import constants, manifests
+from podnetwork import constants, manifests, outputs
 from podnetwork import networks as kep_networks
 from podnetwork.kube import client as kube
 from podnetwork.kube import credentials
@@ -442,8 +442,14 @@ def _run(
     namespaces = None if args.all_namespaces else [args.namespace]
     inventory = read_inventory(cluster, namespaces)
     p = migrate.plan(inventory)
-    # The plan file is written before applying, so a half-applied plan can still be rolled back.
-    migrate_offline.report(p, args, out, err)
+    # The plan file is written before applying, so a half-applied plan can still be rolled back;
+    # one that cannot be written stops here, before anything is applied.
+    try:
+        migrate_offline.report(p, args, out, err)
+    except outputs.OutputError as exc:
+        print(f"podnetwork migrate: {exc}", file=err)
+        print(f"podnetwork migrate: {'nothing applied' if args.apply else 'no plan file written'}", file=err)
+        return EXIT_USAGE
     print(migrate_offline.summary(p), file=err)
     ok = True
     if args.apply:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TextIO
 
-from podnetwork import cli, manifests
+from podnetwork import cli, manifests, outputs
 from podnetwork.kube import credentials
 
 EXIT_OK = 0
@@ -120,23 +119,21 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             "-f reads manifests offline; it cannot be combined with --kubeconfig, --context, "
             "-A, --apply or --rollback (apply offline output with kubectl, or drop -f to read the cluster)"
         )
-    if args.rollback and (args.apply or args.output or args.write_manifests):
+    if args.rollback and (args.apply or args.output is not None or args.write_manifests is not None):
         return "--rollback PLAN takes no --apply, -o or --write-manifests"
     if not args.filename and not args.rollback and not (args.namespace or args.all_namespaces):
         return (
             "say what to migrate: -f FILE_OR_DIR for manifests, or -n NAMESPACE / -A for the "
             "cluster of --kubeconfig/--context"
         )
-    if args.write_manifests and not args.filename:
+    if args.write_manifests is not None and not args.filename:
         return "--write-manifests works offline only (with -f)"
+    # Before any input is read or the cluster asked: a plan is never made for nowhere.
+    if args.output is not None and (problem := outputs.problem(args.output, "-o", allow_stdout=True)):
+        return problem
+    if args.write_manifests is not None:
+        return outputs.directory_problem(args.write_manifests, "--write-manifests")
     return None
-
-
-def _write_plan(text: str, target: str, out: TextIO) -> None:
-    if target == "-":
-        out.write(text)
-    else:
-        Path(target).write_text(text, encoding="utf-8")
 
 
 def _run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

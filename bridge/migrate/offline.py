@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from bridge import migrate
-from podnetwork import manifests
+from podnetwork import manifests, outputs
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -36,43 +37,75 @@ def summary(p: migrate.Plan) -> str:
     return line
 
 
+def _free_name(base: str, taken: set[str]) -> str:
+    """`base`, or `stem-N.suffix` with the smallest N >= 2 that no other file of the directory took."""
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{Path(base).stem}-{n}{Path(base).suffix}"
+    taken.add(name)
+    return name
+
+
+@dataclass(frozen=True)
+class Written:
+    """A file `write_manifests` wrote, and the input it came from (None: the generated objects)."""
+
+    path: Path
+    source: str | None = None
+    renamed_because: str = ""
+    """Why the input's file name was not free (the objects file's, or another input's); empty if it was."""
+
+
 def write_manifests(
     directory: Path, p: migrate.Plan, documents: list[manifests.Document]
-) -> list[Path]:
-    """The objects to create, then every input file with its workloads rewritten."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = [directory / OBJECTS_FILE]
-    written[0].write_text(migrate.dump_yaml(o.obj for o in p.objects()), encoding="utf-8")
+) -> list[Written]:
+    """The objects to create, then every input file with its workloads rewritten.
+
+    Every file gets a name of its own: an input named like the objects file (a re-run over
+    a previous output) or like another input is written as `NAME-2.yaml`, never over it.
+    Raises `outputs.OutputError`.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise outputs.OutputError(
+            f"--write-manifests {directory}: cannot create it: {exc.strerror}") from None
+    taken = {OBJECTS_FILE}
+    written = [Written(directory / OBJECTS_FILE)]
     changes = {c.workload.source: c for c in p.workloads if c.workload.source}
     by_file: dict[str, list[dict[str, Any]]] = {}
     for doc in documents:
         change = changes.get(doc.source)
         by_file.setdefault(doc.path, []).append(migrate.rewrite(doc.obj, change) if change else doc.obj)
-    used: Counter[str] = Counter()
+    texts = [migrate.dump_yaml(o.obj for o in p.objects())]
     for path, objs in by_file.items():
         base = Path(path).name if path != manifests.STDIN_LABEL else "stdin.yaml"
         if Path(base).suffix.lower() == ".json":
             base = Path(base).with_suffix(".yaml").name
-        used[base] += 1
-        name = base if used[base] == 1 else f"{Path(base).stem}-{used[base]}{Path(base).suffix}"
-        target = directory / name
-        target.write_text(migrate.dump_yaml(objs), encoding="utf-8")
-        written.append(target)
+        name = _free_name(base, taken)
+        why = "" if name == base else (
+            "the objects to create" if base == OBJECTS_FILE else "another input file of that name")
+        written.append(Written(directory / name, path, why))
+        texts.append(migrate.dump_yaml(objs))
+    for file, text in zip(written, texts, strict=True):
+        outputs.write(file.path, text, "--write-manifests")
     return written
 
 
 def report(p: migrate.Plan, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
     """The diff of `p` (unless --quiet), its problems, and with -o the plan file, to stdout
-    when -o is `-` (the diff then goes to stderr, so stdout stays one YAML stream)."""
+    when -o is `-` (the diff then goes to stderr, so stdout stays one YAML stream).
+    Raises `outputs.OutputError` when the plan file cannot be written."""
     diff_to = err if args.output == "-" else out
     if not args.quiet:
         diff_to.write(migrate.diff(p))
     err.write(migrate.problems(p))
-    if args.output:
+    if args.output is not None:
         if args.output == "-":
             out.write(migrate.to_yaml(p))
         else:
-            Path(args.output).write_text(migrate.to_yaml(p), encoding="utf-8")
+            outputs.write(args.output, migrate.to_yaml(p), "-o")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -87,12 +120,21 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for doc in loaded.documents:
         inventory.add(doc.obj, default_namespace=namespace, source=doc.source)
     p = migrate.plan(inventory)
-    report(p, args, out, err)
-    if args.write_manifests:
-        written = write_manifests(Path(args.write_manifests), p, loaded.documents)
+    try:
+        report(p, args, out, err)
+        if args.write_manifests is not None:
+            written = write_manifests(Path(args.write_manifests), p, loaded.documents)
+    except outputs.OutputError as exc:
+        print(f"podnetwork migrate: {exc}", file=err)
+        return EXIT_USAGE
+    if args.write_manifests is not None:
+        for file in written:
+            if file.renamed_because:
+                print(f"i {file.source}: written as {file.path}: its name is taken by {file.renamed_because}",
+                      file=err)
         print(f"wrote {len(written)} file(s) to {args.write_manifests}", file=err)
     print(summary(p), file=err)
     return EXIT_INCOMPLETE if p.unmigratable else EXIT_OK
 
 
-__all__ = ["report", "run", "summary", "write_manifests"]
+__all__ = ["Written", "report", "run", "summary", "write_manifests"]

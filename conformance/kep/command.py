@@ -18,15 +18,15 @@ import yaml
 from conformance.kep import SUITE_VERSION, features, report, suite
 from conformance.kep import client as kc
 from conformance.kep.tests import ALL, BY_NAME
-from podnetwork import constants
+from podnetwork import constants, outputs
 from podnetwork.kube import credentials
 
 
 @dataclass(frozen=True)
 class Command:
     """The shape `podnetwork.cli` loads from an entry point (help, configure, run, description).
-    Declared here because this package imports nothing of podnetwork but `kube` and `constants`
-    (.importlinter)."""
+    Declared here because this package imports nothing of podnetwork but `kube`, `constants` and
+    the output writer `outputs` (.importlinter)."""
 
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
@@ -164,10 +164,29 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
     return built, ordered
 
 
-def write_report(path: Path, document: dict[str, Any]) -> None:
-    text = (json.dumps(document, indent=2) + "\n" if path.suffix == ".json"
+def report_text(path: Path, document: dict[str, Any]) -> str:
+    """The report as JSON when `path` ends in .json, else YAML."""
+    return (json.dumps(document, indent=2) + "\n" if path.suffix == ".json"
             else yaml.safe_dump(document, sort_keys=False, width=110))
-    path.write_text(text)
+
+
+def write_report(path: Path, document: dict[str, Any]) -> None:
+    """Raises `outputs.OutputError`."""
+    outputs.write(path, report_text(path, document), "--report")
+
+
+def save_report(path: Path, document: dict[str, Any], out: TextIO, err: TextIO) -> bool:
+    """Writes the report; when that fails at the end of a run (the path was checked before it,
+    but a disk fills, a directory goes), says why and prints the report on `out` instead, so
+    the results of the run are not lost. Whether the file was written."""
+    try:
+        write_report(path, document)
+    except outputs.OutputError as exc:
+        err.write(f"podnetwork conformance: {exc}; the report follows on standard output\n")
+        out.write(report_text(path, document))
+        return False
+    out.write(f"report written to {path}\n")
+    return True
 
 
 def _list(out: TextIO) -> None:
@@ -184,9 +203,13 @@ def _run(args: argparse.Namespace) -> int:
         _list(out)
         return 0
     named = args.implementation_name and args.implementation_version and args.implementation_url
-    if args.report and not named:
+    if args.report is not None and not named:
         sys.stderr.write("podnetwork conformance: --report needs --implementation-name, "
                          "--implementation-version and --implementation-url (who the report is about)\n")
+        return 2
+    # Before the run, which takes minutes: its results must have somewhere to go.
+    if args.report is not None and (problem := outputs.problem(args.report, "--report")):
+        sys.stderr.write(f"podnetwork conformance: {problem}\n")
         return 2
     try:
         selection(args)
@@ -197,9 +220,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     for profile in document["profiles"]:
         out.write(f"{profile['name']}: {profile['result']} ({profile['summary']})\n")
-    if args.report:
-        write_report(Path(args.report), document)
-        out.write(f"report written to {args.report}\n")
+    if args.report is not None and not save_report(Path(args.report), document, out, sys.stderr):
+        return 2
     return 1 if report.failed(document) else 0
 
 

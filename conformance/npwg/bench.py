@@ -107,6 +107,9 @@ def parse_conf(text: str, values: Mapping[str, str], where: str) -> dict[str, An
         conf = json.loads(substitute(text, values, where))
     except json.JSONDecodeError as exc:
         raise BenchError(f"{where}: not JSON after the placeholders were replaced: {exc}") from None
+    except RecursionError:  # Python's parser recurses per level: ~1,000 levels end it
+        raise BenchError(f"{where}: nested too deeply to be a CNI configuration (Python's JSON parser "
+                         f"stops near {sys.getrecursionlimit()} levels)") from None
     if not isinstance(conf, dict):
         raise BenchError(f"{where}: a CNI network configuration is a JSON object, got {type(conf).__name__}")
     if "plugins" in conf:
@@ -201,7 +204,7 @@ class Invocation:
     def answer(self) -> Any:
         try:
             return json.loads(self.stdout) if self.stdout.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not an answer, however deep
             return None
 
     @property
@@ -245,7 +248,9 @@ class Bench:
     conf: dict[str, Any] = field(default_factory=dict)
     _daemon: subprocess.Popen[bytes] | None = None
     _netns: list[str] = field(default_factory=list)
-    _control: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"errors": [], "results": []})
+    _control: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {"errors": [], "results": [], "links": []}
+    )
 
     # --- set-up and tear-down ------------------------------------------------------------
 
@@ -297,7 +302,9 @@ class Bench:
             target.write_text(f"#!{sys.executable} -I\n{source}")
             target.chmod(0o755)
         (self.bin_dir / recorder.SETTINGS_FILE).write_text(
-            json.dumps({"records": str(self.records_file), "control": str(self.control_file)})
+            # `ip` by its path: a delegating plugin may run the recorders with a PATH of its own.
+            json.dumps({"records": str(self.records_file), "control": str(self.control_file),
+                        "ip": shutil.which("ip")})
         )
         self.records_file.touch(mode=0o600)
         self._write_control()
@@ -451,6 +458,13 @@ class Bench:
         """The recorders answer ADD for this pod and network with `result` (`$IFNAME`, `$NETNS` filled in)."""
         when = {"container": pod.container, "command": "ADD", "network": network}
         self._control["results"].append({"when": when, "result": dict(result)})
+        self._write_control()
+
+    def make_links(self, pod: Pod) -> None:
+        """The recorders make the interface each ADD of this pod reports (`CNI_IFNAME`, in its
+        namespace) and DEL removes it, as a real plugin does: for the scenarios whose rule a
+        plugin may enforce by looking in the namespace (4.1.2.1.5, as Multus does)."""
+        self._control["links"].append({"container": pod.container})
         self._write_control()
 
     def _write_control(self) -> None:

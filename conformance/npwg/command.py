@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="run only this scenario (repeatable); --list shows them",
     )
     p.add_argument("--list", action="store_true", help="list the scenarios and the placeholders, and exit")
-    p.add_argument("--report", type=Path, metavar="FILE", help="also write the results as JSON to FILE")
+    p.add_argument("--report", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument(
         "--cni-version",
         default="1.0.0",
@@ -95,6 +96,30 @@ def _listing() -> str:
     )
 
 
+def _report_problem(target: str) -> str | None:
+    """What stops --report from being written, before any scenario runs. The rules of
+    podnetwork.outputs.problem, restated: the harness imports nothing of this project."""
+    if not target.strip():
+        return "--report: an empty path; give a file name"
+    if target.endswith("/") or Path(target).name in ("", ".", ".."):
+        return f"--report {target}: names a directory; give a file name"
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        parent = Path(os.path.realpath(target)).parent
+        if not parent.is_dir():
+            return (f"--report {target}: the directory {parent} does not exist; create it first, "
+                    "or write elsewhere")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"--report {target}: cannot create a file in {parent}"
+        return None
+    except OSError as exc:
+        return f"--report {target}: cannot be written: {exc.strerror}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"--report {target}: is a directory; give a file name inside it"
+    return None if os.access(target, os.W_OK) else f"--report {target}: not writable"
+
+
 def _problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with the command line or the host, before anything is made."""
     out: list[str] = []
@@ -111,8 +136,8 @@ def _problems(args: argparse.Namespace) -> list[str]:
         out.append(f"--conf {args.conf}: not a regular file")
     if args.daemon_ready and not args.daemon:
         out.append("--daemon-ready needs --daemon")
-    if args.report is not None and not args.report.parent.is_dir():
-        out.append(f"--report {args.report}: the directory {args.report.parent} does not exist")
+    if args.report is not None and (problem := _report_problem(args.report)):
+        out.append(problem)
     if args.timeout <= 0:
         out.append(f"--timeout must be positive, got {args.timeout:g}")
     if os.geteuid() != 0:
@@ -209,9 +234,11 @@ def run(args: argparse.Namespace) -> int:
             cni_version=args.cni_version,
         )
         try:
-            args.report.write_text(json.dumps(doc, indent=2) + "\n")
+            # Through to what is there (a device or FIFO stays one), as podnetwork.outputs writes.
+            with open(args.report, "w", encoding="utf-8") as f:
+                f.write(json.dumps(doc, indent=2) + "\n")
         except OSError as exc:
-            print(f"error: --report {args.report}: {exc}", file=sys.stderr)
+            print(f"error: --report {args.report}: cannot write it: {exc.strerror or exc}", file=sys.stderr)
             return 2
     return 1 if any(o.verdict == "failed" for o in outcomes) else 0
 

@@ -285,6 +285,8 @@ def _json(body: bytes) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise ApiError(400, "BadRequest", f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "BadRequest", "the body is JSON nested too deeply") from None
 
 
 # --- Kubernetes' protobuf encoding, as far as a pod's metadata ---------------------------------

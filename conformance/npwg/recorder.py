@@ -13,6 +13,16 @@ control file: a CNI error for a matching rule, else (ADD) the scenario's result
 for this network, else the `prevResult` it was given (a chained plugin passes it
 on), else a result of its own for `CNI_IFNAME` in `CNI_NETNS`. DEL and CHECK
 answer nothing, VERSION every version the harness speaks.
+
+For the pods the scenario names in the control file's `links`, it behaves like a
+real plugin: an ADD it answers with success leaves an interface named
+`CNI_IFNAME` in the pod's namespace (a dummy link, or a bridge where the kernel
+has no dummy driver), and DEL removes it. A delegating plugin may enforce NPWG
+4.1.2.1.5 (an interface name already used by a previous attachment fails the
+next) by looking in the pod's namespace, as Multus does (`validateIfName`); a
+delegate that reports an interface it never made would hide the earlier one.
+Only there: a link without the result's addresses would mislead a plugin that
+reports the live addresses of its pods (this project's agent watches them).
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +58,29 @@ def _own_result(version: str, ifname: str, netns: str, network: str, container: 
         "interfaces": [{"name": ifname, "mac": mac, "sandbox": netns}],
         "ips": [ip],
     }
+
+
+def _netns_name(netns: str) -> str | None:
+    """The `ip netns` name of a namespace path the bench made (`/run/netns/NAME`), else None."""
+    path = Path(netns)
+    if not netns or path.parent.resolve() != Path("/run/netns").resolve():
+        return None
+    return path.name
+
+
+def _link(ip: str | None, command: str, netns: str, ifname: str) -> None:
+    """Makes (ADD) or removes (DEL) the interface `ifname` in the pod's namespace; best effort:
+    a chained plugin finds it made, a DEL of a list finds it gone, and neither is an error."""
+    name = _netns_name(netns)
+    if not ip or name is None or not ifname:
+        return
+    base = [ip, "-n", name, "link"]
+    tries = [[*base, "add", ifname, "type", kind] for kind in ("dummy", "bridge")] if command == "ADD" \
+        else [[*base, "del", ifname]]
+    for argv in tries:
+        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        if done.returncode == 0 or b"File exists" in done.stderr:
+            return
 
 
 def _fill(value: Any, ifname: str, netns: str) -> Any:
@@ -107,6 +141,9 @@ def main() -> int:
             error = {"cniVersion": version, "code": rule.get("code", 7), "msg": rule.get("msg", "refused")}
             print(json.dumps(error))
             return 1
+    links = any(_matches(rule, {"container": facts["container"]}) for rule in control.get("links", []))
+    if command == "DEL" and links:
+        _link(settings.get("ip"), "DEL", netns, facts["ifname"])
     if command != "ADD":
         return 0
     result: Any = None
@@ -118,6 +155,8 @@ def main() -> int:
         result = conf_map["prevResult"]
     if result is None:
         result = _own_result(version, facts["ifname"], netns, facts["network"], facts["container"])
+    if links:
+        _link(settings.get("ip"), "ADD", netns, facts["ifname"])
     print(json.dumps({**result, "cniVersion": version}))
     return 0
 

@@ -79,6 +79,13 @@ ReplicaSet = create_namespaced_resource("apps", "v1", "ReplicaSet", "replicasets
 Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
 CronJob = create_namespaced_resource("batch", "v1", "CronJob", "cronjobs")
 #: Created (never stored) to ask the API server's authorizers whether a subject may do something.
+#: RBAC, read by `podnetwork graph` to draw who may `use` a PodNetwork.
+ClusterRole = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles")
+Role = create_namespaced_resource("rbac.authorization.k8s.io", "v1", "Role", "roles")
+ClusterRoleBinding = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding",
+                                            "clusterrolebindings")
+RoleBinding = create_namespaced_resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
+
 SubjectAccessReview = create_global_resource(
     "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews")
 MutatingWebhookConfiguration = create_global_resource(

@@ -17,12 +17,26 @@ It does what the spec says, except for the faults listed in its configuration's
 - `default-last`: the cluster default network is attached after the selected ones (6.2);
 - `no-capability-check`: a selection key is passed on even when no plugin declares it (4.1.2.1.x.2);
 - `status-last-sandbox`: network-status names the last sandbox interface, not the first (5.3.2.1).
+
+And what Multus v4.2.4 does where it differs from the above (docs/npwg-conformance.md, "Peers"):
+
+- `config-file-order`: an on-disk configuration is the first `.conf`, `.json` or `.conflist` in
+  file-name order whose "name" matches (the NAD client's GetCNIConfigFromFile), not a config list
+  first (3.4.1);
+- `ifname-from-netns`: a requested interface name is refused when the pod's namespace already has
+  an interface of that name, checked before each delegate (Multus's validateIfName), instead of
+  against the names of the attachments planned before it;
+- `no-check`: CHECK runs no delegate (Multus thin checks only its configuration's own `delegates`,
+  none with `clusterNetwork`, and never the pod's NADs);
+- `status-per-sandbox`: network-status as the NAD client's CreateNetworkStatuses writes it: one
+  entry per sandbox interface, `default` omitted when false, every IP of a result with one interface.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -74,8 +88,10 @@ def parse_selection(value: str, namespace: str) -> list[dict[str, Any]]:
     return items
 
 
-def on_disk(conf_dir: Path, name: str) -> dict[str, Any] | None:
-    for suffixes in ((".conflist",), (".conf", ".json")):
+def on_disk(conf_dir: Path, name: str, misbehave: set[str]) -> dict[str, Any] | None:
+    order = (((".conf", ".json", ".conflist"),) if "config-file-order" in misbehave
+             else ((".conflist",), (".conf", ".json")))
+    for suffixes in order:
         for path in sorted(conf_dir.glob("*")):
             if path.suffix in suffixes:
                 try:
@@ -118,7 +134,7 @@ def plan(conf: dict[str, Any], env: dict[str, str], misbehave: set[str]) -> list
         if nad is None:
             raise Failure(7, f"NAD {element['namespace']}/{element['name']} not found")
         text = (nad.get("spec") or {}).get("config", "")
-        config = json.loads(text) if text.strip() else on_disk(Path(conf["confDir"]), element["name"])
+        config = json.loads(text) if text.strip() else on_disk(Path(conf["confDir"]), element["name"], misbehave)
         if config is None:
             raise Failure(7, f"no configuration for {element['name']}")
         config = as_list(config)
@@ -140,7 +156,7 @@ def plan(conf: dict[str, Any], env: dict[str, str], misbehave: set[str]) -> list
                                   "cni": {**((plugin.get("args") or {}).get("cni") or {}), **element["cni-args"]}}
         if element.get("interface"):
             ifname = element["interface"]
-            if ifname in used:
+            if ifname in used and "ifname-from-netns" not in misbehave:
                 raise Failure(7, f"interface {ifname} is already used")
         else:
             counter += 1
@@ -151,6 +167,14 @@ def plan(conf: dict[str, Any], env: dict[str, str], misbehave: set[str]) -> list
         selected.append({"name": f"{element['namespace']}/{element['name']}", "list": config, "ifname": ifname,
                          "runtime": runtime_config, "default": False})
     return [*selected, default_att] if "default-last" in misbehave else [default_att, *selected]
+
+
+def link_exists(env: dict[str, str], ifname: str) -> bool:
+    """Whether the pod's namespace (made with `ip netns add`) has an interface of that name."""
+    ip = shutil.which("ip", path=env.get("PATH")) or "ip"
+    netns = Path(env.get("CNI_NETNS", ""))
+    probe = subprocess.run([ip, "-n", netns.name, "link", "show", ifname], capture_output=True, check=False)
+    return probe.returncode == 0
 
 
 def execute(conf: dict[str, Any], env: dict[str, str], att: dict[str, Any], command: str,
@@ -178,6 +202,37 @@ def execute(conf: dict[str, Any], env: dict[str, str], att: dict[str, Any], comm
         if command == "ADD":
             result = json.loads(proc.stdout)
     return result
+
+
+def multus_entries(att: dict[str, Any], result: Any) -> list[dict[str, Any]]:
+    """What the NAD client's CreateNetworkStatuses (and, for one interface, CreateNetworkStatus) make."""
+    interfaces = (result or {}).get("interfaces") or []
+    ips = (result or {}).get("ips") or []
+    dns = {k: v for k, v in ((result or {}).get("dns") or {}).items() if k in ("nameservers", "domain", "search")}
+    if len(interfaces) <= 1:
+        entry: dict[str, Any] = {"name": att["name"], "dns": dns}
+        if interfaces and interfaces[0].get("sandbox"):
+            entry["interface"] = interfaces[0]["name"]
+            if interfaces[0].get("mac"):
+                entry["mac"] = interfaces[0]["mac"]
+        entry["ips"] = [ip["address"].split("/")[0] for ip in ips]
+        entries = [entry]
+    else:
+        entries, index_of = [], {}
+        for i, itf in enumerate(interfaces):
+            if itf.get("sandbox"):
+                index_of[i] = len(entries)
+                entries.append({"name": att["name"], "interface": itf["name"], "ips": [], "dns": dns,
+                                **({"mac": itf["mac"]} if itf.get("mac") else {})})
+        for ip in ips:
+            if ip.get("interface") in index_of:
+                entries[index_of[ip["interface"]]]["ips"].append(ip["address"].split("/")[0])
+            elif "interface" not in ip and entries:  # no index: the last sandbox interface's
+                entries[-1]["ips"].append(ip["address"].split("/")[0])
+    for entry in entries:
+        if att["default"]:
+            entry["default"] = True  # omitempty: false is never written
+    return entries
 
 
 def status_entry(att: dict[str, Any], result: Any, misbehave: set[str]) -> dict[str, Any]:
@@ -215,6 +270,9 @@ def main() -> int:
             done: list[dict[str, Any]] = []
             failed: Failure | None = None
             for att in attachments:
+                if "ifname-from-netns" in misbehave and link_exists(env, att["ifname"]):
+                    failed = failed or Failure(7, f"interface name {att['ifname']} already exists")
+                    break
                 done.append(att)
                 cache.write_text(json.dumps(done))
                 try:
@@ -226,7 +284,8 @@ def main() -> int:
             if failed is not None:
                 raise failed
             args = dict(p.split("=", 1) for p in env.get("CNI_ARGS", "").split(";") if "=" in p)
-            status = [status_entry(a, a["result"], misbehave) for a in done]
+            status = ([e for a in done for e in multus_entries(a, a["result"])] if "status-per-sandbox" in misbehave
+                      else [status_entry(a, a["result"], misbehave) for a in done])
             api(conf, "PATCH", f"/api/v1/namespaces/{args['K8S_POD_NAMESPACE']}/pods/{args['K8S_POD_NAME']}",
                 {"metadata": {"annotations": {STATUS: json.dumps(status)}}})
             cache.write_text(json.dumps(done))
@@ -235,6 +294,8 @@ def main() -> int:
             return 0
         done = json.loads(cache.read_text()) if cache.exists() else []
         if command == "CHECK":
+            if "no-check" in misbehave:
+                return 0
             for att in done:
                 execute(conf, env, att, "CHECK", att.get("result"))
             return 0

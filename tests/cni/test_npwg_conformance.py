@@ -175,3 +175,32 @@ def test_a_daemon_that_dies_and_a_plugin_that_cannot_execute_are_clear_errors_th
     assert proc.returncode == 2
     assert f"error: --plugin {not_a_program}: cannot execute it: [Errno 8] Exec format error" in proc.stderr
     assert list(tmp.iterdir()) == []
+
+
+# What Multus v4.2.4 (thin) does where the fake's default differs (../shared/evidence/ holds a run of
+# the harness against Multus itself; docs/npwg-conformance.md "Peers" classifies each verdict).
+MULTUS_LIKE = ["config-file-order", "no-capability-check", "runtime-config-everywhere", "ifname-from-netns",
+               "no-check", "status-per-sandbox"]
+MULTUS_DEPARTURES = {"config-source-order", *(f"key-{c.key}" for c in scenarios.KEY_CASES), "runtime-config",
+                     "network-status"}
+
+
+def test_a_plugin_that_does_what_multus_does_fails_exactly_where_multus_departs_from_the_spec(
+    cni_host: list[Path], tmp_path: Path
+) -> None:
+    plugin, conf = fake_plugin(tmp_path, MULTUS_LIKE)
+    proc, report = harness(tmp_path, "--plugin", str(plugin), "--conf", str(conf))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    got = results(report)
+    assert {i for i, r in got.items() if r == "failed"} == MULTUS_DEPARTURES, proc.stdout
+    by_id = {s["id"]: s for s in report["scenarios"]}
+    # An interface name already in the pod's namespace is refused as Multus refuses it (4.1.2.1.5),
+    # now that the harness's delegates make the interfaces they report.
+    assert got["key-interface"] == "passed", by_id["key-interface"]
+    # A CHECK that reaches no attachment breaks no NPWG rule (4.2.1 rules tuples): a note.
+    assert got["interface-names"] == "passed", by_id["interface-names"]
+    assert any(n.startswith("CHECK reached none of the selected attachments") for n in by_id["interface-names"]["notes"])
+    sections = sorted({f.split(":")[0] for f in by_id["network-status"]["failures"]})
+    assert sections == ["NPWG 5.1.1", "NPWG 5.3.3, 5.3.3.1", "NPWG 5.3.5"], by_id["network-status"]["failures"]
+    assert not any("marked the default network" in f for f in by_id["network-status"]["failures"])
+    assert by_id["config-source-order"]["failures"][0].startswith("NPWG 3.4.1: ")

@@ -52,3 +52,53 @@ async def test_unreachable_cluster_is_a_readable_error(tmp_path):
         assert "cannot list pods and nodes" in str(exc)
     else:
         raise AssertionError("no error for an unreachable cluster")
+
+
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+async def test_the_roles_granting_use_of_a_podnetwork_and_their_bindings_are_read_and_nothing_else(
+    kmock, tmp_path, caplog
+):
+    declare_resources(kmock)
+    for plural, kind, namespaced in (("clusterroles", "ClusterRole", False), ("roles", "Role", True),
+                                     ("clusterrolebindings", "ClusterRoleBinding", False),
+                                     ("rolebindings", "RoleBinding", True)):
+        kmock.resources[f"{RBAC}/{plural}"] = kmock.ResourceInfo(kind=kind, namespaced=namespaced,
+                                                                 verbs={"get", "list"})
+
+    def role(kind, name, rules, namespace=None):
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        return {"apiVersion": RBAC, "kind": kind, "metadata": meta, "rules": rules}
+
+    def binding(kind, name, role_kind, role_name, namespace=None):
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        return {"apiVersion": RBAC, "kind": kind, "metadata": meta, "subjects": [{"kind": "User", "name": "u"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}}
+
+    use_blue = [{"apiGroups": ["multinetwork.x-k8s.io"], "resources": ["podnetworks"], "resourceNames": ["blue"],
+                 "verbs": ["use"]}]
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[f"{RBAC}/clusterroles", None, "use-blue"] = role("ClusterRole", "use-blue", use_blue)
+    kmock.objects[f"{RBAC}/clusterroles", None, "view"] = role(
+        "ClusterRole", "view", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+    kmock.objects[f"{RBAC}/rolebindings", "ns", "b"] = binding("RoleBinding", "b", "ClusterRole", "use-blue", "ns")
+    kmock.objects[f"{RBAC}/clusterrolebindings", None, "viewers"] = binding(
+        "ClusterRoleBinding", "viewers", "ClusterRole", "view")
+    path = kubeconfig(tmp_path, str(kmock.url).rstrip("/"))
+    objects = await asyncio.to_thread(graph_source.from_cluster, path)
+
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
+        ("ClusterRole", "use-blue"), ("PodNetwork", "blue"), ("RoleBinding", "b")]
+    g = graph.build(objects)
+    assert g.edges["RoleBinding/ns/b", "ClusterRole//use-blue"]["relation"] == "roleRef"
+    assert g.edges["ClusterRole//use-blue", "PodNetwork//blue"]["relation"] == "use"
+
+
+async def test_credentials_that_may_not_list_rbac_draw_the_graph_without_it(kmock, tmp_path, caplog):
+    declare_resources(kmock)  # no RBAC resources served: each list is a 404, as a forbidden one is an error
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    path = kubeconfig(tmp_path, str(kmock.url).rstrip("/"))
+    objects = await asyncio.to_thread(graph_source.from_cluster, path)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [("PodNetwork", "blue")]
+    assert "cannot list clusterroles, so the graph shows no permission to use PodNetworks" in caplog.text

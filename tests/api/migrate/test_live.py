@@ -127,6 +127,21 @@ async def test_planning_reads_the_cluster_and_writes_nothing(
     assert all(r.headers.get("Authorization") == "Bearer t0ken" for r in cluster)
 
 
+async def test_a_plan_file_that_cannot_be_written_stops_apply_before_any_write(
+    cluster: kmock.KubernetesEmulator, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without its plan file an apply could not be rolled back: a full disk (here /dev/full,
+    # through a link) stops it, with the reason, not a traceback.
+    full = tmp_path / "plan.yaml"
+    full.symlink_to("/dev/full")
+    rc = await migrate_cli("--kubeconfig", str(kubeconfig), "-A", "--apply", "-q", "-o", str(full))
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert f"podnetwork migrate: -o {full}: cannot write it: No space left on device" in err
+    assert "nothing applied" in err and "Traceback" not in err
+    assert patches(cluster) == []
+
+
 async def test_apply_writes_networks_then_options_then_attachments_then_workloads(
     cluster: kmock.KubernetesEmulator, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -132,3 +132,42 @@ async def test_a_record_whose_status_was_never_written_gets_it_from_the_next_che
     saved = a.cache.load("c1")
     assert saved is not None and saved.status_published
     await a.stop()
+
+
+class HeldWrites(MemoryObjects):
+    """The memory source, whose pod writes wait until `release` is set (an API answering slowly)."""
+
+    def __init__(self, objects: list[dict[str, object]]) -> None:
+        super().__init__(objects)
+        self.release = asyncio.Event()
+
+    async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        await self.release.wait()
+        await super().patch_pod_annotations(namespace, name, annotations)
+
+
+async def test_a_record_made_unreadable_before_its_status_lands_is_logged_in_one_line_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = HeldWrites([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}])
+    config = agent.AgentConfig(socket_path=tmp_path / "s", cache_dir=tmp_path / "cache", bin_dirs=(tmp_path,),
+                               conf_dir=tmp_path / "net.d", default_network=CONF, patch_status=True)
+    a = agent.Agent(store, config, executor=NoPlugins())
+    record = cache.Record(container_id="c1", netns="/var/run/netns/x", ifname="eth0", pod_namespace="ns",
+                          pod_name="p", complete=True, result=RESULT, status_published=False)
+    record.attachments.append(cache.Attachment(name="kubenet", ifname="eth0", config=CONF, default=True,
+                                               state=cache.State.ATTACHED, result=RESULT))
+    a.cache.save(record)
+    env = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+    await a.handle(env, json.dumps({"cniVersion": "0.4.0", "name": "multinetwork"}).encode())
+    a.cache.path("c1").write_bytes(b"\x00 not a record")  # a disk error, or a hand edit, meanwhile
+    store.release.set()
+    await asyncio.wait_for(a.status.idle(), 10)
+    assert [entry["interface"] for entry in written(store, "p")] == ["eth0"]  # type: ignore[union-attr]
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
+    (line,) = [r.getMessage() for r in caplog.records if "c1" in r.getMessage() and r.levelname == "WARNING"]
+    assert "network-status written, but the record of container c1 cannot be marked" in line
+    assert "holds no readable record" in line and "the next ADD or CHECK writes the status again" in line
+    assert a.cache.path("c1").read_bytes() == b"\x00 not a record", "left for the runtime's DEL to move aside"
+    await a.stop()

@@ -3,11 +3,14 @@ message saying what to fix, before any test runs; --list shows every test under 
 
 from __future__ import annotations
 
+import io
+import json
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from conformance.kep import command
 from conformance.kep.tests import ALL
 from tests.api.kube_emulator import write_kubeconfig
 
@@ -62,3 +65,30 @@ def test_an_unreachable_cluster_exits_2_naming_it(tmp_path: Path) -> None:
 def test_no_cluster_configured_exits_2_with_the_credentials_message() -> None:
     done = _run()
     assert done.returncode == 2 and "podnetwork conformance: " in done.stderr
+
+
+def _named(*argv: str) -> tuple[str, ...]:
+    return (*argv, "--implementation-name", "x", "--implementation-version", "1", "--implementation-url", "u")
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_the_cluster_is_asked(tmp_path: Path) -> None:
+    # An unreachable cluster would be the first error if the report were checked only at the end.
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{_closed_port()}")
+    for target, words in [(tmp_path / "missing" / "r.yaml", f"the directory {tmp_path / 'missing'} does not exist"),
+                          (tmp_path, "is a directory; give a file name inside it"),
+                          ("", "--report: an empty path; give a file name")]:
+        done = _run("--kubeconfig", str(kubeconfig), *_named("--report", str(target)))
+        assert done.returncode == 2
+        assert words in done.stderr and "cannot reach the cluster" not in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_report_that_fails_to_write_at_the_end_is_printed_instead_of_lost(tmp_path: Path) -> None:
+    full = tmp_path / "report.json"
+    full.symlink_to("/dev/full")  # checked writable before the run; the write itself fails
+    document = {"apiVersion": "x", "kind": "ConformanceReport", "profiles": []}
+    out, err = io.StringIO(), io.StringIO()
+    assert not command.save_report(full, document, out, err)
+    assert err.getvalue() == (f"podnetwork conformance: --report {full}: cannot write it: No space left on device; "
+                              "the report follows on standard output\n")
+    assert json.loads(out.getvalue()) == document

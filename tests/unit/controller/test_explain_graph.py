@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,7 @@ import yaml
 
 from podnetwork import cli, constants, explain, graph
 
+ROOT = Path(__file__).resolve().parents[3]
 NAD_REF = {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": "nad", "namespace": "ns"}
 
 
@@ -147,3 +152,113 @@ def test_graph_command_refuses_svg_without_graphviz(tmp_path, capsys, monkeypatc
     assert cli.main(["graph", "-f", path, "-o", str(tmp_path / "g.svg")]) == 2
     assert "SVG needs Graphviz" in capsys.readouterr().err
     assert not (tmp_path / "g.svg").exists()
+
+
+def test_graph_command_checks_its_output_before_reading_anything(tmp_path, capsys):
+    for target, words in [("", "-o: an empty path; give a file name"),
+                          (str(tmp_path), "is a directory; give a file name inside it"),
+                          (str(tmp_path / "missing" / "g.dot"), f"the directory {tmp_path / 'missing'} does not exist")]:
+        assert cli.main(["graph", "-f", str(tmp_path / "no-such.yaml"), "-o", target]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "no-such.yaml" not in err and "Traceback" not in err
+
+
+def test_graph_command_writes_through_a_link_to_a_device(tmp_path, capsys):
+    path = write(tmp_path, [pn("blue", ready="True")])
+    sink = tmp_path / "sink.dot"
+    sink.symlink_to("/dev/null")
+    assert cli.main(["graph", "-f", path, "-o", str(sink)]) == 0
+    assert sink.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_graph_command_renders_svg_with_graphviz_as_make_setup_installs_it(tmp_path, capsys):
+    # `make setup` (system-deps) installs graphviz as root: README's `podnetwork graph -o graph.svg`.
+    if shutil.which("dot") is None:
+        if os.environ.get("CI"):
+            pytest.fail("Graphviz's `dot` is missing in CI: `make setup` as root installs it")
+        pytest.skip("Graphviz's `dot` is not installed: run `make setup` as root")
+    out = tmp_path / "graph.svg"
+    assert cli.main(["graph", "-f", str(ROOT / "examples"), "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    assert "ClusterRole podnetwork&#45;use&#45;dataplane" in svg and "roleRef" in svg
+
+
+@pytest.mark.parametrize(
+    ("uid", "have_dot", "installed", "note"),
+    [
+        ("0", False, ["update", "install -y graphviz"], ""),
+        ("0", True, [], ""),
+        ("1000", False, [], "note: not root, so graphviz were not installed"),
+    ],
+    ids=["root without dot", "root with dot", "not root"],
+)
+def test_make_setup_installs_graphviz_as_root_only_when_dot_is_missing(tmp_path, uid, have_dot, installed, note):
+    # The Makefile's own recipe, run by make, against stand-ins for apt-get, id and the tools it looks for.
+    bin_dir, cni_dir, calls = tmp_path / "bin", tmp_path / "cni", tmp_path / "apt-calls"
+    bin_dir.mkdir()
+    cni_dir.mkdir()
+    stubs = {"apt-get": f'echo "$*" >> {calls}', "id": f"echo {uid}", "ip": "exit 0",
+             **({"dot": "exit 0"} if have_dot else {})}
+    for name, body in [*stubs.items(), ("bridge", "exit 0"), ("host-local", "exit 0")]:
+        stub = (cni_dir if name in ("bridge", "host-local") else bin_dir) / name
+        stub.write_text(f"#!/bin/sh\n{body}\n")
+        stub.chmod(0o755)
+    make = shutil.which("make")
+    assert make is not None, "make runs the project's setup"
+    done = subprocess.run([make, "-s", "-C", str(ROOT), "system-deps", f"CNI_BIN={cni_dir}"],
+                          env={"PATH": str(bin_dir)}, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (calls.read_text().splitlines() if calls.exists() else []) == installed
+    assert note in done.stdout
+
+
+def test_rbac_that_grants_use_points_at_the_podnetworks_it_grants(capsys):
+    objects = [
+        pn("blue"), pn("red"),
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "use-blue"},
+         "rules": [{"apiGroups": ["multinetwork.x-k8s.io"], "resources": ["podnetworks"],
+                    "resourceNames": ["blue", "gone"], "verbs": ["use"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "all", "namespace": "ns"},
+         "rules": [{"apiGroups": ["*"], "resources": ["podnetworks"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"},
+         "rules": [{"apiGroups": ["multinetwork.x-k8s.io"], "resources": ["podnetworks"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "b", "namespace": "ns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "use-blue"},
+         "subjects": [{"kind": "ServiceAccount", "name": "app"}, {"kind": "User", "name": "alice"}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "cb"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "missing"},
+         "subjects": [{"kind": "Group", "name": "devs"}]},
+        {"apiVersion": "example.com/v1", "kind": "Role", "metadata": {"name": "not-rbac", "namespace": "ns"},
+         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+    ]
+    g = graph.build(objects)
+    edges = {(s, d): e["relation"] for (s, d), e in g.edges.items()}
+    assert edges == {
+        ("ClusterRole//use-blue", "PodNetwork//blue"): "use",
+        ("ClusterRole//use-blue", "PodNetwork//gone"): "use",
+        ("Role/ns/all", "PodNetwork//blue"): "use (every PodNetwork)",
+        ("Role/ns/all", "PodNetwork//red"): "use (every PodNetwork)",
+        ("RoleBinding/ns/b", "ClusterRole//use-blue"): "roleRef",
+        ("ClusterRoleBinding//cb", "ClusterRole//missing"): "roleRef",
+    }
+    dot = graph.to_dot(g)
+    assert ('"RoleBinding/ns/b" [label="RoleBinding ns/b\\nto ServiceAccount ns/app\\nto User alice\\n'
+            'in namespace ns", shape="cds"];') in dot
+    assert '"ClusterRoleBinding//cb" [label="ClusterRoleBinding cb\\nto Group devs\\nin every namespace"' in dot
+    assert ('"ClusterRole//use-blue" -> "PodNetwork//blue" [label="use", style="dashed", color="blue", '
+            'fontcolor="blue"];') in dot
+    explained = explain.explain(g, "PodNetwork//blue").render()
+    assert "use granted by 2 role(s): ClusterRole use-blue, Role ns/all" in explained
+    # What a cluster read keeps of every role and binding: those about PodNetworks.
+    kept = [(o["kind"], o["metadata"]["name"]) for o in graph.referenced_roles(objects)]
+    assert kept == [("ClusterRole", "use-blue"), ("Role", "all"), ("RoleBinding", "b")]
+
+
+def test_the_examples_rbac_for_use_is_drawn_granting_dataplane(capsys):
+    assert cli.main(["graph", "-f", str(ROOT / "examples")]) == 0
+    dot = capsys.readouterr().out
+    assert '"RoleBinding/default/podnetwork-use-dataplane" -> "ClusterRole//podnetwork-use-dataplane" [label="roleRef"' in dot
+    assert '"ClusterRole//podnetwork-use-dataplane" -> "PodNetwork//dataplane" [label="use"' in dot
+    assert "to ServiceAccount default/default\\nin namespace default" in dot

@@ -7,15 +7,19 @@ tests/fixtures/dra/README.md and review the diff.
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
 from podnetwork import cli
-from tests.unit.dra.dra_support import nad, pod, podnetwork
+from tests.unit.dra.dra_support import STATUS, nad, pod, podnetwork
 
 ROOT = Path(__file__).parents[3]
 EXAMPLES = ROOT / "examples" / "dra"
@@ -127,3 +131,91 @@ def test_no_cluster_is_exit_status_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert run("--kubeconfig", str(tmp_path / "missing"), "-n", "default") == 2
     err = capsys.readouterr().err
     assert "cannot load cluster credentials" in err and "nothing written" in err
+
+
+# --- where the output goes (docs/dra.md "Output") ---------------------------------------------
+
+
+def test_output_through_a_link_to_a_device_reaches_the_device_and_leaves_link_and_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As `-o /dev/null` does as root, without touching /dev: the link stands for the node.
+    sink = tmp_path / "sink"
+    sink.symlink_to("/dev/null")
+    assert run("-f", str(EXAMPLES), "-o", str(sink)) == 0
+    assert sink.is_symlink() and os.readlink(sink) == "/dev/null"
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sink"]  # no temporary left beside it
+
+
+def test_network_data_into_a_fifo_is_read_from_the_fifo_which_stays_a_fifo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "data.fifo"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert run("-f", str(EXAMPLES), "--network-data", str(fifo)) == 0
+    reader.join(10)
+    assert received == [(GOLDEN / "golden-network-data.yaml").read_text()]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_device_that_refuses_the_write_is_an_error_naming_it_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = tmp_path / "full"
+    full.symlink_to("/dev/full")  # every write fails with ENOSPC
+    assert run("-f", str(EXAMPLES), "-o", str(full)) == 2
+    err = capsys.readouterr().err
+    assert f"-o {full}: cannot write it: No space left on device" in err
+    assert "Traceback" not in err
+    assert full.is_symlink() and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+@pytest.mark.parametrize(
+    ("flag", "target", "words"),
+    [
+        ("-o", "", "-o: an empty path; give a file name"),
+        ("--network-data", "", "--network-data: an empty path; give a file name"),
+        ("-o", "{tmp}", "is a directory; give a file name inside it"),
+        ("--network-data", "{tmp}/", "names a directory; give a file name"),
+        ("-o", "{tmp}/missing/dra.yaml", "the directory {tmp}/missing does not exist; create it first"),
+        ("--network-data", "{tmp}/missing/data.yaml", "the directory {tmp}/missing does not exist"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_reading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str, words: str
+) -> None:
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert run("-f", str(tmp_path / "no-such-input.yaml"), flag, target.format(tmp=tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert words.format(tmp=tmp_path) in err
+    assert "no-such-input" not in err, "the output is checked before any input is read"
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_network_status_ip_that_is_no_address_is_left_out_with_a_note_and_the_export_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Any tenant can write its pod's network-status: one bad value must not stop `-A` for all.
+    status = [{"name": "default/ok", "interface": "net1", "ips": ["300.1.1.1", "10.0.0.9/33", "10.1.0.5"]}]
+    good = [{"name": "default/ok", "interface": "net1", "ips": ["10.1.0.6"]}]
+    nets = [{"podNetworkName": "ok", "interfaceName": "net1"}]
+    inputs = tmp_path / "in.yaml"
+    inputs.write_text(yaml.safe_dump_all([
+        nad("ok", {"type": "host-device", "device": "ens5"}), podnetwork("ok", "ok"),
+        pod("bad", nets, annotations={STATUS: json.dumps(status)}),
+        pod("fine", nets, annotations={STATUS: json.dumps(good)}),
+    ]))
+    data = tmp_path / "data.yaml"
+    assert run("-f", str(inputs), "--network-data", str(data)) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"Pod default/bad: networkData of ok: \"300.1.1.1\" in {STATUS} is not an IP address: left out" in err
+    assert f"Pod default/bad: networkData of ok: \"10.0.0.9/33\" in {STATUS} is not an IP address: left out" in err
+    entries = yaml.safe_load(data.read_text())["items"]
+    ips = {e["pod"]: e["networkData"].get("ips") for e in entries}
+    assert ips == {"default/bad": ["10.1.0.5/32"], "default/fine": ["10.1.0.6/32"]}

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from typing import Any
 
 import celpy
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.dra import export
 from tests.unit.dra.dra_support import (
@@ -304,6 +308,30 @@ def test_network_status_becomes_kep_4817_network_data_per_claim() -> None:
     assert any("prefix length of 2001:db8::5 is unknown" in n.message for n in result.notes)
     exported = result.workloads[0].obj
     assert "nodeName" not in exported["spec"] and STATUS not in exported["metadata"].get("annotations", {})
+
+
+_ANY_IP = st.one_of(
+    st.text(max_size=40),
+    st.ip_addresses().map(str),
+    st.tuples(st.ip_addresses().map(str), st.integers(-1, 200)).map(lambda p: f"{p[0]}/{p[1]}"),
+    st.integers(),
+    st.none(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ips=st.lists(_ANY_IP, max_size=20), mac=st.one_of(st.text(max_size=20), st.integers(), st.none()))
+def test_whatever_a_network_status_holds_the_export_never_fails_and_writes_only_cidrs(
+    ips: list[Any], mac: Any
+) -> None:
+    # A tenant may write its pod's network-status; `export-dra -A` reads every pod's.
+    status = json.dumps([{"name": "default/n", "interface": "n0", "ips": ips, "mac": mac}])
+    result = run(nad("n", HOST_DEVICE), podnetwork("n", "n"),
+                 pod("p", [{"podNetworkName": "n", "interfaceName": "n0"}], annotations={STATUS: status}))
+    for entry in result.network_data:
+        for cidr in entry.data.ips or []:
+            assert "%" not in cidr and ipaddress.ip_interface(cidr).with_prefixlen == cidr
+        assert len(entry.data.ips or []) <= 16
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +117,76 @@ def test_objects_without_a_namespace_take_the_namespace_flag(tmp_path: Path, cap
     assert run("-f", str(manifest), "-n", "team-a") == 0
     out, _ = capsys.readouterr()
     assert "+ PodNetwork team-a.n -> NetworkAttachmentDefinition team-a/n" in out
+
+
+# --- what is written, and where (docs/migration.md "Offline") ---------------------------------
+
+
+def _kinds(directory: Path) -> list[str]:
+    return sorted(d.kind for d in manifests.load([directory]))
+
+
+def test_an_input_named_like_the_generated_objects_file_is_written_beside_it_not_over_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As when re-running over a previous output: the inputs hold a 00-podnetwork-migration.yaml.
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "00-podnetwork-migration.yaml").write_text((FIXTURES / "cluster" / "workloads.yaml").read_text())
+    (inputs / "nads.yaml").write_text((FIXTURES / "cluster" / "nads.yaml").read_text())
+    out_dir = tmp_path / "out"
+    assert run("-f", str(inputs), "--write-manifests", str(out_dir), "-q") == 0
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        "00-podnetwork-migration-2.yaml", "00-podnetwork-migration.yaml", "nads.yaml"]
+    generated = [d.kind for d in manifests.load([out_dir / "00-podnetwork-migration.yaml"])]
+    assert generated.count("PodNetwork") == 4 and generated.count("PodNetworkAttachment") == 3
+    rewritten = manifests.load([out_dir / "00-podnetwork-migration-2.yaml"])
+    assert [d.kind for d in rewritten] == [d.kind for d in manifests.load([inputs / "00-podnetwork-migration.yaml"])]
+    assert f"i {inputs / '00-podnetwork-migration.yaml'}: written as {out_dir / '00-podnetwork-migration-2.yaml'}" in err
+
+
+def test_inputs_whose_names_collide_each_get_a_file_of_their_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a/x.yaml, b/x.yaml and c/x-2.yaml: the second x.yaml must not take x-2.yaml from the third.
+    for sub, name in (("a", "x.yaml"), ("b", "x.yaml"), ("c", "x-2.yaml")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / name).write_text(
+            f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {sub}, namespace: default}}\n")
+    out_dir = tmp_path / "out"
+    assert run("-f", str(tmp_path / "a"), "-f", str(tmp_path / "b"), "-f", str(tmp_path / "c"),
+               "--write-manifests", str(out_dir), "-q") == 0
+    capsys.readouterr()
+    names = {p.name: manifests.load([p])[0].name for p in out_dir.iterdir() if p.name != "00-podnetwork-migration.yaml"}
+    assert sorted(names.values()) == ["a", "b", "c"], names
+
+
+@pytest.mark.parametrize(
+    ("flag", "target", "message"),
+    [
+        ("-o", "{tmp}/missing/plan.yaml", "-o {tmp}/missing/plan.yaml: the directory {tmp}/missing does not exist"),
+        ("-o", "{tmp}", "-o {tmp}: is a directory; give a file name inside it"),
+        ("-o", "", "-o: an empty path; give a file name"),
+        ("--write-manifests", "{tmp}/file.txt", "--write-manifests {tmp}/file.txt: is not a directory"),
+        ("--write-manifests", "", "--write-manifests: an empty path; give a directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_planning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str, message: str
+) -> None:
+    (tmp_path / "file.txt").write_text("")
+    assert run("-f", str(FIXTURES / "cluster"), flag, target.format(tmp=tmp_path)) == 2
+    out, err = capsys.readouterr()
+    assert message.format(tmp=tmp_path) in err
+    assert out == "" and "plan:" not in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_the_plan_goes_through_a_link_to_a_device_which_stays_a_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = tmp_path / "sink"
+    sink.symlink_to("/dev/null")
+    assert run("-f", str(FIXTURES / "cluster"), "-o", str(sink), "-q") == 0
+    assert sink.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)

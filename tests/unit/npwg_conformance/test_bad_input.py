@@ -71,8 +71,12 @@ def test_a_plugin_that_is_not_executable_is_refused_with_the_fix(tmp_path: Path)
         ('{"type": "multus", "name": "m", "capabilities": ["portMappings"]}', '"capabilities" must be an object'),
         ('{"type": "multus", "name": "m", "kubeconfig": "${KUBE_CONFIG}"}',
          "unknown placeholder(s) ${KUBE_CONFIG}; known: ${KUBECONFIG}"),
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply to be a CNI configuration"),
+        ('{"type": "multus", "name": "m", "x": ' + '{"a": ' * 200_000 + "1" + "}" * 200_001,
+         "nested too deeply to be a CNI configuration"),
     ],
-    ids=["not-json", "not-an-object", "a-list", "no-type", "no-name", "bad-capabilities", "unknown-placeholder"],
+    ids=["not-json", "not-an-object", "a-list", "no-type", "no-name", "bad-capabilities", "unknown-placeholder",
+         "200k-deep-list", "200k-deep-object"],
 )
 def test_a_bad_conf_is_refused_naming_the_file_and_the_fault(
     tmp_path: Path, plugin: Path, text: str, message: str
@@ -81,6 +85,7 @@ def test_a_bad_conf_is_refused_naming_the_file_and_the_fault(
     proc = run(tmp_path, "--plugin", str(plugin), "--conf", path)
     assert proc.returncode == 2
     assert f"error: --conf {path}: " in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_missing_conf_file_is_named(tmp_path: Path, plugin: Path) -> None:
@@ -116,6 +121,25 @@ def test_daemon_ready_without_a_daemon_and_a_report_in_a_missing_directory_are_r
     assert proc.returncode == 2
     assert "--daemon-ready needs --daemon" in proc.stderr
     assert f"--report {tmp_path / 'no' / 'r.json'}: the directory {tmp_path / 'no'} does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("", "--report: an empty path; give a file name"),
+        ("{tmp}", "--report {tmp}: is a directory; give a file name inside it"),
+        ("{tmp}/sub/", "--report {tmp}/sub/: names a directory; give a file name"),
+    ],
+)
+def test_a_report_path_that_cannot_be_a_file_is_refused_before_any_scenario(
+    tmp_path: Path, plugin: Path, target: str, message: str
+) -> None:
+    (tmp_path / "sub").mkdir()
+    path = conf(tmp_path, '{"type": "multus", "name": "m"}')
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", path, "--report", target.format(tmp=tmp_path))
+    assert proc.returncode == 2
+    assert f"error: {message.format(tmp=tmp_path)}" in proc.stderr, proc.stderr
+    assert "npwg-conformance:" not in proc.stdout, "no scenario ran"
 
 
 def test_list_shows_every_scenario_with_its_sections_and_every_placeholder(tmp_path: Path) -> None:
