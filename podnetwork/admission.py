@@ -482,7 +482,7 @@ def review(
 
 # --- use permission (KEP Phase II requirement 16) -------------------------------------------------
 
-USE_VERB = "use"
+USE_VERB = constants.USE_VERB
 USE_RESOURCE = constants.PODNETWORK_PLURAL
 SERVICE_ACCOUNT_GROUP = "system:serviceaccounts"
 #: Seconds one pod's use checks (SubjectAccessReviews, attachment reads, their retries) may

@@ -51,6 +51,9 @@ ADMISSION_LABEL = f"{GROUP}/admission"
 NAMESPACE_EXEMPTION_VERB = "exempt"
 #: Pod annotation the controller touches to make kube-scheduler retry a pod.
 REQUEUED_AT_ANNOTATION = f"{GROUP}/requeued-at"
+#: The RBAC verb on `podnetworks` that `--enforce-use-permission` asks for (docs/controller.md
+#: "Permission to use a PodNetwork").
+USE_VERB = "use"
 
 #: Finalizer that blocks deletion of a PodNetwork or attachment while in use.
 IN_USE_FINALIZER = f"{GROUP}/in-use"

@@ -57,8 +57,7 @@ INVALID_REASON = "Invalid"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ROLE_KINDS = ("ClusterRole", "Role")
 BINDING_KINDS = ("ClusterRoleBinding", "RoleBinding")
-#: The verb `--enforce-use-permission` asks for (podnetwork.admission.USE_VERB).
-USE_VERB = "use"
+USE_VERB = constants.USE_VERB
 #: Subjects a binding's label names; the rest are counted.
 SHOWN_SUBJECTS = 5
 
