@@ -76,6 +76,8 @@ NETLINK_NO_ENOBUFS = 5
 #: Namespaces entered at once when the agent starts and watches every recorded pod again:
 #: each open is a thread that lives for the setns(2) and socket(2) calls only.
 OPEN_CONCURRENCY = 8
+#: Seconds a stopped watch is given to end (a DEL waits this long at most for it).
+STOP_SECONDS = 5.0
 
 _LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
 
@@ -264,7 +266,17 @@ class _PodWatch:
         """Status writes refused in a row; the next retry waits `retry_delay` after the last look."""
         self.looks = 0
         """Flushes done (dumps of the namespace), for tests and the demo."""
+        self.stopped = False
+        """Set by `stop`: from then on nothing is written, whatever the task is doing."""
         self.task = asyncio.create_task(self._run(), name=f"address-watch {record.container_id[:12]}")
+
+    def stop(self) -> None:
+        """Ends the watch. It writes nothing from now on, even if the cancellation is lost (Python
+        3.11's `asyncio.wait_for` may swallow one arriving with the event it waits for): the
+        flag is checked before every write and every wait."""
+        self.stopped = True
+        self._wake.set()
+        self.task.cancel()
 
     def changed(self) -> None:
         now = self._clock()
@@ -315,8 +327,8 @@ class _PodWatch:
         finally:
             if events is not None:
                 events.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await events
+                # Bounded: this task's own end must not wait on a reader that missed its cancellation.
+                await asyncio.wait({events}, timeout=STOP_SECONDS)
             if ipr is not None:
                 ipr.close()
 
@@ -340,9 +352,9 @@ class _PodWatch:
             )
 
     async def _loop(self, ipr: Any) -> None:
-        while True:
+        while not self.stopped:
             await self._wake.wait()
-            while True:
+            while not self.stopped:
                 self._wake.clear()
                 if self._first is None:
                     break
@@ -352,9 +364,12 @@ class _PodWatch:
                 delay = due - self._clock()
                 if delay <= 0:
                     break
+                # Not asyncio.wait_for: on 3.11 it returns normally when the cancellation arrives
+                # with the change it waits for, and the stopped watch would carry on.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
-            if self._first is None:
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+            if self.stopped or self._first is None:
                 continue
             self._first = None
             if await self._flush(ipr) is False:
@@ -373,7 +388,7 @@ class _PodWatch:
             # dumped on the first look, and again after a link changed.
             self._names = link_names([m async for m in await ipr.link("dump")])
         new = updated_status(self.status, observed_addresses(self._names, addresses))
-        if new == self.status:
+        if new == self.status or self.stopped:
             return None
         log.info(
             "pod %s/%s: addresses changed: network-status ips %s -> %s",
@@ -405,7 +420,7 @@ class AddressWatch:
         watch of the same container (as after a change of its attachments)."""
         old = self._pods.pop(record.container_id, None)
         if old is not None:
-            old.task.cancel()
+            old.stop()
         if self._opening is None:
             self._opening = asyncio.Semaphore(OPEN_CONCURRENCY)
         self._pods[record.container_id] = _PodWatch(
@@ -413,13 +428,23 @@ class AddressWatch:
         )
 
     async def unwatch(self, container_id: str) -> None:
-        """Stops watching a container (before its DEL tears its interfaces down)."""
+        """Stops watching a container (before its DEL tears its interfaces down): nothing is
+        written for it from the moment this is called. Waits at most `STOP_SECONDS` for the
+        watch to close its socket; the watch never waits for the container's lock, so a DEL
+        holding it can wait here (docs/agent.md "Live IP changes")."""
         pod = self._pods.pop(container_id, None)
         if pod is None:
             return
-        pod.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pod.task
+        pod.stop()
+        done, _ = await asyncio.wait({pod.task}, timeout=STOP_SECONDS)
+        if not done:
+            log.warning(
+                "pod %s/%s: its address watch did not end within %.0f s of being stopped; it writes "
+                "nothing more, and its socket closes when it ends",
+                pod.record.pod_namespace,
+                pod.record.pod_name,
+                STOP_SECONDS,
+            )
 
     async def close(self) -> None:
         for container_id in list(self._pods):

@@ -823,7 +823,10 @@ class Agent:
     async def _write_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
         """Queues the pod's network-status with the publisher: `entries` (what the address
         watch saw), else the record's. The publisher retries until it is written (or the pod
-        is gone), so this is True once queued; hot-plug and the address watch call it."""
+        is gone), so this is True once queued; hot-plug calls it."""
+        return self._queue_status(record, entries)
+
+    def _queue_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
         if entries is None:
             if record.status_published:  # a new status (hot-plug): a restarted agent writes it
                 record.status_published = False
@@ -864,26 +867,34 @@ class Agent:
                 self._watch_addresses(record)
 
     async def _publish_observed(self, record: Record, entries: list[dict[str, Any]]) -> bool:
-        # Under the container's lock: a DEL or another change of the pod's attachments is not
-        # interleaved with this write (a DEL first stops the watch, cancelling a write waiting here).
-        async with self._container_lock(record.container_id):
-            try:
-                current = self.cache.load(record.container_id)
-            except cache.CacheError:
-                current = None
-            if current is None or _shape(current) != _shape(record):
-                # The pod's attachments changed since the watch began (or its record is gone):
-                # this status would undo that. Watch again from the record as it is now; this
-                # watch ends once the call below replaces it.
-                log.info(
-                    "pod %s/%s: its attachments changed; watching its addresses again",
-                    record.pod_namespace,
-                    record.pod_name,
-                )
-                if current is not None:
-                    asyncio.get_running_loop().call_soon(self._watch_addresses, current)
-                return False
-            return await self._write_status(record, entries)
+        """Queues what the address watch saw; False when not now (the watch looks again later).
+
+        Never waits for the container's lock: a DEL holds it while it stops the watch and waits
+        for the watch to end, so a watch waiting for it would hang that DEL. While an ADD, DEL,
+        CHECK or hot-plug holds the container, the watch looks again after its backoff. The
+        checks and the queueing below do not await, so nothing interleaves with them."""
+        container_id = record.container_id
+        if container_id in self._waiters:
+            log.debug("pod %s/%s: its container is busy; looking at its addresses again later",
+                      record.pod_namespace, record.pod_name)
+            return False
+        try:
+            current = self.cache.load(container_id)
+        except cache.CacheError:
+            current = None
+        if current is None or _shape(current) != _shape(record):
+            # The pod's attachments changed since the watch began (or its record is gone):
+            # this status would undo that. Watch again from the record as it is now; this
+            # watch ends once the call below replaces it.
+            log.info(
+                "pod %s/%s: its attachments changed; watching its addresses again",
+                record.pod_namespace,
+                record.pod_name,
+            )
+            if current is not None:
+                asyncio.get_running_loop().call_soon(self._watch_addresses, current)
+            return False
+        return self._queue_status(record, entries)
 
     def _save(self, record: Record) -> None:
         self.cache.save(record)

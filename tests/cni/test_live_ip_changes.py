@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -199,3 +201,47 @@ async def test_with_the_watch_turned_off_no_pod_is_watched(world: World) -> None
 def _kernel_v6(netns: str, ifname: str) -> list[str]:
     data = json.loads(run("ip", "-n", Path(netns).name, "-j", "-6", "addr", "show", "dev", ifname).stdout or "[]")
     return [a["local"] for link in data for a in link.get("addr_info", [])]
+
+
+#: Rounds of ADD, address churn, DEL in the race below; each round is one chance for the DEL
+#: to arrive while the watch is waking up for a change.
+RACE_ROUNDS = 6
+#: How long one DEL may take before the test calls it hung: far beyond any DEL here (a few
+#: hundred milliseconds), so only a DEL that never answers fails the test.
+DEL_DEADLINE = 60.0
+
+
+async def test_every_del_answers_while_addresses_change_in_the_pod(world: World) -> None:
+    """DELs while the workload adds and removes addresses without pause: the watch wakes up for
+    a change just as the DEL stops it. Every DEL answers, and later ones too. (A DEL once
+    waited, holding the container's lock, for the watch that waited for that lock; on
+    Python 3.11 `asyncio.wait_for` could swallow the DEL's cancellation of the watch.)"""
+    world.pod("web")
+    netns = world.make_netns()
+    name = Path(netns).name
+    # One `ip -batch` adds and removes an address on eth0 as fast as the kernel takes it (-force:
+    # on past the failures while eth0 is absent).
+    churn = await asyncio.create_subprocess_exec(
+        "sh", "-c",
+        "while :; do echo 'addr add 2001:db8:77::1/64 dev eth0 nodad'; echo 'addr del 2001:db8:77::1/64 dev eth0'; "
+        f"done | ip -force -n {name} -batch -",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    agent = world.agent
+    assert agent is not None
+    try:
+        for round_ in range(RACE_ROUNDS):
+            container = f"ctr-race-{round_}"
+            added = await world.cni("ADD", container, netns, "web")
+            assert added.returncode == 0, added.stdout + added.stderr
+            await until("the watch's first look", lambda c=container: agent.address_watch.looks(c) >= 1)
+            await asyncio.sleep(0.2 * (round_ % 3))  # a different moment of the watch's cycle each round
+            try:
+                deleted = await asyncio.wait_for(world.cni("DEL", container, netns, "web"), DEL_DEADLINE)
+            except TimeoutError:
+                pytest.fail(f"round {round_}: the DEL of {container} never answered")
+            assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+            assert agent.address_watch.watched() == []
+    finally:
+        os.killpg(churn.pid, signal.SIGKILL)  # the shell and its `ip`
+        await churn.wait()
+    assert world.leftovers()["cache records"] == []
