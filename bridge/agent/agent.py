@@ -173,7 +173,12 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
         raise CNIError(
             ErrorCode.INVALID_CONFIG, "invalid network configuration", '"runtimeConfig" must be an object'
         )
-    cni_args = invoke.parse_cni_args(env.get("CNI_ARGS", ""))
+    try:
+        cni_args = invoke.parse_cni_args(env.get("CNI_ARGS", ""))
+    except CNIError:
+        if command is not Command.DEL:
+            raise
+        cni_args = ()  # DEL reads only the container's record; the pod is named in logs only
     if not any(k == "IgnoreUnknown" for k, _ in cni_args):
         # Delegates must accept the pod's K8S_* args they do not know, as under the kubelet.
         cni_args = (("IgnoreUnknown", "1"), *cni_args)
@@ -185,15 +190,18 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
         cni_args,
     )
     if command in (Command.ADD, Command.DEL, Command.CHECK):
-        for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname)):
+        # DEL needs only the container ID: its record has the rest.
+        required = (("CNI_CONTAINERID", args.container_id),) if command is Command.DEL else (
+            ("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname))
+        for var, value in required:
             if not value:
                 raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"{var} is required for {command.value}")
-        # DEL takes an ID of any length: one too long for a record was never attached (ADD
-        # refuses it, and no agent could ever write its record), so its DEL succeeds (_del).
-        invoke.check_container_id(
-            args.container_id, max_length=None if command is Command.DEL else invoke.CONTAINER_ID_MAX
-        )
-        invoke.check_ifname(args.ifname)
+        # DEL takes any ID and interface name: one that ADD refuses was never attached (no agent
+        # could write its record, or hand the name to a plugin), so its DEL succeeds (_del);
+        # refusing it would keep the pod forever (CRI: tear-down must eventually succeed).
+        if command is not Command.DEL:
+            invoke.check_container_id(args.container_id)
+            invoke.check_ifname(args.ifname)
     if command in (Command.ADD, Command.CHECK) and not args.netns:
         raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"CNI_NETNS is required for {command.value}")
     if args.netns and not os.path.isabs(args.netns):
@@ -919,6 +927,20 @@ class Agent:
         for attachment in list(reversed(record.attachments)):
             cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
             del_args = RuntimeArgs(Command.DEL, record.container_id, netns, attachment.ifname, cni_args)
+            if unpassable := invoke.environment_problem(del_args):
+                # A record of an agent that accepted such a name (a lone surrogate in an
+                # interfaceName): its ADD could not start the plugin either, so nothing of it
+                # exists to remove, and a DEL that tried would fail forever.
+                log.warning(
+                    "container %s: dropping %s (%r) from its record without a DEL: %s, so no plugin "
+                    "ever ran with it",
+                    record.container_id,
+                    attachment.name,
+                    attachment.ifname,
+                    unpassable,
+                )
+                record.attachments.remove(attachment)
+                continue
             try:
                 await conflist.delete(
                     self.executor,
@@ -952,12 +974,15 @@ class Agent:
 
     async def _del(self, request: _Request) -> None:
         container_id = request.args.container_id
-        if len(container_id) > invoke.CONTAINER_ID_MAX:
+        try:
+            invoke.check_container_id(container_id)
+        except CNIError as exc:
             log.info(
-                "DEL of container %s...: an ID of %d characters never had a record (ADD refuses it), "
+                "DEL of container %r: %s (%s); ADD refuses such an ID, so it never had a record: "
                 "nothing to tear down",
                 container_id[:64],
-                len(container_id),
+                exc.msg,
+                exc.details[:120],
             )
             return
         try:
