@@ -731,6 +731,8 @@ class Agent:
             cni_args=[list(p) for p in args.args],
             pod_namespace=request.pod_namespace,
             pod_name=request.pod_name,
+            # The runtime's word first: the sandbox is that pod's, whatever the API holds by now.
+            pod_uid=args.arg("K8S_POD_UID") or pod.metadata.uid or "",
         )
         stage = "setting up"
         try:
@@ -824,7 +826,8 @@ class Agent:
                     self._save(current)
 
         self.status.publish(
-            record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written
+            record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written,
+            uid=record.pod_uid,
         )
         return entries
 
@@ -841,7 +844,8 @@ class Agent:
                 self._save(record)
             self._publish(record)
         else:
-            self.status.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id)
+            self.status.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id,
+                                uid=record.pod_uid)
         return True
 
     # --- live IP changes (KEP Story 9, Req 25) -----------------------------------------
