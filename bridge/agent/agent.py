@@ -252,6 +252,14 @@ def _default_version(config: Mapping[str, Any]) -> str:
     return str(config.get("cniVersion") or invoke.LATEST_VERSION)
 
 
+def unfinished(record: Record) -> list[Attachment]:
+    """The attachments of a complete record that are not attached: a hot-plug (which records
+    its intent in the running pod's record, then runs the delegate) cut short by a crash."""
+    if not record.complete:
+        return []
+    return [a for a in record.attachments if a.state is not State.ATTACHED]
+
+
 def _shape(record: Record) -> list[tuple[str, str, bool]]:
     """What a network-status is made of: each attachment's network, interface and state."""
     return [(a.name, a.ifname, a.state is State.ATTACHED) for a in record.attachments] + [
@@ -289,6 +297,8 @@ class Agent:
         self._gc_forwarding = False
         """While GC runs in the delegates, no delegate ADD may reserve what they would free."""
         self._readiness: asyncio.Task[None] | None = None
+        self._finishing: set[asyncio.Task[None]] = set()
+        """Roll-backs of hot-plugs an earlier agent process left unfinished (`start`)."""
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
         self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
@@ -304,15 +314,74 @@ class Agent:
         left pending, and watches the addresses of the pods already recorded. The socket is not
         the agent's: `running.Running` serves it."""
         self.cache.ensure()
+        self._roll_back_unfinished()
         if self.config.patch_status:
             self._republish()
         self._watch_recorded()
+
+    def _roll_back_unfinished(self) -> None:
+        """For each complete record with an attachment not attached (an earlier agent process was
+        killed during a hot-plug), a task that takes the container's lock at once and rolls that
+        attachment back: every CNI request for the container waits for it (tasks run in the order
+        they were made, and these are made before the socket is served)."""
+        for container_id in list(self.cache.container_ids()):
+            with contextlib.suppress(cache.CacheError):  # DEL deals with an unreadable record
+                record = self.cache.load(container_id)
+                if record is not None and unfinished(record):
+                    task = asyncio.create_task(
+                        self._roll_back(container_id), name=f"roll-back {container_id[:12]}")
+                    self._finishing.add(task)
+                    task.add_done_callback(self._finishing.discard)
+
+    async def _roll_back(self, container_id: str) -> None:
+        async with self._container_lock(container_id):
+            try:
+                record = self.cache.load(container_id)
+            except cache.CacheError:
+                return
+            undone = unfinished(record) if record is not None else []
+            if record is None or not undone:
+                return
+            log.warning(
+                "container %s (pod %s/%s): an earlier agent was stopped while attaching %s to the running "
+                "pod; rolling that back (its pod watch attaches the network anew)",
+                container_id, record.pod_namespace, record.pod_name,
+                ", ".join(f"{a.name} as {a.ifname}" for a in undone),
+            )
+            try:
+                await self._stop_orphans(container_id)  # its delegate may still be running
+            except CNIError as exc:
+                log.error("container %s: not rolled back: %s; CHECK reports it partly attached, and its DEL "
+                          "retries", container_id, exc)
+                return
+            problems = []
+            for attachment in reversed(undone):
+                cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
+                args = RuntimeArgs(Command.DEL, container_id, record.netns, attachment.ifname, cni_args)
+                if invoke.environment_problem(args) is None:
+                    try:
+                        loaded = conflist.load(attachment.config, what=f"network {attachment.name!r}")
+                        await conflist.delete(self.executor, loaded, args, self.config.bin_dirs,
+                                              self.config.plugin_timeout, attachment.result)
+                    except CNIError as exc:
+                        problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
+                        continue
+                record.attachments.remove(attachment)
+            self._save(record)
+        if problems:
+            log.error("container %s: rolling back failed for %s; still recorded, so CHECK reports it partly "
+                      "attached (106) and its DEL retries", container_id, "; ".join(problems))
+            return
+        if self.config.patch_status and not record.status_published:
+            self._publish(record)
+        self._watch_addresses(record)
 
     def _republish(self) -> None:
         for container_id in list(self.cache.container_ids()):
             with contextlib.suppress(cache.CacheError):  # DEL deals with an unreadable record
                 record = self.cache.load(container_id)
-                if record is not None and record.complete and not record.status_published:
+                if (record is not None and record.complete and not record.status_published
+                        and not unfinished(record)):  # _roll_back publishes those
                     log.info("container %s: writing the network-status an earlier agent left pending",
                              container_id)
                     self._publish(record)
@@ -326,6 +395,10 @@ class Agent:
     async def stop(self) -> None:
         """Removes the agent's conflist: without the agent, the node is not ready. Stops
         publishing: a write still pending is recorded, and the next agent makes it."""
+        for task in list(self._finishing):
+            task.cancel()
+        if self._finishing:
+            await asyncio.wait(set(self._finishing))
         await self.address_watch.close()
         await self.status.close()
         if self._readiness is not None:
@@ -875,7 +948,7 @@ class Agent:
                 record = self.cache.load(container_id)
             except cache.CacheError:
                 continue  # its DEL deals with it
-            if record is not None:
+            if record is not None and not unfinished(record):  # _roll_back watches those
                 self._watch_addresses(record)
 
     async def _publish_observed(self, record: Record, entries: list[dict[str, Any]]) -> bool:
@@ -1028,12 +1101,13 @@ class Agent:
                 f"container {request.args.container_id} is not attached",
                 "no ADD is recorded for it",
             )
-        if not record.complete:
+        if not record.complete or unfinished(record):
             # Not code 3: that tells the runtime no DEL is needed, and these attachments need one.
             raise CNIError(
                 ErrorCode.ATTACHMENT_INCOMPLETE,
                 f"container {request.args.container_id} is only partly attached",
-                "its ADD was cut short or a DEL failed for some attachment; DEL it, then ADD again",
+                "its ADD (or a network added to the running pod) was cut short, or a DEL failed for some "
+                "attachment; DEL it, then ADD again",
             )
         for attachment in record.attachments:
             cl = conflist.load(attachment.config, what=f"network {attachment.name!r}")

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from bridge import npwg
 from bridge.agent import conflist, plan
-from bridge.agent.agent import Agent
+from bridge.agent.agent import Agent, unfinished
 from bridge.agent.cache import Attachment, CacheError, Record, State
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
 from podnetwork.kube import lite
@@ -361,8 +361,10 @@ class HotPlug:
             record = agent.cache.load(container_id)
         except CacheError:
             return None
-        if record is None or not record.complete:
-            return None  # an ADD or DEL is under way or failed: it settles the container first
+        if record is None or not record.complete or unfinished(record):
+            # An ADD or DEL is under way or failed, or a hot-plug was cut short and its roll-back
+            # failed: that settles the container first.
+            return None
         if not os.path.exists(record.netns):
             log.info("hot-plug: container %s: its netns %s is gone; its DEL will come", container_id,
                      record.netns)
