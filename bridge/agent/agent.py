@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
-from podnetwork.kube.core import Pod
+from podnetwork.kube.core import ObjectMeta, Pod, pod_event
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
 #: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
 DEFAULT_PODNETWORK = "default"
+#: The component the agent's Events about pods carry.
+EVENT_COMPONENT = "podnetwork-cni-agent"
 
 
 def _fetchable(key: tuple[str, str]) -> bool:
@@ -276,9 +280,13 @@ class Agent:
         config: AgentConfig,
         *,
         executor: invoke.Exec | None = None,
+        events: objects_mod.EventSink | None = None,
     ) -> None:
         self.objects = objects
         self.config = config
+        self.events = events
+        """Where Warning Events about pods go (`report`); None: the log only."""
+        self._reporting: set[asyncio.Task[None]] = set()
         self._owner = os.path.abspath(config.cache_dir)
         """Marks this agent's delegates (`orphans`): its cache dir, which no other agent shares."""
         self.executor: invoke.Exec = orphans.Marking(executor or invoke.SubprocessExec(), self._owner)
@@ -301,7 +309,8 @@ class Agent:
         """Roll-backs of hot-plugs an earlier agent process left unfinished (`start`)."""
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
-        self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
+        self.address_watch = addresswatch.AddressWatch(
+            self._publish_observed, config.address_watch, report=self.report)
         """One watch per attached pod while `watch_addresses` (KEP Req 25)."""
         self.status = publisher_mod.StatusPublisher(objects.patch_pod_annotations)
         """Writes network-status after the runtime got its answer (NPWG 5); also for other
@@ -400,6 +409,8 @@ class Agent:
         if self._finishing:
             await asyncio.wait(set(self._finishing))
         await self.address_watch.close()
+        if self._reporting:
+            await asyncio.wait(set(self._reporting), timeout=5)
         await self.status.close()
         if self._readiness is not None:
             self._readiness.cancel()
@@ -980,6 +991,26 @@ class Agent:
                 asyncio.get_running_loop().call_soon(self._watch_addresses, current)
             return False
         return self._queue_status(record, entries)
+
+    def report(self, record: Record, reason: str, message: str) -> None:
+        """Posts a Warning Event about the record's pod, in the background (a failure is logged)."""
+        if self.events is None:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod = Pod(metadata=ObjectMeta(name=record.pod_name, namespace=record.pod_namespace,
+                                      uid=record.pod_uid or None))
+        key = hashlib.sha256(f"{record.pod_uid}/{reason}/{message}/{now}".encode()).hexdigest()[:16]
+        body = pod_event(pod, reason, message, key=key, type_="Warning", now=now, component=EVENT_COMPONENT)
+        task = asyncio.create_task(self._post_event(record, body), name=f"event {record.pod_name}")
+        self._reporting.add(task)
+        task.add_done_callback(self._reporting.discard)
+
+    async def _post_event(self, record: Record, body: Mapping[str, Any]) -> None:
+        assert self.events is not None
+        try:
+            await self.events.post_event(body)
+        except Exception as exc:  # an Event is a report; the log has said it already
+            log.warning("pod %s/%s: event not posted: %s", record.pod_namespace, record.pod_name, exc)
 
     def _save(self, record: Record) -> None:
         self.cache.save(record)

@@ -353,6 +353,12 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     agent = agent_mod.Agent(objects, config)
+    if args.objects is None:
+        # Warning Events about pods (the address watch's cap), with the object source's client.
+        from bridge.agent import hotplug
+
+        kube = objects if isinstance(objects, KubernetesObjects) else objects.source
+        agent.events = hotplug.KubernetesEvents(kube.api)
     beside: Beside | None = None
     if args.node_name and args.objects is None:  # the cluster, cached or not
         from bridge.agent import hotplug

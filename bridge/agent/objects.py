@@ -134,6 +134,13 @@ class ObjectSource(Protocol):
         ...
 
 
+class EventSink(Protocol):
+    """Where the agent's Events about pods go: the API (`hotplug.KubernetesEvents`), the demo's
+    store, a list in tests."""
+
+    async def post_event(self, body: Mapping[str, Any]) -> None: ...
+
+
 class MemoryObjects:
     """An in-memory ObjectSource. `put`/`delete` stand in for kubectl."""
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,49 @@ async def test_every_del_answers_while_addresses_change_in_the_pod(world: World)
         os.killpg(churn.pid, signal.SIGKILL)  # the shell and its `ip`
         await churn.wait()
     assert world.leftovers()["cache records"] == []
+
+
+class Events:
+    """The agent's Event sink, kept in a list."""
+
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+
+    async def post_event(self, body: Mapping[str, Any]) -> None:
+        self.posted.append(dict(body))
+
+
+async def test_thousands_of_addresses_are_capped_in_the_status_said_in_an_event_and_logged_in_brief(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod adding addresses without end must not make network-status outgrow what the API takes
+    (256 KiB for all of a pod's annotations: every write would be refused, and retried forever),
+    nor make each change a log line of every address."""
+    agent = world.agent
+    assert agent is not None
+    events = Events()
+    agent.events = events
+    caplog.set_level(logging.INFO, logger="bridge.agent.addresswatch")
+    netns = await attached(world)
+    assigned = eth0_ips(world, "web")
+    cap = agent.config.address_watch.max_ips_per_interface
+    burst = "".join(f"addr add 2001:db8:c::{i:x}/64 dev eth0 nodad\n" for i in range(1, 3 * cap + 1))
+    proc = await asyncio.create_subprocess_exec("ip", "-n", Path(netns).name, "-batch", "-",
+                                                stdin=asyncio.subprocess.PIPE)
+    await proc.communicate(burst.encode())
+    assert proc.returncode == 0
+
+    await until("the burst in the status", lambda: len(eth0_ips(world, "web")) >= cap)
+    ips = eth0_ips(world, "web")
+    assert len(ips) == cap and ips[0] == assigned[0], "the first IPs are kept, the plugin's first"
+    assert len(json.dumps(status_of(world, "web"))) <= agent.config.address_watch.max_status_bytes
+    await until("the Warning Event", lambda: bool(events.posted))
+    (event,) = events.posted
+    assert (event["reason"], event["type"], event["involvedObject"]["name"]) == (
+        "NetworkStatusCapped", "Warning", "web")
+    assert f"{cap} of {3 * cap + 1} addresses of eth0" in event["message"], event["message"]
+    longest = max(len(r.getMessage()) for r in caplog.records if r.name == "bridge.agent.addresswatch")
+    assert longest < 2000, "a log line lists every address"
+
+    deleted = await world.cni("DEL", "ctr-live", netns, "web")
+    assert deleted.returncode == 0, deleted.stdout
