@@ -84,6 +84,11 @@ class AgentConfig:
     """Seconds one delegate plugin call may take before it is killed (CNI error 100)."""
     max_request_bytes: int = 1024 * 1024
     """Largest request body accepted on the socket (CNI error 103 above it)."""
+    max_connections: int = 128
+    """Connections the socket serves at once; more are answered CNI error 11 (try again later)
+    (`bridge.agent.server`)."""
+    read_timeout: float = 10.0
+    """Seconds a client has, from connecting, to send its whole request (the shim sends it at once)."""
     conf_file: Path | None = None
     """Where to write the agent's own conflist once the default network is usable (6.1);
     None: never write one (embedded use)."""
