@@ -60,9 +60,15 @@ class StoreObjects:
         return opts
 
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
         try:
+            if uid:
+                # The API server refuses a patch whose metadata.uid is not the pod's (the one meant
+                # was deleted and another created under its name); the store would ignore it.
+                current = self._api.get("v1", cni_objects.POD, name, namespace)["metadata"].get("uid")
+                if current and current != uid:
+                    raise cni_objects.Replaced(cni_objects.POD, namespace, name, f"UID {current}, not {uid}")
             self._api.patch(
                 "v1", cni_objects.POD, name, {"metadata": {"annotations": dict(annotations)}}, namespace
             )

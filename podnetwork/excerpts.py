@@ -11,6 +11,7 @@ the manifest reader (`podnetwork.manifests`) and `podnetwork migrate`.
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from typing import Any
 
@@ -52,15 +53,26 @@ def _json_head(value: Any, limit: int) -> tuple[str, bool]:
     return "".join(head), False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogates(text: str) -> str:
+    # A lone surrogate (from a JSON "\\udfff" escape) has no UTF-8 form: written as the escape,
+    # so the message can be printed, logged and sent.
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def value(obj: Any, limit: int = LIMIT) -> str:
     """`obj` as JSON (a Python repr for what JSON cannot show), at most `limit` characters
     of it followed by a mark when cut."""
     if isinstance(obj, str):
         if len(obj) <= limit:
-            return json.dumps(obj, ensure_ascii=False)
-        return f"{json.dumps(obj[:limit], ensure_ascii=False)}{_MARK} ({len(obj)} characters, cut)"
+            return _escape_surrogates(json.dumps(obj, ensure_ascii=False))
+        head = _escape_surrogates(json.dumps(obj[:limit], ensure_ascii=False))
+        return f"{head}{_MARK} ({len(obj)} characters, cut)"
     try:
         text, more = _json_head(obj, limit)
+        text = _escape_surrogates(text)
     except (TypeError, ValueError, RecursionError):
         # Not JSON (bytes, a set, a cycle, a key JSON cannot sort, an int too long to
         # print in decimal): reprlib bounds every level of the structure itself.

@@ -52,9 +52,12 @@ def dns1123_subdomain_errors(path: str, name: str) -> list[FieldError]:
 
 
 def linux_ifname_errors(path: str, name: str) -> list[FieldError]:
-    """The kernel's `dev_valid_name()`: 1..15 bytes, not `.`/`..`, no `/`, `:` or whitespace."""
+    """The kernel's `dev_valid_name()`: 1..15 bytes, not `.`/`..`, no `/`, `:` or whitespace;
+    and no lone surrogate (a JSON `\\udfff` escape): it has no UTF-8 form for a plugin's environment."""
     if name == "":
         return [invalid(path, name, "must not be empty")]
+    if problem := names.surrogate_problem(name):
+        return [invalid(path, name, problem)]
     if names.utf8_length(name) > LINUX_IFNAME_MAX_BYTES:
         return [too_long(path, LINUX_IFNAME_MAX_BYTES)]
     if name in (".", ".."):
@@ -68,9 +71,11 @@ def linux_ifname_errors(path: str, name: str) -> list[FieldError]:
 
 def windows_ifname_errors(path: str, name: str) -> list[FieldError]:
     """Windows interface aliases: 1..255 characters, no control characters, no
-    leading or trailing whitespace (netsh and the NetAdapter cmdlets refuse them)."""
+    leading or trailing whitespace (netsh and the NetAdapter cmdlets refuse them); no lone surrogate."""
     if name == "":
         return [invalid(path, name, "must not be empty")]
+    if problem := names.surrogate_problem(name):
+        return [invalid(path, name, problem)]
     if len(name) > WINDOWS_IFNAME_MAX_CHARS:
         return [too_long(path, WINDOWS_IFNAME_MAX_CHARS, "characters")]
     if any(unicodedata.category(c) == "Cc" for c in name):

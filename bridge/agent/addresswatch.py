@@ -18,6 +18,13 @@ Decisions are pure and live at the top of this module:
   not added until it finishes (the kernel then reports it again); an address
   whose detection failed (IFA_F_DADFAILED) is not a pod IP. An entry whose
   interface is not in the namespace keeps the IPs its CNI result gave.
+- `cap_status`: what is written is bounded, at most `max_ips_per_interface`
+  IPs per entry and `max_status_bytes` of network-status in all (a pod can add
+  thousands of addresses, and Kubernetes allows 256 KiB for all of a pod's
+  annotations together: over it, every write is refused). The first IPs are kept
+  (the plugin's first); the cut is logged and reported once in a Warning Event
+  on the pod (`cap_message`). Each change is logged as a summary
+  (`change_summary`: counts and the first few addresses), never the whole lists.
 - `flush_at`: when the next look at the namespace (and possibly a write) is
   due. A burst of changes is one write: the watch waits for `quiet` seconds
   without a change, at most `max_delay` after the first unseen one, and never
@@ -49,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -76,6 +84,8 @@ NETLINK_NO_ENOBUFS = 5
 #: Namespaces entered at once when the agent starts and watches every recorded pod again:
 #: each open is a thread that lives for the setns(2) and socket(2) calls only.
 OPEN_CONCURRENCY = 8
+#: Seconds a stopped watch is given to end (a DEL waits this long at most for it).
+STOP_SECONDS = 5.0
 
 _LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
 
@@ -108,6 +118,11 @@ class Settings:
     """Seconds between two looks at one pod (and so between two writes of its status)."""
     retry_max: float = 60.0
     """Longest wait before retrying a status write the API refused."""
+    max_ips_per_interface: int = 64
+    """IPs written per network-status entry; the first ones are kept (the plugin's first)."""
+    max_status_bytes: int = 64 * 1024
+    """Bytes of network-status JSON the watch writes at most: a quarter of the 256 KiB Kubernetes
+    allows for all of a pod's annotations together, the rest left to the others."""
 
     def __post_init__(self) -> None:
         for name in ("quiet", "max_delay", "min_interval", "retry_max"):
@@ -115,6 +130,9 @@ class Settings:
                 raise ValueError(f"address watch setting {name} must not be negative")
         if self.max_delay < self.quiet:
             raise ValueError("address watch setting max_delay must be at least quiet")
+        for name in ("max_ips_per_interface", "max_status_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"address watch setting {name} must be at least 1")
 
 
 # --- the decisions (pure) ------------------------------------------------------------------
@@ -185,6 +203,75 @@ def updated_status(
     return out
 
 
+def _label(entry: Mapping[str, Any], index: int) -> str:
+    interface = entry.get("interface")
+    if isinstance(interface, str) and interface:
+        return interface
+    return f"entry {index} ({entry.get('name')})"
+
+
+def cap_status(
+    status: Sequence[Mapping[str, Any]], settings: Settings
+) -> tuple[list[dict[str, Any]], dict[str, tuple[int, int]]]:
+    """The status as written: at most `max_ips_per_interface` IPs per entry, fewer while its JSON
+    is over `max_status_bytes` (halving the per-entry bound, down to one IP each: the entries'
+    other keys are the plugins' and stay). Returns it and, per entry cut, (IPs kept, IPs seen)."""
+    limit = settings.max_ips_per_interface
+    while True:
+        out: list[dict[str, Any]] = []
+        cut: dict[str, tuple[int, int]] = {}
+        for i, entry in enumerate(status):
+            new = dict(entry)
+            ips = entry.get("ips")
+            if isinstance(ips, list) and len(ips) > limit:
+                new["ips"] = ips[:limit]
+                cut[_label(entry, i)] = (limit, len(ips))
+            out.append(new)
+        if limit <= 1 or len(json.dumps(out)) <= settings.max_status_bytes:
+            return out, cut
+        limit = max(1, limit // 2)
+
+
+def cap_message(cut: Mapping[str, tuple[int, int]], settings: Settings) -> str:
+    """What a Warning Event on the pod says when `cap_status` cut its addresses."""
+    parts = [f"{kept} of {seen} addresses of {label}" for label, (kept, seen) in sorted(cut.items())]
+    return (
+        f"network-status lists only {', '.join(parts)}: the agent writes at most "
+        f"{settings.max_ips_per_interface} per interface and {settings.max_status_bytes} bytes of "
+        "network-status (Kubernetes allows 256 KiB for all of a pod's annotations); the other addresses "
+        "are on the interface but not reported, nor in the pod's per-network pod IPs (docs/agent.md "
+        '"Live IP changes")'
+    )
+
+
+def change_summary(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], *, shown: int = 3
+) -> str:
+    """A log line's worth of what changed in the entries' IPs: per entry that changed, the counts
+    and the first few addresses added and removed (a pod may hold thousands)."""
+
+    def few(ips: list[str]) -> str:
+        more = f", ... ({len(ips) - shown} more)" if len(ips) > shown else ""
+        return ", ".join(ips[:shown]) + more
+
+    parts: list[str] = []
+    for i, entry in enumerate(new):
+        before = [str(ip) for ip in ((old[i].get("ips") if i < len(old) else None) or [])]
+        after = [str(ip) for ip in (entry.get("ips") or [])]
+        if before == after:
+            continue
+        had, has = set(before), set(after)
+        added = [ip for ip in after if ip not in had]
+        removed = [ip for ip in before if ip not in has]
+        text = f"{_label(entry, i)}: {len(before)} -> {len(after)} IPs"
+        if added:
+            text += f", added {few(added)}"
+        if removed:
+            text += f", removed {few(removed)}"
+        parts.append(text)
+    return "; ".join(parts) or "no IP changed"
+
+
 def flush_at(
     first_change: float, last_change: float, previous_look: float | None, settings: Settings
 ) -> float:
@@ -234,6 +321,9 @@ def observed_addresses(names: Mapping[int, str], addresses: Sequence[Any]) -> di
 
 Publish = Callable[[Record, list[dict[str, Any]]], Awaitable[bool]]
 """Writes a status for a record's pod; False when the write did not happen (the agent logged why)."""
+Report = Callable[[Record, str, str], None]
+"""Tells the pod's users something (reason, message): a Warning Event; never blocks."""
+REASON_CAPPED = "NetworkStatusCapped"
 
 
 class _PodWatch:
@@ -247,10 +337,14 @@ class _PodWatch:
         settings: Settings,
         opening: asyncio.Semaphore,
         clock: Callable[[], float],
+        report: Report | None = None,
     ) -> None:
         self.record = record
         self.status = status
         self._publish = publish
+        self._report = report
+        self._capped = False
+        """Whether the last look cut addresses (reported once, until it no longer does)."""
         self._settings = settings
         self._opening = opening
         self._clock = clock
@@ -264,7 +358,17 @@ class _PodWatch:
         """Status writes refused in a row; the next retry waits `retry_delay` after the last look."""
         self.looks = 0
         """Flushes done (dumps of the namespace), for tests and the demo."""
+        self.stopped = False
+        """Set by `stop`: from then on nothing is written, whatever the task is doing."""
         self.task = asyncio.create_task(self._run(), name=f"address-watch {record.container_id[:12]}")
+
+    def stop(self) -> None:
+        """Ends the watch. It writes nothing from now on, even if the cancellation is lost (Python
+        3.11's `asyncio.wait_for` may swallow one arriving with the event it waits for): the
+        flag is checked before every write and every wait."""
+        self.stopped = True
+        self._wake.set()
+        self.task.cancel()
 
     def changed(self) -> None:
         now = self._clock()
@@ -315,8 +419,8 @@ class _PodWatch:
         finally:
             if events is not None:
                 events.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await events
+                # Bounded: this task's own end must not wait on a reader that missed its cancellation.
+                await asyncio.wait({events}, timeout=STOP_SECONDS)
             if ipr is not None:
                 ipr.close()
 
@@ -340,9 +444,9 @@ class _PodWatch:
             )
 
     async def _loop(self, ipr: Any) -> None:
-        while True:
+        while not self.stopped:
             await self._wake.wait()
-            while True:
+            while not self.stopped:
                 self._wake.clear()
                 if self._first is None:
                     break
@@ -352,9 +456,12 @@ class _PodWatch:
                 delay = due - self._clock()
                 if delay <= 0:
                     break
+                # Not asyncio.wait_for: on 3.11 it returns normally when the cancellation arrives
+                # with the change it waits for, and the stopped watch would carry on.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
-            if self._first is None:
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+            if self.stopped or self._first is None:
                 continue
             self._first = None
             if await self._flush(ipr) is False:
@@ -372,15 +479,23 @@ class _PodWatch:
             # Link messages are large (every IFLA attribute and counter): the names are
             # dumped on the first look, and again after a link changed.
             self._names = link_names([m async for m in await ipr.link("dump")])
-        new = updated_status(self.status, observed_addresses(self._names, addresses))
+        new, cut = cap_status(updated_status(self.status, observed_addresses(self._names, addresses)),
+                              self._settings)
+        if self.stopped:
+            return None
+        if cut and not self._capped:
+            message = cap_message(cut, self._settings)
+            log.warning("pod %s/%s: %s", self.record.pod_namespace, self.record.pod_name, message)
+            if self._report is not None:
+                self._report(self.record, REASON_CAPPED, message)
+        self._capped = bool(cut)
         if new == self.status:
             return None
         log.info(
-            "pod %s/%s: addresses changed: network-status ips %s -> %s",
+            "pod %s/%s: addresses changed: network-status %s",
             self.record.pod_namespace,
             self.record.pod_name,
-            [e.get("ips") for e in self.status],
-            [e.get("ips") for e in new],
+            change_summary(self.status, new),
         )
         if not await self._publish(self.record, new):
             return False
@@ -392,9 +507,14 @@ class AddressWatch:
     """The address watches of one agent, one per attached pod (keyed by container ID)."""
 
     def __init__(
-        self, publish: Publish, settings: Settings | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        publish: Publish,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        report: Report | None = None,
     ) -> None:
         self._publish = publish
+        self._report = report
         self.settings = settings or Settings()
         self._clock = clock
         self._pods: dict[str, _PodWatch] = {}
@@ -405,21 +525,31 @@ class AddressWatch:
         watch of the same container (as after a change of its attachments)."""
         old = self._pods.pop(record.container_id, None)
         if old is not None:
-            old.task.cancel()
+            old.stop()
         if self._opening is None:
             self._opening = asyncio.Semaphore(OPEN_CONCURRENCY)
         self._pods[record.container_id] = _PodWatch(
-            record, status, self._publish, self.settings, self._opening, self._clock
+            record, status, self._publish, self.settings, self._opening, self._clock, self._report
         )
 
     async def unwatch(self, container_id: str) -> None:
-        """Stops watching a container (before its DEL tears its interfaces down)."""
+        """Stops watching a container (before its DEL tears its interfaces down): nothing is
+        written for it from the moment this is called. Waits at most `STOP_SECONDS` for the
+        watch to close its socket; the watch never waits for the container's lock, so a DEL
+        holding it can wait here (docs/agent.md "Live IP changes")."""
         pod = self._pods.pop(container_id, None)
         if pod is None:
             return
-        pod.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pod.task
+        pod.stop()
+        done, _ = await asyncio.wait({pod.task}, timeout=STOP_SECONDS)
+        if not done:
+            log.warning(
+                "pod %s/%s: its address watch did not end within %.0f s of being stopped; it writes "
+                "nothing more, and its socket closes when it ends",
+                pod.record.pod_namespace,
+                pod.record.pod_name,
+                STOP_SECONDS,
+            )
 
     async def close(self) -> None:
         for container_id in list(self._pods):
@@ -437,9 +567,13 @@ class AddressWatch:
 
 
 __all__ = [
+    "REASON_CAPPED",
     "Address",
     "AddressWatch",
     "Settings",
+    "cap_message",
+    "cap_status",
+    "change_summary",
     "flush_at",
     "interface_ips",
     "is_pod_ip",

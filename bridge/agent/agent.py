@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
-from podnetwork.kube.core import Pod
+from podnetwork.kube.core import ObjectMeta, Pod, pod_event
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
 #: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
 DEFAULT_PODNETWORK = "default"
+#: The component the agent's Events about pods carry.
+EVENT_COMPONENT = "podnetwork-cni-agent"
 
 
 #: The files libcni (and so the runtimes) read CNI configurations from, in lexical order.
@@ -111,6 +115,11 @@ class AgentConfig:
     """Seconds one delegate plugin call may take before it is killed (CNI error 100)."""
     max_request_bytes: int = 1024 * 1024
     """Largest request body accepted on the socket (CNI error 103 above it)."""
+    max_connections: int = 128
+    """Connections the socket serves at once; more are answered CNI error 11 (try again later)
+    (`bridge.agent.server`)."""
+    read_timeout: float = 10.0
+    """Seconds a client has, from connecting, to send its whole request (the shim sends it at once)."""
     conf_file: Path | None = None
     """Where to write the agent's own conflist once the default network is usable (6.1);
     None: never write one (embedded use)."""
@@ -209,7 +218,12 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
         raise CNIError(
             ErrorCode.INVALID_CONFIG, "invalid network configuration", '"runtimeConfig" must be an object'
         )
-    cni_args = invoke.parse_cni_args(env.get("CNI_ARGS", ""))
+    try:
+        cni_args = invoke.parse_cni_args(env.get("CNI_ARGS", ""))
+    except CNIError:
+        if command is not Command.DEL:
+            raise
+        cni_args = ()  # DEL reads only the container's record; the pod is named in logs only
     if not any(k == "IgnoreUnknown" for k, _ in cni_args):
         # Delegates must accept the pod's K8S_* args they do not know, as under the kubelet.
         cni_args = (("IgnoreUnknown", "1"), *cni_args)
@@ -221,15 +235,18 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> _Request:
         cni_args,
     )
     if command in (Command.ADD, Command.DEL, Command.CHECK):
-        for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname)):
+        # DEL needs only the container ID: its record has the rest.
+        required = (("CNI_CONTAINERID", args.container_id),) if command is Command.DEL else (
+            ("CNI_CONTAINERID", args.container_id), ("CNI_IFNAME", args.ifname))
+        for var, value in required:
             if not value:
                 raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"{var} is required for {command.value}")
-        # DEL takes an ID of any length: one too long for a record was never attached (ADD
-        # refuses it, and no agent could ever write its record), so its DEL succeeds (_del).
-        invoke.check_container_id(
-            args.container_id, max_length=None if command is Command.DEL else invoke.CONTAINER_ID_MAX
-        )
-        invoke.check_ifname(args.ifname)
+        # DEL takes any ID and interface name: one that ADD refuses was never attached (no agent
+        # could write its record, or hand the name to a plugin), so its DEL succeeds (_del);
+        # refusing it would keep the pod forever (CRI: tear-down must eventually succeed).
+        if command is not Command.DEL:
+            invoke.check_container_id(args.container_id)
+            invoke.check_ifname(args.ifname)
     if command in (Command.ADD, Command.CHECK) and not args.netns:
         raise CNIError(ErrorCode.INVALID_ENVIRONMENT, f"CNI_NETNS is required for {command.value}")
     if args.netns and not os.path.isabs(args.netns):
@@ -280,6 +297,14 @@ def _default_version(config: Mapping[str, Any]) -> str:
     return str(config.get("cniVersion") or invoke.LATEST_VERSION)
 
 
+def unfinished(record: Record) -> list[Attachment]:
+    """The attachments of a complete record that are not attached: a hot-plug (which records
+    its intent in the running pod's record, then runs the delegate) cut short by a crash."""
+    if not record.complete:
+        return []
+    return [a for a in record.attachments if a.state is not State.ATTACHED]
+
+
 def _shape(record: Record) -> list[tuple[str, str, bool]]:
     """What a network-status is made of: each attachment's network, interface and state."""
     return [(a.name, a.ifname, a.state is State.ATTACHED) for a in record.attachments] + [
@@ -296,9 +321,13 @@ class Agent:
         config: AgentConfig,
         *,
         executor: invoke.Exec | None = None,
+        events: objects_mod.EventSink | None = None,
     ) -> None:
         self.objects = objects
         self.config = config
+        self.events = events
+        """Where Warning Events about pods go (`report`); None: the log only."""
+        self._reporting: set[asyncio.Task[None]] = set()
         self._owner = os.path.abspath(config.cache_dir)
         """Marks this agent's delegates (`orphans`): its cache dir, which no other agent shares."""
         self.executor: invoke.Exec = orphans.Marking(executor or invoke.SubprocessExec(), self._owner)
@@ -321,9 +350,12 @@ class Agent:
         """Logs each change of readiness (and, given a node and a sink, posts a Node Event)."""
         self.host_problem: str | None = None
         """What the node denies the agent (`bridge.agent.node`), found at start; None: nothing."""
+        self._finishing: set[asyncio.Task[None]] = set()
+        """Roll-backs of hot-plugs an earlier agent process left unfinished (`start`)."""
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
-        self.address_watch = addresswatch.AddressWatch(self._publish_observed, config.address_watch)
+        self.address_watch = addresswatch.AddressWatch(
+            self._publish_observed, config.address_watch, report=self.report)
         """One watch per attached pod while `watch_addresses` (KEP Req 25)."""
         self.status = publisher_mod.StatusPublisher(objects.patch_pod_annotations)
         """Writes network-status after the runtime got its answer (NPWG 5); also for other
@@ -338,15 +370,74 @@ class Agent:
         self.cache.ensure()
         if self.config.netns_dir is not None:
             self.host_problem = node.netns_problem(self.config.netns_dir)
+        self._roll_back_unfinished()
         if self.config.patch_status:
             self._republish()
         self._watch_recorded()
+
+    def _roll_back_unfinished(self) -> None:
+        """For each complete record with an attachment not attached (an earlier agent process was
+        killed during a hot-plug), a task that takes the container's lock at once and rolls that
+        attachment back: every CNI request for the container waits for it (tasks run in the order
+        they were made, and these are made before the socket is served)."""
+        for container_id in list(self.cache.container_ids()):
+            with contextlib.suppress(cache.CacheError):  # DEL deals with an unreadable record
+                record = self.cache.load(container_id)
+                if record is not None and unfinished(record):
+                    task = asyncio.create_task(
+                        self._roll_back(container_id), name=f"roll-back {container_id[:12]}")
+                    self._finishing.add(task)
+                    task.add_done_callback(self._finishing.discard)
+
+    async def _roll_back(self, container_id: str) -> None:
+        async with self._container_lock(container_id):
+            try:
+                record = self.cache.load(container_id)
+            except cache.CacheError:
+                return
+            undone = unfinished(record) if record is not None else []
+            if record is None or not undone:
+                return
+            log.warning(
+                "container %s (pod %s/%s): an earlier agent was stopped while attaching %s to the running "
+                "pod; rolling that back (its pod watch attaches the network anew)",
+                container_id, record.pod_namespace, record.pod_name,
+                ", ".join(f"{a.name} as {a.ifname}" for a in undone),
+            )
+            try:
+                await self._stop_orphans(container_id)  # its delegate may still be running
+            except CNIError as exc:
+                log.error("container %s: not rolled back: %s; CHECK reports it partly attached, and its DEL "
+                          "retries", container_id, exc)
+                return
+            problems = []
+            for attachment in reversed(undone):
+                cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
+                args = RuntimeArgs(Command.DEL, container_id, record.netns, attachment.ifname, cni_args)
+                if invoke.environment_problem(args) is None:
+                    try:
+                        loaded = conflist.load(attachment.config, what=f"network {attachment.name!r}")
+                        await conflist.delete(self.executor, loaded, args, self.config.bin_dirs,
+                                              self.config.plugin_timeout, attachment.result)
+                    except CNIError as exc:
+                        problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
+                        continue
+                record.attachments.remove(attachment)
+            self._save(record)
+        if problems:
+            log.error("container %s: rolling back failed for %s; still recorded, so CHECK reports it partly "
+                      "attached (106) and its DEL retries", container_id, "; ".join(problems))
+            return
+        if self.config.patch_status and not record.status_published:
+            self._publish(record)
+        self._watch_addresses(record)
 
     def _republish(self) -> None:
         for container_id in list(self.cache.container_ids()):
             with contextlib.suppress(cache.CacheError):  # DEL deals with an unreadable record
                 record = self.cache.load(container_id)
-                if record is not None and record.complete and not record.status_published:
+                if (record is not None and record.complete and not record.status_published
+                        and not unfinished(record)):  # _roll_back publishes those
                     log.info("container %s: writing the network-status an earlier agent left pending",
                              container_id)
                     self._publish(record)
@@ -360,7 +451,13 @@ class Agent:
     async def stop(self) -> None:
         """Removes the agent's conflist: without the agent, the node is not ready. Stops
         publishing: a write still pending is recorded, and the next agent makes it."""
+        for task in list(self._finishing):
+            task.cancel()
+        if self._finishing:
+            await asyncio.wait(set(self._finishing))
         await self.address_watch.close()
+        if self._reporting:
+            await asyncio.wait(set(self._reporting), timeout=5)
         await self.status.close()
         if self._readiness is not None:
             self._readiness.cancel()
@@ -810,6 +907,8 @@ class Agent:
             cni_args=[list(p) for p in args.args],
             pod_namespace=request.pod_namespace,
             pod_name=request.pod_name,
+            # The runtime's word first: the sandbox is that pod's, whatever the API holds by now.
+            pod_uid=args.arg("K8S_POD_UID") or pod.metadata.uid or "",
         )
         stage = "setting up"
         try:
@@ -911,21 +1010,26 @@ class Agent:
                                 record.pod_namespace, record.pod_name, container_id, exc)
 
         self.status.publish(
-            record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written
+            record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written,
+            uid=record.pod_uid,
         )
         return entries
 
     async def _write_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
         """Queues the pod's network-status with the publisher: `entries` (what the address
         watch saw), else the record's. The publisher retries until it is written (or the pod
-        is gone), so this is True once queued; hot-plug and the address watch call it."""
+        is gone), so this is True once queued; hot-plug calls it."""
+        return self._queue_status(record, entries)
+
+    def _queue_status(self, record: Record, entries: list[dict[str, Any]] | None = None) -> bool:
         if entries is None:
             if record.status_published:  # a new status (hot-plug): a restarted agent writes it
                 record.status_published = False
                 self._save(record)
             self._publish(record)
         else:
-            self.status.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id)
+            self.status.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id,
+                                uid=record.pod_uid)
         return True
 
     # --- live IP changes (KEP Story 9, Req 25) -----------------------------------------
@@ -955,30 +1059,58 @@ class Agent:
                 record = self.cache.load(container_id)
             except cache.CacheError:
                 continue  # its DEL deals with it
-            if record is not None:
+            if record is not None and not unfinished(record):  # _roll_back watches those
                 self._watch_addresses(record)
 
     async def _publish_observed(self, record: Record, entries: list[dict[str, Any]]) -> bool:
-        # Under the container's lock: a DEL or another change of the pod's attachments is not
-        # interleaved with this write (a DEL first stops the watch, cancelling a write waiting here).
-        async with self._container_lock(record.container_id):
-            try:
-                current = self.cache.load(record.container_id)
-            except cache.CacheError:
-                current = None
-            if current is None or _shape(current) != _shape(record):
-                # The pod's attachments changed since the watch began (or its record is gone):
-                # this status would undo that. Watch again from the record as it is now; this
-                # watch ends once the call below replaces it.
-                log.info(
-                    "pod %s/%s: its attachments changed; watching its addresses again",
-                    record.pod_namespace,
-                    record.pod_name,
-                )
-                if current is not None:
-                    asyncio.get_running_loop().call_soon(self._watch_addresses, current)
-                return False
-            return await self._write_status(record, entries)
+        """Queues what the address watch saw; False when not now (the watch looks again later).
+
+        Never waits for the container's lock: a DEL holds it while it stops the watch and waits
+        for the watch to end, so a watch waiting for it would hang that DEL. While an ADD, DEL,
+        CHECK or hot-plug holds the container, the watch looks again after its backoff. The
+        checks and the queueing below do not await, so nothing interleaves with them."""
+        container_id = record.container_id
+        if container_id in self._waiters:
+            log.debug("pod %s/%s: its container is busy; looking at its addresses again later",
+                      record.pod_namespace, record.pod_name)
+            return False
+        try:
+            current = self.cache.load(container_id)
+        except cache.CacheError:
+            current = None
+        if current is None or _shape(current) != _shape(record):
+            # The pod's attachments changed since the watch began (or its record is gone):
+            # this status would undo that. Watch again from the record as it is now; this
+            # watch ends once the call below replaces it.
+            log.info(
+                "pod %s/%s: its attachments changed; watching its addresses again",
+                record.pod_namespace,
+                record.pod_name,
+            )
+            if current is not None:
+                asyncio.get_running_loop().call_soon(self._watch_addresses, current)
+            return False
+        return self._queue_status(record, entries)
+
+    def report(self, record: Record, reason: str, message: str) -> None:
+        """Posts a Warning Event about the record's pod, in the background (a failure is logged)."""
+        if self.events is None:
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod = Pod(metadata=ObjectMeta(name=record.pod_name, namespace=record.pod_namespace,
+                                      uid=record.pod_uid or None))
+        key = hashlib.sha256(f"{record.pod_uid}/{reason}/{message}/{now}".encode()).hexdigest()[:16]
+        body = pod_event(pod, reason, message, key=key, type_="Warning", now=now, component=EVENT_COMPONENT)
+        task = asyncio.create_task(self._post_event(record, body), name=f"event {record.pod_name}")
+        self._reporting.add(task)
+        task.add_done_callback(self._reporting.discard)
+
+    async def _post_event(self, record: Record, body: Mapping[str, Any]) -> None:
+        assert self.events is not None
+        try:
+            await self.events.post_event(body)
+        except Exception as exc:  # an Event is a report; the log has said it already
+            log.warning("pod %s/%s: event not posted: %s", record.pod_namespace, record.pod_name, exc)
 
     def _save(self, record: Record) -> None:
         self.cache.save(record)
@@ -1003,6 +1135,20 @@ class Agent:
         for attachment in list(reversed(record.attachments)):
             cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
             del_args = RuntimeArgs(Command.DEL, record.container_id, netns, attachment.ifname, cni_args)
+            if unpassable := invoke.environment_problem(del_args):
+                # A record of an agent that accepted such a name (a lone surrogate in an
+                # interfaceName): its ADD could not start the plugin either, so nothing of it
+                # exists to remove, and a DEL that tried would fail forever.
+                log.warning(
+                    "container %s: dropping %s (%r) from its record without a DEL: %s, so no plugin "
+                    "ever ran with it",
+                    record.container_id,
+                    attachment.name,
+                    attachment.ifname,
+                    unpassable,
+                )
+                record.attachments.remove(attachment)
+                continue
             try:
                 await conflist.delete(
                     self.executor,
@@ -1036,12 +1182,15 @@ class Agent:
 
     async def _del(self, request: _Request) -> None:
         container_id = request.args.container_id
-        if len(container_id) > invoke.CONTAINER_ID_MAX:
+        try:
+            invoke.check_container_id(container_id)
+        except CNIError as exc:
             log.info(
-                "DEL of container %s...: an ID of %d characters never had a record (ADD refuses it), "
+                "DEL of container %r: %s (%s); ADD refuses such an ID, so it never had a record: "
                 "nothing to tear down",
                 container_id[:64],
-                len(container_id),
+                exc.msg,
+                exc.details[:120],
             )
             return
         try:
@@ -1083,12 +1232,13 @@ class Agent:
                 f"container {request.args.container_id} is not attached",
                 "no ADD is recorded for it",
             )
-        if not record.complete:
+        if not record.complete or unfinished(record):
             # Not code 3: that tells the runtime no DEL is needed, and these attachments need one.
             raise CNIError(
                 ErrorCode.ATTACHMENT_INCOMPLETE,
                 f"container {request.args.container_id} is only partly attached",
-                "its ADD was cut short or a DEL failed for some attachment; DEL it, then ADD again",
+                "its ADD (or a network added to the running pod) was cut short, or a DEL failed for some "
+                "attachment; DEL it, then ADD again",
             )
         for attachment in record.attachments:
             cl = conflist.load(attachment.config, what=f"network {attachment.name!r}")

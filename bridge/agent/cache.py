@@ -111,6 +111,9 @@ class Record:
     """False from the end of an ADD until its network-status is written (`bridge.agent.publisher`):
     an agent that starts finds the writes its predecessor left pending. Records of agents
     that wrote the status before answering lack the key, and count as published."""
+    pod_uid: str = ""
+    """The pod's UID (the runtime's K8S_POD_UID, else the pod's as read at ADD): status writes
+    land on that pod only, never on a pod re-created under the same name."""
 
     def to_json(self) -> dict[str, Any]:
         # By hand rather than dataclasses.asdict: that deep-copies every config and result,
@@ -122,6 +125,7 @@ class Record:
             "cni_args": self.cni_args,
             "pod_namespace": self.pod_namespace,
             "pod_name": self.pod_name,
+            "pod_uid": self.pod_uid,
             "complete": self.complete,
             "result": self.result,
             "attachments": [a.to_json() for a in self.attachments],
@@ -138,11 +142,20 @@ class Record:
             cni_args=[list(p) for p in data.get("cni_args", [])],
             pod_namespace=data.get("pod_namespace", ""),
             pod_name=data.get("pod_name", ""),
+            # Records of earlier agents lack it: the runtime's K8S_POD_UID, when it passed one.
+            pod_uid=data.get("pod_uid") or _arg(data.get("cni_args", []), "K8S_POD_UID"),
             complete=bool(data.get("complete", False)),
             result=data.get("result"),
             attachments=[Attachment.from_json(a) for a in data.get("attachments", [])],
             status_published=bool(data.get("status_published", True)),
         )
+
+
+def _arg(cni_args: Any, key: str) -> str:
+    for pair in cni_args if isinstance(cni_args, list) else []:
+        if isinstance(pair, list) and len(pair) == 2 and pair[0] == key:
+            return str(pair[1])
+    return ""
 
 
 class CacheError(Exception):

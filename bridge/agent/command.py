@@ -166,6 +166,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="largest network configuration accepted (default: %(default)s)",
     )
     p.add_argument(
+        "--max-connections",
+        type=int,
+        default=agent_mod.AgentConfig.max_connections,
+        metavar="N",
+        help="connections the socket serves at once; more are answered with CNI error 11, try again later "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--durable-cache",
         action="store_true",
         help="fsync every cache write, so records survive a power loss too (~10 ms per write)",
@@ -355,10 +363,14 @@ def run(args: argparse.Namespace) -> int:
         default_network=args.default_network_conf,
         plugin_timeout=args.plugin_timeout,
         max_request_bytes=args.max_request_bytes,
+        max_connections=args.max_connections,
         durable_cache=args.durable_cache,
         watch_addresses=args.watch_addresses,
         netns_dir=args.netns_dir,
     )
+    if args.max_connections < 1:
+        print(f"error: --max-connections {args.max_connections}: give 1 or more", file=sys.stderr)
+        return 2
     if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
         print(f"error: --watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more",
               file=sys.stderr)
@@ -399,6 +411,12 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     agent = agent_mod.Agent(objects, config)
+    if args.objects is None:
+        # Warning Events about pods (the address watch's cap), with the object source's client.
+        from bridge.agent import hotplug
+
+        kube = objects if isinstance(objects, KubernetesObjects) else objects.source
+        agent.events = hotplug.KubernetesEvents(kube.api)
     beside: Beside | None = None
     if args.node_name and args.objects is None:  # the cluster, cached or not
         from bridge.agent import hotplug

@@ -43,20 +43,21 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from bridge import npwg
 from bridge.agent import conflist, plan
-from bridge.agent.agent import Agent
+from bridge.agent.agent import EVENT_COMPONENT, Agent, unfinished
 from bridge.agent.cache import Attachment, CacheError, Record, State
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
+from bridge.agent.objects import EventSink
 from podnetwork.kube import lite
 from podnetwork.kube.core import Pod, pod_event
 
 log = logging.getLogger(__name__)
 
 #: The component hot-plug Events carry.
-COMPONENT = "podnetwork-cni-agent"
+COMPONENT = EVENT_COMPONENT
 #: Event reasons: the change was made / it failed and the pod was left as it was.
 REASON_CHANGED = "NetworksChanged"
 REASON_FAILED = "NetworksChangeFailed"
@@ -215,12 +216,6 @@ def event(pod: Pod, reason: str, message: str, *, type_: str, now: str, node: st
 # --- the edge ---------------------------------------------------------------------------------
 
 
-class EventSink(Protocol):
-    """Where the agent's Events go: the API (`KubernetesEvents`) or the demo's store."""
-
-    async def post_event(self, body: Mapping[str, Any]) -> None: ...
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -361,8 +356,10 @@ class HotPlug:
             record = agent.cache.load(container_id)
         except CacheError:
             return None
-        if record is None or not record.complete:
-            return None  # an ADD or DEL is under way or failed: it settles the container first
+        if record is None or not record.complete or unfinished(record):
+            # An ADD or DEL is under way or failed, or a hot-plug was cut short and its roll-back
+            # failed: that settles the container first.
+            return None
         if not os.path.exists(record.netns):
             log.info("hot-plug: container %s: its netns %s is gone; its DEL will come", container_id,
                      record.netns)

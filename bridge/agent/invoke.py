@@ -183,6 +183,24 @@ def format_cni_args(pairs: Sequence[tuple[str, str]]) -> str:
     return ";".join(f"{k}={v}" for k, v in pairs)
 
 
+def environment_problem(args: RuntimeArgs) -> str | None:
+    """Why no process could be given these CNI variables, or None.
+
+    A process environment holds bytes without NUL. The runtime's own values arrive as
+    bytes (read with surrogateescape) and always go back; a lone surrogate such as
+    "\\udfff", which a JSON escape in a pod's annotation can carry into an interface
+    name, has no byte form. No plugin can ever have run with such arguments."""
+    for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_NETNS", args.netns),
+                       ("CNI_IFNAME", args.ifname), ("CNI_ARGS", format_cni_args(args.args))):
+        try:
+            encoded = os.fsencode(value)
+        except UnicodeEncodeError:
+            return f"{var} {value[:80]!r} has no byte form (a lone surrogate)"
+        if b"\0" in encoded:
+            return f"{var} {value[:80]!r} holds a NUL"
+    return None
+
+
 def environment(
     args: RuntimeArgs, bin_dirs: Sequence[Path], base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -190,8 +208,11 @@ def environment(
 
     The rest of the caller's environment is not passed on: a plugin sees only
     what the protocol gives it. CNI_PATH is our bin dirs, so chained IPAM
-    plugins are found only there too.
+    plugins are found only there too. CNI error 4 when a value cannot be passed on
+    (`environment_problem`); the agent's checks refuse such values before any plugin runs.
     """
+    if problem := environment_problem(args):
+        raise CNIError(ErrorCode.INVALID_ENVIRONMENT, "cannot pass the CNI variables to a plugin", problem)
     env = {"PATH": (base or os.environ).get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
     env["CNI_COMMAND"] = args.command.value
     env["CNI_PATH"] = os.pathsep.join(str(d) for d in bin_dirs)

@@ -64,6 +64,32 @@ class NotFound(LookupError):
         self.kind, self.namespace, self.name = kind, namespace, name
 
 
+class Replaced(NotFound):
+    """The object of that name is another one now (its UID differs from the one asked about):
+    the object meant is gone, and was re-created under the same name."""
+
+    def __init__(self, kind: str, namespace: str | None, name: str, detail: str) -> None:
+        super().__init__(kind, namespace, name)
+        where = f"{namespace}/{name}" if namespace else name
+        self.args = (f"{kind} {where} is another one now ({detail})",)
+
+
+def uid_mismatch(status: int, message: str) -> bool:
+    """Whether an API answer to a patch carrying `metadata.uid` says the UID is not the object's.
+
+    A merge patch's `metadata.uid` makes the API server compare it with the stored object's:
+    different, the patch is refused. kube-apiserver validates the patched object as an
+    update, where the UID is immutable: 422 Invalid, "metadata.uid: Invalid value: ...: field is
+    immutable" (the same check controllers rely on for ownerReference patches); a UID given as
+    a storage precondition (an update, a delete) gives 409 Conflict, "Precondition failed: UID in
+    precondition: X, UID in object meta: Y". Either means the same here."""
+    if status == 422:
+        return "metadata.uid" in message
+    if status == 409:
+        return "UID in precondition" in message
+    return False
+
+
 _VIEWS: dict[str, type[BaseModel]] = {
     POD: Pod,
     NAD: npwg.NetworkAttachmentDefinition,
@@ -101,10 +127,18 @@ class ObjectSource(Protocol):
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions: ...
 
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
-        """Merge-patches `metadata.annotations`: a None value removes that key."""
+        """Merge-patches `metadata.annotations`: a None value removes that key. With `uid`, only
+        the pod of that UID: another pod of the same name raises `Replaced`."""
         ...
+
+
+class EventSink(Protocol):
+    """Where the agent's Events about pods go: the API (`hotplug.KubernetesEvents`), the demo's
+    store, a list in tests."""
+
+    async def post_event(self, body: Mapping[str, Any]) -> None: ...
 
 
 class MemoryObjects:
@@ -165,12 +199,14 @@ class MemoryObjects:
         return opts
 
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
         key = self._key(POD, namespace, name)
         if key not in self._store:
             raise NotFound(POD, namespace, name)
         meta = self._store[key].setdefault("metadata", {})
+        if uid and meta.get("uid") and meta["uid"] != uid:
+            raise Replaced(POD, namespace, name, f"UID {meta['uid']}, not {uid}")
         current = dict(meta.get("annotations") or {})
         for k, v in annotations.items():
             if v is None:
@@ -179,6 +215,12 @@ class MemoryObjects:
                 current[k] = v
         meta["annotations"] = current
         self.patches.append((namespace, name, dict(annotations)))
+
+
+class _OtherUid(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class KubernetesObjects:
@@ -278,11 +320,26 @@ class KubernetesObjects:
         return opts
 
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
-        body = {"metadata": {"annotations": dict(annotations)}}
-        request = self._api.merge_patch(self._lite.object_path("", "v1", "pods", name, namespace), body)
-        await self._call(POD, namespace, name, request)
+        metadata: dict[str, Any] = {"annotations": dict(annotations)}
+        if uid:
+            metadata["uid"] = uid  # the API server refuses the patch for another pod of this name
+        request = self._api.merge_patch(
+            self._lite.object_path("", "v1", "pods", name, namespace), {"metadata": metadata})
+        try:
+            await self._call(POD, namespace, name, self._refusing_other_uid(request, uid))
+        except _OtherUid as other:
+            raise Replaced(POD, namespace, name, f"the API server refused the write for UID {uid}: "
+                                                 f"{other.message[:300]}") from None
+
+    async def _refusing_other_uid(self, request: Any, uid: str | None) -> Any:
+        try:
+            return await request
+        except self._lite.ApiError as exc:
+            if uid and uid_mismatch(exc.status, exc.message):
+                raise _OtherUid(exc.message) from None
+            raise
 
     async def close(self) -> None:
         await self._api.close()

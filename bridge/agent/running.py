@@ -37,7 +37,9 @@ class Running:
             agent.executor = invoke.Measured(agent.executor, self.metrics.observe_exec)
             self.metrics.watch_status_writes(lambda: agent.status.pending, lambda: agent.status.failed)
             self.metrics_server = MetricsServer(self.metrics, metrics_host, metrics_port)
-        self.server = Server(agent, agent.config.socket_path, agent.config.max_request_bytes, self.metrics)
+        config = agent.config
+        self.server = Server(agent, config.socket_path, config.max_request_bytes, self.metrics,
+                             max_connections=config.max_connections, read_timeout=config.read_timeout)
 
     async def start(self) -> None:
         await self.agent.start()

@@ -10,6 +10,13 @@ The framing keeps the shim free of a JSON encoder (see `bridge.agent.shim`). The
 socket is bound and set to mode 0600 before it listens, so only root (the
 runtime, through the shim) can ever connect. Handlers are not cancelled when a
 client goes away: an ADD or DEL that started runs to its end and stays recorded.
+
+Connections are bounded: a request's head and body must arrive within
+`read_timeout` seconds of the connection (the shim sends them at once), and at most
+`max_connections` are served at once. Over that, a connection is answered at once
+with HTTP 503 and CNI error 11 ("try again later", which the runtime does), and
+closed within `BUSY_SECONDS`; beyond twice that, closed unanswered. Each kind of
+refusal is logged, at most once per `LOG_EVERY` seconds with the count since.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import logging
 import os
 import socket
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -73,14 +81,24 @@ class Handler(Protocol):
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            411: "Length Required", 413: "Payload Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            500: "Internal Server Error", 503: "Service Unavailable"}
 #: The request line and headers may take this much; the shim sends ~150 bytes.
 MAX_HEAD_BYTES = 64 * 1024
 #: Seconds the server reads (and drops) what a client still sends after its answer.
 DRAIN_SECONDS = 10.0
 #: Seconds a stopping server gives requests in flight (an ADD runs to its end, see above).
 SHUTDOWN_SECONDS = 60.0
+#: Connections served at once (each is one CNI request in flight): more than the pods a node
+#: runs (the kubelet's default is 110), so only a runaway client meets it.
+MAX_CONNECTIONS = 128
+#: Seconds a client has to send its whole request, from the moment it connected.
+READ_SECONDS = 10.0
+#: Seconds a connection over the limit is kept after its answer (reading what the client still
+#: sends, so that closing does not reset the connection before it reads the answer).
+BUSY_SECONDS = 1.0
+#: Seconds between two log lines about the same kind of refused connection.
+LOG_EVERY = 10.0
 
 
 class _Refused(Exception):
@@ -89,6 +107,28 @@ class _Refused(Exception):
     def __init__(self, status: int, error: CNIError) -> None:
         super().__init__(error.msg)
         self.status, self.error = status, error
+
+
+class _Tally:
+    """Counts one kind of refused connection; logs at most once per `LOG_EVERY` seconds."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.total = 0
+        self._last: float | None = None
+
+    def note(self) -> None:
+        self.count += 1
+        self.total += 1
+        now = time.monotonic()
+        if self._last is None or now - self._last >= LOG_EVERY:
+            log.warning("%s (%d since the last such line)", self.what, self.count)
+            self.count, self._last = 0, now
+
+
+class _TimedOut(Exception):
+    """The client did not send its whole request within the read timeout."""
 
 
 class Server:
@@ -100,14 +140,28 @@ class Server:
     """
 
     def __init__(self, handler: Handler, socket_path: Path, max_request_bytes: int,
-                 metrics: AgentMetrics | None = None) -> None:
+                 metrics: AgentMetrics | None = None, *, max_connections: int = MAX_CONNECTIONS,
+                 read_timeout: float = READ_SECONDS) -> None:
         self.handler = handler
         self.metrics = metrics
         self.socket_path = socket_path
         self._limit = max_request_bytes
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
         self._server: asyncio.AbstractServer | None = None
         self._sock: socket.socket | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._open = 0
+        """Connections open now, served or being turned away."""
+        self.busy = _Tally(
+            f"CNI agent: {max_connections} connections are open, its limit (--max-connections); "
+            "answered one more with CNI error 11 (try again later) and closed it")
+        self.overflow = _Tally(
+            f"CNI agent: {2 * max_connections} connections are open, twice its limit (--max-connections); "
+            "closed one more without an answer")
+        self.timed_out = _Tally(
+            f"CNI agent: a client sent no complete request within {read_timeout:g} s of connecting; "
+            "answered CNI error 11 and closed the connection")
 
     async def start(self) -> None:
         path = self.socket_path
@@ -143,24 +197,57 @@ class Server:
                 self.socket_path.unlink()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= 2 * self.max_connections:
+            self.overflow.note()
+            writer.transport.abort()
+            return
+        self._open += 1
+        try:
+            if self._open > self.max_connections:
+                await self._turn_away(reader, writer)
+            else:
+                await self._serve(reader, writer)
+        finally:
+            self._open -= 1
+
+    async def _turn_away(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection over the limit: answered at once, without reading the request."""
+        self.busy.note()
+        error = CNIError(
+            ErrorCode.TRY_AGAIN_LATER,
+            "the CNI agent is busy: try again",
+            f"{self.max_connections} connections are open, the agent's limit (--max-connections)",
+        )
+        try:
+            await self._reply(writer, 503, _error_body(error), drain_from=reader, drain_seconds=BUSY_SECONDS)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
         try:
-            status, body = await self._answer(reader)
-            head = (
-                f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
+            try:
+                status, body = await self._answer(reader)
+            except _TimedOut:
+                self.timed_out.note()
+                error = CNIError(
+                    ErrorCode.TRY_AGAIN_LATER,
+                    f"no complete request within {self.read_timeout:g} s of connecting: try again",
+                    "the agent reads the whole request (head and body) within that time",
+                )
+                # No draining: a client this slow may go on sending one byte at a time.
+                await self._reply(writer, 408, _error_body(error))
+                return
             # A refused request's body may still be on its way: closing now would reset the
             # connection under the sender, who would never read the answer. So: our end, then
             # what is left of theirs, discarded.
-            writer.write_eof()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_discard(reader), DRAIN_SECONDS)
+            await self._reply(writer, status, body, drain_from=reader, drain_seconds=DRAIN_SECONDS)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; what it asked for ran to its end (see above)
         finally:
@@ -169,13 +256,39 @@ class Server:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    @staticmethod
+    async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, *,
+                     drain_from: asyncio.StreamReader | None = None, drain_seconds: float = 0.0) -> None:
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()
+        if drain_from is not None:
+            writer.write_eof()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(drain_seconds):
+                    await _discard(drain_from)
+
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
+        """The answer to the connection's request; `_TimedOut` if it did not arrive in time."""
         try:
-            method, target, length = await self._read_head(reader)
+            body = b""
+            try:
+                # One deadline for the head and the body (only their reading: the request itself,
+                # an ADD of many networks, takes what it takes).
+                async with asyncio.timeout(self.read_timeout):
+                    method, target, length = await self._read_head(reader)
+                    if target == API_PATH and method == "POST":
+                        body = await reader.readexactly(length)
+            except TimeoutError:
+                raise _TimedOut from None
             if target == API_PATH:
                 if method != "POST":
                     raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{API_PATH} takes POST"))
-                return await self._cni(await reader.readexactly(length))
+                return await self._cni(body)
             if target == READY_PATH:
                 if method != "GET":
                     raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{READY_PATH} takes GET"))

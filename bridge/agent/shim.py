@@ -193,9 +193,16 @@ def main() -> int:
         sys.stdout.write(f'{{"cniVersion": {json_string(version)}, "supportedVersions": [{versions}]}}')
         return 0
     env_lines = []
+    deleting = environ.get(b"CNI_COMMAND") == b"DEL"
     for name, value in environ.items():
         if name.startswith(b"CNI_"):
             if b"\n" in name or b"\n" in value:
+                if deleting and name == b"CNI_CONTAINERID":
+                    # ADD refuses such an ID (below), so nothing was ever attached under it; a DEL
+                    # refused would keep the pod forever (CRI: tear-down must succeed).
+                    return 0
+                if deleting:
+                    continue  # DEL needs only the container ID; the agent has the rest on record
                 shown = name.decode("utf-8", "replace")
                 return fail(version, INVALID_ENVIRONMENT, f"invalid {shown}", "contains a newline")
             env_lines.append(name + b"=" + value + b"\n")

@@ -249,9 +249,9 @@ class CachedObjects:
         return opts if opts is not None else await self.source.get_selection_options(namespace, name)
 
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
-        await self.source.patch_pod_annotations(namespace, name, annotations)
+        await self.source.patch_pod_annotations(namespace, name, annotations, uid=uid)
 
 
 __all__ = ["KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "CachedObjects", "Kind", "Mirror",

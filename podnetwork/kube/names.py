@@ -41,6 +41,23 @@ def utf8_length(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
 
 
+def lone_surrogates(value: str) -> list[str]:
+    """The lone UTF-16 surrogates in `value` (U+D800..U+DFFF), sorted, each once.
+
+    JSON can carry one as an escape ("\\udfff") and Python decodes it, but it has no UTF-8
+    form: a name holding one cannot reach a plugin's environment, a log or the kernel."""
+    return sorted({c for c in value if "\ud800" <= c <= "\udfff"})
+
+
+def surrogate_problem(value: str) -> str | None:
+    """Why `value` is not Unicode text a name may be made of, or None."""
+    found = lone_surrogates(value)
+    if not found:
+        return None
+    shown = ", ".join(f"U+{ord(c):04X}" for c in found)
+    return f"must be valid Unicode text, but holds the lone surrogate {shown}, which has no UTF-8 form"
+
+
 def linux_ifname_bad_characters(value: str) -> list[str]:
     """The characters of `value` that `dev_valid_name()` refuses, sorted, each once.
 
@@ -55,10 +72,13 @@ def linux_ifname_bad_characters(value: str) -> list[str]:
 def linux_ifname_problem(value: str) -> str | None:
     """Why the kernel's `dev_valid_name()` refuses `value`, or None.
 
-    1..15 bytes, not `.` or `..`, no `/`, `:`, NUL or whitespace.
+    1..15 bytes, not `.` or `..`, no `/`, `:`, NUL or whitespace; and text (no lone surrogate),
+    since the name is passed to plugins as UTF-8 and written into JSON.
     """
     if value == "":
         return "must not be empty"
+    if problem := surrogate_problem(value):
+        return problem
     if utf8_length(value) > LINUX_IFNAME_MAX_BYTES:
         return f"must be at most {LINUX_IFNAME_MAX_BYTES} bytes (Linux IFNAMSIZ)"
     if value in (".", ".."):
@@ -77,6 +97,8 @@ __all__ = [
     "is_dns1123_subdomain",
     "linux_ifname_bad_characters",
     "linux_ifname_problem",
+    "lone_surrogates",
+    "surrogate_problem",
     "tcp_port",
     "utf8_length",
 ]

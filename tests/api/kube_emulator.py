@@ -3,8 +3,9 @@
 kmock stores objects as given: no resourceVersion, no conflicts, lists replaced on
 merge. `Emulator` adds what the operators rely on, as a real API server does it:
 every create or patch bumps `metadata.resourceVersion` (a counter, as etcd's
-revision is), a patch carrying a stale `resourceVersion` gets 409 Conflict, and a
-test can make writes to a path answer 503. `operator` runs a kopf registry in a
+revision is), a patch carrying a stale `resourceVersion` gets 409 Conflict, a patch
+carrying another object's `metadata.uid` (the object was deleted and re-created under
+its name) gets 422 Invalid, and a test can make writes to a path answer 503. `operator` runs a kopf registry in a
 task of the test's loop, logged in to the emulator over real HTTP (`credentials` and
 `api` give the handlers' own client the same server).
 """
@@ -59,14 +60,26 @@ class Emulator(kmock.KubernetesEmulator):
             return await super()._handle(request)
         sent = copy.deepcopy(request.data)
         meta = request.data.setdefault("metadata", {})
-        if request.method.value == "PATCH" and meta.get("resourceVersion"):
+        if request.method.value == "PATCH" and (meta.get("resourceVersion") or meta.get("uid")):
             key = (request.resource, request.namespace, request.name)
             stored = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
-            current = (stored or {}).get("metadata", {}).get("resourceVersion")
-            if current and current != meta["resourceVersion"]:
+            stored_meta = (stored or {}).get("metadata", {})
+            current = stored_meta.get("resourceVersion")
+            if meta.get("resourceVersion") and current and current != meta["resourceVersion"]:
                 request.data.clear()
                 request.data.update(sent)
                 raise kmock.KubernetesError(status=409, reason="Conflict", message="the object has been modified")
+            if meta.get("uid") and stored_meta.get("uid") and stored_meta["uid"] != meta["uid"]:
+                # kube-apiserver validates the patched object as an update, where metadata.uid is
+                # immutable (apimachinery ValidateObjectMetaUpdate): a patch naming another UID is
+                # refused, which is how a client makes a patch land on one incarnation only.
+                request.data.clear()
+                request.data.update(sent)
+                kind = (stored or {}).get("kind", "Object")
+                raise kmock.KubernetesError(
+                    status=422, reason="Invalid",
+                    message=f'{kind} "{request.name}" is invalid: metadata.uid: Invalid value: '
+                            f'"{meta["uid"]}": field is immutable')
         self._revision += 1
         meta["resourceVersion"] = str(self._revision)
         try:

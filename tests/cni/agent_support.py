@@ -8,7 +8,8 @@ holding the host-local IPAM dataDir, the agent's cache and socket.
 Run as a script (`python agent_support.py CONFIG.json`) it is an agent in its own
 process, for the tests that kill it with SIGKILL: `spawn_gated_agent` makes one
 whose executor stops forever before the delegate ADD of one interface ("between
-two delegate ADDs"), `spawn_agent` one that runs its delegates as usual.
+two delegate ADDs", or in the middle of a hot-plug), `spawn_agent` one that runs
+its delegates as usual.
 """
 
 from __future__ import annotations
@@ -331,8 +332,13 @@ class GatingExec:
         return await self.real.run(plugin, env, stdin, timeout)
 
 
-def spawn_gated_agent(world: World, gate_ifname: str | None, marker: Path | None) -> subprocess.Popen[bytes]:
-    """The agent in its own process; with `gate_ifname`, stopped before that interface's ADD."""
+def spawn_gated_agent(
+    world: World, gate_ifname: str | None, marker: Path | None, *, hotplug_trigger: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """The agent in its own process; with `gate_ifname`, stopped before that interface's ADD.
+
+    With `hotplug_trigger`: once that file appears (write it whole, e.g. by a rename), the agent
+    hot-plugs the pod it holds (JSON), as its pod watch would on a change of the pod's networks."""
     config = {
         "objects": [world.objects.get(k, ns, n) for (k, ns, n) in list(world.objects._store)],
         "socket": str(world.socket),
@@ -341,6 +347,7 @@ def spawn_gated_agent(world: World, gate_ifname: str | None, marker: Path | None
         "default_network": world.default_network(),
         "gate_ifname": gate_ifname,
         "marker": str(marker) if marker else None,
+        "hotplug_trigger": str(hotplug_trigger) if hotplug_trigger else None,
     }
     path = world.root / "gated-agent.json"
     path.write_text(json.dumps(config))
@@ -373,6 +380,19 @@ async def _gated_main(config_path: str) -> None:
         executor=GatingExec(config["gate_ifname"], Path(config["marker"])) if config["gate_ifname"] else None,
     )
     await Running(agent).start()
+    if config.get("hotplug_trigger"):
+        from bridge.agent import hotplug
+        from podnetwork.kube.core import Pod
+
+        class NoEvents:
+            async def post_event(self, body: Mapping[str, Any]) -> None:
+                pass
+
+        trigger = Path(config["hotplug_trigger"])
+        while not trigger.exists():
+            await asyncio.sleep(0.05)
+        pod = Pod.model_validate(json.loads(trigger.read_text()))
+        await hotplug.HotPlug(agent, NoEvents(), "node").handle(pod)
     await asyncio.Event().wait()
 
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World, spawn_gated_agent
+from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World, spawn_gated_agent, wait_for_socket
 
 pytestmark = pytest.mark.cni
 
@@ -87,6 +87,54 @@ async def test_the_agent_killed_between_two_delegate_adds_restarts_and_del_leave
 
     await world.start_agent()
     deleted = await world.cni("DEL", "ctr4", netns, "crashy")
+    assert deleted.returncode == 0, deleted.stdout
+    assert world.leftovers() == NOTHING_LEFT
+
+
+async def test_an_agent_killed_during_a_hot_plug_add_rolls_it_back_when_it_starts_again(world: World) -> None:
+    """Hot-plug records the new attachment's intent in the complete record of a running pod, then
+    runs its delegate. Killed there, the agent left a complete record with an unfinished intent,
+    and CHECK failed forever (the plugin's error 999: it has no result to check against). The
+    next agent rolls the intent back when it starts (its pod watch then attaches the network anew)."""
+    await world.stop_agent()
+    world.nad("blue", world.network("blue", 1))
+    world.nad("red", world.network("red", 2))
+    pod = world.pod("vm", {NPWG_NETWORKS: "blue"})
+    netns = world.make_netns()
+    marker, trigger = world.root / "gated", world.root / "hotplug.json"
+    process = spawn_gated_agent(world, "net2", marker, hotplug_trigger=trigger)
+    try:
+        await wait_for_socket(world, process)
+        added = await world.cni("ADD", "ctr-hp", netns, "vm")
+        assert added.returncode == 0, added.stdout
+        pod["metadata"]["annotations"] = {NPWG_NETWORKS: "blue,red"}  # red added to the running pod
+        trigger.with_suffix(".tmp").write_text(json.dumps(pod))
+        trigger.with_suffix(".tmp").rename(trigger)
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "the hot-plug's delegate ADD was never reached"
+            await asyncio.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        if process.stderr:
+            process.stderr.close()
+    record = json.loads((world.cache_dir / "ctr-hp.jsonl").read_text().splitlines()[-1])
+    assert record["complete"]
+    assert [(a["ifname"], a["state"]) for a in record["attachments"]] == [
+        ("eth0", "attached"), ("net1", "attached"), ("net2", "intent")]
+
+    await world.start_agent()
+    checked = await world.cni("CHECK", "ctr-hp", netns, "vm")
+    assert checked.returncode == 0, checked.stdout
+    assert world.interfaces(netns) == ["eth0", "net1"]
+    record = json.loads((world.cache_dir / "ctr-hp.jsonl").read_text().splitlines()[-1])
+    assert [(a["ifname"], a["state"]) for a in record["attachments"]] == [("eth0", "attached"), ("net1", "attached")]
+    deleted = await world.cni("DEL", "ctr-hp", netns, "vm")
     assert deleted.returncode == 0, deleted.stdout
     assert world.leftovers() == NOTHING_LEFT
 

@@ -187,6 +187,8 @@ async def test_a_failing_attach_is_rolled_back_leaving_the_pod_as_it_was_and_an_
         async with bs.running(kmock), agent_process(world, kmock):
             await add(world, netns)
             await until(lambda: NPWG_NETWORKS in pod(kmock)["metadata"]["annotations"], "the bridge's selection")
+            # The agent writes the ADD's status after its answer, in its own process.
+            await until(lambda: status(kmock), "the ADD's network-status")
             before = {"interfaces": world.interfaces(netns), "status": status(kmock),
                       "reservations": world.reservations(), "records": json.loads(
                           (world.cache_dir / "ctr-hot.jsonl").read_text().splitlines()[-1])["attachments"]}

@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
+import os
+import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +202,93 @@ async def test_with_the_watch_turned_off_no_pod_is_watched(world: World) -> None
 def _kernel_v6(netns: str, ifname: str) -> list[str]:
     data = json.loads(run("ip", "-n", Path(netns).name, "-j", "-6", "addr", "show", "dev", ifname).stdout or "[]")
     return [a["local"] for link in data for a in link.get("addr_info", [])]
+
+
+#: Rounds of ADD, address churn, DEL in the race below; each round is one chance for the DEL
+#: to arrive while the watch is waking up for a change.
+RACE_ROUNDS = 6
+#: How long one DEL may take before the test calls it hung: far beyond any DEL here (a few
+#: hundred milliseconds), so only a DEL that never answers fails the test.
+DEL_DEADLINE = 60.0
+
+
+async def test_every_del_answers_while_addresses_change_in_the_pod(world: World) -> None:
+    """DELs while the workload adds and removes addresses without pause: the watch wakes up for
+    a change just as the DEL stops it. Every DEL answers, and later ones too. (A DEL once
+    waited, holding the container's lock, for the watch that waited for that lock; on
+    Python 3.11 `asyncio.wait_for` could swallow the DEL's cancellation of the watch.)"""
+    world.pod("web")
+    netns = world.make_netns()
+    name = Path(netns).name
+    # One `ip -batch` adds and removes an address on eth0 as fast as the kernel takes it (-force:
+    # on past the failures while eth0 is absent).
+    churn = await asyncio.create_subprocess_exec(
+        "sh", "-c",
+        "while :; do echo 'addr add 2001:db8:77::1/64 dev eth0 nodad'; echo 'addr del 2001:db8:77::1/64 dev eth0'; "
+        f"done | ip -force -n {name} -batch -",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    agent = world.agent
+    assert agent is not None
+    try:
+        for round_ in range(RACE_ROUNDS):
+            container = f"ctr-race-{round_}"
+            added = await world.cni("ADD", container, netns, "web")
+            assert added.returncode == 0, added.stdout + added.stderr
+            await until("the watch's first look", lambda c=container: agent.address_watch.looks(c) >= 1)
+            await asyncio.sleep(0.2 * (round_ % 3))  # a different moment of the watch's cycle each round
+            try:
+                deleted = await asyncio.wait_for(world.cni("DEL", container, netns, "web"), DEL_DEADLINE)
+            except TimeoutError:
+                pytest.fail(f"round {round_}: the DEL of {container} never answered")
+            assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+            assert agent.address_watch.watched() == []
+    finally:
+        os.killpg(churn.pid, signal.SIGKILL)  # the shell and its `ip`
+        await churn.wait()
+    assert world.leftovers()["cache records"] == []
+
+
+class Events:
+    """The agent's Event sink, kept in a list."""
+
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+
+    async def post_event(self, body: Mapping[str, Any]) -> None:
+        self.posted.append(dict(body))
+
+
+async def test_thousands_of_addresses_are_capped_in_the_status_said_in_an_event_and_logged_in_brief(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod adding addresses without end must not make network-status outgrow what the API takes
+    (256 KiB for all of a pod's annotations: every write would be refused, and retried forever),
+    nor make each change a log line of every address."""
+    agent = world.agent
+    assert agent is not None
+    events = Events()
+    agent.events = events
+    caplog.set_level(logging.INFO, logger="bridge.agent.addresswatch")
+    netns = await attached(world)
+    assigned = eth0_ips(world, "web")
+    cap = agent.config.address_watch.max_ips_per_interface
+    burst = "".join(f"addr add 2001:db8:c::{i:x}/64 dev eth0 nodad\n" for i in range(1, 3 * cap + 1))
+    proc = await asyncio.create_subprocess_exec("ip", "-n", Path(netns).name, "-batch", "-",
+                                                stdin=asyncio.subprocess.PIPE)
+    await proc.communicate(burst.encode())
+    assert proc.returncode == 0
+
+    await until("the burst in the status", lambda: len(eth0_ips(world, "web")) >= cap)
+    ips = eth0_ips(world, "web")
+    assert len(ips) == cap and ips[0] == assigned[0], "the first IPs are kept, the plugin's first"
+    assert len(json.dumps(status_of(world, "web"))) <= agent.config.address_watch.max_status_bytes
+    await until("the Warning Event", lambda: bool(events.posted))
+    (event,) = events.posted
+    assert (event["reason"], event["type"], event["involvedObject"]["name"]) == (
+        "NetworkStatusCapped", "Warning", "web")
+    assert f"{cap} of {3 * cap + 1} addresses of eth0" in event["message"], event["message"]
+    longest = max(len(r.getMessage()) for r in caplog.records if r.name == "bridge.agent.addresswatch")
+    assert longest < 2000, "a log line lists every address"
+
+    deleted = await world.cni("DEL", "ctr-live", netns, "web")
+    assert deleted.returncode == 0, deleted.stdout

@@ -7,6 +7,7 @@ The watch itself, with real namespaces and plugins, is tests/cni/test_live_ip_ch
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,9 @@ from bridge.agent.addresswatch import (
     IFA_F_TENTATIVE,
     Address,
     Settings,
+    cap_message,
+    cap_status,
+    change_summary,
     flush_at,
     interface_ips,
     is_pod_ip,
@@ -193,8 +197,55 @@ def test_failed_writes_back_off_doubling_up_to_the_maximum() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"quiet": -1}, "quiet must not be negative"), ({"quiet": 3, "max_delay": 2}, "max_delay must be at least quiet")],
+    [({"quiet": -1}, "quiet must not be negative"), ({"quiet": 3, "max_delay": 2}, "max_delay must be at least quiet"),
+     ({"max_ips_per_interface": 0}, "max_ips_per_interface must be at least 1"),
+     ({"max_status_bytes": 0}, "max_status_bytes must be at least 1")],
 )
 def test_settings_that_cannot_work_are_refused_with_the_setting_named(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Settings(**kwargs)
+
+
+# --- what is written: bounded ------------------------------------------------------------------
+
+
+def many(n: int, prefix: str = "2001:db8:1::") -> list[str]:
+    return [f"{prefix}{i:x}/64" for i in range(1, n + 1)]
+
+
+def test_thirteen_thousand_addresses_are_cut_to_the_first_of_the_interface_well_under_the_api_limit() -> None:
+    observed = {"eth0": [Address("10.1.0.5", 24)] + [Address(ip.split("/")[0], 64) for ip in many(13_000)]}
+    new, cut = cap_status(updated_status(STATUS, observed), S)
+    ips = new[0]["ips"]
+    assert len(ips) == S.max_ips_per_interface and ips[0] == "10.1.0.5/24", "the plugin's address stays first"
+    assert cut == {"eth0": (S.max_ips_per_interface, 13_001)}
+    assert len(json.dumps(new)) <= S.max_status_bytes < 256 * 1024
+    assert new[1] == STATUS[1], "other entries are left alone"
+
+
+def test_over_the_byte_bound_every_entry_keeps_fewer_but_at_least_its_first() -> None:
+    status = [{"name": f"ns/n{i}", "interface": f"net{i}", "ips": many(64, f"2001:db8:{i:x}::")} for i in range(40)]
+    settings = Settings(max_status_bytes=16 * 1024)
+    new, cut = cap_status(status, settings)
+    assert len(json.dumps(new)) <= settings.max_status_bytes
+    assert all(1 <= len(e["ips"]) < 64 and e["ips"][0] == status[i]["ips"][0] for i, e in enumerate(new))
+    assert set(cut) == {f"net{i}" for i in range(40)}
+
+
+def test_a_status_within_the_bounds_is_written_as_it_is() -> None:
+    assert cap_status(STATUS, S) == ([dict(e) for e in STATUS], {})
+
+
+def test_the_cap_is_said_with_the_counts_and_the_bounds() -> None:
+    message = cap_message({"eth0": (64, 13_001)}, S)
+    assert message.startswith("network-status lists only 64 of 13001 addresses of eth0: the agent writes at most 64 ")
+    assert "256 KiB" in message and len(message) < 1024
+
+
+def test_a_change_is_summarized_with_counts_and_the_first_few_addresses() -> None:
+    before = [{"interface": "eth0", "ips": ["10.1.0.5/24"]}, {"interface": "net1", "ips": ["10.2.0.7/24"]}]
+    after = [{"interface": "eth0", "ips": ["10.1.0.5/24", *many(5000)]}, {"interface": "net1", "ips": ["10.2.0.7/24"]}]
+    summary = change_summary(before, after)
+    assert summary == ("eth0: 1 -> 5001 IPs, added 2001:db8:1::1/64, 2001:db8:1::2/64, 2001:db8:1::3/64, "
+                       "... (4997 more)")
+    assert change_summary(after, before).startswith("eth0: 5001 -> 1 IPs, removed 2001:db8:1::1/64")

@@ -49,3 +49,19 @@ async def test_check_of_a_partly_attached_container_is_not_container_unknown(tmp
         await a.handle(ENV, json.dumps({"cniVersion": "1.0.0", "name": "multinetwork"}).encode())
     assert caught.value.code != ErrorCode.UNKNOWN_CONTAINER
     assert "DEL" in str(caught.value)
+
+
+async def test_check_of_a_complete_record_with_an_unfinished_hot_plug_says_partly_attached(tmp_path: Path) -> None:
+    """A hot-plug cut short whose roll-back failed: the record is complete, one attachment is an
+    intent. CHECK reports it (106), rather than running the plugin's CHECK without a result."""
+    a = _agent(tmp_path)
+    result = {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]}
+    record = cache.Record(container_id="c1", netns="/var/run/netns/x", ifname="eth0", complete=True, result=result)
+    record.attachments.append(cache.Attachment(name="kubenet", ifname="eth0", config=CONF, default=True,
+                                               state=cache.State.ATTACHED, result=result))
+    record.attachments.append(cache.Attachment(name="ns/red", ifname="net2", config=CONF))
+    a.cache.save(record)
+    with pytest.raises(CNIError) as caught:
+        await a.handle(ENV, json.dumps({"cniVersion": "1.0.0", "name": "multinetwork"}).encode())
+    assert caught.value.code == ErrorCode.ATTACHMENT_INCOMPLETE
+    assert "DEL" in str(caught.value)

@@ -71,7 +71,8 @@ async def test_one_containers_operations_never_overlap_while_other_containers_pr
 
 
 class PodGoneMidAdd(objects.MemoryObjects):
-    async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+    async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None], *,
+                                    uid: str | None = None) -> None:
         raise objects.NotFound("Pod", namespace, name)
 
 

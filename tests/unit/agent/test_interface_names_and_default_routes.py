@@ -22,10 +22,17 @@ def test_an_interface_name_used_twice_fails_the_add(requested: list[str | None])
     assert "4.1.2.1.5" in caught.value.details
 
 
-@pytest.mark.parametrize("bad", ["a/b", "x" * 16, "has space", ".."])
+@pytest.mark.parametrize("bad", ["a/b", "x" * 16, "has space", "..", "\udfff", "net\ud800"])
 def test_an_invalid_interface_name_fails_the_add(bad: str) -> None:
-    with pytest.raises(CNIError):
+    with pytest.raises(CNIError) as caught:
         plan.interface_names("eth0", [bad])
+    assert caught.value.code == 4 and caught.value.msg == "invalid interface name"
+
+
+def test_a_lone_surrogate_is_named_in_the_error() -> None:
+    with pytest.raises(CNIError) as caught:
+        plan.interface_names("eth0", ["\udfff"])
+    assert "lone surrogate U+DFFF" in caught.value.details
 
 
 def test_default_route_commands_replace_each_family_with_the_given_gateways_in_order() -> None:

@@ -36,7 +36,7 @@ class Scripted(BaseHTTPRequestHandler):
         time.sleep(self.server.delay)
         status = self.server.status
         body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
-                           "message": f"scripted answer {status}"}).encode()
+                           "message": self.server.message or f"scripted answer {status}"}).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -56,6 +56,7 @@ class ScriptedServer(ThreadingHTTPServer):
     daemon_threads = True
     status = 200
     delay = 0.0
+    message = ""
 
 
 @pytest.fixture()
@@ -153,6 +154,48 @@ async def test_a_forbidden_read_is_a_clear_error_naming_the_object_not_an_intern
         assert "PodNetworkAttachment ns/a1" in str(caught.value) and "403" in str(caught.value)
     finally:
         await source.close()
+
+
+@pytest.mark.parametrize(("status", "message"), [
+    # kube-apiserver's answer to a merge patch whose metadata.uid is not the pod's (an update
+    # where the UID is immutable), and its precondition wording (updates and deletes).
+    (422, 'Pod "web" is invalid: metadata.uid: Invalid value: "uid-1": field is immutable'),
+    (409, "Operation cannot be fulfilled on pods \"web\": Precondition failed: UID in precondition: uid-1, "
+          "UID in object meta: uid-2"),
+])
+async def test_a_patch_refused_for_another_uid_means_the_pod_was_replaced(
+    tmp_path: Path, api: ScriptedServer, status: int, message: str
+) -> None:
+    api.status, api.message = status, message
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}")
+    try:
+        with pytest.raises(objects.Replaced, match="Pod ns/web is another one now") as caught:
+            await source.patch_pod_annotations("ns", "web", {"a": "b"}, uid="uid-1")
+        assert isinstance(caught.value, objects.NotFound), "callers that drop a write for a gone pod drop it"
+        # Without a UID in the patch, the same answers are what they say: errors.
+        with pytest.raises(CNIError):
+            await source.patch_pod_annotations("ns", "web", {"a": "b"})
+    finally:
+        await source.close()
+
+
+async def test_a_conflict_that_is_not_about_the_uid_stays_an_error(tmp_path: Path, api: ScriptedServer) -> None:
+    api.status, api.message = 409, "the object has been modified; please apply your changes to the latest version"
+    source = await _source(tmp_path, f"http://127.0.0.1:{api.server_address[1]}")
+    try:
+        with pytest.raises(CNIError) as caught:
+            await source.patch_pod_annotations("ns", "web", {"a": "b"}, uid="uid-1")
+        assert not isinstance(caught.value, objects.NotFound)
+    finally:
+        await source.close()
+
+
+async def test_memory_objects_patch_only_the_pod_of_the_given_uid() -> None:
+    objs = objects.MemoryObjects([{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "uid-2"}}])
+    with pytest.raises(objects.Replaced, match=r"Pod ns/p is another one now \(UID uid-2, not uid-1\)"):
+        await objs.patch_pod_annotations("ns", "p", {"a": "1"}, uid="uid-1")
+    await objs.patch_pod_annotations("ns", "p", {"a": "1"}, uid="uid-2")
+    assert (await objs.get_pod("ns", "p")).metadata.annotations == {"a": "1"}
 
 
 async def test_memory_objects_merge_patch_annotations_and_report_missing_objects() -> None:

@@ -112,6 +112,25 @@ def test_a_cni_variable_with_a_newline_is_refused_without_contacting_the_agent(r
     assert recorder.requests == []
 
 
+def test_a_del_whose_container_id_holds_a_newline_succeeds_without_the_agent(recorder: _Recorder) -> None:
+    """ADD refuses such an ID (above), so nothing was attached under it: refusing its DEL would
+    keep the pod forever."""
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
+    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr\nx", b"CNI_IFNAME": b"eth0"})
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert recorder.requests == []
+
+
+def test_a_del_leaves_out_any_other_variable_with_a_newline(recorder: _Recorder) -> None:
+    conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
+    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr1",
+                                     b"CNI_IFNAME": b"eth0\nCNI_NETNS=/evil", b"CNI_ARGS": b"K8S_POD_NAME=web"})
+    assert done.returncode == 0, done.stdout
+    (body,) = recorder.requests
+    head = body.partition(b"\n\n")[0]
+    assert sorted(head.split(b"\n")) == [b"CNI_ARGS=K8S_POD_NAME=web", b"CNI_COMMAND=DEL", b"CNI_CONTAINERID=ctr1"]
+
+
 def test_version_is_answered_from_the_environment_without_the_agent(tmp_path: Path) -> None:
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(tmp_path / "none")})
     done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"VERSION"})

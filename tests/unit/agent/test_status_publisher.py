@@ -34,11 +34,12 @@ class Flaky:
     def __init__(self, objects: MemoryObjects, failures: int) -> None:
         self.objects, self.failures = objects, failures
 
-    async def patch(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+    async def patch(self, namespace: str, name: str, annotations: Mapping[str, str | None], *,
+                    uid: str | None = None) -> None:
         if self.failures:
             self.failures -= 1
             raise ConnectionError("the API server did not answer")
-        await self.objects.patch_pod_annotations(namespace, name, annotations)
+        await self.objects.patch_pod_annotations(namespace, name, annotations, uid=uid)
 
 
 async def test_a_newer_status_replaces_one_not_yet_written_and_only_the_latest_lands() -> None:

@@ -87,6 +87,9 @@ def test_host_network_pod_may_not_name_networks():
         ("..", "spec.networks[0].interfaceName: Invalid value: \"..\": must not be '.' or '..'"),
         ("", "spec.networks[0].interfaceName: Invalid value: \"\": must not be empty"),
         ("éééééééé", "spec.networks[0].interfaceName: Too long: may not be more than 15 bytes"),
+        # A JSON "\udfff" escape: no UTF-8 form, so no plugin could be given the name.
+        ("net\udfff", "spec.networks[0].interfaceName: Invalid value: \"net\\udfff\": must be valid Unicode "
+         "text, but holds the lone surrogate U+DFFF, which has no UTF-8 form"),
     ],
 )
 def test_an_interface_name_linux_refuses_is_invalid_with_the_reason(name: str, expected: str):
@@ -105,6 +108,10 @@ def test_windows_pods_follow_windows_interface_rules():
     ]
     assert messages(pod([{"podNetworkName": "a", "interfaceName": "x" * 256}], os_name="windows")) == [
         "spec.networks[0].interfaceName: Too long: may not be more than 255 characters"
+    ]
+    assert messages(pod([{"podNetworkName": "a", "interfaceName": "\ud800x"}], os_name="windows")) == [
+        'spec.networks[0].interfaceName: Invalid value: "\\ud800x": must be valid Unicode text, but holds the '
+        "lone surrogate U+D800, which has no UTF-8 form"
     ]
 
 

@@ -64,6 +64,8 @@ def test_spec_4_1_1_comma_delimited_format_is_parsed(annotation: str, expected: 
                      id="4.1.2.1.5 interface longer than 15 bytes"),
         pytest.param("net-a@a:b", 0, "interface", "4.1.2.1.5", id="4.1.2.1.5 colon in interface"),
         pytest.param("net-a@..", 0, "interface", "4.1.2.1.5", id="4.1.2.1.5 dot-dot interface"),
+        pytest.param('[{"name": "net-a", "interface": "\\udfff"}]', 0, "interface", "4.1.2.1.5",
+                     id="4.1.2.1.5 a lone surrogate (JSON escape) in interface"),
         pytest.param("net-a, Ns/x", 1, "namespace", "4.1.2.1.2", id="3.3 upper case namespace"),
         pytest.param("net1@if1@if2", 0, "interface", "4.1.1", id="4.1.1 more than one @"),
         pytest.param("ns/net-a@eth0@1", 0, "interface", "4.1.1", id="4.1.1 a second @ after a valid ifname"),

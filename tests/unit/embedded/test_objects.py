@@ -72,3 +72,13 @@ def test_annotation_patches_merge_and_none_removes_a_key() -> None:
     assert pod["metadata"]["annotations"] == {"keep": "me", "new": "v"}
     assert pod["metadata"]["resourceVersion"] != before
     assert objs.patches == [("demo", "p", {"new": "v", "drop": None})]
+
+
+def test_an_annotation_patch_for_another_uid_is_refused_as_a_replaced_pod() -> None:
+    api, objs = make()
+    uid = api.get("v1", "Pod", "p", "demo")["metadata"]["uid"]
+    with pytest.raises(cni_objects.Replaced):
+        asyncio.run(objs.patch_pod_annotations("demo", "p", {"new": "v"}, uid="an-earlier-pod"))
+    assert "new" not in api.get("v1", "Pod", "p", "demo")["metadata"]["annotations"]
+    asyncio.run(objs.patch_pod_annotations("demo", "p", {"new": "v"}, uid=uid))
+    assert api.get("v1", "Pod", "p", "demo")["metadata"]["annotations"]["new"] == "v"
