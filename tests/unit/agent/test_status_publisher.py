@@ -142,9 +142,11 @@ class HeldWrites(MemoryObjects):
         super().__init__(objects)
         self.release = asyncio.Event()
 
-    async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
+    ) -> None:
         await self.release.wait()
-        await super().patch_pod_annotations(namespace, name, annotations)
+        await super().patch_pod_annotations(namespace, name, annotations, uid=uid)
 
 
 async def test_a_record_made_unreadable_before_its_status_lands_is_logged_in_one_line_not_a_traceback(
