@@ -45,6 +45,11 @@ PART_OF = "app.kubernetes.io/part-of"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 PROJECT = "podnetwork"
 
+#: An annotation cert-manager puts on the Secrets it issues. A replica that issues its own
+#: certificate leaves such a Secret alone: while an installation moves to cert-manager
+#: (deploy/cert-manager/), replicas of the old kind must not overwrite what it issued.
+CERT_MANAGER_ANNOTATION = "cert-manager.io/certificate-name"
+
 #: Reads and writes of one `ensure` before it gives up: each conflict means another replica
 #: wrote meanwhile, and the next read sees what it wrote.
 ATTEMPTS = 5
@@ -326,8 +331,13 @@ async def ensure(api: Any, name: str, namespace: str, names: Sequence[str], *, c
         except kube.NotFound:
             current = None
         data = None if current is None else dict(current.get("data") or {})
+        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+        ours = issue and CERT_MANAGER_ANNOTATION not in annotations
+        if issue and not ours:
+            logger.debug("%s is issued by cert-manager (annotation %s): serving it, never writing it",
+                         where, CERT_MANAGER_ANNOTATION)
         try:
-            decision = decide(data, names, clock(), lifetimes, issue=issue)
+            decision = decide(data, names, clock(), lifetimes, issue=ours)
         except SecretProblem as exc:
             raise SecretProblem(f"{where}: {exc}") from None
         if decision.write is None:

@@ -388,3 +388,84 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> 
     while not await check():
         assert loop.time() < deadline, f"not so within {timeout}s"
         await asyncio.sleep(0.1)
+
+
+async def test_with_cert_manager_the_bridge_waits_for_the_secret_serves_it_and_never_writes_it(
+    kmock: Emulator, tmp_path: Path
+) -> None:
+    declare(kmock, "podnetwork-bridge")
+    argv = deploy_command("bridge")
+    namespace, service = flag(argv, "--webhook-service").split("/")
+    secret = flag(argv, "--webhook-secret")
+    hostname = f"{service}.{namespace}.svc"
+    kmock.objects[SLICES, NS, f"{service}-abcde"] = ready_slice(service)
+    # The arguments deploy/cert-manager/bridge gives (deploy/components/cert-manager/bridge).
+    bridge = Replica(kmock, tmp_path, "bridge", "bridge-1", "--webhook-secret-external")
+    async with replicas(bridge):
+        await eventually(lambda: bridge.said(f"Secret {NS}/{secret}: it does not exist (yet)"), timeout=30)
+        # cert-manager has not issued it yet: nothing listens, nothing is registered, nothing written.
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", bridge.port)
+        assert requests_to(kmock, "POST", "/mutatingwebhookconfigurations") == []
+        assert requests_to(kmock, "POST", f"/namespaces/{NS}/secrets") == []
+
+        # cert-manager issues it: tls.crt, tls.key and the CA's ca.crt (no ca.key).
+        issued = webhooksecret.decide(None, [hostname], ago(minutes=1)).write
+        assert issued is not None
+        issued.pop("ca.key")
+        await write(kmock, "POST", f"/api/v1/namespaces/{NS}/secrets", webhooksecret.body(secret, NS, issued, "cert-manager"))
+        await bridge.ready()
+        configuration = await eventually(lambda: stored(kmock, (MWC, None, bridge_admission.CONFIGURATION_NAME)))
+        assert configuration["webhooks"][0]["clientConfig"]["caBundle"] == issued["ca.crt"]
+        await until(lambda: serves(bridge.port, issued["ca.crt"], hostname, der(issued)))
+    assert len(requests_to(kmock, "POST", f"/namespaces/{NS}/secrets")) == 1  # the test's own
+    assert requests_to(kmock, "PATCH", f"/namespaces/{NS}/secrets/{secret}") == []
+
+
+async def test_without_the_owner_clusterrole_the_bridge_registers_nothing_until_it_exists(
+    kmock: Emulator, tmp_path: Path
+) -> None:
+    # `kubectl delete -k deploy/bridge` deletes the ClusterRole, and the garbage collector the
+    # configuration it owns; a bridge still running then must not register it again.
+    declare(kmock, None)
+    argv = deploy_command("bridge")
+    _, service = flag(argv, "--webhook-service").split("/")
+    owner = flag(argv, "--webhook-owner")
+    kmock.objects[SLICES, NS, f"{service}-abcde"] = ready_slice(service)
+    bridge = Replica(kmock, tmp_path, "bridge", "bridge-1")
+    async with replicas(bridge):
+        await bridge.ready()
+        await eventually(lambda: bridge.said(f"their owner, ClusterRole {owner} (--webhook-owner), does not exist"))
+        await asyncio.sleep(1.0)
+        assert requests_to(kmock, "POST", "/mutatingwebhookconfigurations") == []
+
+        await write(kmock, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", role(owner))
+        configuration = await eventually(lambda: stored(kmock, (MWC, None, bridge_admission.CONFIGURATION_NAME)))
+        assert configuration["metadata"]["ownerReferences"][0]["uid"] == f"uid-{owner}"
+
+
+async def test_a_bridge_that_issues_its_own_certificate_leaves_one_that_cert_manager_issued_alone(
+    kmock: Emulator, tmp_path: Path
+) -> None:
+    # Moving to deploy/cert-manager/bridge: until the rollout ends, a bridge of the old kind runs
+    # beside cert-manager, which has taken the Secret over. It serves that, and never writes it.
+    declare(kmock, "podnetwork-bridge")
+    argv = deploy_command("bridge")
+    namespace, service = flag(argv, "--webhook-service").split("/")
+    secret = flag(argv, "--webhook-secret")
+    hostname = f"{service}.{namespace}.svc"
+    kmock.objects[SLICES, NS, f"{service}-abcde"] = ready_slice(service)
+    issued = webhooksecret.decide(None, [hostname], ago(days=300)).write  # due for renewal, were it ours
+    assert issued is not None
+    issued.pop("ca.key")
+    body = existing(secret, issued)
+    body["metadata"]["annotations"] = {webhooksecret.CERT_MANAGER_ANNOTATION: service}
+    kmock.objects[SECRETS, NS, secret] = body
+    bridge = Replica(kmock, tmp_path, "bridge", "bridge-1")
+    async with replicas(bridge):
+        await bridge.ready()
+        configuration = await eventually(lambda: stored(kmock, (MWC, None, bridge_admission.CONFIGURATION_NAME)))
+        assert configuration["webhooks"][0]["clientConfig"]["caBundle"] == issued["ca.crt"]
+        await until(lambda: serves(bridge.port, issued["ca.crt"], hostname, der(issued)))
+        await asyncio.sleep(1.0)
+    assert requests_to(kmock, "PATCH", f"/namespaces/{NS}/secrets/{secret}") == []
