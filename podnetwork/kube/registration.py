@@ -279,10 +279,16 @@ class Keeper:
         renew_at = None
         bundle = self.ca_bundle
         if self.secret is not None:
+            from podnetwork.kube import client as kube
+
             source = self.secret
-            material = await webhooksecret.ensure(
-                self.api, source.name, source.namespace, source.names, component=self.component,
-                issue=source.issue, lifetimes=source.lifetimes, clock=self.clock)
+            try:
+                material = await webhooksecret.ensure(
+                    self.api, source.name, source.namespace, source.names, component=self.component,
+                    issue=source.issue, lifetimes=source.lifetimes, clock=self.clock)
+            except kube.ApiError as exc:
+                raise webhooksecret.SecretProblem(
+                    f"{exc} (deploy/ grants the Secret by name in the Role of its rbac.yaml)") from None
             if self.tls.load(material.cert, material.key):
                 logger.info("serving the certificate of Secret %s/%s", source.namespace, source.name)
             bundle, renew_at = material.ca_bundle, material.renew_at
