@@ -133,10 +133,6 @@ class Controller:
     """Every namespace seen (watch, mirror or admission's GET), by name: its name and, when it
     sets one, its networks profile annotation. Admission tells an unseen namespace (read it
     once) from one without a profile (none to apply)."""
-    webhook_client_config: dict[str, Any] | None = None
-    """With `--manage-webhooks`: where the API server reaches our webhooks."""
-    on_webhooks_registered: Callable[[], None] | None = None
-    """Called once the webhook configurations are registered (the command's readiness)."""
     ready_seen: dict[Ref, bool] = field(default_factory=dict)
     pending: set[Ref] = field(default_factory=set)
     """Refs whose consumers changed since the last pod event handler ran."""
@@ -146,8 +142,8 @@ class Controller:
     api: kube.AsyncApi | None = None
     """The controller's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     setup_pending: bool = True
-    """The webhook configurations or the `default` PodNetwork still need writing: an API
-    error (after the client's retries) is retried at the next flush, not fatal."""
+    """The `default` PodNetwork still needs writing: an API error (after the client's
+    retries) is retried at the next flush, not fatal."""
     use_cache: UseCache = field(default_factory=UseCache)
     """SubjectAccessReview answers for `may_use` (`--enforce-use-permission`)."""
     _flusher: asyncio.Task[None] | None = None
@@ -531,21 +527,6 @@ class Controller:
         except InvalidObject:
             return None  # admission refuses new pods there; existing ones used `default`
 
-    async def apply_webhook_configurations(self) -> None:
-        """Create or update our webhook configurations (`--manage-webhooks`)."""
-        if self.webhook_client_config is None:
-            return
-        api = self._api()
-        for obj in admission.webhook_configurations(self.webhook_client_config):
-            resource = kube.BY_KIND[obj["kind"]]
-            try:
-                await api.create(resource, obj)
-            except kube.Conflict:
-                await self.patch(resource, obj["metadata"]["name"], obj, retry=None)
-            logger.info("registered %s %s", obj["kind"], obj["metadata"]["name"])
-        if self.on_webhooks_registered is not None:
-            self.on_webhooks_registered()
-
     async def ensure_default(self) -> None:
         if not self.config.create_default:
             return
@@ -557,14 +538,13 @@ class Controller:
             logger.debug("the default PodNetwork exists")
 
     async def setup(self) -> None:
-        """Webhook configurations, then the `default` PodNetwork; on an API error, again next flush.
+        """The `default` PodNetwork; on an API error, again next flush.
 
         Called from the flusher task and on the deletion of `default`: an exception
         there would end the flusher (and with it every retry) or lose the re-creation.
         """
         self.setup_pending = True
         try:
-            await self.apply_webhook_configurations()
             await self.ensure_default()
         except kube.ApiError as exc:
             logger.warning("set-up failed (%s); retrying in %ss", exc, self.config.inuse_message_interval)

@@ -153,6 +153,11 @@ def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`webhook_configuration` as the list `podnetwork.kube.registration.Keeper` registers."""
+    return [webhook_configuration(client_config)]
+
+
 def app(objects: Callable[[], translate.Objects]) -> Any:
     """The FastAPI application serving the webhook on `MUTATE_PATH` (and `/healthz`).
 
@@ -184,4 +189,5 @@ __all__ = [
     "mutate",
     "review",
     "webhook_configuration",
+    "webhook_configurations",
 ]

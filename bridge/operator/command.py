@@ -38,11 +38,13 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 scheduling gate multinetwork.x-k8s.io/npwg-selection, removed in
                 the write that adds the selection, so Multus never attaches the
                 pod before its selection exists (Kubernetes >= 1.30;
-                deploy/bridge/ registers it). Without --webhook-cert/--webhook-key
-                a self-signed certificate for --webhook-host and the host of
-                --webhook-url is made at start; --manage-webhooks registers the
-                MutatingWebhookConfiguration with its CA bundle (development
-                clusters).
+                registered with --manage-webhooks once it answers). Without
+                --webhook-cert/--webhook-key a self-signed certificate for
+                --webhook-host and the host of --webhook-url is made at start
+                (development clusters); deploy/bridge/ gives --webhook-service
+                and --webhook-secret: the certificate is kept, renewed and
+                reloaded from that Secret, and the configuration registered at
+                the Service (docs/deploy.md "Webhook certificates").
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
@@ -60,6 +62,8 @@ exit status: 0 after a clean stop (SIGINT/SIGTERM: kopf and the webhook stop tog
 """
 
 COMMAND = "podnetwork bridge"
+#: Who manages what this command registers (the managed-by label; deploy/'s ClusterRole name).
+COMPONENT = "podnetwork-bridge"
 
 logger = logging.getLogger(__name__)
 
@@ -167,13 +171,11 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 webhook = measured.webhook(webhook)
             if flags.serve:
                 endpoint = shell.webhook(flags)
+                server = shell.serve(webhook, endpoint.sockets, endpoint.serving,
+                                     max_body_bytes=flags.max_body_bytes, ready_probe=True)
                 if flags.manage:
-                    bridge.config.webhook_client_config = endpoint.client_config()
-                    # Not ready (GET /readyz) until the API server calls the webhook.
-                    shell.readiness.wait_for(operatorshell.REGISTRATION)
-                    bridge.on_webhook_registered = lambda: shell.readiness.done(operatorshell.REGISTRATION)
-                shell.serve(webhook, endpoint.sockets, endpoint.certificate,
-                            max_body_bytes=flags.max_body_bytes, ready_probe=True)
+                    shell.keep_webhooks(endpoint, server, bridge.api, component=COMPONENT,
+                                        configurations=admission.webhook_configurations)
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,

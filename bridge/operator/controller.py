@@ -30,9 +30,8 @@ one operator.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,9 +48,6 @@ from podnetwork.kube import core as kube_core
 from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)
-
-#: Seconds between attempts to register the webhook configuration (`--manage-webhooks`).
-REGISTRATION_RETRY = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 Key = tuple[str, str]
 #: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
@@ -72,9 +68,6 @@ class BridgeSettings:
     write_attachments: bool = True
     """Write `multinetwork.x-k8s.io/attachments` (the attachment data for the workload, KEP
     Phase II requirement 17) from `network-status`, in the same write. Default on."""
-    webhook_client_config: dict[str, Any] | None = None
-    """With `--manage-webhooks` (development clusters): where the API server reaches the
-    bridge's webhook; the MutatingWebhookConfiguration is created or updated at startup."""
 
 
 @dataclass
@@ -103,8 +96,6 @@ class Bridge:
     """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
-    on_webhook_registered: Callable[[], None] | None = None
-    """Called once `register_webhook` has registered the configuration (the command's readiness)."""
 
     # --- memory ----------------------------------------------------------------------------
 
@@ -212,37 +203,6 @@ class Bridge:
         except kube.ApiError as exc:
             logger.warning("event %s not posted: %s", name, exc)
         logger.warning("pod %s/%s: %s", namespace, pod.metadata.name, message)
-
-    async def register_webhook(self) -> None:
-        """Create or update the MutatingWebhookConfiguration (`bridge.operator.admission`), if asked to.
-
-        Tried again after an API error (after `REGISTRATION_RETRY` seconds, the last
-        delay repeating) until it is registered: until then the command's `/readyz`
-        says not ready, as pods created meanwhile are not seen by the webhook.
-        """
-        if self.config.webhook_client_config is None:
-            return
-        from bridge.operator import admission
-
-        obj = admission.webhook_configuration(self.config.webhook_client_config)
-        name = obj["metadata"]["name"]
-        api = self._api()
-        resource = kube.MutatingWebhookConfiguration
-        for attempt in itertools.count():
-            try:
-                try:
-                    await api.create(resource, obj)
-                except kube.Conflict:
-                    await api.patch(resource, name, obj)
-                break
-            except kube.ApiError as exc:
-                delay = REGISTRATION_RETRY[min(attempt, len(REGISTRATION_RETRY) - 1)]
-                logger.error("cannot register MutatingWebhookConfiguration %s: %s; retrying in %ss (or "
-                             "register it yourself, see deploy/bridge/webhooks.yaml)", name, exc, delay)
-                await asyncio.sleep(delay)
-        logger.info("registered MutatingWebhookConfiguration %s", name)
-        if self.on_webhook_registered is not None:
-            self.on_webhook_registered()
 
     # --- ParamsReady -----------------------------------------------------------------------
 
@@ -497,9 +457,6 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf would post an Event for every warning logged about a handled pod.
         settings.posting.enabled = False
-        if bridge.config.webhook_client_config is not None:
-            # In a task: a slow API server must not hold up kopf's startup.
-            bridge.background.add(asyncio.create_task(bridge.register_webhook()))
 
     @kopf.on.cleanup(registry=registry, id="bridge_cleanup")
     async def bridge_cleanup(**_: Any) -> None:

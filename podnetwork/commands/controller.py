@@ -58,10 +58,14 @@ Run the KEP-3698 PodNetwork controller:
 
 Credentials: --kubeconfig/--context, $KUBECONFIG, the in-cluster service account,
 ~/.kube/config, in this order (docs/architecture.md "Reaching the API").
-Without --webhook-cert/--webhook-key a self-signed certificate for --webhook-host
-and the host of --webhook-url is made at start; --manage-webhooks then registers
-the webhook configurations with its CA bundle (development clusters;
-deploy/controller/ has static manifests for production).
+Webhook certificates and registration (docs/deploy.md "Webhook certificates"):
+without --webhook-cert/--webhook-key a self-signed certificate for --webhook-host
+and the host of --webhook-url is made at start, and --manage-webhooks registers
+the webhook configurations at that URL with its CA bundle (development clusters).
+deploy/controller/ runs --manage-webhooks --webhook-service NAMESPACE/NAME
+--webhook-secret NAME: the replicas keep one CA and serving certificate in that
+Secret (created when missing, renewed before expiry, reloaded when it changes)
+and register the configurations at the Service once they answer, never before.
 
 With --feature-gates MultiNetwork=false the controller watches nothing and
 writes nothing, and admission allows every pod unchanged (KEP Phase I req. 1).
@@ -77,6 +81,8 @@ an unusable certificate or no cluster
 """
 
 COMMAND = "podnetwork controller"
+#: Who manages what this command registers (the managed-by label; deploy/'s ClusterRole name).
+COMPONENT = "podnetwork-controller"
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
@@ -263,8 +269,11 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     demoted = asyncio.Event()
     gates = parse_feature_gates(args.feature_gates)
     enabled = multinetwork_enabled(gates)
-    # With the gate off nothing is read or written: no credentials are needed.
-    creds = credentials.resolve(args.kubeconfig, args.context) if enabled else None
+    flags = webhook_flags(args)
+    # With the gate off nothing is read or written (but the webhooks' own Secret and
+    # configurations, with --manage-webhooks): no credentials are needed.
+    needs_cluster = enabled or (flags.serve and flags.manage)
+    creds = credentials.resolve(args.kubeconfig, args.context) if needs_cluster else None
     api = kube.AsyncApi(creds) if creds is not None else None
     config = controller.ControllerSettings(
         create_default=not args.disable_default_podnetwork_creation,
@@ -275,7 +284,6 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     )
     ctl = controller.Controller(config=config, api=api)
     measured = metrics(ctl)
-    flags = webhook_flags(args)
     cluster = creds.describe if creds is not None else "none (MultiNetwork=false)"
     served = operatorshell.webhook_summary(flags, [admission.MUTATE_PATH, admission.VALIDATE_PATH])
     operatorshell.log_start(COMMAND, cluster=cluster, webhook=served, features=features(args, gates))
@@ -288,14 +296,12 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
                     ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
                     may_use=ctl.may_use if args.enforce_use_permission else None,
                     attachment_network=ctl.attachment_network))
-                shell.serve(app, endpoint.sockets, endpoint.certificate, max_body_bytes=flags.max_body_bytes,
-                            ready_probe=True)
-                if flags.manage and enabled:
-                    ctl.webhook_client_config = endpoint.client_config()
-                    # Not ready (GET /readyz) until the API server calls the webhooks.
-                    shell.readiness.wait_for(operatorshell.REGISTRATION)
-                    ctl.on_webhooks_registered = lambda: shell.readiness.done(operatorshell.REGISTRATION)
-            if api is not None and creds is not None:
+                server = shell.serve(app, endpoint.sockets, endpoint.serving,
+                                     max_body_bytes=flags.max_body_bytes, ready_probe=True)
+                if flags.manage and api is not None:
+                    shell.keep_webhooks(endpoint, server, api, component=COMPONENT,
+                                        configurations=admission.webhook_configurations)
+            if enabled and api is not None and creds is not None:
                 registry = kopf.OperatorRegistry()
                 controller.register(registry, ctl, measured)
                 if args.peering is not None and flags.serve and config.namespace_profiles:
@@ -340,7 +346,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.priority is not None and args.peering is None:
         return operatorshell.refuse(COMMAND, "--priority only matters among peers: add --peering NAME "
                                     "(a ClusterKopfPeering object), or drop --priority")
-    if multinetwork_enabled(gates):
+    flags = webhook_flags(args)
+    if multinetwork_enabled(gates) or (flags.serve and flags.manage):
         problem = credentials.login_problem(args.kubeconfig, args.context)
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "

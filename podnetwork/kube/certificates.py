@@ -1,4 +1,6 @@
-"""The webhooks' serving certificate: the one given, or a self-signed one made here.
+"""The webhooks' serving certificate: the one given, a self-signed one made here, or one
+issued here by a CA of our own (`new_ca`, `new_serving`: what `podnetwork.kube.webhooksecret`
+keeps in a Secret for the replicas behind a Service).
 
 The API server dials the host of the registered URL and checks it against the
 certificate's subjectAltName (a certificate naming its host only in the CN is
@@ -17,9 +19,10 @@ import ipaddress
 import os
 import ssl
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: Listen addresses that name no host the API server could dial.
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -145,3 +148,94 @@ def certificate(cert: Path | None, key: Path | None, directory: Path, host: str,
         return load(cert, key)
     url_host = urllib.parse.urlsplit(url or "").hostname or ""
     return self_signed(directory, host, url_host)
+
+
+# -- a CA of our own and the serving certificates it signs ---------------------------------
+# ECDSA P-256: the API server (Go's crypto/tls) accepts it, and a key is made in a millisecond
+# where RSA 2048 takes a tenth of a second, which matters for replicas racing to make one.
+
+#: The CA's common name; the API server reads only its signature and validity.
+CA_COMMON_NAME = "podnetwork-webhook-ca"
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A certificate and its private key, both PEM."""
+
+    cert: bytes
+    key: bytes
+
+
+def _key_pem(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()))
+
+
+def new_ca(now: datetime.datetime, validity: datetime.timedelta) -> Issued:
+    """A self-signed CA valid from `now` (backdated by `CLOCK_SKEW`) for `validity`, which may sign
+    serving certificates only (path length 0)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    # NAME@UNIXTIME, as Kubernetes names its own self-signed CAs: the two CAs of a bundle during a
+    # rotation stay apart in logs and in `openssl x509 -text`.
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{CA_COMMON_NAME}@{int(now.timestamp())}")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_encipherment=False, content_commitment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def new_serving(ca: Issued, dns_names: Sequence[str], now: datetime.datetime,
+                validity: datetime.timedelta) -> Issued:
+    """A serving certificate for `dns_names`, signed by `ca`, valid from `now` (backdated by
+    `CLOCK_SKEW`) for `validity` but never past the CA's own end."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    issuer = x509.load_pem_x509_certificate(ca.cert)
+    signer = serialization.load_pem_private_key(ca.key, password=None)
+    if not isinstance(signer, ec.EllipticCurvePrivateKey):
+        raise CertificateError("the CA key is not an ECDSA key; a new CA is needed")
+    key = ec.generate_private_key(ec.SECP256R1())
+    end = min(now + validity, issuer.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .issuer_name(issuer.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(end)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_encipherment=False, content_commitment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
+                       critical=False)
+        .sign(signer, hashes.SHA256())
+    )
+    return Issued(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))

@@ -92,12 +92,19 @@ MutatingWebhookConfiguration = create_global_resource(
     "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
 ValidatingWebhookConfiguration = create_global_resource(
     "admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations")
+#: The webhooks' serving certificate and CA, kept by the operators (`podnetwork.kube.webhooksecret`).
+Secret = create_namespaced_resource("", "v1", "Secret", "secrets")
+#: Whether a webhook Service has a ready backend before its configuration is registered.
+EndpointSlice = create_namespaced_resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")
+#: The owner of the registered webhook configurations (`--webhook-owner`): deleting it deletes them.
+ClusterRole = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles")
 
 BY_KIND: dict[str, Resource] = {
     api_info(r).resource.kind: r for r in (
         PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
         ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
-        Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration)
+        Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Secret, EndpointSlice,
+        ClusterRole)
 }
 
 
@@ -523,12 +530,14 @@ class AsyncApi:
         return _with_kind(resource, _plain(obj))
 
     async def list(self, resource: Resource, namespace: str | None = None, *,
-                   fields: Mapping[str, str] | None = None) -> Listing:
+                   fields: Mapping[str, str] | None = None,
+                   labels: Mapping[str, str] | None = None) -> Listing:
         """Every object of `resource` (in `namespace`), those matching the field selector `fields`
-        (`{"spec.nodeName": "node-a"}`) when given."""
+        (`{"spec.nodeName": "node-a"}`) and the label selector `labels` when given."""
         async def run(client: lightkube.AsyncClient) -> Listing:
             pages = client.list(_any(resource), namespace=_scope(resource, namespace),
-                                chunk_size=self.page_size, fields=dict(fields) if fields else None)
+                                chunk_size=self.page_size, fields=dict(fields) if fields else None,
+                                labels=dict(labels) if labels else None)
             items = [_with_kind(resource, _plain(item)) async for item in pages]
             return Listing(items, _list_version(pages))
 
@@ -657,7 +666,11 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
                 try:
                     while True:
                         try:
-                            kind, obj = await asyncio.wait_for(anext(events), idle)
+                            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a
+                            # cancellation that comes as the watch fails, and this loop would
+                            # then outlive the operator that cancelled it (a hang at SIGTERM).
+                            async with asyncio.timeout(idle):
+                                kind, obj = await anext(events)
                         except StopAsyncIteration:
                             break
                         except TimeoutError:
@@ -675,6 +688,9 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
             logger.debug("%s: resourceVersion expired, listing again", what)
             continue
         except Exception as exc:  # logged, then listed again: a watcher must outlive API trouble
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError from None  # cancelled while the call failed
             logger.warning("%s failed: %s; again in %ss", what, exc, retry_delay)
         await asyncio.sleep(retry_delay)
 

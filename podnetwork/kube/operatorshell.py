@@ -8,6 +8,9 @@ beside it, admission webhooks over HTTPS. This module gives them:
   on stderr and exit status 2, with the same words for both commands;
 - the webhooks' socket, bound before kopf starts (a taken port is exit 2, not a
   crash after the operator came up), and their certificate (`Shell.webhook`);
+- with --manage-webhooks, their registration once they answer, and with --webhook-secret
+  their certificate from a Secret, renewed and reloaded (`Shell.keep_webhooks`,
+  `podnetwork.kube.registration`);
 - one owner of SIGINT/SIGTERM (`Shell.run`): the first one logs a line and stops
   kopf and the servers together, then the command exits 0.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import logging
 import signal
@@ -28,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -90,9 +94,48 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int)
                         help="refuse larger webhook request bodies with HTTP 413, before reading them "
                         "(default 3145728: 3 MiB, the API server's own cap on a request body)")
     parser.add_argument("--manage-webhooks", action="store_true",
-                        help="create/update the webhook configurations at startup, with the serving "
-                        "certificate as their CA bundle (development clusters; deploy/ registers "
-                        "them statically)")
+                        help="create and keep the webhook configurations, with the serving certificate's "
+                        "CA bundle, once the webhooks answer (never before: their failurePolicy is Fail); "
+                        "at --webhook-url, or at the Service of --webhook-service")
+    parser.add_argument("--webhook-service", type=service_reference, metavar="NAMESPACE/NAME",
+                        help="with --manage-webhooks: register the Service NAMESPACE/NAME (port 443) that "
+                        "reaches these webhooks, instead of a URL; needs --webhook-secret")
+    parser.add_argument("--webhook-secret", metavar="NAME",
+                        help="serve the certificate of this Secret (in the namespace of --webhook-service) "
+                        "and register its ca.crt: the replicas make a CA and a certificate for "
+                        "SERVICE.NAMESPACE.svc there when it is missing, renew them before they expire, "
+                        "and reload what it holds (docs/deploy.md \"Webhook certificates\")")
+    parser.add_argument("--webhook-secret-external", action="store_true",
+                        help="another issues --webhook-secret (e.g. cert-manager): read it, never write it")
+    parser.add_argument("--webhook-owner", metavar="CLUSTERROLE",
+                        help="with --manage-webhooks: make the webhook configurations dependents of this "
+                        "ClusterRole, so that deleting it (kubectl delete -k deploy/...) deletes them")
+    parser.add_argument("--webhook-check-interval", type=positive_seconds, default=60.0, metavar="SECONDS",
+                        help="with --manage-webhooks: how often the certificate and the configurations are "
+                        "checked and put right (default 60)")
+
+
+def service_reference(text: str) -> tuple[str, str]:
+    """`--webhook-service`: NAMESPACE/NAME, both DNS-1123 labels."""
+    from podnetwork.kube import names
+
+    namespace, sep, name = text.partition("/")
+    if not sep or not names.is_dns1123_label(namespace) or not names.is_dns1123_label(name):
+        raise argparse.ArgumentTypeError(
+            f"invalid Service {text!r}: expected NAMESPACE/NAME, each lower-case letters, digits and '-'")
+    return namespace, name
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid interval {text!r}: expected a number of seconds, more than 0")
+    return value
 
 
 def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,12 +183,20 @@ class WebhookFlags:
     manage: bool
     max_body_bytes: int = MAX_BODY_BYTES
     """Larger request bodies get 413 unread (`webhooks.BodyLimit`)."""
+    service: tuple[str, str] | None = None
+    """--webhook-service: (namespace, name)."""
+    secret: str | None = None
+    secret_external: bool = False
+    owner: str | None = None
+    check_interval: float = 60.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, serve: bool) -> WebhookFlags:
         return cls(serve=serve, host=args.webhook_host, port=args.webhook_port, cert=args.webhook_cert,
                    key=args.webhook_key, url=args.webhook_url, manage=args.manage_webhooks,
-                   max_body_bytes=args.webhook_max_body_bytes)
+                   max_body_bytes=args.webhook_max_body_bytes, service=args.webhook_service,
+                   secret=args.webhook_secret, secret_external=args.webhook_secret_external,
+                   owner=args.webhook_owner, check_interval=args.webhook_check_interval)
 
 
 def url_problem(url: str) -> str | None:
@@ -170,12 +221,17 @@ def webhook_problem(flags: WebhookFlags, *, turn_on: str) -> str | None:
 
     if not flags.serve:
         given = [name for name, value in (("--webhook-cert", flags.cert), ("--webhook-key", flags.key),
-                                          ("--webhook-url", flags.url), ("--manage-webhooks", flags.manage))
+                                          ("--webhook-url", flags.url), ("--manage-webhooks", flags.manage),
+                                          ("--webhook-service", flags.service),
+                                          ("--webhook-secret", flags.secret))
                  if value]
         if given:
             verb = "apply" if len(given) > 1 else "applies"
             return f"{', '.join(given)} only {verb} to webhooks served: {turn_on}"
         return None
+    problem = registration_problem(flags)
+    if problem is not None:
+        return problem
     if (flags.cert is None) != (flags.key is None):
         return ("--webhook-cert and --webhook-key go together: give both, or neither for a "
                 "self-signed certificate")
@@ -186,11 +242,33 @@ def webhook_problem(flags: WebhookFlags, *, turn_on: str) -> str | None:
         problem = url_problem(flags.url)
         if problem is not None:
             return problem
-    if webhooks.unreachable_registration(flags.manage, flags.url, flags.host):
+    if flags.service is None and webhooks.unreachable_registration(flags.manage, flags.url, flags.host):
         return (f"--manage-webhooks would register https://{flags.host}:{flags.port}, which the API "
                 "server cannot call (and the webhooks fail closed: every pod they cover would be "
                 "refused); pass --webhook-url https://NAME:PORT with a name the API server reaches, "
                 "or --webhook-host with such an address")
+    return None
+
+
+def registration_problem(flags: WebhookFlags) -> str | None:
+    """What does not go together among --manage-webhooks, --webhook-service, --webhook-secret and
+    the certificate flags, or None."""
+    if flags.service is not None and flags.url is not None:
+        return "--webhook-service and --webhook-url both say where the API server calls: give one"
+    for flag, value in (("--webhook-service", flags.service), ("--webhook-owner", flags.owner)):
+        if value and not flags.manage:
+            return f"{flag} only applies to the registration of --manage-webhooks: add it"
+    if flags.service is not None and flags.secret is None:
+        return ("--webhook-service needs --webhook-secret: the replicas behind one Service must serve "
+                "one certificate, kept in that Secret")
+    if flags.secret is not None:
+        if flags.service is None:
+            return ("--webhook-secret needs --manage-webhooks and --webhook-service NAMESPACE/NAME: the "
+                    "Service names the certificate and the namespace of the Secret")
+        if flags.cert is not None or flags.key is not None:
+            return "--webhook-secret and --webhook-cert/--webhook-key are two certificates: give one"
+    if flags.secret_external and flags.secret is None:
+        return "--webhook-secret-external says who writes --webhook-secret: add --webhook-secret NAME"
     return None
 
 
@@ -226,10 +304,15 @@ def webhook_summary(flags: WebhookFlags, paths: Sequence[str]) -> str:
         return "not served"
     host = f"[{flags.host}]" if ":" in flags.host else flags.host
     served = ", ".join(f"https://{host}:{flags.port}{path}" for path in paths)
+    if flags.manage and flags.service is not None:
+        namespace, name = flags.service
+        issued = "issued by another" if flags.secret_external else "issued and renewed here"
+        return (f"{served}, certificate of Secret {namespace}/{flags.secret} ({issued}), registered at "
+                f"Service {namespace}/{name} once it answers (--manage-webhooks)")
     if flags.manage:
         url = flags.url or f"https://{host}:{flags.port}"
         return f"{served}, registered at {url.rstrip('/')} (--manage-webhooks)"
-    return f"{served}, registered by its configuration (deploy/)"
+    return f"{served}, registered by hand (no --manage-webhooks)"
 
 
 def log_start(command: str, *, cluster: str, webhook: str, features: Mapping[str, object]) -> None:
@@ -252,17 +335,39 @@ def _shown(value: object) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A webhook address ready to serve: its socket is bound, its certificate made or loaded."""
+    """A webhook address ready to serve: its socket is bound, its certificate made or loaded, or
+    (with --webhook-secret) to be loaded from the Secret into `tls` before it serves."""
 
     flags: WebhookFlags
     sockets: list[socket.socket]
-    certificate: Certificate
+    certificate: Certificate | None
+    """The given or self-signed certificate; None with --webhook-secret."""
+    tls: Any = None
+    """With --webhook-secret: the `webhooks.ServingTLS` the Secret's certificate is loaded into."""
 
-    def client_config(self) -> dict[str, str]:
-        """What --manage-webhooks registers: the URL the API server calls, and the CA bundle."""
-        from podnetwork.kube import webhooks
+    @property
+    def serving(self) -> Any:
+        """What the server serves with: `tls`, else `certificate`."""
+        return self.tls if self.tls is not None else self.certificate
 
-        return webhooks.client_config(self.flags.url, self.flags.host, self.flags.port, self.certificate)
+    def client_config(self) -> dict[str, Any]:
+        """Where --manage-webhooks registers the API server to call: the Service (port 443), or
+        the URL (default https://HOST:PORT); the caBundle is added at registration."""
+        if self.flags.service is not None:
+            namespace, name = self.flags.service
+            return {"service": {"namespace": namespace, "name": name, "port": 443}}
+        url = self.flags.url
+        if url is None:
+            host = self.flags.host
+            url = f"https://[{host}]:{self.flags.port}" if ":" in host else f"https://{host}:{self.flags.port}"
+        return {"url": url}
+
+    def server_hostname(self) -> str:
+        """The name the API server dials, which the certificate must name."""
+        if self.flags.service is not None:
+            namespace, name = self.flags.service
+            return f"{name}.{namespace}.svc"
+        return urllib.parse.urlsplit(self.client_config()["url"]).hostname or self.flags.host
 
 
 class Readiness:
@@ -310,7 +415,8 @@ class Shell:
         self.command = command
         self.stop = stop if stop is not None else asyncio.Event()
         self._stack = contextlib.ExitStack()
-        self._servers: list[tuple[Any, list[socket.socket], str]] = []
+        self._servers: list[tuple[Any, list[socket.socket], str, Any]] = []
+        self._background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
         self._operator: dict[str, Any] | None = None
         self._signalled: list[signal.Signals] = []
         self.readiness = Readiness()
@@ -338,10 +444,14 @@ class Shell:
 
     def webhook(self, flags: WebhookFlags) -> Endpoint:
         """Bind the webhooks' address, then load --webhook-cert/--webhook-key or make a
-        self-signed certificate (in a directory removed with the shell)."""
-        from podnetwork.kube import certificates
+        self-signed certificate (in a directory removed with the shell); with --webhook-secret,
+        only the (empty) context its certificate is loaded into later (`keep_webhooks`)."""
+        from podnetwork.kube import certificates, webhooks
 
         sockets = self.listen(flags.host, flags.port, "pick another --webhook-host or --webhook-port")
+        if flags.secret is not None:
+            directory = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="podnetwork-webhook-"))
+            return Endpoint(flags, sockets, None, webhooks.ServingTLS(Path(directory)))
         if flags.cert is not None and flags.key is not None:
             try:
                 certificate = certificates.load(flags.cert, flags.key)
@@ -352,18 +462,55 @@ class Shell:
             certificate = certificates.certificate(None, None, Path(directory), flags.host, flags.url)
         return Endpoint(flags, sockets, certificate)
 
-    def serve(self, app: Any, sockets: list[socket.socket], certificate: Certificate | None = None,
-              *, ready_probe: bool = False, **config: Any) -> None:
-        """Serve `app` on `sockets` (HTTPS with `certificate`) while the shell runs;
-        with `ready_probe`, `GET /readyz` answers from `readiness` (`webhooks.ReadyProbe`);
-        `config` goes to uvicorn's Config."""
+    def serve(self, app: Any, sockets: list[socket.socket], certificate: Any = None,
+              *, ready_probe: bool = False, **config: Any) -> Any:
+        """Serve `app` on `sockets` (HTTPS with `certificate`: a `Certificate`, or a
+        `webhooks.ServingTLS`, served once it has loaded one) while the shell runs; with
+        `ready_probe`, `GET /readyz` answers from `readiness` (`webhooks.ReadyProbe`);
+        `config` goes to uvicorn's Config. Returns the server (its `started` says it serves)."""
         from podnetwork.kube import webhooks
 
         host, port = sockets[0].getsockname()[:2]
         scheme = "https" if certificate is not None else "http"
         where = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
         pending = self.readiness.pending if ready_probe else None
-        self._servers.append((webhooks.server(app, certificate, pending=pending, **config), sockets, where))
+        server = webhooks.server(app, certificate, pending=pending, **config)
+        tls = certificate if isinstance(certificate, webhooks.ServingTLS) else None
+        self._servers.append((server, sockets, where, tls))
+        return server
+
+    def background(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `run()` while the shell runs; cancelled when it stops."""
+        self._background.append((name, run))
+
+    def keep_webhooks(self, endpoint: Endpoint, server: Any, api: Any, *, component: str,
+                      configurations: Callable[[Mapping[str, Any]], list[dict[str, Any]]]) -> None:
+        """With --manage-webhooks: register the webhook configurations `configurations` builds
+        once `server` answers, with --webhook-secret serve and renew the Secret's certificate
+        (`podnetwork.kube.registration.Keeper`), while the shell runs. `api` is an AsyncApi.
+        With a URL (development), `/readyz` waits for the registration, as pods created
+        before are not seen by the webhooks; behind a Service, it must not: the API server
+        calls only ready endpoints, so the registration waits for the readiness instead."""
+        from podnetwork.kube import registration, webhooksecret
+
+        flags = endpoint.flags
+        secret = None
+        if flags.secret is not None and flags.service is not None:
+            namespace, name = flags.service
+            secret = registration.SecretSource(flags.secret, namespace,
+                                               webhooksecret.service_names(name, namespace),
+                                               issue=not flags.secret_external)
+        keeper = registration.Keeper(
+            api=api, component=component, configurations=configurations,
+            client_config=endpoint.client_config(),
+            host=flags.host, port=flags.port, server_hostname=endpoint.server_hostname(),
+            served=lambda: bool(server.started), tls=endpoint.tls, secret=secret,
+            ca_bundle=base64.b64decode(endpoint.certificate.ca_bundle) if endpoint.certificate else b"",
+            service=flags.service, owner=flags.owner, interval=flags.check_interval)
+        if flags.service is None:
+            self.readiness.wait_for(REGISTRATION)
+            keeper.on_registered = lambda: self.readiness.done(REGISTRATION)
+        self.background("keeping the webhooks", keeper.run)
 
     def metrics(self, app: Any, host: str, port: int | None) -> None:
         """Serve the metrics `app` (`podnetwork.kube.metrics.asgi_app`) over plain HTTP on
@@ -388,25 +535,39 @@ class Shell:
         them; then stop them all, and re-raise the first failure."""
         loop = asyncio.get_running_loop()
         self._take_signals(loop)
-        tasks = [asyncio.create_task(self._serve(server, sockets, where), name=f"serving {where}")
-                 for server, sockets, where in self._servers]
+        tasks = [asyncio.create_task(self._serve(server, sockets, where, tls), name=f"serving {where}")
+                 for server, sockets, where, tls in self._servers]
+        background = [asyncio.create_task(run(), name=name) for name, run in self._background]
         if self._operator is not None:
             tasks.append(asyncio.create_task(self._run_operator(self._operator), name="kopf operator"))
         stopper = asyncio.create_task(self.stop.wait(), name="stop flag")
         try:
-            await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*tasks, *background, stopper], return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.stop.set()  # whichever ended first, the others follow
-            for server, _, _ in self._servers:
+            for server, _, _, _ in self._servers:
                 server.should_exit = True
-            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            results = await asyncio.gather(*tasks, *background, return_exceptions=True)
             stopper.cancel()
             self._release_signals(loop)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
 
-    async def _serve(self, server: Any, sockets: list[socket.socket], where: str) -> None:
+    async def _serve(self, server: Any, sockets: list[socket.socket], where: str, tls: Any) -> None:
+        if tls is not None and not tls.loaded.is_set():
+            # Nothing listens until there is a certificate: a probe or the API server gets a
+            # refused connection, not a TLS error.
+            logger.info("%s: waiting for the webhooks' certificate before serving %s", self.command, where)
+            waiting = asyncio.create_task(tls.loaded.wait())
+            stopping = asyncio.create_task(self.stop.wait())
+            await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            stopping.cancel()
+            if not tls.loaded.is_set():
+                return
         logger.info("%s: serving %s", self.command, where)
         await server.serve(sockets=sockets)
         logger.info("%s: stopped serving %s", self.command, where)
@@ -443,7 +604,7 @@ class Shell:
         # A second signal while stopping: stop waiting for requests in flight.
         logger.warning("%s: %s received again, stopping without waiting for open requests",
                        self.command, sig.name)
-        for server, _, _ in self._servers:
+        for server, _, _, _ in self._servers:
             server.force_exit = True
 
 

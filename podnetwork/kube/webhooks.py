@@ -10,10 +10,15 @@ server here never installs handlers (see `Server`) and stops when its
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import json
+import os
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -23,6 +28,41 @@ from podnetwork.kube.certificates import WILDCARD_HOSTS, Certificate
 #: Seconds a stopping server waits for requests in flight before cancelling them;
 #: the API server gives a webhook call at most 30 s (10 s by default).
 GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+class ServingTLS:
+    """The TLS context a webhook server serves with, whose certificate `load` replaces.
+
+    New connections get the new certificate; open ones keep theirs. This is how a
+    replica takes up a certificate renewed in its Secret (`podnetwork.kube.registration`)
+    without a restart. Python's ssl loads a certificate from files only, so each one is
+    written to `directory` (mode 0600) first.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.loaded = asyncio.Event()
+        """Set once a certificate is loaded: the server starts serving then."""
+        self.fingerprint: str | None = None
+
+    def load(self, cert: bytes, key: bytes) -> bool:
+        """Serve `cert` with `key` (PEM) from now on; False when they are what it serves already.
+        Raises `ssl.SSLError` when they are not a certificate and its key."""
+        fingerprint = hashlib.sha256(cert + b"\0" + key).hexdigest()
+        if fingerprint == self.fingerprint:
+            return False
+        cert_path, key_path = self.directory / "tls.crt", self.directory / "tls.key"
+        cert_path.write_bytes(cert)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+        # Loaded into a new context first: a bad pair leaves the one in use untouched.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert_path), str(key_path))
+        self.context.load_cert_chain(str(cert_path), str(key_path))
+        self.fingerprint = fingerprint
+        self.loaded.set()
+        return True
 
 
 class ListenError(OSError):
@@ -177,9 +217,11 @@ class Server(uvicorn.Server):
         yield
 
 
-def server(app: Any, certificate: Certificate | None = None, *, max_body_bytes: int | None = None,
-           pending: Callable[[], list[str]] | None = None, **config: Any) -> Server:
-    """A server of `app`, over HTTPS with `certificate` when given, with request bodies
+def server(app: Any, certificate: Certificate | ServingTLS | None = None, *,
+           max_body_bytes: int | None = None, pending: Callable[[], list[str]] | None = None,
+           **config: Any) -> Server:
+    """A server of `app`, over HTTPS with `certificate` when given (a `ServingTLS`: whatever it
+    has loaded, connection by connection), with request bodies
     limited to `max_body_bytes` (`BodyLimit`) when given, and `/readyz` answered from
     `pending` (`ReadyProbe`) when given; `config` goes to `uvicorn.Config` (defaults:
     warnings only, no lifespan events)."""
@@ -189,7 +231,10 @@ def server(app: Any, certificate: Certificate | None = None, *, max_body_bytes: 
         app = ReadyProbe(app, pending)
     options: dict[str, Any] = {"log_level": "warning", "lifespan": "off",
                                "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS, **config}
-    if certificate is not None:
+    if isinstance(certificate, ServingTLS):
+        tls = certificate
+        options.update(ssl_context_factory=lambda _config, _default: tls.context)
+    elif certificate is not None:
         options.update(ssl_certfile=str(certificate.cert), ssl_keyfile=str(certificate.key))
     return Server(uvicorn.Config(app, **options))
 

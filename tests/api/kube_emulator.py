@@ -5,7 +5,10 @@ merge. `Emulator` adds what the operators rely on, as a real API server does it:
 every create or patch bumps `metadata.resourceVersion` (a counter, as etcd's
 revision is), a patch carrying a stale `resourceVersion` gets 409 Conflict, a patch
 carrying another object's `metadata.uid` (the object was deleted and re-created under
-its name) gets 422 Invalid, and a test can make writes to a path answer 503. `operator` runs a kopf registry in a
+its name) gets 422 Invalid, the create of an object that exists gets 409 AlreadyExists
+(the reasons and messages of kube-apiserver), a test can make writes to a path answer
+503, and it can hold writes to a path until several are waiting (`hold`), so that
+racing writers really race. `operator` runs a kopf registry in a
 task of the test's loop, logged in to the emulator over real HTTP (`credentials` and
 `api` give the handlers' own client the same server).
 """
@@ -45,8 +48,29 @@ class Emulator(kmock.KubernetesEmulator):
         self._revision = 0
         self.failures: dict[str, int] = {}
         """Path suffix -> how many more writes there answer 503 without storing anything."""
+        self.holds: dict[str, Hold] = {}
+        """Path suffix -> the writes there wait until this many are waiting (`hold`)."""
+
+    def hold(self, suffix: str, writers: int = 2, timeout: float = 20.0) -> Hold:
+        """Make the next `writers` writes (POST, PATCH) to a path ending in `suffix` wait until all
+        of them arrived, then go on in the order they came: each writer has read before any
+        write was stored. After `timeout` seconds the waiting ones go on anyway."""
+        held = Hold(writers, timeout)
+        self.holds[suffix] = held
+        return held
 
     async def _handle(self, request: Any) -> Any:
+        if request.method.value in ("POST", "PATCH", "PUT"):
+            for suffix, held in list(self.holds.items()):
+                if str(request.url.path).endswith(suffix) and held.left > 0:
+                    await held.wait()
+        if request.method.value == "POST" and isinstance(request.data, dict) and request.resource is not None:
+            meta = request.data.get("metadata") or {}
+            key = (request.resource, request.namespace or meta.get("namespace"), meta.get("name"))
+            if meta.get("name") and key in self.objects and not self.objects[key].deleted:
+                # kube-apiserver's answer (StatusReasonAlreadyExists), where kmock's reason differs.
+                raise kmock.KubernetesError(status=409, reason="AlreadyExists",
+                                            message=f'{request.resource.plural} "{meta["name"]}" already exists')
         for suffix, left in self.failures.items():
             if left and request.method.value != "GET" and str(request.url.path).endswith(suffix):
                 self.failures[suffix] = left - 1
@@ -88,6 +112,24 @@ class Emulator(kmock.KubernetesEmulator):
             # kmock records the request as sent, and the tests assert on that.
             request.data.clear()
             request.data.update(sent)
+
+
+class Hold:
+    """Writes waiting for each other (`Emulator.hold`)."""
+
+    def __init__(self, writers: int, timeout: float) -> None:
+        self.left = writers
+        self.arrived = 0
+        self.timeout = timeout
+        self._all = asyncio.Event()
+
+    async def wait(self) -> None:
+        self.left -= 1
+        self.arrived += 1
+        if self.left == 0:
+            self._all.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all.wait(), self.timeout)
 
 
 def declare_resources(k: kmock.KubernetesEmulator) -> None:

@@ -19,7 +19,7 @@ import kmock as kmock_lib
 import pytest
 
 from bridge import npwg, translate
-from bridge.operator import admission, controller, pods
+from bridge.operator import admission, pods
 from tests.api import bridge_api_support as bs
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
@@ -113,25 +113,3 @@ async def test_the_webhook_answers_400_to_what_is_not_an_admission_review() -> N
     assert not_json.status_code == 400 and "not JSON" in not_json.json()["detail"]
     assert wrong.status_code == 400 and "AdmissionReview" in wrong.json()["detail"]
     assert health.json() == {"status": "ok"}
-
-
-MWC = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
-
-async def test_with_a_client_config_the_bridge_registers_its_webhook_configuration_and_updates_it(
-    kmock: bs.Emulator
-) -> None:
-    seed(kmock)
-    kmock.resources[MWC] = kmock_lib.ResourceInfo(
-        kind="MutatingWebhookConfiguration", namespaced=False, verbs={"create", "get", "list", "patch"})
-    old = admission.webhook_configuration({"url": "https://old:1", "caBundle": "T0xE"})
-    kmock.objects[MWC, None, admission.CONFIGURATION_NAME] = old
-    client_config = {"url": "https://10.0.0.5:9444", "caBundle": "TkVX"}
-    async with bs.running(kmock, controller.BridgeSettings(webhook_client_config=client_config)):
-        def registered() -> dict:
-            obj = kmock.objects[MWC, None, admission.CONFIGURATION_NAME].raw
-            assert obj["webhooks"][0]["clientConfig"]["caBundle"] == "TkVX"
-            return obj
-        obj = await bs.eventually(registered)
-    assert obj["webhooks"][0]["clientConfig"]["url"] == "https://10.0.0.5:9444/mutate-pods"
-    assert obj["webhooks"][0]["failurePolicy"] == "Fail"

@@ -69,6 +69,28 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("a key that is not the certificate's",
      lambda tmp: [*mismatched_pair(tmp), "--webhook-host", "127.0.0.1"],
      "are not a PEM certificate and its private key"),
+    # The Service-backed registration of deploy/ (docs/deploy.md "Webhook certificates").
+    ("a Service without the Secret its replicas share",
+     lambda _: ["--manage-webhooks", "--webhook-service", "multinetwork-system/podnetwork-webhook"],
+     "--webhook-service needs --webhook-secret"),
+    ("a Secret without the Service it names",
+     lambda _: ["--manage-webhooks", "--webhook-secret", "podnetwork-webhook-tls"],
+     "--webhook-secret needs --manage-webhooks and --webhook-service"),
+    ("a Service and a URL",
+     lambda _: ["--manage-webhooks", "--webhook-service", "ns/svc", "--webhook-secret", "tls",
+                "--webhook-url", "https://webhook.example:9443"], "give one"),
+    ("a Service not registered", lambda _: ["--webhook-service", "ns/svc", "--webhook-secret", "tls"],
+     "--webhook-service only applies to the registration of --manage-webhooks"),
+    ("a Secret and certificate files",
+     lambda tmp: ["--manage-webhooks", "--webhook-service", "ns/svc", "--webhook-secret", "tls",
+                  *mismatched_pair(tmp)], "two certificates: give one"),
+    ("an external Secret without its name", lambda _: ["--webhook-secret-external"],
+     "add --webhook-secret NAME"),
+    ("a Service that is not NAMESPACE/NAME", lambda _: ["--webhook-service", "podnetwork-webhook"],
+     "invalid Service 'podnetwork-webhook': expected NAMESPACE/NAME"),
+    ("an owner without registration", lambda _: ["--webhook-owner", "podnetwork-controller"],
+     "--webhook-owner only applies to the registration of --manage-webhooks"),
+    ("a check interval of zero", lambda _: ["--webhook-check-interval", "0"], "invalid interval '0'"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""deploy/bridge agrees with the code: the webhook configuration, the served port, RBAC for every watch and write."""
+"""deploy/bridge agrees with the code: the webhook's registration and certificate (with and without cert-manager),
+the served port, RBAC for every watch and write."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import kopf
 import yaml
 from kopf._cogs.structs import references
 
-from bridge.operator import admission, command, controller
+from bridge.operator import admission, controller
+from bridge.operator import command as bridge_command
 from podnetwork.kube import client as kube
 from podnetwork.kube import operatorshell
+from tests.unit import webhook_deploy_support as support
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy" / "bridge"
@@ -29,35 +32,61 @@ def allowed() -> set[tuple[str, str, str]]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
-def test_the_static_webhook_configuration_is_what_the_code_builds() -> None:
-    (static,) = [d for d in documents("webhooks.yaml") if d["kind"] == "MutatingWebhookConfiguration"]
-    service = static["webhooks"][0]["clientConfig"]["service"]
-    generated = admission.webhook_configuration({"service": {k: v for k, v in service.items() if k != "path"}})
-    annotations = static["metadata"].pop("annotations")
-    assert static == generated
-    certificate = next(d for d in documents("webhooks.yaml") if d["kind"] == "Certificate")
-    ns, name = annotations["cert-manager.io/inject-ca-from"].split("/")
-    assert (certificate["metadata"]["namespace"], certificate["metadata"]["name"]) == (ns, name)
-    assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
+def bridge_args(docs: list[dict[str, Any]] | None = None) -> argparse.Namespace:
+    deployment = next(d for d in (docs or documents("deployment.yaml")) if d["kind"] == "Deployment")
+    command = support.container(deployment)["command"]
+    assert command[:2] == ["podnetwork", "bridge"]
+    return support.parsed(command[2:], bridge_command.command.configure)
+
+
+def test_the_bridge_registers_its_webhook_at_its_service_with_the_certificate_of_its_secret() -> None:
+    deployment, service = documents("deployment.yaml")
+    args = bridge_args()
+    role = next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole")
+    assert args.webhook and args.manage_webhooks
+    assert args.webhook_service == (service["metadata"]["namespace"], service["metadata"]["name"])
+    assert args.webhook_secret == "podnetwork-bridge-webhook-tls" and not args.webhook_secret_external
+    assert args.webhook_owner == role["metadata"]["name"]
+    assert operatorshell.webhook_problem(support.registration_flags(args), turn_on="") is None
+    assert [p["port"] for p in service["spec"]["ports"]] == [443]
+    assert "volumes" not in deployment["spec"]["template"]["spec"]
+    # The webhook's own namespace is exempt, or a bridge pod could wait for a bridge.
+    hook = admission.webhook_configuration({"service": {"namespace": "x", "name": "y"}})["webhooks"][0]
+    assert deployment["metadata"]["namespace"] in hook["namespaceSelector"]["matchExpressions"][1]["values"]
 
 
 def test_the_service_reaches_the_port_the_bridge_serves_its_webhook_on() -> None:
     deployment, service = documents("deployment.yaml")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    command = container["command"]
-    assert command[:3] == ["podnetwork", "bridge", "--webhook"]
-    port = int(next(a for a in command if a.startswith("--webhook-port=")).split("=", 1)[1])
+    port = bridge_args().webhook_port
     container_port = next(p for p in container["ports"] if p["name"] == "webhook")
     assert container_port["containerPort"] == port
     assert service["spec"]["ports"][0]["targetPort"] == container_port["name"]
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    (volume,) = deployment["spec"]["template"]["spec"]["volumes"]
-    certificate = next(d for d in documents("webhooks.yaml") if d["kind"] == "Certificate")
-    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
-    # The webhook's own namespace is exempt, or a bridge pod could wait for a bridge.
-    hook = next(d for d in documents("webhooks.yaml") if d["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
-    exempt = hook["namespaceSelector"]["matchExpressions"][1]["values"]
-    assert deployment["metadata"]["namespace"] in exempt
+
+
+def test_with_cert_manager_the_bridge_reads_the_secret_a_ca_issued_certificate_fills() -> None:
+    component = ROOT / "deploy" / "components" / "cert-manager" / "bridge"
+    docs = support.with_component(component, documents("deployment.yaml") + documents("rbac.yaml"))
+    args = bridge_args(docs)
+    assert args.webhook_secret_external
+    assert operatorshell.webhook_problem(support.registration_flags(args), turn_on="") is None
+    namespace, service = args.webhook_service
+    certificates = {c["metadata"]["name"]: c for c in support.of_kind("Certificate", docs)}
+    issuers = {i["metadata"]["name"]: i for i in support.of_kind("Issuer", docs)}
+    (serving,) = [c for c in certificates.values() if c["spec"]["secretName"] == args.webhook_secret]
+    assert serving["spec"]["dnsNames"] == [f"{service}.{namespace}.svc"]
+    ca_secret = issuers[serving["spec"]["issuerRef"]["name"]]["spec"]["ca"]["secretName"]
+    (ca,) = [c for c in certificates.values() if c["spec"]["secretName"] == ca_secret]
+    assert ca["spec"]["isCA"] is True
+    (role,) = support.of_kind("Role", docs)
+    secrets = support.grants(role)
+    assert ("", "secrets", "get", args.webhook_secret) in secrets
+    assert not [g for g in secrets if g[1] == "secrets" and g[2] != "get"]
+    # Its objects are its own: deleting one overlay leaves the other's CA and Certificates.
+    controller = support.component_resources(ROOT / "deploy" / "components" / "cert-manager" / "controller")
+    assert not {d["metadata"]["name"] for d in controller} & {d["metadata"]["name"] for d in docs
+                                                              if d["apiVersion"].startswith("cert-manager.io/")}
 
 
 def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
@@ -73,34 +102,40 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     source = (ROOT / "bridge" / "operator" / "controller.py").read_text()
-    # The writes in the code: merge patches (pods, status subresources) and Event creation.
-    # The other create registers the webhook configuration, only with --manage-webhooks, which
-    # the Deployment does not pass (cert-manager and the static configuration do that job).
-    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event", "resource"]
-    assert "resource = kube.MutatingWebhookConfiguration" in source
-    deployment, _ = documents("deployment.yaml")
-    assert "--manage-webhooks" not in deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    # The writes of the controller: merge patches (pods, status subresources) and Event creation.
+    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event"]
     assert set(controller._RESOURCES.values()) == {kube.Pod, kube.PodNetwork, kube.PodNetworkAttachment}
     assert set(re.findall(r"self\.patch\((_pod\(key\)|ref), ", source)) == {"_pod(key)", "ref"}
     assert re.findall(r"self\.patch\(ref, [^\n]*", source) == ["self.patch(ref, conditions.status_patch(body, new), status=True)"]
+    # --manage-webhooks (podnetwork.kube.registration): its configuration, by name where RBAC can.
+    webhook = {("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "create"),
+               ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
+               ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "delete")}
     writes = {("", "pods", "patch"), ("", "events", "create"),
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
-              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch")}
+              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook}
     # kopf's own write: this replica's keep-alive in the peering object (--peering).
     peering = {(references.CLUSTER_PEERINGS_K.group or "", references.CLUSTER_PEERINGS_K.any_name, "patch")}
     assert writes | peering <= allowed()
     read_verbs = {"get", "list", "watch"}
     assert {w for w in allowed() if w[2] not in read_verbs} == writes | peering
-
-
-def bridge_args() -> argparse.Namespace:
-    deployment, _ = documents("deployment.yaml")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    argv = [*container["command"], *container.get("args", [])]
-    assert argv[:2] == ["podnetwork", "bridge"]
-    parser = argparse.ArgumentParser()
-    command.command.configure(parser)
-    return parser.parse_args(argv[2:])
+    cluster = support.grants(next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole"))
+    for verb in ("get", "patch", "delete"):
+        assert not support.allows(cluster, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb,
+                                  "podnetwork")  # the controller's, not the bridge's
+        assert ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb,
+                admission.CONFIGURATION_NAME) in cluster
+    assert not [g for g in cluster if g[1] in ("validatingwebhookconfigurations", "secrets")]
+    assert ("rbac.authorization.k8s.io", "clusterroles", "get", bridge_args().webhook_owner) in cluster
+    (role,) = [d for d in documents("rbac.yaml") if d["kind"] == "Role"]
+    (binding,) = [d for d in documents("rbac.yaml") if d["kind"] == "RoleBinding"]
+    secrets = support.grants(role)
+    assert secrets == {("", "secrets", "create", ""), ("", "secrets", "get", bridge_args().webhook_secret),
+                       ("", "secrets", "patch", bridge_args().webhook_secret),
+                       ("discovery.k8s.io", "endpointslices", "list", "")}
+    assert role["metadata"]["namespace"] == bridge_args().webhook_service[0]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == "podnetwork-bridge"
 
 
 def test_the_bridge_peers_through_its_cluster_peering_with_a_priority_per_process_and_its_pod_name() -> None:
@@ -111,8 +146,8 @@ def test_the_bridge_peers_through_its_cluster_peering_with_a_priority_per_proces
     # Equal priorities pause every peer (kopf docs "Peering"): two bridges of one template during a rollout.
     first, second = (operatorshell.parse_priority(operatorshell.START_TIME) for _ in range(2))
     assert args.priority is not None and first != second
-    deployment, _ = documents("deployment.yaml")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    deployment = next(d for d in documents("deployment.yaml") if d["kind"] == "Deployment")
+    container = support.container(deployment)
     env = {e["name"]: e for e in container.get("env", [])}
     assert "--priority=start-time" in container["command"]
     assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -126,7 +161,7 @@ def test_rbac_covers_what_kopf_peering_does_with_the_peering_object() -> None:
 
 
 def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_port() -> None:
-    """/readyz says ready once the webhook is served (and registered under --manage-webhooks)."""
+    """/readyz says ready once the webhook is served; behind a Service the registration waits for it."""
     from podnetwork.kube import webhooks
 
     (deployment,) = [d for d in documents("deployment.yaml") if d["kind"] == "Deployment"]

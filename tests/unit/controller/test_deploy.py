@@ -1,5 +1,6 @@
-"""deploy/controller and deploy/peering agree with the code: webhook configurations,
-paths, RBAC for every write, and the kopf peering the replicas elect their active one by."""
+"""deploy/controller and deploy/peering agree with the code: the webhooks' registration and
+certificate (with and without cert-manager), RBAC for every write, and the kopf peering the
+replicas elect their active one by."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kopf._cogs.structs import references
 
 from podnetwork import admission
 from podnetwork.commands import controller as command
+from podnetwork.kube import operatorshell
+from tests.unit import webhook_deploy_support as support
 
 ROOT = Path(__file__).resolve().parents[3] / "deploy"
 DEPLOY = ROOT / "controller"
@@ -55,14 +58,90 @@ def allowed(role: dict[str, Any]) -> set[tuple[str, str, str]]:
             for resource in rule["resources"] for verb in rule["verbs"]}
 
 
-def test_static_webhook_configurations_are_what_manage_webhooks_registers():
-    static = [d for d in documents("webhooks.yaml") if d["kind"].endswith("WebhookConfiguration")]
-    service = static[0]["webhooks"][0]["clientConfig"]["service"]
-    generated = admission.webhook_configurations(
-        {"service": {k: v for k, v in service.items() if k != "path"}})
-    for obj in static:
-        obj["metadata"].pop("annotations")
-    assert static == generated
+def test_the_controller_registers_its_webhooks_at_its_service_with_the_certificate_of_its_secret():
+    deploy = deployment()
+    args = container_args(deploy)
+    (service,) = of_kind("Service", documents("deployment.yaml"))
+    role = next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole")
+    assert args.manage_webhooks
+    assert args.webhook_service == (service["metadata"]["namespace"], service["metadata"]["name"])
+    assert args.webhook_secret == "podnetwork-webhook-tls" and not args.webhook_secret_external
+    # The owner whose deletion (kubectl delete -k deploy/controller) deletes the configurations.
+    assert args.webhook_owner == role["metadata"]["name"]
+    assert operatorshell.webhook_problem(support.registration_flags(args), turn_on="") is None
+    # The configurations call the Service on 443, which reaches the served port.
+    assert [p["port"] for p in service["spec"]["ports"]] == [443]
+    # No Secret to mount: a pod never waits in ContainerCreating for a certificate someone else makes.
+    assert "volumes" not in deploy["spec"]["template"]["spec"]
+    assert args.webhook_cert is None and args.webhook_key is None
+    # The controller's own namespace is exempt from its webhooks (failurePolicy Fail).
+    for obj in admission.webhook_configurations({"service": {"namespace": "x", "name": "y"}}):
+        exempt = obj["webhooks"][0]["namespaceSelector"]["matchExpressions"][1]["values"]
+        assert deploy["metadata"]["namespace"] in exempt
+
+
+def test_no_webhook_configuration_is_applied_from_deploy():
+    # They exist only once a replica answers (podnetwork.kube.registration): applied statically,
+    # with failurePolicy Fail, they refused every pod while nothing could answer them.
+    for path in sorted(ROOT.rglob("*.yaml")):
+        for doc in support.documents(path):
+            assert not doc.get("kind", "").endswith("WebhookConfiguration"), path
+
+
+def test_rbac_allows_the_registration_and_the_secret_and_by_name_where_rbac_can():
+    cluster = support.grants(next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole"))
+    (role,) = of_kind("Role", documents("rbac.yaml"))
+    (binding,) = of_kind("RoleBinding", documents("rbac.yaml"))
+    args = container_args(deployment())
+    namespace, _ = args.webhook_service
+    group = "admissionregistration.k8s.io"
+    for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        assert (group, plural, "create", "") in cluster  # RBAC cannot name what is created
+        for verb in ("get", "patch", "delete"):
+            assert (group, plural, verb, admission.CONFIGURATION_NAME) in cluster
+            assert not support.allows(cluster, group, plural, verb, "another-webhook")
+    assert ("rbac.authorization.k8s.io", "clusterroles", "get", args.webhook_owner) in cluster
+    assert not support.allows(cluster, "rbac.authorization.k8s.io", "clusterroles", "get", "cluster-admin")
+    # Secrets only in the Service's namespace, and only the one named, but for `create`.
+    assert role["metadata"]["namespace"] == namespace
+    secrets = support.grants(role)
+    assert ("", "secrets", "create", "") in secrets
+    for verb in ("get", "patch"):
+        assert ("", "secrets", verb, args.webhook_secret) in secrets
+        assert not support.allows(secrets, "", "secrets", verb, "another-secret")
+    assert ("discovery.k8s.io", "endpointslices", "list", "") in secrets
+    assert not [g for g in cluster if g[1] == "secrets"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": deployment()["spec"]["template"]["spec"][
+        "serviceAccountName"], "namespace": namespace}]
+
+
+def test_with_cert_manager_the_controller_reads_the_secret_a_ca_issued_certificate_fills():
+    component = ROOT / "components" / "cert-manager" / "controller"
+    docs = support.with_component(component, documents("deployment.yaml") + documents("rbac.yaml"))
+    (deploy,) = of_kind("Deployment", docs)
+    args = container_args(deploy)
+    assert args.webhook_secret_external
+    assert operatorshell.webhook_problem(support.registration_flags(args), turn_on="") is None
+    namespace, service = args.webhook_service
+    certificates = {c["metadata"]["name"]: c for c in of_kind("Certificate", docs)}
+    issuers = {i["metadata"]["name"]: i for i in of_kind("Issuer", docs)}
+    (serving,) = [c for c in certificates.values() if c["spec"]["secretName"] == args.webhook_secret]
+    assert serving["metadata"]["namespace"] == namespace
+    assert serving["spec"]["dnsNames"] == [f"{service}.{namespace}.svc"]
+    # Signed by a CA (whose ca.crt stays through the serving certificate's renewals), not self-signed.
+    ca_secret = issuers[serving["spec"]["issuerRef"]["name"]]["spec"]["ca"]["secretName"]
+    (ca,) = [c for c in certificates.values() if c["spec"]["secretName"] == ca_secret]
+    assert ca["spec"]["isCA"] is True
+    assert "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
+    # Nothing left to write: only reading the Secret.
+    (role,) = of_kind("Role", docs)
+    secrets = support.grants(role)
+    assert ("", "secrets", "get", args.webhook_secret) in secrets
+    assert not [g for g in secrets if g[1] == "secrets" and g[2] != "get"]
+    (overlay,) = documents("kustomization.yaml", ROOT / "cert-manager" / "controller")
+    assert overlay["resources"] == ["../../controller"]
+    assert overlay["components"] == ["../../components/cert-manager/controller"]
 
 
 def test_webhook_service_reaches_the_served_port_of_every_replica():
@@ -184,7 +263,7 @@ def test_every_deployment_in_deploy_that_peers_names_an_existing_cluster_peering
 
 
 def test_readiness_is_probed_on_readyz_and_liveness_on_healthz_of_the_webhook_port() -> None:
-    """/readyz says ready once the webhooks are served (and registered under --manage-webhooks)."""
+    """/readyz says ready once the webhooks are served; behind a Service the registration waits for it."""
     from podnetwork.kube import webhooks
 
     (container,) = deployment()["spec"]["template"]["spec"]["containers"]
