@@ -2,7 +2,7 @@
 
 `render` runs `kubectl kustomize` (installed here and in CI). Where kubectl is missing it
 renders with `render_in_python`, which knows the kustomization fields deploy/ uses
-(`resources`, `configMapGenerator`, `images`) and says so in a warning; where both exist,
+(`resources`, `components`, `configMapGenerator`, `images`) and says so in a warning; where both exist,
 tests/unit/deploy/test_manifests.py checks that they agree.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from tests.unit import webhook_deploy_support
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 #: The image deploy/agent/Dockerfile builds, which every component of ours runs.
@@ -29,8 +31,10 @@ WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 
 
 def kustomizations() -> list[Path]:
-    """Every directory under deploy/ with a kustomization.yaml."""
-    return sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+    """Every directory under deploy/ with a kustomization.yaml a user applies: a Component
+    (deploy/components/) is rendered as part of the kustomizations that use it."""
+    return sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml")
+                  if yaml.safe_load(p.read_text()).get("kind") != "Component")
 
 
 def render(directory: Path) -> list[dict[str, Any]]:
@@ -50,7 +54,7 @@ def render_with_kubectl(directory: Path) -> list[dict[str, Any]]:
 
 # -- the fallback renderer --------------------------------------------------------------------------
 
-_SUPPORTED = {"apiVersion", "kind", "resources", "configMapGenerator", "images"}
+_SUPPORTED = {"apiVersion", "kind", "resources", "components", "configMapGenerator", "images"}
 
 
 def render_in_python(directory: Path) -> list[dict[str, Any]]:
@@ -65,6 +69,9 @@ def render_in_python(directory: Path) -> list[dict[str, Any]]:
             objects.extend(render_in_python(path))
         else:
             objects.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    for component in spec.get("components", []):
+        # A Component is applied after the resources, in order: its objects added, its patches on them.
+        objects = webhook_deploy_support.with_component(directory / component, objects)
     renamed: dict[str, str] = {}
     for generator in spec.get("configMapGenerator", []):
         data = {Path(f).name: (directory / f).read_text() for f in generator.get("files", [])}
