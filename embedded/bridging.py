@@ -24,14 +24,15 @@ from bridge.operator import pods
 from bridge.translate import params
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import conditions, constants
-from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube.core import Pod
+from podnetwork import conditions
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.ground.fielderrors import InvalidObject
 
 log = logging.getLogger(__name__)
 
-PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
-PNA = (constants.API_VERSION, constants.ATTACHMENT_KIND)
+PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PNA: tuple[str, str] = (constants.API_VERSION, constants.ATTACHMENT_KIND)
 NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)
 OPTIONS = (translate.OPTIONS_API_VERSION, translate.OPTIONS_KIND)
 POD = ("v1", "Pod")

@@ -8,7 +8,7 @@ only reads, calls and writes. Because the store delivers events synchronously
 after each write, the control plane has settled when a write returns.
 
 Objects are read into their models (`podnetwork.api`) and views
-(`podnetwork.kube.core`) as they leave the store, as the operator reads them
+(`podnetwork.ground.core`) as they leave the store, as the operator reads them
 from watch events: one that does not fit is ignored with a warning, and a pod
 that does not fit holds no network.
 """
@@ -21,14 +21,15 @@ from typing import Any, TypeVar
 
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import api, conditions, constants, defaultnet, inuse
+from podnetwork import api, conditions, defaultnet, inuse
 from podnetwork.api import KepObject
-from podnetwork.kube.core import Node, PartialObjectMetadata, Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
 
 log = logging.getLogger(__name__)
 
-PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
-PNA = (constants.API_VERSION, constants.ATTACHMENT_KIND)
+PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PNA: tuple[str, str] = (constants.API_VERSION, constants.ATTACHMENT_KIND)
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 #: Attempts at a read-decide-write cycle before giving up on a conflict storm.

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
 from bridge.agent.running import Running
+from bridge.translate.params import ParamsReason
 from embedded import host as host_mod
 from embedded import store as store_mod
 from embedded.bridging import Bridge
@@ -39,14 +40,16 @@ from embedded.control import Controller
 from embedded.report import Report
 from embedded.scheduling import Decision, Extender, Scheduler
 from embedded.store import Store
-from podnetwork import constants, networks
+from podnetwork import networks
+from podnetwork.ground import constants
+from podnetwork.ground.constants import ConditionType, ReadyReason
 
 if TYPE_CHECKING:
     from embedded.kubelet import Kubelet
 
 NS = "demo"
-PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
-PNA = (constants.API_VERSION, constants.ATTACHMENT_KIND)
+PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PNA: tuple[str, str] = (constants.API_VERSION, constants.ATTACHMENT_KIND)
 NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
@@ -160,7 +163,7 @@ def condition_summary(obj: dict[str, Any] | None) -> str:
     parts = []
     for cond in (obj.get("status") or {}).get("conditions") or []:
         text = f"{cond['type']}={cond['status']}"
-        if cond["status"] != "True" or cond["type"] == constants.ConditionType.IN_USE:
+        if cond["status"] != "True" or cond["type"] == ConditionType.IN_USE:
             text += f" ({cond.get('reason')}: {cond.get('message')})"
         parts.append(text)
     if obj["metadata"].get("deletionTimestamp"):
@@ -328,7 +331,7 @@ class Demo:
         self._flush_notes()
         default = api.get(*PN, constants.DEFAULT_PODNETWORK)
         r.check(
-            condition(default, "Ready").get("status") == "True",
+            condition(default, ConditionType.READY).get("status") == "True",
             'the controller created the "default" PodNetwork and it is Ready',
             condition_summary(default),
         )
@@ -382,21 +385,21 @@ class Demo:
             obj = api.get(*PN, name)
             r.say(f"  PodNetwork {name}: {condition_summary(obj)}")
             r.check(
-                condition(obj, "Ready").get("status") == "True",
+                condition(obj, ConditionType.READY).get("status") == "True",
                 f"PodNetwork {name} is Ready",
                 condition_summary(obj),
             )
         for name in (BLUE.name, GREEN.name):
             obj = api.get(*PN, name)
             r.check(
-                condition(obj, "ParamsReady").get("status") == "True",
+                condition(obj, ConditionType.PARAMS_READY).get("status") == "True",
                 f"the bridge set ParamsReady=True on PodNetwork {name}",
                 condition_summary(obj),
             )
         pna = api.get(*PNA, "green-port", NS)
         r.say(f"  PodNetworkAttachment {NS}/green-port: {condition_summary(pna)}")
         r.check(
-            condition(pna, "Ready").get("status") == "True",
+            condition(pna, ConditionType.READY).get("status") == "True",
             "PodNetworkAttachment green-port is Ready",
             condition_summary(pna),
         )
@@ -498,8 +501,8 @@ class Demo:
         red = api.get(*PN, RED.name)
         r.say(f"  PodNetwork red: {condition_summary(red)}")
         r.check(
-            condition(red, "ParamsReady").get("reason") == "ParametersNotFound"
-            and condition(red, "Ready").get("reason") == "ParamsNotReady",
+            condition(red, ConditionType.PARAMS_READY).get("reason") == ParamsReason.NOT_FOUND
+            and condition(red, ConditionType.READY).get("reason") == ReadyReason.PARAMS_NOT_READY,
             "red is not Ready: ParamsReady=False (ParametersNotFound) -> Ready=False (ParamsNotReady)",
             condition_summary(red),
         )
@@ -519,7 +522,8 @@ class Demo:
         self._flush_notes()
         red = api.get(*PN, RED.name)
         r.say(f"  PodNetwork red: {condition_summary(red)}")
-        r.check(condition(red, "Ready").get("status") == "True", "red turned Ready", condition_summary(red))
+        r.check(condition(red, ConditionType.READY).get("status") == "True", "red turned Ready",
+                condition_summary(red))
         for pod in ("db-1", "db-2"):
             obj = api.get(*POD, pod, NS)
             r.check(
@@ -547,7 +551,7 @@ class Demo:
         blue = api.get(*PN, BLUE.name)
         r.say(f"  PodNetwork blue: {condition_summary(blue)}")
         r.check(
-            condition(blue, "Ready").get("reason") == "AdministrativelyDisabled",
+            condition(blue, ConditionType.READY).get("reason") == ReadyReason.ADMINISTRATIVELY_DISABLED,
             "blue is not Ready: AdministrativelyDisabled",
             condition_summary(blue),
         )
@@ -868,7 +872,7 @@ class Demo:
         await self._delete_pod("db-1")
         red_now = api.find(*PN, RED.name)
         r.check(
-            red_now is not None and "1 pod" in condition(red_now, "InUse").get("message", ""),
+            red_now is not None and "1 pod" in condition(red_now, ConditionType.IN_USE).get("message", ""),
             "red still waits for db-2 (InUse names it)",
             condition_summary(red_now),
         )

@@ -26,10 +26,12 @@ from embedded import host as host_mod
 from embedded import store as store_mod
 from embedded.report import Report
 from embedded.store import Event, EventType, Store
-from podnetwork import constants, networks
+from podnetwork import networks
+from podnetwork.ground import constants
+from podnetwork.ground.constants import ConditionType
 
 POD = ("v1", "Pod")
-PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
 #: Seconds the demo waits for an agent to apply a change (the plugins run in milliseconds).
 SETTLE_SECONDS = 30.0
 
@@ -123,7 +125,7 @@ def _status(demo: Demo, pod: str, ns: str) -> list[dict[str, Any]]:
 
 def _in_use(demo: Demo, name: str) -> str:
     conditions = (demo.api.get(*PN, name).get("status") or {}).get("conditions") or []
-    return str(next((c.get("message", "") for c in conditions if c.get("type") == "InUse"), ""))
+    return str(next((c.get("message", "") for c in conditions if c.get("type") == ConditionType.IN_USE), ""))
 
 
 async def run(demo: Demo, *, ns: str, red: Any) -> None:

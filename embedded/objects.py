@@ -13,14 +13,15 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.agent import objects as cni_objects
 from embedded import store as store_mod
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 
 _COORDINATES: dict[str, str] = {
     cni_objects.POD: "v1",
-    cni_objects.NAD: f"{cni_objects.NAD_GROUP}/{cni_objects.NAD_VERSION}",
-    cni_objects.PODNETWORK: f"{cni_objects.KEP_GROUP}/{cni_objects.KEP_VERSION}",
-    cni_objects.ATTACHMENT: f"{cni_objects.KEP_GROUP}/{cni_objects.KEP_VERSION}",
-    cni_objects.SELECTION_OPTIONS: f"{cni_objects.OPTIONS_GROUP}/{cni_objects.OPTIONS_VERSION}",
+    constants.NAD_KIND: f"{constants.NAD_GROUP}/{constants.NAD_VERSION}",
+    constants.PODNETWORK_KIND: f"{constants.GROUP}/{constants.VERSION}",
+    constants.ATTACHMENT_KIND: f"{constants.GROUP}/{constants.VERSION}",
+    constants.OPTIONS_KIND: f"{constants.OPTIONS_GROUP}/{constants.OPTIONS_VERSION}",
 }
 
 
@@ -44,19 +45,19 @@ class StoreObjects:
         return pod
 
     async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
-        nad: npwg.NetworkAttachmentDefinition = self._get(cni_objects.NAD, namespace, name)
+        nad: npwg.NetworkAttachmentDefinition = self._get(constants.NAD_KIND, namespace, name)
         return nad
 
     async def get_podnetwork(self, name: str) -> translate.PodNetwork:
-        pn: translate.PodNetwork = self._get(cni_objects.PODNETWORK, None, name)
+        pn: translate.PodNetwork = self._get(constants.PODNETWORK_KIND, None, name)
         return pn
 
     async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
-        pna: translate.PodNetworkAttachment = self._get(cni_objects.ATTACHMENT, namespace, name)
+        pna: translate.PodNetworkAttachment = self._get(constants.ATTACHMENT_KIND, namespace, name)
         return pna
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
-        opts: translate.NetworkSelectionOptions = self._get(cni_objects.SELECTION_OPTIONS, namespace, name)
+        opts: translate.NetworkSelectionOptions = self._get(constants.OPTIONS_KIND, namespace, name)
         return opts
 
     async def patch_pod_annotations(

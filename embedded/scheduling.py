@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from embedded.store import Event, EventType, Store
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import webhooks
 from scheduler_plugin import app as extender_app
 from scheduler_plugin import cache as extender_cache

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from podnetwork.ground import constants
+
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
@@ -133,18 +135,10 @@ BUILTIN_RESOURCES: tuple[Resource, ...] = (
     Resource("v1", "Node", "nodes", False),
     Resource("v1", "Namespace", "namespaces", False),
     Resource("v1", "Event", "events", True),
-    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetwork", "podnetworks", False, False),
-    Resource("multinetwork.x-k8s.io/v1alpha1", "PodNetworkAttachment", "podnetworkattachments", True, False),
-    Resource(
-        "k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "network-attachment-definitions", True, False
-    ),
-    Resource(
-        "bridge.multinetwork.x-k8s.io/v1alpha1",
-        "NetworkSelectionOptions",
-        "networkselectionoptions",
-        True,
-        False,
-    ),
+    Resource(constants.API_VERSION, constants.PODNETWORK_KIND, constants.PODNETWORK_PLURAL, False, False),
+    Resource(constants.API_VERSION, constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL, True, False),
+    Resource(constants.NAD_API_VERSION, constants.NAD_KIND, constants.NAD_PLURAL, True, False),
+    Resource(constants.OPTIONS_API_VERSION, constants.OPTIONS_KIND, constants.OPTIONS_PLURAL, True, False),
 )
 
 Key = tuple[str, str, str | None, str]

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from podnetwork import conditions, constants
+from podnetwork import conditions
 from podnetwork.api import KepObject, Network
+from podnetwork.ground import constants
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,10 +45,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from podnetwork import admissionreview, constants, networks, validation
+from podnetwork import admissionreview, networks, validation
 from podnetwork.admissionreview import AdmissionRequest, AdmissionReview, UserInfo
 from podnetwork.api import DEFAULT_NETWORKS, Network
-from podnetwork.fielderrors import FieldError, InvalidObject, forbidden
+from podnetwork.ground import constants
+from podnetwork.ground.fielderrors import FieldError, InvalidObject, forbidden
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from podnetwork.fielderrors import ErrorType, FieldError
-from podnetwork.kube import jsontype
+from podnetwork.ground import jsontype
+from podnetwork.ground.fielderrors import ErrorType, FieldError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

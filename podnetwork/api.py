@@ -17,12 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from podnetwork import constants
-from podnetwork.kube.core import ObjectMeta as ObjectMeta
-
-#: `apiVersion` of both kinds, as a type (equal to `constants.API_VERSION`).
-ApiVersion = Literal["multinetwork.x-k8s.io/v1alpha1"]
-API_VERSION: ApiVersion = "multinetwork.x-k8s.io/v1alpha1"
+from podnetwork.ground import constants
+from podnetwork.ground.constants import API_VERSION, ApiVersion, AttachmentKind, PodNetworkKind
+from podnetwork.ground.core import ObjectMeta as ObjectMeta
 
 
 class _Model(BaseModel):
@@ -95,7 +92,7 @@ class PodNetwork(_Model):
     """A logical network of the cluster. Cluster-scoped."""
 
     api_version: ApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["PodNetwork"] = "PodNetwork"
+    kind: PodNetworkKind = constants.PODNETWORK_KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodNetworkSpec = Field(default_factory=PodNetworkSpec)
     status: Status | None = None
@@ -113,7 +110,7 @@ class PodNetworkAttachment(_Model):
     """Pod-level parameters of an attachment to a PodNetwork. Namespaced."""
 
     api_version: ApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["PodNetworkAttachment"] = "PodNetworkAttachment"
+    kind: AttachmentKind = constants.ATTACHMENT_KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodNetworkAttachmentSpec
     status: Status | None = None

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from podnetwork import constants
 from podnetwork.api import Condition, KepObject, PodNetwork, PodNetworkAttachment
-from podnetwork.constants import ConditionStatus, ConditionType, InUseReason, ReadyReason
+from podnetwork.ground import constants
+from podnetwork.ground.constants import ConditionStatus, ConditionType, InUseReason, ReadyReason
 
 #: How many consumers the InUse message names before it only counts.
 MESSAGE_SAMPLE = 5

@@ -39,14 +39,15 @@ from typing import Any, TypeVar
 
 import kopf
 
-from podnetwork import admission, conditions, constants, defaultnet, inuse
+from podnetwork import admission, conditions, defaultnet, inuse
 from podnetwork import api as models
 from podnetwork.api import KepObject, Network
-from podnetwork.fielderrors import InvalidObject
+from podnetwork.ground import constants
+from podnetwork.ground.core import HasMetadata, Node, PartialObjectMetadata, Pod
+from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.inuse import Ref
 from podnetwork.kube import client as kube
 from podnetwork.kube import handlers
-from podnetwork.kube.core import HasMetadata, Node, PartialObjectMetadata, Pod
 
 logger = logging.getLogger(__name__)
 

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from podnetwork import constants, defaultnet
+from podnetwork import defaultnet
 from podnetwork import graph as graphs
-from podnetwork.kube.core import Node, Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Node, Pod
 
 KINDS = {
     "pod": "Pod", "po": "Pod", "pods": "Pod",
     "podnetwork": constants.PODNETWORK_KIND, "pn": constants.PODNETWORK_KIND,
-    "podnetworks": constants.PODNETWORK_KIND,
+    constants.PODNETWORK_PLURAL: constants.PODNETWORK_KIND,
     "pna": constants.ATTACHMENT_KIND, "podnetworkattachment": constants.ATTACHMENT_KIND,
-    "podnetworkattachments": constants.ATTACHMENT_KIND,
+    constants.ATTACHMENT_PLURAL: constants.ATTACHMENT_KIND,
 }
 
 

@@ -24,7 +24,7 @@ and attachments, `ready` and `reason` (from status, or computed by the
 controller's own rules when the input has no status).
 
 `build` is where the objects enter: `obj` is the object read into its model
-(`podnetwork.api`) or view (`podnetwork.kube.core`; other kinds as
+(`podnetwork.api`) or view (`podnetwork.ground.core`; other kinds as
 `PartialObjectMetadata`). An object that does not fit its model is kept as
 `PartialObjectMetadata` with `errors` naming every field that does not fit (a
 PodNetwork or attachment is then not Ready, reason `Invalid`); one whose
@@ -43,9 +43,10 @@ from typing import Any
 import networkx as nx
 import pydantic
 
-from podnetwork import api, conditions, constants, defaultnet, excerpts, networks, validation
-from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube.core import Node, PartialObjectMetadata, Pod
+from podnetwork import api, conditions, defaultnet, networks, validation
+from podnetwork.ground import constants, excerpts
+from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
+from podnetwork.ground.fielderrors import InvalidObject
 
 logger = logging.getLogger(__name__)
 
@@ -215,11 +216,11 @@ def _readiness(graph: nx.DiGraph[str], node_key: str) -> None:
         pn = view.get("obj")
         if not isinstance(pn, api.PodNetwork):
             pn = None
-        if "ready" in view and (pn is None or conditions.find(pn, "Ready") is None):
+        if "ready" in view and (pn is None or conditions.find(pn, constants.ConditionType.READY) is None):
             # the PodNetwork's readiness was computed too: give the attachment the same view
             ready = api.Condition.model_construct(
-                type="Ready", status="True" if view["ready"] else "False", reason=view["reason"],
-                message="", last_transition_time="", observed_generation=None)
+                type=constants.ConditionType.READY, status="True" if view["ready"] else "False",
+                reason=view["reason"], message="", last_transition_time="", observed_generation=None)
             pn = (pn or api.PodNetwork()).model_copy(update={"status": api.Status(conditions=[ready])})
         desired = conditions.attachment_ready(obj, pn)
     data["ready"] = desired.status == "True"

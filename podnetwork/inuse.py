@@ -12,7 +12,7 @@ pod's key, never by scanning other pods. The controller feeds it from watch
 events; the demo feeds it from its in-process store; both read `usage()`.
 
 Everything here is pure data and decisions; nothing talks to an API. Pods are
-read through the `podnetwork.kube.core.Pod` view, PodNetworks and attachments
+read through the `podnetwork.ground.core.Pod` view, PodNetworks and attachments
 through the models of `podnetwork.api`, parsed by the caller where they enter.
 """
 
@@ -24,10 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from podnetwork import conditions, constants, networks
+from podnetwork import conditions, networks
 from podnetwork.api import KepObject, Network, PodNetworkAttachment
-from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube.core import HasMetadata, PartialObjectMetadata, Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import HasMetadata, PartialObjectMetadata, Pod
+from podnetwork.ground.fielderrors import InvalidObject
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

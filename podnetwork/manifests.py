@@ -57,7 +57,7 @@ import yaml.reader
 import yaml.resolver
 import yaml.scanner
 
-from podnetwork import excerpts
+from podnetwork.ground import excerpts
 
 try:
     from yaml._yaml import CParser

@@ -14,9 +14,9 @@ from typing import Any
 
 import pydantic
 
-from podnetwork import constants
 from podnetwork.api import DEFAULT_NETWORKS, Network
-from podnetwork.fielderrors import ErrorType, FieldError, InvalidObject, invalid
+from podnetwork.ground import constants
+from podnetwork.ground.fielderrors import ErrorType, FieldError, InvalidObject, invalid
 
 FIELD = "spec.networks"
 ANNOTATION_FIELD = f"metadata.annotations[{constants.NETWORKS_ANNOTATION}]"

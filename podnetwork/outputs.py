@@ -35,7 +35,7 @@ import stat
 import sys
 from pathlib import Path
 
-from podnetwork import excerpts
+from podnetwork.ground import excerpts
 
 STDOUT = "-"
 _DESCRIPTOR = re.compile(r"/(?:dev|proc/self)/fd/(\d+)")

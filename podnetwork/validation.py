@@ -13,9 +13,10 @@ from typing import Any
 
 import pydantic
 
-from podnetwork import constants, networks
+from podnetwork import networks
 from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
-from podnetwork.fielderrors import (
+from podnetwork.ground import constants, names
+from podnetwork.ground.fielderrors import (
     FieldError,
     InvalidObject,
     duplicate,
@@ -24,7 +25,6 @@ from podnetwork.fielderrors import (
     required,
     too_long,
 )
-from podnetwork.kube import names
 
 DNS1123_SUBDOMAIN_MAX = names.DNS1123_SUBDOMAIN_MAX
 LINUX_IFNAME_MAX_BYTES = names.LINUX_IFNAME_MAX_BYTES

@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import sys
 
-from podnetwork import constants
 from podnetwork.cli import Command
+from podnetwork.ground import constants
+from podnetwork.ground.names import tcp_port
 from podnetwork.kube import credentials
-from podnetwork.kube.names import tcp_port
 
 COMMAND = "podnetwork scheduler-extender"
 

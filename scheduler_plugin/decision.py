@@ -37,10 +37,11 @@ from typing import Any, TypeVar
 import orjson
 import pydantic_core
 
-from podnetwork import activevalidation, constants, networks, validation
+from podnetwork import activevalidation, networks, validation
 from podnetwork.api import Network
-from podnetwork.fielderrors import FieldError
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.ground.fielderrors import FieldError
 from scheduler_plugin import wire
 from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot, parse_node_offer
 

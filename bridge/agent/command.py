@@ -26,8 +26,8 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke, node
 from bridge.agent import shim as shim_mod
 from podnetwork.cli import Command
+from podnetwork.ground.names import tcp_port
 from podnetwork.kube import credentials
-from podnetwork.kube.names import tcp_port
 
 log = logging.getLogger(__name__)
 

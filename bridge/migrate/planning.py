@@ -55,9 +55,10 @@ import yaml
 from pydantic import ValidationError
 
 from bridge import npwg, translate
-from podnetwork import constants, excerpts, validation
 from podnetwork import networks as kep_networks
+from podnetwork import validation
 from podnetwork.api import Network
+from podnetwork.ground import constants, excerpts
 
 # --- names of the objects involved -------------------------------------------------------------
 

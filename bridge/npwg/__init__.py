@@ -1,7 +1,7 @@
 """The Network Plumbing WG "net-attach-def" standard (multi-net spec v1.3) as a library.
 
 Self-contained on purpose: of this project it imports only the name rules of
-`podnetwork.kube.names` and the metadata view of `podnetwork.kube.core` (see
+`podnetwork.ground.names` and the metadata view of `podnetwork.ground.core` (see
 `.importlinter`), so any tool may use it — the
 translation, the migration, the CNI agent, or a program that has never heard of
 PodNetworks. One module per part of the standard: `names` (1, 3.3, 4.1.2.1.x
@@ -33,7 +33,6 @@ from bridge.npwg.delegation import (
     load_cni_config,
     plugins_of,
 )
-from bridge.npwg.nad import NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec
 from bridge.npwg.names import (
     CAPABILITIES,
     DEFAULT_BURST_BITS,
@@ -70,6 +69,7 @@ from bridge.npwg.status import (
     parse_status,
     status_entry,
 )
+from podnetwork.ground.nad import NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec
 
 __all__ = [
     "CAPABILITIES",

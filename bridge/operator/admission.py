@@ -35,9 +35,10 @@ import pydantic
 
 from bridge import translate
 from bridge.operator import pods
-from podnetwork import admissionreview, constants
+from podnetwork import admissionreview
 from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from podnetwork.cli import Command
+from podnetwork.ground import constants
 from podnetwork.kube import credentials, operatorshell
 
 DESCRIPTION = """\
@@ -131,10 +132,10 @@ def metrics(bridge: Any) -> Any:
     if bridge.api is not None:
         bridge.api.on_write = measured.on_write
     measured.gauge("cached_objects", "Objects the bridge's translations read, held in memory, by kind.",
-                   lambda: {("PodNetwork",): len(bridge.podnetworks),
-                            ("PodNetworkAttachment",): len(bridge.attachments),
-                            ("NetworkAttachmentDefinition",): len(bridge.nads),
-                            ("NetworkSelectionOptions",): len(bridge.options)}, ["kind"])
+                   lambda: {(constants.PODNETWORK_KIND,): len(bridge.podnetworks),
+                            (constants.ATTACHMENT_KIND,): len(bridge.attachments),
+                            (constants.NAD_KIND,): len(bridge.nads),
+                            (constants.OPTIONS_KIND,): len(bridge.options)}, ["kind"])
     measured.gauge("waiting_pods", "Pods whose selection waits for their networks to exist or "
                    "turn Ready.", lambda: len(bridge.waiting))
     measured.gauge("nad_users_entries", "NetworkAttachmentDefinitions named by a parametersRefs "

@@ -41,10 +41,11 @@ import pydantic
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
-from podnetwork import conditions, constants
-from podnetwork.fielderrors import InvalidObject
+from podnetwork import conditions
+from podnetwork.ground import constants
+from podnetwork.ground import core as kube_core
+from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kube import client as kube
-from podnetwork.kube import core as kube_core
 from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)

@@ -57,7 +57,7 @@ from bridge.translate.refs import (
 # The KEP entry of a pod's networks list and the KEP objects' models: re-exported
 # for the agent, which sees the KEP layer only through this package (.importlinter).
 from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
-from podnetwork.constants import ATTACHMENT_NETWORKS_ANNOTATION
+from podnetwork.ground.constants import ATTACHMENT_NETWORKS_ANNOTATION
 
 __all__ = [
     "ATTACHMENT_NETWORKS_ANNOTATION",

@@ -26,7 +26,7 @@ from bridge.translate import refs
 from bridge.translate.refs import Objects, TranslationError
 from podnetwork import conditions
 from podnetwork.api import PodNetwork, PodNetworkAttachment
-from podnetwork.constants import ConditionStatus, ConditionType
+from podnetwork.ground.constants import ConditionStatus, ConditionType
 
 
 class ParamsReason(StrEnum):

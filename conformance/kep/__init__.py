@@ -2,7 +2,7 @@
 Kubernetes API only, and the versioned ConformanceReport they produce (docs/conformance.md).
 
 It imports nothing of this project but how to reach Kubernetes (`podnetwork.kube`) and the API's
-names (`podnetwork.constants`): `.importlinter` holds that as a contract.
+names (`podnetwork.ground.constants`): `.importlinter` holds that as a contract.
 """
 
 #: The suite's version, in every report. Bumped when a test is added, removed or changes its checks.

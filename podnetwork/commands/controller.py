@@ -14,7 +14,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from podnetwork import cli, constants
+from podnetwork import cli
+from podnetwork.ground import constants
 from podnetwork.kube import credentials, operatorshell
 
 # Shared with `podnetwork bridge` (operatorshell); importable from here as before.

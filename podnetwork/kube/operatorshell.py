@@ -38,8 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from podnetwork.ground.names import tcp_port
 from podnetwork.kube.certificates import Certificate, CertificateError
-from podnetwork.kube.names import tcp_port
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int)
 
 def service_reference(text: str) -> tuple[str, str]:
     """`--webhook-service`: NAMESPACE/NAME, both DNS-1123 labels."""
-    from podnetwork.kube import names
+    from podnetwork.ground import names
 
     namespace, sep, name = text.partition("/")
     if not sep or not names.is_dns1123_label(namespace) or not names.is_dns1123_label(name):

@@ -60,7 +60,8 @@ from bridge import npwg
 from bridge.operator import admission as bridge_admission
 from embedded.admission import apply_json_patch
 from embedded.scheduling import unschedulable_message
-from podnetwork import admission, constants
+from podnetwork import admission
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 from tests.api import kube_emulator
 from tests.api.controller_support import free_port

@@ -19,8 +19,9 @@ import httpx
 import kmock
 import kopf
 
-from podnetwork import cli, constants, controller
+from podnetwork import cli, controller
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
 from tests.api import kube_emulator
 
 

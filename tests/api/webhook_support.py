@@ -18,7 +18,8 @@ from typing import Any
 
 from bridge import translate
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission, constants
+from podnetwork import admission
+from podnetwork.ground import constants
 from podnetwork.kube import certificates, operatorshell, webhooks
 from tests.api import bridge_api_support as bs
 

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork import controller
+from podnetwork.ground import constants
 from scheduler_plugin import app as app_mod
 from scheduler_plugin.settings import Settings
 from tests.api.controller_support import pod, podnetwork, running

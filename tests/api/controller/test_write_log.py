@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork import controller
+from podnetwork.ground import constants
 from tests.api.controller_support import node, pod, podnetwork, running
 from tests.api.kube_emulator import NODES, PN, PODS, Emulator, condition, declare_resources, eventually
 

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.unit.crd_support import (
     CRDS,
     EXAMPLES,

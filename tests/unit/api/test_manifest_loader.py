@@ -15,9 +15,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podnetwork import excerpts, manifests
+from podnetwork import manifests
 from podnetwork.commands import validate
-from podnetwork.fielderrors import FieldError, invalid
+from podnetwork.ground import excerpts
+from podnetwork.ground.fielderrors import FieldError, invalid
 from tests.unit.files_support import ROOT, bomb, nested
 
 PARSERS = (manifests.YAMLParser.LIBYAML, manifests.YAMLParser.PYTHON)

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from podnetwork import api, constants, validation
+from podnetwork import api, validation
+from podnetwork.ground import constants
 from tests.unit.crd_support import crd, defaulted, openapi_schema
 
 CASES = [

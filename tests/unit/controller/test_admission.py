@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import admission, constants
+from podnetwork import admission
 from podnetwork.admission import Webhook
+from podnetwork.ground import constants
 
 ANN = constants.NETWORKS_ANNOTATION
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from podnetwork import cli, constants, explain, graph
+from podnetwork import cli, explain, graph
+from podnetwork.ground import constants
 
 ROOT = Path(__file__).resolve().parents[3]
 NAD_REF = {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": "nad", "namespace": "ns"}

@@ -8,9 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnetwork import api, constants, inuse
+from podnetwork import api, inuse
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 from podnetwork.inuse import attachment_ref, podnetwork_ref
-from podnetwork.kube.core import Pod
 
 FIN = constants.IN_USE_FINALIZER
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork import api, constants, controller, inuse
+from podnetwork import api, controller, inuse
+from podnetwork.ground import constants
 
 FIN = constants.IN_USE_FINALIZER
 

@@ -18,9 +18,10 @@ import pytest
 
 from embedded.control import Controller as DemoController
 from embedded.store import Store
-from podnetwork import api, constants, controller, explain, inuse
+from podnetwork import api, controller, explain, inuse
 from podnetwork import graph as graphs
-from podnetwork.kube.core import Condition, Node, Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Condition, Node, Pod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision
 

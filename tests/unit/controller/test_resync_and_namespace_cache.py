@@ -6,8 +6,9 @@ import argparse
 
 import pytest
 
-from podnetwork import admission, constants, controller
+from podnetwork import admission, controller
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
 
 PROFILE = constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import admission, admissionreview, constants
+from podnetwork import admission, admissionreview
 from podnetwork.controller import UseCache
+from podnetwork.ground import constants
 
 ANN = constants.NETWORKS_ANNOTATION
 

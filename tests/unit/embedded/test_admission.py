@@ -9,7 +9,7 @@ import pytest
 
 from embedded import admission
 from embedded.store import Invalid, Store
-from podnetwork import constants
+from podnetwork.ground import constants
 
 
 def pod(name: str = "p", nets: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from bridge import npwg
 from embedded.bridging import Bridge
 from embedded.control import Controller
 from embedded.store import Store
-from podnetwork import constants
+from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
 NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)

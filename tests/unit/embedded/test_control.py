@@ -10,7 +10,7 @@ import pytest
 
 from embedded.control import Controller
 from embedded.store import Store
-from podnetwork import constants
+from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
 PNA = (constants.API_VERSION, constants.ATTACHMENT_KIND)

@@ -13,7 +13,7 @@ import httpx
 from embedded.control import Controller
 from embedded.scheduling import Extender, Scheduler, unschedulable_message
 from embedded.store import Store
-from podnetwork import constants
+from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)
 

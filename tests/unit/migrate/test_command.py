@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podnetwork import cli, constants, manifests, validation
+from podnetwork import cli, manifests, validation
+from podnetwork.ground import constants
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"
 NPWG = "k8s.v1.cni.cncf.io/networks"

@@ -12,7 +12,8 @@ import yaml
 
 from bridge import migrate, translate
 from bridge.operator import pods
-from podnetwork import constants, manifests, networks, validation
+from podnetwork import manifests, networks, validation
+from podnetwork.ground import constants
 from tests.unit.crd_support import crd, schema_errors
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"

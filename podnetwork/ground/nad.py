@@ -1,8 +1,11 @@
 """A typed view of the NetworkAttachmentDefinition (NPWG multi-net spec 3.1, 3.2).
 
+Beside the views of Pod, Node and Namespace (`podnetwork.ground.core`), as the
+objects every layer reads; `bridge.npwg` offers it as part of the standard's library.
+
 Read once where a NAD enters the program (a watch event, an API response, a
 file), with `NetworkAttachmentDefinition.model_validate(obj)`; the decisions
-read `nad.spec.config`. Like the views of `podnetwork.kube.core`, it declares
+read `nad.spec.config`. Like the views of `podnetwork.ground.core`, it declares
 only what this project reads and drops the rest, and it refuses what the CRD of
 3.1 refuses: a `spec` that is not an object, a `spec.config` that is not a
 string. Whether the config is executable CNI JSON is the caller's question
@@ -13,8 +16,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bridge.npwg.names import NAD_API_VERSION, NAD_KIND
-from podnetwork.kube.core import ObjectMeta
+from podnetwork.ground.constants import NAD_API_VERSION, NAD_KIND
+from podnetwork.ground.core import ObjectMeta
 
 
 class _View(BaseModel):

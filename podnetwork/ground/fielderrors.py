@@ -4,7 +4,7 @@
 `spec.networks[1].interfaceName: Duplicate value: "net1"`, so users meet one
 format whether the error comes from `podnetwork validate`, the admission webhook
 or the API server. Values and paths come from the user's object, so they are
-cut to a bounded length (`podnetwork.excerpts`): an error about a megabyte-long
+cut to a bounded length (`podnetwork.ground.excerpts`): an error about a megabyte-long
 field is one short line.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from podnetwork import excerpts
+from podnetwork.ground import excerpts
 
 
 class ErrorType(StrEnum):

@@ -1,20 +1,32 @@
-"""The names of the API: group, version, annotations, finalizer, conditions.
+"""The names on the wire: API groups, versions, kinds, annotations, finalizer, conditions.
 
-One name for one thing: code, CRDs, docs and logs all take them from here.
+One name for one thing, spelled once: code, CRDs, docs and logs all take them from
+here, in every layer (the KEP layer, the plumbing, the bridge, the agent, the
+extender, the demo and the KEP conformance suite). Besides the KEP's own names, it
+holds this project's (the bridge's NetworkSelectionOptions, its scheduling gate)
+and the few names of the NPWG standard that layers below the bridge address: the
+NetworkAttachmentDefinition's coordinates (`podnetwork.kube.client` lists and
+watches NADs) and its two pod annotations (the conformance suite reads the
+selection). `bridge.npwg.names` re-exports those as the standard's library.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-GROUP = "multinetwork.x-k8s.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+#: `apiVersion` of the KEP's kinds; as a type too, for the models' fields (a `Literal` type
+#: needs the text itself, so the kinds' names are spelled as types and values below).
+ApiVersion = Literal["multinetwork.x-k8s.io/v1alpha1"]
+API_VERSION: ApiVersion = "multinetwork.x-k8s.io/v1alpha1"
+GROUP, VERSION = API_VERSION.split("/")
 
-PODNETWORK_KIND = "PodNetwork"
+PodNetworkKind = Literal["PodNetwork"]
+PODNETWORK_KIND: PodNetworkKind = "PodNetwork"
 PODNETWORK_PLURAL = "podnetworks"
 PODNETWORK_SHORT = "pn"
-ATTACHMENT_KIND = "PodNetworkAttachment"
+AttachmentKind = Literal["PodNetworkAttachment"]
+ATTACHMENT_KIND: AttachmentKind = "PodNetworkAttachment"
 ATTACHMENT_PLURAL = "podnetworkattachments"
 ATTACHMENT_SHORT = "pna"
 CATEGORY = "multinetwork"
@@ -60,6 +72,32 @@ IN_USE_FINALIZER = f"{GROUP}/in-use"
 
 #: Provider of PodNetworks whose parameters are NPWG NetworkAttachmentDefinitions.
 BRIDGE_PROVIDER = f"{GROUP}/npwg-bridge"
+#: The bridge's scheduling gate: a pod naming a bridge network waits behind it until the bridge
+#: has written the pod's NPWG selection (docs/bridge.md).
+NPWG_SELECTION_GATE = f"{GROUP}/npwg-selection"
+
+#: The bridge's own kind, NetworkSelectionOptions: the per-pod keys of an NPWG selection element
+#: that a PodNetwork's parametersRefs may name (docs/bridge.md).
+OPTIONS_GROUP = f"bridge.{GROUP}"
+OPTIONS_VERSION = "v1alpha1"
+OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
+OPTIONS_KIND = "NetworkSelectionOptions"
+OPTIONS_PLURAL = "networkselectionoptions"
+
+# --- Names of the NPWG standard (multi-net spec v1.3) that layers below the bridge use ---------
+
+#: API group, version and names of NetworkAttachmentDefinition (3.1).
+NAD_GROUP = "k8s.cni.cncf.io"
+NAD_VERSION = "v1"
+NAD_API_VERSION = f"{NAD_GROUP}/{NAD_VERSION}"
+NAD_KIND = "NetworkAttachmentDefinition"
+NAD_PLURAL = "network-attachment-definitions"
+NAD_SINGULAR = "network-attachment-definition"
+NAD_SHORT = "net-attach-def"
+#: Pod annotation selecting the secondary networks (4.1).
+NPWG_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+#: Pod annotation reporting the result of each attachment (5).
+NPWG_NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 
 #: Feature gate name (KEP "Feature gate").
 FEATURE_GATE = "MultiNetwork"
