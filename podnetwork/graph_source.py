@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from podnetwork import manifests
+from podnetwork.cli import manifests
 from podnetwork.ground import constants
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import asyncio
 import sys
 
 from podnetwork.cli import Command
+from podnetwork.cli.arguments import tcp_port
 from podnetwork.ground import constants
-from podnetwork.ground.names import tcp_port
 from podnetwork.kube import credentials
 
 COMMAND = "podnetwork scheduler-extender"
@@ -73,8 +73,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from podnetwork.cli import operatorshell
     from podnetwork.kube import client as kube
-    from podnetwork.kube import operatorshell
     from scheduler_plugin import app, cache, feeder, settings
 
     try:

@@ -26,7 +26,7 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke, node
 from bridge.agent import shim as shim_mod
 from podnetwork.cli import Command
-from podnetwork.ground.names import tcp_port
+from podnetwork.cli.arguments import tcp_port
 from podnetwork.kube import credentials
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bridge import migrate
-from podnetwork import manifests, outputs
+from podnetwork.cli import manifests, outputs
 from podnetwork.ground import constants
 
 EXIT_OK = 0

@@ -11,9 +11,9 @@ import asyncio
 import logging
 from typing import Any
 
-from podnetwork.cli import Command
+from podnetwork.cli import Command, arguments, logs, operatorshell
 from podnetwork.ground import constants
-from podnetwork.kube import credentials, operatorshell
+from podnetwork.kube import credentials
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -77,7 +77,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peering", metavar="NAME",
                    help="run with kopf peering under this name (a ClusterKopfPeering object), so only "
                    "one replica is active; default: standalone (deploy/peering/ has the CRDs and objects)")
-    p.add_argument("--priority", type=operatorshell.parse_priority, metavar="INT|start-time",
+    p.add_argument("--priority", type=arguments.parse_priority, metavar="INT|start-time",
                    help="peering priority (needs --peering): the live replica with the highest reconciles, "
                    "the others pause; equal priorities pause all of them. `start-time` makes it minus the "
                    "start time in microseconds, so replicas of one Deployment differ and the "
@@ -97,7 +97,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
-    operatorshell.add_metrics_arguments(p)
+    arguments.add_metrics_arguments(p)
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
@@ -125,8 +125,8 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 def metrics(bridge: Any) -> Any:
     """The bridge's metrics (docs/metrics.md): the shared operator ones, the writes of its API
-    client, and what it holds in memory. Returns a `podnetwork.kube.metrics.OperatorMetrics`."""
-    from podnetwork.kube import metrics as kube_metrics
+    client, and what it holds in memory. Returns a `podnetwork.cli.metrics.OperatorMetrics`."""
+    from podnetwork.cli import metrics as kube_metrics
 
     measured = kube_metrics.OperatorMetrics("bridge")
     if bridge.api is not None:
@@ -166,7 +166,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
             webhook = admission.app(bridge.objects)
             if measured is not None:
-                from podnetwork.kube import metrics as kube_metrics
+                from podnetwork.cli import metrics as kube_metrics
 
                 shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
                 webhook = measured.webhook(webhook)
@@ -211,10 +211,10 @@ def _run(args: argparse.Namespace) -> int:
     from bridge.operator import admission
     from podnetwork.kube import client as kube
 
-    operatorshell.operator_logging(args.verbose)
+    logs.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
     served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
-    operatorshell.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
+    logs.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,

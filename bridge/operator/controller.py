@@ -42,11 +42,11 @@ from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
 from podnetwork import conditions
+from podnetwork.cli import handlers
 from podnetwork.ground import constants
 from podnetwork.ground import core as kube_core
 from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kube import client as kube
-from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import yaml
 from conformance.kep import SUITE_VERSION, features, report, suite
 from conformance.kep import client as kc
 from conformance.kep.tests import ALL, BY_NAME
-from podnetwork import outputs
+from podnetwork.cli import outputs
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
 

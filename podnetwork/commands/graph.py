@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from podnetwork import cli, outputs
+from podnetwork import cli
+from podnetwork.cli import outputs
 from podnetwork.commands.explain import add_source_arguments, load_objects
 
 DESCRIPTION = """\

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from podnetwork import cli, manifests, validation
+from podnetwork import cli, validation
+from podnetwork.cli import manifests
 from podnetwork.ground import constants, excerpts
 from podnetwork.ground.fielderrors import FieldError, invalid
 

@@ -5,7 +5,7 @@ for millions of elements. A message quotes the start of such a value, never all
 of it, so one bad field cannot turn an error line into gigabytes of output.
 Every message that quotes what the user wrote goes through here: the field
 errors of `podnetwork validate` and the webhooks (`podnetwork.ground.fielderrors`),
-the manifest reader (`podnetwork.manifests`) and `podnetwork migrate`.
+the manifest reader (`podnetwork.cli.manifests`) and `podnetwork migrate`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ the rule itself lives only in this module.
 
 from __future__ import annotations
 
-import argparse
 import re
 
 #: RFC 1123 label: a namespace name, a NetworkAttachmentDefinition name in NPWG 3.3.
@@ -99,17 +98,5 @@ __all__ = [
     "linux_ifname_problem",
     "lone_surrogates",
     "surrogate_problem",
-    "tcp_port",
     "utf8_length",
 ]
-
-
-def tcp_port(text: str) -> int:
-    """A TCP port to listen on, 1 to 65535 (an argparse type: the flags of every command)."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a number from 1 to 65535")
-    return port

@@ -492,7 +492,7 @@ class AsyncApi:
         self.on_write: Callable[[str, str, str], None] | None = None
         """Told of every create and patch, once it ended (retries included): the kind, the verb
         (`create`, `patch`, `patch_status`) and the outcome (`written`, `conflict`, `not_found`,
-        `failed`). The operators count their writes with it (`podnetwork.kube.metrics`)."""
+        `failed`). The operators count their writes with it (`podnetwork.cli.metrics`)."""
 
     @property
     def client(self) -> lightkube.AsyncClient:

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podnetwork import manifests
+from podnetwork.cli import manifests
 from podnetwork.commands import validate
 from podnetwork.ground import excerpts
 from podnetwork.ground.fielderrors import FieldError, invalid

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podnetwork import cli, manifests, validation
+from podnetwork import cli, validation
+from podnetwork.cli import manifests
 from podnetwork.ground import constants
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"

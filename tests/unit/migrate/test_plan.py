@@ -12,7 +12,8 @@ import yaml
 
 from bridge import migrate, translate
 from bridge.operator import pods
-from podnetwork import manifests, networks, validation
+from podnetwork import networks, validation
+from podnetwork.cli import manifests
 from podnetwork.ground import constants
 from tests.unit.crd_support import crd, schema_errors
 

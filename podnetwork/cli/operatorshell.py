@@ -30,7 +30,6 @@ import signal
 import socket
 import sys
 import tempfile
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from podnetwork.ground.names import tcp_port
+from podnetwork.cli.arguments import positive_seconds, service_reference, tcp_port
 from podnetwork.kube.certificates import Certificate, CertificateError
 
 logger = logging.getLogger(__name__)
@@ -113,61 +112,6 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int)
     parser.add_argument("--webhook-check-interval", type=positive_seconds, default=60.0, metavar="SECONDS",
                         help="with --manage-webhooks: how often the certificate and the configurations are "
                         "checked and put right (default 60)")
-
-
-def service_reference(text: str) -> tuple[str, str]:
-    """`--webhook-service`: NAMESPACE/NAME, both DNS-1123 labels."""
-    from podnetwork.ground import names
-
-    namespace, sep, name = text.partition("/")
-    if not sep or not names.is_dns1123_label(namespace) or not names.is_dns1123_label(name):
-        raise argparse.ArgumentTypeError(
-            f"invalid Service {text!r}: expected NAMESPACE/NAME, each lower-case letters, digits and '-'")
-    return namespace, name
-
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds, more than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(
-            f"invalid interval {text!r}: expected a number of seconds, more than 0")
-    return value
-
-
-def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
-    """--metrics-host/--metrics-port: where Prometheus scrapes the command (plain HTTP, GET
-    /metrics; docs/metrics.md). Off unless --metrics-port is given."""
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="address to serve the Prometheus metrics on (default 127.0.0.1; "
-                        "0.0.0.0 for a scrape from another pod)")
-    parser.add_argument("--metrics-port", type=tcp_port, default=None, metavar="PORT",
-                        help="serve the Prometheus metrics over plain HTTP at GET /metrics on this "
-                        "port (default: not served)")
-
-
-START_TIME = "start-time"
-
-
-def parse_priority(text: str) -> int:
-    """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
-
-    kopf pauses every replica that sees a live peer of higher priority, and all
-    of them when two share the highest one (kopf docs "Peering", "Priorities"),
-    so the replicas of one Deployment, which share their arguments, need a value
-    that differs per process. An earlier start gives a higher priority: a new
-    replica waits behind the running one instead of taking over from it.
-    """
-    if text == START_TIME:
-        return -(time.time_ns() // 1_000)
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid priority {text!r}: expected an integer or {START_TIME!r}") from None
 
 
 @dataclass(frozen=True)
@@ -272,32 +216,6 @@ def registration_problem(flags: WebhookFlags) -> str | None:
     return None
 
 
-# -- logging -------------------------------------------------------------------------------
-
-#: Loggers of the operators' own code. At the default verbosity they log at INFO (start-up,
-#: every write, every warning) while the libraries (kopf logs every handler it runs at INFO,
-#: aiohttp and httpx every request) stay at the root's WARNING; `-v` shows everything.
-OWN_LOGGERS = ("podnetwork", "bridge")
-
-
-def operator_logging(verbose: int) -> None:
-    """Our loggers at INFO unless `-v`/`-vv` already set the root lower (`podnetwork.cli`)."""
-    if verbose == 0:
-        for name in OWN_LOGGERS:
-            logging.getLogger(name).setLevel(logging.INFO)
-
-
-def version() -> str:
-    """The installed version of this project, as its start-up line says."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("podnetwork")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def webhook_summary(flags: WebhookFlags, paths: Sequence[str]) -> str:
     """Where the webhooks are served and how they are registered, for the start-up line."""
     if not flags.serve:
@@ -313,21 +231,6 @@ def webhook_summary(flags: WebhookFlags, paths: Sequence[str]) -> str:
         url = flags.url or f"https://{host}:{flags.port}"
         return f"{served}, registered at {url.rstrip('/')} (--manage-webhooks)"
     return f"{served}, registered by hand (no --manage-webhooks)"
-
-
-def log_start(command: str, *, cluster: str, webhook: str, features: Mapping[str, object]) -> None:
-    """One INFO line when an operator starts: version, cluster, webhooks, features."""
-    listed = ", ".join(f"{name}={_shown(value)}" for name, value in features.items())
-    logger.info("%s %s starting: cluster %s; webhooks %s; features %s", command, version(), cluster, webhook,
-                listed)
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (list, tuple)):
-        return "+".join(str(v) for v in value) or "none"
-    return str(value)
 
 
 # -- running -------------------------------------------------------------------------------
@@ -513,7 +416,7 @@ class Shell:
         self.background("keeping the webhooks", keeper.run)
 
     def metrics(self, app: Any, host: str, port: int | None) -> None:
-        """Serve the metrics `app` (`podnetwork.kube.metrics.asgi_app`) over plain HTTP on
+        """Serve the metrics `app` (`podnetwork.cli.metrics.asgi_app`) over plain HTTP on
         `host`:`port` while the shell runs; nothing when `port` is None (the flag not given)."""
         if port is None:
             return

@@ -1,4 +1,4 @@
-"""`podnetwork`: the user's command.
+"""`podnetwork`: the user's command, and the registry of its subcommands.
 
 Subcommands are discovered from the `podnetwork.commands` entry-point group, so
 each layer (KEP, extender, bridge, demo) registers its own in pyproject.toml and
@@ -9,11 +9,12 @@ this module imports none of them. A command module must keep heavy imports
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+
+from podnetwork.cli import logs
 
 ENTRY_POINT_GROUP = "podnetwork.commands"
 
@@ -73,13 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(args.verbose)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

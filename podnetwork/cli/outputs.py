@@ -2,7 +2,7 @@
 
 The one writer of output files: `graph -o`, `migrate -o` and `--write-manifests`,
 `export-dra -o` and `--network-data`, `conformance --report` write through it, as
-the manifest reader (`podnetwork.manifests`) is the one reader of their inputs.
+the manifest reader (`podnetwork.cli.manifests`) is the one reader of their inputs.
 
 Two rules:
 

@@ -15,7 +15,7 @@ several components (the demo, the tests) may live in one process, and the proces
 collectors (GC, platform) are not ours to document.
 
 Operators (`podnetwork controller`, `podnetwork bridge`) serve `asgi_app` on
-`--metrics-port` (`operatorshell.add_metrics_arguments`), plain HTTP; the extender
+`--metrics-port` (`arguments.add_metrics_arguments`), plain HTTP; the extender
 serves `/metrics` on its own port; the agent on `--metrics-port` of its own (aiohttp,
 `bridge.agent.metrics`).
 """
@@ -180,7 +180,7 @@ class OperatorMetrics:
         self.api_writes.labels(kind, verb, outcome).inc()
 
     def counted(self, fn: F, handler: str, resource: str) -> F:
-        """`fn` counting its runs and failures (`podnetwork.kube.handlers` applies it)."""
+        """`fn` counting its runs and failures (`podnetwork.cli.handlers` applies it)."""
         runs = self.handler_runs.labels(handler, resource)
         failures = self.handler_failures.labels(handler, resource)
         if inspect.iscoroutinefunction(fn):
