@@ -26,9 +26,9 @@ import sys
 import time
 from typing import Any
 
-from podnetwork import api, inuse
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
+from podnetwork.kep import api, inuse
 
 NETWORKS = 500
 ATTACHMENTS = 2000

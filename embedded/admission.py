@@ -4,7 +4,7 @@ On a cluster the API server sends an AdmissionReview (admission.k8s.io/v1) to
 the controller's mutating webhook, applies the JSONPatch it answers with, then
 sends the result to the validating webhook and refuses the write when it is
 not allowed. Here the store does exactly that, in process, with
-`podnetwork.admission.review` (KEP "Auto-population", "Static validations"):
+`podnetwork.kep.admission.review` (KEP "Auto-population", "Static validations"):
 a pod that names no network gets its namespace's list or
 `[{"podNetworkName": "default"}]`; a statically invalid pod, or a change of an
 existing pod's networks, is refused with Kubernetes-style field errors and
@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from embedded.store import Invalid, Store
-from podnetwork import admission
+from podnetwork.kep import admission
 
 POD = ("v1", "Pod")
 

@@ -24,10 +24,10 @@ from bridge.operator import pods
 from bridge.translate import params
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import conditions
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import conditions
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """The PodNetwork controller's decisions, driven by the demo store's watch events.
 
 On a cluster the kopf operator (`podnetwork controller`) turns watch events into
-calls of the pure functions of `podnetwork.conditions`, `podnetwork.inuse` and
-`podnetwork.defaultnet`, and writes their answers back. This module does the
+calls of the pure functions of `podnetwork.kep.conditions`, `podnetwork.kep.inuse` and
+`podnetwork.kep.defaultnet`, and writes their answers back. This module does the
 same against `embedded.store.Store`: every decision here is theirs; this module
 only reads, calls and writes. Because the store delivers events synchronously
 after each write, the control plane has settled when a write returns.
 
-Objects are read into their models (`podnetwork.api`) and views
+Objects are read into their models (`podnetwork.kep.api`) and views
 (`podnetwork.ground.core`) as they leave the store, as the operator reads them
 from watch events: one that does not fit is ignored with a warning, and a pod
 that does not fit holds no network.
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 from embedded import store as store_mod
 from embedded.store import Event, EventType, Store
-from podnetwork import api, conditions, defaultnet, inuse
-from podnetwork.api import KepObject
 from podnetwork.ground import constants
 from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
+from podnetwork.kep import api, conditions, defaultnet, inuse
+from podnetwork.kep.api import KepObject
 
 log = logging.getLogger(__name__)
 

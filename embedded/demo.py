@@ -40,9 +40,9 @@ from embedded.control import Controller
 from embedded.report import Report
 from embedded.scheduling import Decision, Extender, Scheduler
 from embedded.store import Store
-from podnetwork import networks
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType, ReadyReason
+from podnetwork.kep import networks
 
 if TYPE_CHECKING:
     from embedded.kubelet import Kubelet
@@ -287,7 +287,7 @@ class Demo:
     def _intro(self, missing: list[str]) -> None:
         r = self.report
         r.say("API server:       an in-process object store with Kubernetes semantics (embedded.store)")
-        r.say("controller:       podnetwork.conditions / inuse / defaultnet, fed by watch events")
+        r.say("controller:       podnetwork.kep.conditions / inuse / defaultnet, fed by watch events")
         r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate)")
         r.say("scheduler:        the scheduler extender's FastAPI app, over HTTP on 127.0.0.1")
         if self.data_plane:
@@ -577,7 +577,7 @@ class Demo:
 
     def _explain(self, kind: str, name: str, *, expect: str, root: str) -> None:
         """`podnetwork explain`, over the store's objects: the chain and its first broken link."""
-        from podnetwork import explain, graph
+        from podnetwork.kep import explain, graph
 
         objects = [obj for res in self.api.resources() for obj in self.api.list(res.api_version, res.kind)]
         result = explain.explain(graph.build(objects), explain.subject_key(kind, name))

@@ -26,9 +26,9 @@ from embedded import host as host_mod
 from embedded import store as store_mod
 from embedded.report import Report
 from embedded.store import Event, EventType, Store
-from podnetwork import networks
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
+from podnetwork.kep import networks
 
 POD = ("v1", "Pod")
 PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)

@@ -23,8 +23,8 @@ from bridge import npwg
 from embedded import host as host_mod
 from embedded.report import Report
 from embedded.store import Store
-from podnetwork import networks
 from podnetwork.ground import constants
+from podnetwork.kep import networks
 
 #: Benchmarking addresses (RFC 5180), the IPv6 counterpart of the demo's 198.18.0.0/15.
 ADDRESS = "2001:2::a"

@@ -1,7 +1,7 @@
 """Hot-plug: networks added to or removed from a running pod (KEP Story #8, Phase IV requirement 24).
 
 A user changes a running pod's `multinetwork.x-k8s.io/networks` (admission checks the
-change, `podnetwork.admission.network_change_errors`); the bridge rewrites the NPWG
+change, `podnetwork.kep.admission.network_change_errors`); the bridge rewrites the NPWG
 selection. The agent of the pod's node watches its own pods (field selector
 `spec.nodeName`), and for a pod whose networks changed:
 

@@ -43,11 +43,11 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.dra import objects as dra
 from bridge.translate import podips
-from podnetwork import networks, validation
-from podnetwork.api import Network, PodNetwork
 from podnetwork.ground import constants, excerpts
 from podnetwork.ground import names as kube_names
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import networks, validation
+from podnetwork.kep.api import Network, PodNetwork
 
 #: DRANET's driver name (its `AttrPrefix`, pkg/apis/attributes.go), the default.
 DRANET_DRIVER = "dra.net"

@@ -36,12 +36,12 @@ from typing import Any
 
 from bridge import npwg, translate
 from bridge.translate import Translation, podips
-from podnetwork import activevalidation, conditions
-from podnetwork import networks as kep_networks
-from podnetwork.api import Network
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod, PodSchedulingGate, pod_event
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import activevalidation, conditions
+from podnetwork.kep import networks as kep_networks
+from podnetwork.kep.api import Network
 
 #: Pod annotation: digest of the selection value the bridge wrote (see `bridge.translate.networks`).
 WRITTEN_ANNOTATION = translate.WRITTEN_ANNOTATION
@@ -132,7 +132,7 @@ def gate_notices(
 ) -> list[str]:
     """Why a pod the bridge holds behind its scheduling gate waits: one message per cause.
 
-    Worded as the scheduler extender words its FailedScheduling (`podnetwork.activevalidation`):
+    Worded as the scheduler extender words its FailedScheduling (`podnetwork.kep.activevalidation`):
     a PodNetwork or attachment missing or not Ready, a PodNetwork reached twice. When those
     checks pass but the translation still fails (`error`: an attachment replaced since
     admission, parameters that cannot be read), its message. Nothing for a pod without the

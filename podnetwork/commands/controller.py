@@ -1,7 +1,7 @@
 """`podnetwork controller`: the PodNetwork controller and the pod admission webhooks.
 
-One process runs the kopf operator (`podnetwork.controller`) and, unless
-`--no-webhook`, serves the admission webhooks (`podnetwork.admission`) over
+One process runs the kopf operator (`podnetwork.kep.controller`) and, unless
+`--no-webhook`, serves the admission webhooks (`podnetwork.kep.admission`) over
 HTTPS with uvicorn. Heavy imports (kopf, uvicorn) happen in `run` only.
 """
 
@@ -263,8 +263,8 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     cannot be served (port in use, unusable certificate), before anything started."""
     import kopf
 
-    from podnetwork import admission, controller
     from podnetwork.cli import metrics as kube_metrics
+    from podnetwork.kep import admission, controller
     from podnetwork.kube import client as kube
     from podnetwork.kube import peering
 

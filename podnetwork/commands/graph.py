@@ -38,7 +38,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from podnetwork import graph
+    from podnetwork.kep import graph
 
     if args.output is not None and (problem := outputs.problem(args.output, "-o")):
         print(f"podnetwork graph: {problem}", file=sys.stderr)

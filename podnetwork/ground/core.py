@@ -68,7 +68,7 @@ class Condition(BaseModel):
 
     Lenient on purpose (only `type` and `status` are required): it reads
     conditions other components wrote. The KEP objects' own conditions are
-    `podnetwork.api.Condition`, with the CRD's rules.
+    `podnetwork.kep.api.Condition`, with the CRD's rules.
     """
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")

@@ -1,6 +1,6 @@
 """The name rules Kubernetes and the Linux kernel apply, written once.
 
-The KEP layer's static validation (`podnetwork.validation`) and the NPWG library
+The KEP layer's static validation (`podnetwork.kep.validation`) and the NPWG library
 (`bridge.npwg.names`) both check object names and interface names; each words
 its own errors (Kubernetes field errors there, NPWG section numbers here), but
 the rule itself lives only in this module.

@@ -18,9 +18,9 @@ from typing import Any
 
 from bridge import translate
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission
 from podnetwork.cli import operatorshell
 from podnetwork.ground import constants
+from podnetwork.kep import admission
 from podnetwork.kube import certificates, webhooks
 from tests.api import bridge_api_support as bs
 

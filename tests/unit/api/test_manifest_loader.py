@@ -343,7 +343,7 @@ def test_the_networks_annotation_is_quoted_cut_in_its_errors() -> None:
             "multinetwork.x-k8s.io/networks": "{" + "x" * 100_000,
         }},
     }
-    from podnetwork import validation
+    from podnetwork.kep import validation
 
     (error,) = validation.validate_pod(pod)
     assert "(100001 characters, cut)" in str(error)

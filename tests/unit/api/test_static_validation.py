@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from podnetwork import networks, validation
 from podnetwork.ground import constants
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import networks, validation
 
 
 def pod(nets: object, *, host_network: bool = False, os_name: str | None = None) -> dict:

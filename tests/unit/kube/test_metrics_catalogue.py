@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from bridge.agent.metrics import AgentMetrics
 from bridge.operator import command as bridge_command
 from bridge.operator import controller as bridge_controller
-from podnetwork import controller
 from podnetwork.cli import metrics
 from podnetwork.commands import controller as controller_command
+from podnetwork.kep import controller
 from scheduler_plugin import app, cache, settings
 from tests.api.metrics_support import parse, value
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork import conditions
-from podnetwork.api import PodNetwork, PodNetworkSpec
 from podnetwork.ground import constants
 from podnetwork.ground.core import HasMetadata, Node, ObjectMeta
+from podnetwork.kep import conditions
+from podnetwork.kep.api import PodNetwork, PodNetworkSpec
 
 #: Node condition type reporting the default PodNetwork's presence and readiness.
 NODE_CONDITION = "DefaultPodNetworkReady"

@@ -13,7 +13,7 @@ events; the demo feeds it from its in-process store; both read `usage()`.
 
 Everything here is pure data and decisions; nothing talks to an API. Pods are
 read through the `podnetwork.ground.core.Pod` view, PodNetworks and attachments
-through the models of `podnetwork.api`, parsed by the caller where they enter.
+through the models of `podnetwork.kep.api`, parsed by the caller where they enter.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from podnetwork import conditions, networks
-from podnetwork.api import KepObject, Network, PodNetworkAttachment
 from podnetwork.ground import constants
 from podnetwork.ground.core import HasMetadata, PartialObjectMetadata, Pod
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import conditions, networks
+from podnetwork.kep.api import KepObject, Network, PodNetworkAttachment
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

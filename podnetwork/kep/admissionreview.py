@@ -1,6 +1,6 @@
 """AdmissionReview v1 at the edge of the pod webhooks: bytes in, a typed review or a clear refusal.
 
-Shared by the controller's webhooks (`podnetwork.admission`) and the bridge's
+Shared by the controller's webhooks (`podnetwork.kep.admission`) and the bridge's
 (`bridge.operator.admission`). Two kinds of malformation, answered differently:
 
 - The body is not an AdmissionReview v1 request: not JSON, nested too deep,

@@ -39,14 +39,14 @@ from typing import Any, TypeVar
 
 import kopf
 
-from podnetwork import admission, conditions, defaultnet, inuse
-from podnetwork import api as models
-from podnetwork.api import KepObject, Network
 from podnetwork.cli import handlers
 from podnetwork.ground import constants
 from podnetwork.ground.core import HasMetadata, Node, PartialObjectMetadata, Pod
 from podnetwork.ground.fielderrors import InvalidObject
-from podnetwork.inuse import Ref
+from podnetwork.kep import admission, conditions, defaultnet, inuse
+from podnetwork.kep import api as models
+from podnetwork.kep.api import KepObject, Network
+from podnetwork.kep.inuse import Ref
 from podnetwork.kube import client as kube
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ the object's new `status.conditions` list, or `None` when nothing would change,
 so a steady cluster makes no writes. `lastTransitionTime` moves only when a
 condition's `status` changes (metav1.Condition semantics).
 
-The decisions read the models of `podnetwork.api`, parsed where objects enter
+The decisions read the models of `podnetwork.kep.api`, parsed where objects enter
 the program; what they return for the API (a conditions list, a patch) is JSON
 with wire names, ready to send.
 """
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from podnetwork.api import Condition, KepObject, PodNetwork, PodNetworkAttachment
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionStatus, ConditionType, InUseReason, ReadyReason
+from podnetwork.kep.api import Condition, KepObject, PodNetwork, PodNetworkAttachment
 
 #: How many consumers the InUse message names before it only counts.
 MESSAGE_SAMPLE = 5

@@ -120,7 +120,7 @@ class Network(_Model):
     """One entry of a pod's spec-style networks (KEP "Attaching PodNetwork to a Pod").
 
     Exactly one of `podNetworkName` and `podNetworkAttachmentName` must be set;
-    that and the other static rules are checked by `podnetwork.validation`, which
+    that and the other static rules are checked by `podnetwork.kep.validation`, which
     reports them as field errors instead of failing the parse.
     """
 

@@ -1,6 +1,6 @@
 """KEP "Active validations": what stops a pod's networks from being used now, in one wording.
 
-A pod's networks pass the static rules (`podnetwork.validation`) at admission; whether
+A pod's networks pass the static rules (`podnetwork.kep.validation`) at admission; whether
 the objects they name exist and are Ready can only be told later, against the cluster.
 Two components hold a pod that fails these checks and say why: the scheduler extender
 (FailedScheduling, `scheduler_plugin.decision`) and the NPWG bridge, which holds a new pod
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from podnetwork import conditions
-from podnetwork.api import KepObject, Network
 from podnetwork.ground import constants
+from podnetwork.kep import conditions
+from podnetwork.kep.api import KepObject, Network
 
 
 @dataclass(frozen=True, slots=True)

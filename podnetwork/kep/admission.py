@@ -8,7 +8,7 @@ profile from the namespace annotation `multinetwork.x-k8s.io/default-networks`
 (KEP Story #6, Phase IV requirement 23).
 
 Validating: a new pod whose networks break the KEP's static rules ("Static
-validations", `podnetwork.validation`) is refused with one StatusCause per
+validations", `podnetwork.kep.validation`) is refused with one StatusCause per
 field error, as the API server reports its own validation.
 
 Hot-plug (KEP Story #8, Phase IV requirement 24: "add/remove attachments
@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from podnetwork import admissionreview, networks, validation
-from podnetwork.admissionreview import AdmissionRequest, AdmissionReview, UserInfo
-from podnetwork.api import DEFAULT_NETWORKS, Network
 from podnetwork.ground import constants
 from podnetwork.ground.fielderrors import FieldError, InvalidObject, forbidden
+from podnetwork.kep import admissionreview, networks, validation
+from podnetwork.kep.admissionreview import AdmissionRequest, AdmissionReview, UserInfo
+from podnetwork.kep.api import DEFAULT_NETWORKS, Network
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
@@ -471,7 +471,7 @@ def review(
     allowed unchanged (KEP Phase I requirement 1). A body that is not an
     AdmissionReview raises `admissionreview.BadReview`, a ValueError naming the
     field (the server answers 400); a pod of the wrong shape is refused in the
-    answer (module docstring of `podnetwork.admissionreview`).
+    answer (module docstring of `podnetwork.kep.admissionreview`).
     """
     request = admissionreview.review_of(body).request
     if not enabled:
@@ -829,7 +829,7 @@ def app(namespace_of: NamespaceLookup, *, enabled: bool = True,
     checked too. When the API cannot answer, the request fails with 503, as above.
 
     A body that is not an AdmissionReview gets 400 naming what is wrong; a pod of
-    the wrong shape is refused in the answer (`podnetwork.admissionreview`).
+    the wrong shape is refused in the answer (`podnetwork.kep.admissionreview`).
     """
     from fastapi import FastAPI, Request, Response
 

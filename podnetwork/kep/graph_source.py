@@ -1,7 +1,7 @@
 """Where `explain` and `graph` read objects from: manifest files or a cluster.
 
 Both return plain dicts as the API serves them (camelCase, with `kind`), so
-`podnetwork.graph.build` sees the same shapes either way.
+`podnetwork.kep.graph.build` sees the same shapes either way.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _read(api: Any) -> list[dict[str, Any]]:
 def _rbac(api: Any) -> list[dict[str, Any]]:
     """Roles granting `use` of a PodNetwork and the bindings to them; none, with a warning, when
     the credentials may not list RBAC (the graph is still drawn, without who may use what)."""
-    from podnetwork import graph
+    from podnetwork.kep import graph
     from podnetwork.kube import client as kube
 
     found: list[dict[str, Any]] = []

@@ -13,8 +13,6 @@ from typing import Any
 
 import pydantic
 
-from podnetwork import networks
-from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
 from podnetwork.ground import constants, names
 from podnetwork.ground.fielderrors import (
     FieldError,
@@ -25,6 +23,8 @@ from podnetwork.ground.fielderrors import (
     required,
     too_long,
 )
+from podnetwork.kep import networks
+from podnetwork.kep.api import Network, PodNetwork, PodNetworkAttachment
 
 DNS1123_SUBDOMAIN_MAX = names.DNS1123_SUBDOMAIN_MAX
 LINUX_IFNAME_MAX_BYTES = names.LINUX_IFNAME_MAX_BYTES

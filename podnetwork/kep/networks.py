@@ -14,9 +14,9 @@ from typing import Any
 
 import pydantic
 
-from podnetwork.api import DEFAULT_NETWORKS, Network
 from podnetwork.ground import constants
 from podnetwork.ground.fielderrors import ErrorType, FieldError, InvalidObject, invalid
+from podnetwork.kep.api import DEFAULT_NETWORKS, Network
 
 FIELD = "spec.networks"
 ANNOTATION_FIELD = f"metadata.annotations[{constants.NETWORKS_ANNOTATION}]"
@@ -68,7 +68,7 @@ def parse(text: str) -> list[Network]:
     """Parse the networks annotation. Raises `InvalidObject` naming every problem.
 
     Only the shape is checked here (JSON list of objects with known keys of the
-    right types); the KEP's static rules are `podnetwork.validation`'s job.
+    right types); the KEP's static rules are `podnetwork.kep.validation`'s job.
     """
     if not isinstance(text, str):
         raise InvalidObject([invalid(ANNOTATION_FIELD, text, "must be a string")])

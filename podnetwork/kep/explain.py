@@ -1,6 +1,6 @@
 """Why is this pod Pending, this network not Ready? The chain of references and its first broken link.
 
-Works on the graph of `podnetwork.graph` (from a cluster or from manifests):
+Works on the graph of `podnetwork.kep.graph` (from a cluster or from manifests):
 it walks from the subject along its references (pod -> attachment ->
 PodNetwork -> parameters objects, pod -> node) and checks each object on the
 way: present, statically valid, Ready (KEP "Status Conditions"). The first
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from podnetwork import defaultnet
-from podnetwork import graph as graphs
 from podnetwork.ground import constants
 from podnetwork.ground.core import Node, Pod
+from podnetwork.kep import defaultnet
+from podnetwork.kep import graph as graphs
 
 KINDS = {
     "pod": "Pod", "po": "Pod", "pods": "Pod",

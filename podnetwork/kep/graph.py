@@ -24,7 +24,7 @@ and attachments, `ready` and `reason` (from status, or computed by the
 controller's own rules when the input has no status).
 
 `build` is where the objects enter: `obj` is the object read into its model
-(`podnetwork.api`) or view (`podnetwork.ground.core`; other kinds as
+(`podnetwork.kep.api`) or view (`podnetwork.ground.core`; other kinds as
 `PartialObjectMetadata`). An object that does not fit its model is kept as
 `PartialObjectMetadata` with `errors` naming every field that does not fit (a
 PodNetwork or attachment is then not Ready, reason `Invalid`); one whose
@@ -43,10 +43,10 @@ from typing import Any
 import networkx as nx
 import pydantic
 
-from podnetwork import api, conditions, defaultnet, networks, validation
 from podnetwork.ground import constants, excerpts
 from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
 from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import api, conditions, defaultnet, networks, validation
 
 logger = logging.getLogger(__name__)
 
