@@ -28,7 +28,7 @@ happens for a change whose attach failed. A failed change is not retried by itse
 change the annotation again (docs/hotplug.md).
 
 The watch is the only source of changes: `watch_node_pods` (the API, through
-`podnetwork.kube.client`) on a node, `embedded.hotplug` in the demo. Pods are
+`podnetwork.kube.client`) on a node, `demo.hotplug` in the demo. Pods are
 handled one at a time, in the order their changes arrived, by one worker task.
 """
 

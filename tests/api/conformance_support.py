@@ -58,8 +58,8 @@ import yaml
 
 from bridge import npwg
 from bridge.operator import admission as bridge_admission
-from embedded.admission import apply_json_patch
-from embedded.scheduling import unschedulable_message
+from demo.admission import apply_json_patch
+from demo.scheduling import unschedulable_message
 from podnetwork.ground import constants
 from podnetwork.kep import admission
 from podnetwork.kube import client as kube

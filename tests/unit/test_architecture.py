@@ -17,7 +17,7 @@ import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "embedded", "conformance")
+PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "demo", "conformance")
 
 
 def _import_graph(*, type_checking: bool) -> nx.DiGraph:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from embedded.admission import apply_json_patch
+from demo.admission import apply_json_patch
 from podnetwork import cli
 from podnetwork.commands import controller as command
 from podnetwork.ground import constants

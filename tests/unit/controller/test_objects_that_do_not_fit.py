@@ -16,8 +16,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from embedded.control import Controller as DemoController
-from embedded.store import Store
+from demo.control import Controller as DemoController
+from demo.store import Store
 from podnetwork.ground import constants
 from podnetwork.ground.core import Condition, Node, Pod
 from podnetwork.kep import api, controller, explain, inuse
@@ -171,7 +171,7 @@ def test_the_demo_controller_ignores_an_object_that_does_not_fit_and_reconciles_
     ctl = DemoController(api_)
     ctl.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="embedded.control"):
+        with caplog.at_level(logging.WARNING, logger="demo.control"):
             api_.create({**podnetwork("odd", colour="red"), "status": {}})
         api_.create({**podnetwork("blue"), "status": {}})
         pod = a_pod([{"podNetworkName": "blue"}, {"podNetworkName": "odd", "interfaceName": "net1"}])

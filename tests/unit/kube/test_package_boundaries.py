@@ -17,7 +17,7 @@ from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "embedded")
+PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "demo")
 
 
 def sources(*packages: str) -> list[Path]:

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from bridge.agent import objects as cni_objects
-from embedded.objects import StoreObjects
-from embedded.store import Store
+from demo.objects import StoreObjects
+from demo.store import Store
 
 
 def make() -> tuple[Store, StoreObjects]:

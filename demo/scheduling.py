@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from embedded.store import Event, EventType, Store
+from demo.store import Event, EventType, Store
 from podnetwork.ground import constants
 from podnetwork.kube import webhooks
 from scheduler_plugin import app as extender_app

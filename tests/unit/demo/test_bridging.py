@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from bridge import npwg
-from embedded.bridging import Bridge
-from embedded.control import Controller
-from embedded.store import Store
+from demo.bridging import Bridge
+from demo.control import Controller
+from demo.store import Store
 from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)

@@ -2,7 +2,7 @@
 
 On a cluster the bridge's kopf handlers do three things, each a pure decision of
 the `bridge` package written back to the API; this module does the same against
-`embedded.store.Store`:
+`demo.store.Store`:
 
 1. ParamsReady on PodNetworks and attachments whose provider is the bridge
    (KEP "ParamsReady": the provider writes it, the controller reacts to it);
@@ -22,8 +22,8 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
-from embedded import store as store_mod
-from embedded.store import Event, EventType, Store
+from demo import store as store_mod
+from demo.store import Event, EventType, Store
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from podnetwork.ground.fielderrors import InvalidObject

@@ -1,11 +1,11 @@
 """`podnetwork demo`: every component's real code, on this machine, narrated and checked.
 
-The API server is `embedded.store` (Kubernetes semantics, in process). On it run
-the PodNetwork controller's decisions (`embedded.control`), the NPWG bridge's
-(`embedded.bridging`), admission, the scheduler extender over HTTP on loopback
-with a kube-scheduler stand-in (`embedded.scheduling`), and one CNI agent per
+The API server is `demo.store` (Kubernetes semantics, in process). On it run
+the PodNetwork controller's decisions (`demo.control`), the NPWG bridge's
+(`demo.bridging`), admission, the scheduler extender over HTTP on loopback
+with a kube-scheduler stand-in (`demo.scheduling`), and one CNI agent per
 node on its unix socket, reached through the real shim executable by a kubelet
-stand-in (`embedded.kubelet`) that gives each pod a network namespace. The
+stand-in (`demo.kubelet`) that gives each pod a network namespace. The
 plugins are the real ones (bridge, macvlan, host-local).
 
 The two nodes share this machine's kernel, so one Linux bridge per network stands
@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Any
 from bridge import npwg
 from bridge.agent.running import Running
 from bridge.translate.params import ParamsReason
-from embedded import host as host_mod
-from embedded import store as store_mod
-from embedded.bridging import Bridge
-from embedded.control import Controller
-from embedded.report import Report
-from embedded.scheduling import Decision, Extender, Scheduler
-from embedded.store import Store
+from demo import host as host_mod
+from demo import store as store_mod
+from demo.bridging import Bridge
+from demo.control import Controller
+from demo.report import Report
+from demo.scheduling import Decision, Extender, Scheduler
+from demo.store import Store
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType, ReadyReason
 from podnetwork.kep import networks
 
 if TYPE_CHECKING:
-    from embedded.kubelet import Kubelet
+    from demo.kubelet import Kubelet
 
 NS = "demo"
 PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
@@ -276,7 +276,7 @@ class Demo:
         if self.data_plane:
             await self._attach()
             await self._live_ips()
-            from embedded import hotplug as hotplug_stage
+            from demo import hotplug as hotplug_stage
 
             await hotplug_stage.run(self, ns=NS, red=RED)
         else:
@@ -286,7 +286,7 @@ class Demo:
 
     def _intro(self, missing: list[str]) -> None:
         r = self.report
-        r.say("API server:       an in-process object store with Kubernetes semantics (embedded.store)")
+        r.say("API server:       an in-process object store with Kubernetes semantics (demo.store)")
         r.say("controller:       podnetwork.kep.conditions / inuse / defaultnet, fed by watch events")
         r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate)")
         r.say("scheduler:        the scheduler extender's FastAPI app, over HTTP on 127.0.0.1")
@@ -301,7 +301,7 @@ class Demo:
 
     async def _start_control_plane(self) -> None:
         # Admission webhooks are registered before anything is created, as on a cluster.
-        from embedded import admission as admission_mod
+        from demo import admission as admission_mod
 
         admission_mod.register(self.api)
         self.controller.start()
@@ -653,8 +653,8 @@ class Demo:
     async def _start_agents(self) -> None:
         from bridge.agent import agent as agent_mod
         from bridge.agent import command as cni_command
-        from embedded.kubelet import Kubelet
-        from embedded.objects import StoreObjects
+        from demo.kubelet import Kubelet
+        from demo.objects import StoreObjects
 
         bin_dir = self.host.tempdir("bin")
         shim = cni_command.install_shim(bin_dir, sys.executable)
@@ -760,8 +760,8 @@ class Demo:
         r.check(not failures, "CNI CHECK succeeded for every pod", failures)
 
     async def _live_ips(self) -> None:
-        """KEP Req 25 (embedded.liveips): an IPv6 address added in web-a shows in its status."""
-        from embedded import liveips
+        """KEP Req 25 (demo.liveips): an IPv6 address added in web-a shows in its status."""
+        from demo import liveips
 
         netns = self._sandbox("web-a").netns
         await liveips.show(self.report, self.api, NS, "web-a", netns, "eth0", DEFAULT.name)

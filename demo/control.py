@@ -3,7 +3,7 @@
 On a cluster the kopf operator (`podnetwork controller`) turns watch events into
 calls of the pure functions of `podnetwork.kep.conditions`, `podnetwork.kep.inuse` and
 `podnetwork.kep.defaultnet`, and writes their answers back. This module does the
-same against `embedded.store.Store`: every decision here is theirs; this module
+same against `demo.store.Store`: every decision here is theirs; this module
 only reads, calls and writes. Because the store delivers events synchronously
 after each write, the control plane has settled when a write returns.
 
@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from embedded import store as store_mod
-from embedded.store import Event, EventType, Store
+from demo import store as store_mod
+from demo.store import Event, EventType, Store
 from podnetwork.ground import constants
 from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
 from podnetwork.kep import api, conditions, defaultnet, inuse

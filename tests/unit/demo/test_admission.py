@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from embedded import admission
-from embedded.store import Invalid, Store
+from demo import admission
+from demo.store import Invalid, Store
 from podnetwork.ground import constants
 
 

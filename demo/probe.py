@@ -1,7 +1,7 @@
 """ICMP echo ("ping") from inside a network namespace, standard library only.
 
 The demo proves connectivity between its pods with
-`ip netns exec POD python -m embedded.probe ADDRESS`, so it does not depend on
+`ip netns exec POD python -m demo.probe ADDRESS`, so it does not depend on
 iputils being installed. It sends IPv4 or IPv6 echo requests on a raw socket
 (root, as `ip netns exec` already needs) and exits 0 on the first matching
 reply, 1 when none came in time, 2 on bad arguments.
@@ -67,7 +67,7 @@ def ping(address: str, *, count: int = 3, timeout: float = 1.0) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m embedded.probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.probe", description=__doc__.splitlines()[0])
     parser.add_argument("address", help="IPv4 or IPv6 address to ping")
     parser.add_argument("--count", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each reply")

@@ -71,7 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from embedded import demo, report
+    from demo import demo, report
 
     if args.quiet:
         verbosity = report.Verbosity.QUIET

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from embedded.control import Controller
-from embedded.scheduling import Extender, Scheduler, unschedulable_message
-from embedded.store import Store
+from demo.control import Controller
+from demo.scheduling import Extender, Scheduler, unschedulable_message
+from demo.store import Store
 from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)

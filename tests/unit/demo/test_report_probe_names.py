@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from embedded import probe
-from embedded.host import Footprint, missing_prerequisites
-from embedded.report import Report, Verbosity
+from demo import probe
+from demo.host import Footprint, missing_prerequisites
+from demo.report import Report, Verbosity
 
 
 def test_a_failed_check_is_listed_with_its_section_and_observation() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from embedded.control import Controller
-from embedded.store import Store
+from demo.control import Controller
+from demo.store import Store
 from podnetwork.ground import constants
 
 PN = (constants.API_VERSION, constants.PODNETWORK_KIND)

@@ -19,7 +19,7 @@ import json
 import uuid
 from typing import Any
 
-from embedded.store import Invalid, Store
+from demo.store import Invalid, Store
 from podnetwork.kep import admission
 
 POD = ("v1", "Pod")

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bridge import npwg
-from embedded import host as host_mod
-from embedded.report import Report
-from embedded.store import Store
+from demo import host as host_mod
+from demo.report import Report
+from demo.store import Store
 from podnetwork.ground import constants
 from podnetwork.kep import networks
 

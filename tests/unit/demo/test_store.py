@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embedded import store as store_mod
-from embedded.store import (
+from demo import store as store_mod
+from demo.store import (
     AlreadyExists,
     BadRequest,
     Conflict,

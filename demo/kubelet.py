@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedded.host import Host, run
-from embedded.store import Store
+from demo.host import Host, run
+from demo.store import Store
 
 SHIM_TIMEOUT = 60.0
 

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from bridge import npwg
 from bridge.agent import hotplug
 from bridge.agent.running import Running
-from embedded import host as host_mod
-from embedded import store as store_mod
-from embedded.report import Report
-from embedded.store import Event, EventType, Store
+from demo import host as host_mod
+from demo import store as store_mod
+from demo.report import Report
+from demo.store import Event, EventType, Store
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
 from podnetwork.kep import networks
@@ -90,7 +90,7 @@ class Followers:
 
 
 class Demo(Protocol):
-    """What the stage uses of `embedded.demo.Demo` (which imports this module, not the reverse)."""
+    """What the stage uses of `demo.demo.Demo` (which imports this module, not the reverse)."""
 
     report: Report
     api: Store

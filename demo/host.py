@@ -205,7 +205,7 @@ class Host:
                 netns,
                 sys.executable,
                 "-m",
-                "embedded.probe",
+                "demo.probe",
                 address,
                 "--count",
                 "3",

@@ -12,7 +12,7 @@ from typing import Any
 
 from bridge import npwg, translate
 from bridge.agent import objects as cni_objects
-from embedded import store as store_mod
+from demo import store as store_mod
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 
@@ -26,7 +26,7 @@ _COORDINATES: dict[str, str] = {
 
 
 class StoreObjects:
-    """`ObjectSource` backed by `embedded.store.Store`."""
+    """`ObjectSource` backed by `demo.store.Store`."""
 
     def __init__(self, api: store_mod.Store) -> None:
         self._api = api
