@@ -26,8 +26,9 @@ import sys
 import time
 from typing import Any
 
-from podnetwork import api, constants, inuse
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep import api, inuse
 
 NETWORKS = 500
 ATTACHMENTS = 2000

@@ -1,5 +1,5 @@
 import sys
 
-from podnetwork.cli import main
+from podnetwork.cli.program import main
 
 sys.exit(main())

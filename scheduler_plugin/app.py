@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from podnetwork.kube import metrics as kube_metrics
+from podnetwork.cli import metrics as kube_metrics
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import Settings

@@ -9,7 +9,7 @@ write replaces the one mapping it changes (copy on write) under a lock.
 that changes nothing the decision reads (a node's heartbeat) publishes nothing.
 
 The cache is where watched objects enter the extender: each is read into its
-model (`podnetwork.api`) or view (`podnetwork.kube.core`) once, on write. An
+model (`podnetwork.kep.api`) or view (`podnetwork.ground.core`) once, on write. An
 object that does not fit its model, which the API server's schemas prevent,
 is kept as not Ready (reason `Invalid`, the message names the fields), or, for
 a node, as offering nothing but the default PodNetwork.
@@ -27,16 +27,16 @@ from typing import Any
 
 import pydantic
 
-from podnetwork import activevalidation, api, constants
-from podnetwork.kube import jsontype
-from podnetwork.kube.core import Node
+from podnetwork.ground import constants, jsontype
+from podnetwork.ground.core import Node
+from podnetwork.kep import activevalidation, api
 from scheduler_plugin import wire
 
 NODE_KIND = "Node"
 
 
 # What the decision reads of PodNetworks and attachments: the KEP layer's active validations,
-# which the bridge shares (`podnetwork.activevalidation`).
+# which the bridge shares (`podnetwork.kep.activevalidation`).
 Readiness = activevalidation.Readiness
 AttachmentState = activevalidation.AttachmentState
 readiness_of = activevalidation.readiness_of

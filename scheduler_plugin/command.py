@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import sys
 
-from podnetwork import constants
 from podnetwork.cli import Command
+from podnetwork.cli.arguments import tcp_port
+from podnetwork.ground import constants
 from podnetwork.kube import credentials
-from podnetwork.kube.names import tcp_port
 
 COMMAND = "podnetwork scheduler-extender"
 
@@ -73,8 +73,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from podnetwork.cli import operatorshell
     from podnetwork.kube import client as kube
-    from podnetwork.kube import operatorshell
     from scheduler_plugin import app, cache, feeder, settings
 
     try:

@@ -37,10 +37,11 @@ from typing import Any, TypeVar
 import orjson
 import pydantic_core
 
-from podnetwork import activevalidation, constants, networks, validation
-from podnetwork.api import Network
-from podnetwork.fielderrors import FieldError
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.ground.fielderrors import FieldError
+from podnetwork.kep import activevalidation, networks, validation
+from podnetwork.kep.api import Network
 from scheduler_plugin import wire
 from scheduler_plugin.cache import InvalidOffer, NodeOffer, Snapshot, parse_node_offer
 
@@ -73,7 +74,7 @@ def _resolve(
     namespace: str, nets: Sequence[Network], snapshot: Snapshot
 ) -> tuple[list[str], list[str]]:
     """The PodNetwork names a pod of `namespace` needs, in its order, and every problem with them
-    (`podnetwork.activevalidation.resolve`: the bridge holding a gated pod says the same)."""
+    (`podnetwork.kep.activevalidation.resolve`: the bridge holding a gated pod says the same)."""
     return activevalidation.resolve(namespace, nets, snapshot.podnetworks, snapshot.attachments)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podnetwork import constants
+from podnetwork.ground import constants
 
 #: kube-scheduler sends whole NodeLists when `nodeCacheCapable` is false; 16 MiB holds
 #: several thousand nodes and stops a runaway client from exhausting memory.

@@ -21,8 +21,8 @@ import pydantic
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticSerializationError
 
-from podnetwork import constants
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 
 #: Longest message the extender writes (a node's reason, an HTTP error), in characters.
 #: kube-scheduler cuts the messages it copies into FailedScheduling events and the

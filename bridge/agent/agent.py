@@ -41,7 +41,8 @@ from bridge.agent import publisher as publisher_mod
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
-from podnetwork.kube.core import ObjectMeta, Pod, pod_event
+from podnetwork.ground import constants
+from podnetwork.ground.core import ObjectMeta, Pod, pod_event
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,6 @@ DEFAULT_SOCKET = Path("/run/multinetwork/agent.sock")
 DEFAULT_CACHE_DIR = Path("/var/lib/multinetwork/cache")
 DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
 DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
-#: The KEP's cluster default PodNetwork (KEP "Default PodNetwork").
-DEFAULT_PODNETWORK = "default"
 #: The component the agent's Events about pods carry.
 EVENT_COMPONENT = "podnetwork-cni-agent"
 
@@ -663,11 +662,12 @@ class Agent:
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 "no cluster default network on this node",
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} ({provider}) "
+                f"the PodNetwork {constants.DEFAULT_PODNETWORK!r} ({provider}) "
                 f"is the network the node was installed with, and {self.config.conf_dir} holds no CNI "
                 "configuration (.conf, .conflist, .json) other than this agent's: install the cluster's "
                 "network plugin first (it writes its configuration there), or give --default-network-conf "
-                f"FILE, or create {DEFAULT_PODNETWORK!r} with provider {objects_mod.BRIDGE_PROVIDER} and one "
+                f"FILE, or create {constants.DEFAULT_PODNETWORK!r} with provider {constants.BRIDGE_PROVIDER} "
+                "and one "
                 "NetworkAttachmentDefinition (docs/deploy.md \"The cluster default network\")",
             )
         path, text = found
@@ -697,12 +697,13 @@ class Agent:
     ) -> tuple[str, dict[str, Any]]:
         """The `default` PodNetwork's NetworkAttachmentDefinition, through the translation."""
         try:
-            podnetwork = await self.objects.get_podnetwork(DEFAULT_PODNETWORK)
+            podnetwork = await self.objects.get_podnetwork(constants.DEFAULT_PODNETWORK)
         except NotFound:
             raise CNIError(
                 ErrorCode.INVALID_CONFIG,
                 "no cluster default network",
-                f"the PodNetwork {DEFAULT_PODNETWORK!r} does not exist: `podnetwork controller` creates it "
+                f"the PodNetwork {constants.DEFAULT_PODNETWORK!r} does not exist: `podnetwork controller` "
+                "creates it "
                 "(KEP \"Default PodNetwork\"; deploy/controller), or create it yourself; or give "
                 "--default-network-conf FILE",
             ) from None
@@ -738,7 +739,7 @@ class Agent:
         """
         namespace = pod.metadata.namespace or "default"
         annotations = pod.metadata.annotations or {}
-        if objects_mod.KEP_NETWORKS_ANNOTATION in annotations:
+        if constants.NETWORKS_ANNOTATION in annotations:
             try:
                 # Attachments are held to what admission recorded of them: one re-created since to
                 # name another PodNetwork was never checked for `use` (docs/controller.md).
@@ -746,7 +747,7 @@ class Agent:
             except translate.TranslationError as exc:
                 raise CNIError(ErrorCode.INVALID_CONFIG, "invalid pod annotation "
                                f"{translate.ATTACHMENT_NETWORKS_ANNOTATION}", str(exc)) from None
-            text = annotations[objects_mod.KEP_NETWORKS_ANNOTATION]
+            text = annotations[constants.NETWORKS_ANNOTATION]
             return await self._translated(namespace, text, admitted)
         annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
         if not annotation:
@@ -764,7 +765,7 @@ class Agent:
     async def _translated(
         self, namespace: str, text: str, admitted: Mapping[str, str] | None = None
     ) -> list[npwg.NetworkSelectionElement]:
-        what = f"pod annotation {objects_mod.KEP_NETWORKS_ANNOTATION}"
+        what = f"pod annotation {constants.NETWORKS_ANNOTATION}"
         try:
             raw = json.loads(text)
             if not isinstance(raw, list):
@@ -782,7 +783,7 @@ class Agent:
                     found.attachments[key] = attachment
                     await self._follow_refs(attachment, found)
                     pn_name = attachment.spec.pod_network_name
-            if pn_name and pn_name != DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
+            if pn_name and pn_name != constants.DEFAULT_PODNETWORK and pn_name not in found.podnetworks:
                 with contextlib.suppress(NotFound):
                     found.podnetworks[pn_name] = podnetwork = await self.objects.get_podnetwork(pn_name)
                     await self._follow_refs(podnetwork, found)

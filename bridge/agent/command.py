@@ -1,9 +1,8 @@
 """`podnetwork cni-agent`: run the CNI agent on this node (and install its shim).
 
-`command` has the shape of `podnetwork.cli.Command` (help, configure, run,
-description), which is all the CLI reads. It is built here without importing
-`podnetwork.cli`, because `.importlinter` forbids `bridge.agent` to import the KEP
-layer (contract "agent-through-translation").
+`command` is a `podnetwork.cli.Command` (help, configure, run, description), which
+is all the CLI reads; the command layer knows nothing of the KEP, so the agent may use
+it (`.importlinter`: the agent reaches PodNetworks only through `bridge.translate`).
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import invoke, node
 from bridge.agent import shim as shim_mod
 from podnetwork.cli import Command
+from podnetwork.cli.arguments import tcp_port
 from podnetwork.kube import credentials
-from podnetwork.kube.names import tcp_port
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Hot-plug: networks added to or removed from a running pod (KEP Story #8, Phase IV requirement 24).
 
 A user changes a running pod's `multinetwork.x-k8s.io/networks` (admission checks the
-change, `podnetwork.admission.network_change_errors`); the bridge rewrites the NPWG
+change, `podnetwork.kep.admission.network_change_errors`); the bridge rewrites the NPWG
 selection. The agent of the pod's node watches its own pods (field selector
 `spec.nodeName`), and for a pod whose networks changed:
 
@@ -28,7 +28,7 @@ happens for a change whose attach failed. A failed change is not retried by itse
 change the annotation again (docs/hotplug.md).
 
 The watch is the only source of changes: `watch_node_pods` (the API, through
-`podnetwork.kube.client`) on a node, `embedded.hotplug` in the demo. Pods are
+`podnetwork.kube.client`) on a node, `demo.hotplug` in the demo. Pods are
 handled one at a time, in the order their changes arrived, by one worker task.
 """
 
@@ -51,8 +51,9 @@ from bridge.agent.agent import EVENT_COMPONENT, Agent, unfinished
 from bridge.agent.cache import Attachment, CacheError, Record, State
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
 from bridge.agent.objects import EventSink
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod, pod_event
 from podnetwork.kube import lite
-from podnetwork.kube.core import Pod, pod_event
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,7 @@ COMPONENT = EVENT_COMPONENT
 REASON_CHANGED = "NetworksChanged"
 REASON_FAILED = "NetworksChangeFailed"
 #: The pod's networks as users write them; without it, the NPWG selection (as for ADD).
-KEP_NETWORKS_ANNOTATION = "multinetwork.x-k8s.io/networks"
-WATCHED_ANNOTATIONS = (KEP_NETWORKS_ANNOTATION, npwg.NETWORKS_ANNOTATION)
+WATCHED_ANNOTATIONS = (constants.NETWORKS_ANNOTATION, npwg.NETWORKS_ANNOTATION)
 DOC = "docs/hotplug.md"
 
 
@@ -167,7 +167,7 @@ def check_selection(pod: Pod) -> None:
     read: an ADD ignores it (NPWG 4.1.2.1: "invalid and ignored"), but for a running pod that
     would read as "no secondary network" and detach them all."""
     text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
-    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is not None or not text:
+    if pod.metadata.annotation(constants.NETWORKS_ANNOTATION) is not None or not text:
         return
     try:
         npwg.parse_selection(text, pod.metadata.namespace or "default")
@@ -184,7 +184,7 @@ def settled(pod: Pod, wanted: Sequence[npwg.NetworkSelectionElement]) -> bool:
     selection changing is the pod event that brings the agent back. A pod selecting
     by the NPWG annotation alone has nothing to wait for.
     """
-    if pod.metadata.annotation(KEP_NETWORKS_ANNOTATION) is None:
+    if pod.metadata.annotation(constants.NETWORKS_ANNOTATION) is None:
         return True
     text = pod.metadata.annotation(npwg.NETWORKS_ANNOTATION)
     if not text:

@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from bridge.agent.invoke import Command
-from podnetwork.kube import metrics as kube_metrics
+from podnetwork.cli import metrics as kube_metrics
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The agent reads a few objects by name and patches pod annotations; nothing else.
 The getters return typed values, read where the objects enter the agent
-(`read_object`): the pod as `podnetwork.kube.core.Pod`, a NAD as
+(`read_object`): the pod as `podnetwork.ground.core.Pod`, a NAD as
 `npwg.NetworkAttachmentDefinition`, the KEP objects and the options through
 `bridge.translate` (the agent's only way to the KEP layer). An object that does
 not fit fails the call with a `CNIError` naming the fields (INVALID_CONFIG).
@@ -26,33 +26,20 @@ from pydantic import BaseModel, ValidationError
 
 from bridge import npwg, translate
 from bridge.agent.invoke import CNIError, ErrorCode
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 
-# The API coordinates of the objects the agent reads. They are the wire names of
-# the KEP API and of the NPWG standard; the KEP layer's own constants are not
-# importable from here (.importlinter: the agent sees PodNetworks only through
-# bridge.translate), so the few strings are repeated and tested to match.
-KEP_GROUP = "multinetwork.x-k8s.io"
-KEP_VERSION = "v1alpha1"
-NAD_GROUP = "k8s.cni.cncf.io"
-NAD_VERSION = "v1"
-NAD_PLURAL = "network-attachment-definitions"
-OPTIONS_GROUP = "bridge.multinetwork.x-k8s.io"
-OPTIONS_VERSION = "v1alpha1"
-OPTIONS_PLURAL = "networkselectionoptions"
-PODNETWORK_PLURAL = "podnetworks"
-ATTACHMENT_PLURAL = "podnetworkattachments"
-
-#: The pod's spec-style networks (KEP layer), and the bridge's provider name.
-KEP_NETWORKS_ANNOTATION = f"{KEP_GROUP}/networks"
-BRIDGE_PROVIDER = f"{KEP_GROUP}/npwg-bridge"
-
+#: The kinds the agent reads, by the names on the wire (podnetwork.ground.constants).
 POD = "Pod"
-NAD = "NetworkAttachmentDefinition"
-PODNETWORK = "PodNetwork"
-ATTACHMENT = "PodNetworkAttachment"
-SELECTION_OPTIONS = "NetworkSelectionOptions"
-_NAMESPACED = {POD, NAD, ATTACHMENT, SELECTION_OPTIONS}
+_NAMESPACED = {POD, constants.NAD_KIND, constants.ATTACHMENT_KIND, constants.OPTIONS_KIND}
+#: Where each of them is served: (group, version, plural).
+_RESOURCES = {
+    POD: ("", "v1", "pods"),
+    constants.NAD_KIND: (constants.NAD_GROUP, constants.NAD_VERSION, constants.NAD_PLURAL),
+    constants.PODNETWORK_KIND: (constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL),
+    constants.ATTACHMENT_KIND: (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL),
+    constants.OPTIONS_KIND: (constants.OPTIONS_GROUP, constants.OPTIONS_VERSION, constants.OPTIONS_PLURAL),
+}
 
 
 class NotFound(LookupError):
@@ -92,10 +79,10 @@ def uid_mismatch(status: int, message: str) -> bool:
 
 _VIEWS: dict[str, type[BaseModel]] = {
     POD: Pod,
-    NAD: npwg.NetworkAttachmentDefinition,
-    PODNETWORK: translate.PodNetwork,
-    ATTACHMENT: translate.PodNetworkAttachment,
-    SELECTION_OPTIONS: translate.NetworkSelectionOptions,
+    constants.NAD_KIND: npwg.NetworkAttachmentDefinition,
+    constants.PODNETWORK_KIND: translate.PodNetwork,
+    constants.ATTACHMENT_KIND: translate.PodNetworkAttachment,
+    constants.OPTIONS_KIND: translate.NetworkSelectionOptions,
 }
 
 
@@ -183,19 +170,19 @@ class MemoryObjects:
         return pod
 
     async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
-        nad: npwg.NetworkAttachmentDefinition = self._read(NAD, namespace, name)
+        nad: npwg.NetworkAttachmentDefinition = self._read(constants.NAD_KIND, namespace, name)
         return nad
 
     async def get_podnetwork(self, name: str) -> translate.PodNetwork:
-        pn: translate.PodNetwork = self._read(PODNETWORK, None, name)
+        pn: translate.PodNetwork = self._read(constants.PODNETWORK_KIND, None, name)
         return pn
 
     async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
-        pna: translate.PodNetworkAttachment = self._read(ATTACHMENT, namespace, name)
+        pna: translate.PodNetworkAttachment = self._read(constants.ATTACHMENT_KIND, namespace, name)
         return pna
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
-        opts: translate.NetworkSelectionOptions = self._read(SELECTION_OPTIONS, namespace, name)
+        opts: translate.NetworkSelectionOptions = self._read(constants.OPTIONS_KIND, namespace, name)
         return opts
 
     async def patch_pod_annotations(
@@ -281,7 +268,8 @@ class KubernetesObjects:
         except self._credentials_error as exc:
             raise CNIError(ErrorCode.IO_FAILURE, f"cannot access {where}: {exc}") from None
 
-    async def _read(self, kind: str, namespace: str | None, name: str, path: str) -> Any:
+    async def _read(self, kind: str, namespace: str | None, name: str) -> Any:
+        path = self._lite.object_path(*_RESOURCES[kind], name, namespace)
         obj = await self._call(kind, namespace, name, self._api.get(path))
         meta = obj.get("metadata")
         got = (meta.get("namespace"), meta.get("name")) if isinstance(meta, dict) else (None, None)
@@ -295,28 +283,23 @@ class KubernetesObjects:
         return read_object(kind, namespace, name, obj)
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
-        path = self._lite.object_path("", "v1", "pods", name, namespace)
-        pod: Pod = await self._read(POD, namespace, name, path)
+        pod: Pod = await self._read(POD, namespace, name)
         return pod
 
     async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
-        path = self._lite.object_path(NAD_GROUP, NAD_VERSION, NAD_PLURAL, name, namespace)
-        nad: npwg.NetworkAttachmentDefinition = await self._read(NAD, namespace, name, path)
+        nad: npwg.NetworkAttachmentDefinition = await self._read(constants.NAD_KIND, namespace, name)
         return nad
 
     async def get_podnetwork(self, name: str) -> translate.PodNetwork:
-        path = self._lite.object_path(KEP_GROUP, KEP_VERSION, PODNETWORK_PLURAL, name)
-        pn: translate.PodNetwork = await self._read(PODNETWORK, None, name, path)
+        pn: translate.PodNetwork = await self._read(constants.PODNETWORK_KIND, None, name)
         return pn
 
     async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
-        path = self._lite.object_path(KEP_GROUP, KEP_VERSION, ATTACHMENT_PLURAL, name, namespace)
-        pna: translate.PodNetworkAttachment = await self._read(ATTACHMENT, namespace, name, path)
+        pna: translate.PodNetworkAttachment = await self._read(constants.ATTACHMENT_KIND, namespace, name)
         return pna
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
-        path = self._lite.object_path(OPTIONS_GROUP, OPTIONS_VERSION, OPTIONS_PLURAL, name, namespace)
-        opts: translate.NetworkSelectionOptions = await self._read(SELECTION_OPTIONS, namespace, name, path)
+        opts: translate.NetworkSelectionOptions = await self._read(constants.OPTIONS_KIND, namespace, name)
         return opts
 
     async def patch_pod_annotations(
@@ -326,7 +309,7 @@ class KubernetesObjects:
         if uid:
             metadata["uid"] = uid  # the API server refuses the patch for another pod of this name
         request = self._api.merge_patch(
-            self._lite.object_path("", "v1", "pods", name, namespace), {"metadata": metadata})
+            self._lite.object_path(*_RESOURCES[POD], name, namespace), {"metadata": metadata})
         try:
             await self._call(POD, namespace, name, self._refusing_other_uid(request, uid))
         except _OtherUid as other:

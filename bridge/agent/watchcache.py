@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import objects as objects_mod
 from bridge.agent.objects import KubernetesObjects, read_object
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 from podnetwork.kube import lite
-from podnetwork.kube.core import Pod
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +70,13 @@ class Kind:
         return f"/apis/{self.group}/{self.version}/{self.plural}"
 
 
-NAD = Kind(objects_mod.NAD, objects_mod.NAD_GROUP, objects_mod.NAD_VERSION, objects_mod.NAD_PLURAL, True)
-PODNETWORK = Kind(objects_mod.PODNETWORK, objects_mod.KEP_GROUP, objects_mod.KEP_VERSION,
-                  objects_mod.PODNETWORK_PLURAL, False)
-ATTACHMENT = Kind(objects_mod.ATTACHMENT, objects_mod.KEP_GROUP, objects_mod.KEP_VERSION,
-                  objects_mod.ATTACHMENT_PLURAL, True)
-OPTIONS = Kind(objects_mod.SELECTION_OPTIONS, objects_mod.OPTIONS_GROUP, objects_mod.OPTIONS_VERSION,
-               objects_mod.OPTIONS_PLURAL, True)
+NAD = Kind(constants.NAD_KIND, constants.NAD_GROUP, constants.NAD_VERSION, constants.NAD_PLURAL, True)
+PODNETWORK = Kind(constants.PODNETWORK_KIND, constants.GROUP, constants.VERSION,
+                  constants.PODNETWORK_PLURAL, False)
+ATTACHMENT = Kind(constants.ATTACHMENT_KIND, constants.GROUP, constants.VERSION,
+                  constants.ATTACHMENT_PLURAL, True)
+OPTIONS = Kind(constants.OPTIONS_KIND, constants.OPTIONS_GROUP, constants.OPTIONS_VERSION,
+               constants.OPTIONS_PLURAL, True)
 KINDS = (NAD, PODNETWORK, ATTACHMENT, OPTIONS)
 
 _Key = tuple[str | None, str]
@@ -232,20 +232,20 @@ class CachedObjects:
         return await self.source.get_pod(namespace, name)  # always fresh (module docstring)
 
     async def get_nad(self, namespace: str, name: str) -> npwg.NetworkAttachmentDefinition:
-        nad: npwg.NetworkAttachmentDefinition | None = self._cached(objects_mod.NAD, namespace, name)
+        nad: npwg.NetworkAttachmentDefinition | None = self._cached(constants.NAD_KIND, namespace, name)
         return nad if nad is not None else await self.source.get_nad(namespace, name)
 
     async def get_podnetwork(self, name: str) -> translate.PodNetwork:
-        pn: translate.PodNetwork | None = self._cached(objects_mod.PODNETWORK, None, name)
+        pn: translate.PodNetwork | None = self._cached(constants.PODNETWORK_KIND, None, name)
         return pn if pn is not None else await self.source.get_podnetwork(name)
 
     async def get_attachment(self, namespace: str, name: str) -> translate.PodNetworkAttachment:
-        pna: translate.PodNetworkAttachment | None = self._cached(objects_mod.ATTACHMENT, namespace, name)
+        pna: translate.PodNetworkAttachment | None = self._cached(constants.ATTACHMENT_KIND, namespace, name)
         return pna if pna is not None else await self.source.get_attachment(namespace, name)
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
         opts: translate.NetworkSelectionOptions | None = self._cached(
-            objects_mod.SELECTION_OPTIONS, namespace, name)
+            constants.OPTIONS_KIND, namespace, name)
         return opts if opts is not None else await self.source.get_selection_options(namespace, name)
 
     async def patch_pod_annotations(

@@ -1,7 +1,7 @@
 """`podnetwork export-dra`: PodNetworks and their workloads as DRA objects (files or a cluster in, YAML out).
 
 The mapping is `bridge.dra.export` (pure); this module reads the inputs through
-`podnetwork.manifests` (files) or `podnetwork.kube.client` (a cluster), prints
+`podnetwork.cli.manifests` (files) or `podnetwork.kube.client` (a cluster), prints
 what cannot be expressed, and writes the output only when everything could be
 (or with --partial), so bad input changes nothing.
 """
@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from podnetwork import cli, manifests, outputs
+from podnetwork import cli
+from podnetwork.cli import manifests, outputs
 from podnetwork.kube import credentials
 
 EXIT_OK = 0
@@ -115,7 +116,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _write(text: str, target: str, flag: str, out: TextIO) -> None:
-    """`text` to standard output (`-`) or through to the file (`podnetwork.outputs.write`).
+    """`text` to standard output (`-`) or through to the file (`podnetwork.cli.outputs.write`).
     Raises `outputs.OutputError`."""
     if target == "-":
         out.write(text)

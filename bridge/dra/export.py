@@ -43,10 +43,11 @@ from typing import Any
 from bridge import npwg, translate
 from bridge.dra import objects as dra
 from bridge.translate import podips
-from podnetwork import constants, excerpts, networks, validation
-from podnetwork.api import Network, PodNetwork
-from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube import names as kube_names
+from podnetwork.ground import constants, excerpts
+from podnetwork.ground import names as kube_names
+from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import networks, validation
+from podnetwork.kep.api import Network, PodNetwork
 
 #: DRANET's driver name (its `AttrPrefix`, pkg/apis/attributes.go), the default.
 DRANET_DRIVER = "dra.net"
@@ -64,9 +65,6 @@ _KEP_POD_ANNOTATIONS = (
     constants.REQUEUED_AT_ANNOTATION,
     npwg.NETWORK_STATUS_ANNOTATION,
 )
-#: The bridge's scheduling gate (bridge/operator/pods.py SCHEDULING_GATE; the export
-#: is a separate product of the bridge and imports no other, .importlinter).
-_BRIDGE_GATE = f"{constants.GROUP}/npwg-selection"
 #: Server-set metadata that a manifest to re-create the object must not carry.
 _SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
                     "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
@@ -795,7 +793,7 @@ def rewrite(obj: Mapping[str, Any], template_path: Sequence[str], claims: Sequen
     if claims_list:
         spec["resourceClaims"] = claims_list
     gates = [g for g in spec.get("schedulingGates") or []
-             if not (isinstance(g, Mapping) and g.get("name") == _BRIDGE_GATE)]
+             if not (isinstance(g, Mapping) and g.get("name") == constants.NPWG_SELECTION_GATE)]
     if gates:
         spec["schedulingGates"] = gates
     else:

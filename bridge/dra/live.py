@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from podnetwork.ground import constants
+
 
 def read(
     kubeconfig: str | None, context: str | None, namespaces: list[str | None] | None
@@ -37,7 +39,7 @@ def read(
                 objects += _list_or_empty(api, resource, scope)
         objects += _list_or_empty(api, kube.PodNetwork, None)
         have = {(o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
-                for o in objects if o.get("kind") == "NetworkAttachmentDefinition"}
+                for o in objects if o.get("kind") == constants.NAD_KIND}
         for ns, name in sorted(_podnetwork_nads(objects) - have):
             try:
                 objects.append(api.get(kube.NetworkAttachmentDefinition, name, ns))
@@ -63,7 +65,7 @@ def _list_or_empty(api: Any, resource: Any, scope: str | None) -> list[dict[str,
 def _podnetwork_nads(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
     wanted: set[tuple[str, str]] = set()
     for obj in objects:
-        if obj.get("kind") != "PodNetwork":
+        if obj.get("kind") != constants.PODNETWORK_KIND:
             continue
         for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
             if isinstance(ref, dict) and ref.get("namespace") and ref.get("name"):

@@ -34,8 +34,9 @@ from typing import Any, TextIO
 
 from bridge import migrate, npwg
 from bridge.migrate import offline as migrate_offline
-from podnetwork import constants, manifests, outputs
-from podnetwork import networks as kep_networks
+from podnetwork.cli import manifests, outputs
+from podnetwork.ground import constants
+from podnetwork.kep import networks as kep_networks
 from podnetwork.kube import client as kube
 from podnetwork.kube import credentials
 

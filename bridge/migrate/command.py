@@ -13,7 +13,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from podnetwork import cli, manifests, outputs
+from podnetwork import cli
+from podnetwork.cli import manifests, outputs
 from podnetwork.kube import credentials
 
 EXIT_OK = 0

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bridge import migrate
-from podnetwork import manifests, outputs
+from podnetwork.cli import manifests, outputs
+from podnetwork.ground import constants
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -25,7 +26,7 @@ OBJECTS_FILE = "00-podnetwork-migration.yaml"
 
 def summary(p: migrate.Plan) -> str:
     created = Counter(o.obj["kind"] for o in p.objects())
-    kinds = ("PodNetwork", "PodNetworkAttachment", migrate.OPTIONS_KIND)
+    kinds = (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND, constants.OPTIONS_KIND)
     parts = [f"{created.get(kind, 0)} {kind}" for kind in kinds]
     line = f"plan: create {', '.join(parts)}; change {len(p.workloads)} workload(s)"
     if p.objects(migrate.Action.REUSE):

@@ -55,9 +55,10 @@ import yaml
 from pydantic import ValidationError
 
 from bridge import npwg, translate
-from podnetwork import constants, excerpts, validation
-from podnetwork import networks as kep_networks
-from podnetwork.api import Network
+from podnetwork.ground import constants, excerpts
+from podnetwork.kep import networks as kep_networks
+from podnetwork.kep import validation
+from podnetwork.kep.api import Network
 
 # --- names of the objects involved -------------------------------------------------------------
 

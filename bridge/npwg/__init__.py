@@ -1,12 +1,13 @@
 """The Network Plumbing WG "net-attach-def" standard (multi-net spec v1.3) as a library.
 
-Self-contained on purpose: of this project it imports only the name rules of
-`podnetwork.kube.names` and the metadata view of `podnetwork.kube.core` (see
-`.importlinter`), so any tool may use it — the
+Self-contained on purpose: of this project it imports only the ground
+(`podnetwork.ground`: the names on the wire, the name rules, the NAD's typed view;
+see `.importlinter`), so any tool may use it — the
 translation, the migration, the CNI agent, or a program that has never heard of
 PodNetworks. One module per part of the standard: `names` (1, 3.3, 4.1.2.1.x
-value rules), `nad` (3.1, the NAD's typed view), `selection` (4.1), `delegation`
-(3.4, 4.1.2.1.x.2, 7.5), `status` (5).
+value rules; the NAD's and the annotations' names, spelled in the ground),
+`selection` (4.1), `delegation` (3.4, 4.1.2.1.x.2, 7.5), `status` (5); the NAD's
+typed view (3.1) is `podnetwork.ground.nad`, re-exported here.
 This package re-exports their public names, so `npwg.parse_selection(...)` reads
 as the spec does.
 
@@ -33,7 +34,6 @@ from bridge.npwg.delegation import (
     load_cni_config,
     plugins_of,
 )
-from bridge.npwg.nad import NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec
 from bridge.npwg.names import (
     CAPABILITIES,
     DEFAULT_BURST_BITS,
@@ -70,6 +70,7 @@ from bridge.npwg.status import (
     parse_status,
     status_entry,
 )
+from podnetwork.ground.nad import NetworkAttachmentDefinition, NetworkAttachmentDefinitionSpec
 
 __all__ = [
     "CAPABILITIES",

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import ipaddress
 
-from podnetwork.kube import names
+from podnetwork.ground import names
 
 # --- Names of the standard -------------------------------------------------------------
-
-#: Pod annotation selecting the secondary networks (4.1).
-NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
-#: Pod annotation reporting the result of each attachment (5).
-NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
-
-#: API group, version and names of NetworkAttachmentDefinition (3.1).
-NAD_GROUP = "k8s.cni.cncf.io"
-NAD_VERSION = "v1"
-NAD_API_VERSION = f"{NAD_GROUP}/{NAD_VERSION}"
-NAD_KIND = "NetworkAttachmentDefinition"
-NAD_PLURAL = "network-attachment-definitions"
-NAD_SINGULAR = "network-attachment-definition"
-NAD_SHORT = "net-attach-def"
+# The annotations (4.1, 5) and the NetworkAttachmentDefinition's names (3.1) are spelled
+# once, in podnetwork.ground.constants, because layers below the bridge address them too
+# (the API clients list NADs, the KEP conformance suite reads the selection); this library
+# gives them under the standard's own names.
+from podnetwork.ground.constants import NAD_API_VERSION as NAD_API_VERSION
+from podnetwork.ground.constants import NAD_GROUP as NAD_GROUP
+from podnetwork.ground.constants import NAD_KIND as NAD_KIND
+from podnetwork.ground.constants import NAD_PLURAL as NAD_PLURAL
+from podnetwork.ground.constants import NAD_SHORT as NAD_SHORT
+from podnetwork.ground.constants import NAD_SINGULAR as NAD_SINGULAR
+from podnetwork.ground.constants import NAD_VERSION as NAD_VERSION
+from podnetwork.ground.constants import NPWG_NETWORK_STATUS_ANNOTATION as NETWORK_STATUS_ANNOTATION
+from podnetwork.ground.constants import NPWG_NETWORKS_ANNOTATION as NETWORKS_ANNOTATION
 
 #: The selection keys of 4.1.2.1, in the spec's order (also the order `to_json` writes).
 SELECTION_KEYS: tuple[str, ...] = (

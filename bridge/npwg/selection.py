@@ -22,7 +22,7 @@ from bridge.npwg.names import (
     name_problem,
     subdomain_problem,
 )
-from podnetwork.kube import jsontype
+from podnetwork.ground import jsontype
 
 # --- Errors ------------------------------------------------------------------------------
 

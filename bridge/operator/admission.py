@@ -13,13 +13,13 @@ The webhook never refuses a pod for its networks (validation is the PodNetwork
 controller's webhook) and never calls the API: it reads the bridge controller's
 watch-fed memory. A pod object whose fields have the wrong JSON types (which the
 API server never sends) is refused naming the field, and a body that is not an
-AdmissionReview gets 400 (`podnetwork.admissionreview`). Its answer is
+AdmissionReview gets 400 (`podnetwork.kep.admissionreview`). Its answer is
 idempotent (a pod that already has the selection or the gate gets nothing
 more), so the configuration uses reinvocationPolicy IfNeeded
 and still sees the networks the PodNetwork controller's webhook auto-populates,
 whichever runs first.
 
-A separate module from `podnetwork.admission` because the KEP layer must not
+A separate module from `podnetwork.kep.admission` because the KEP layer must not
 import the bridge (.importlinter); the FastAPI/uvicorn stack is the same.
 """
 
@@ -35,9 +35,10 @@ import pydantic
 
 from bridge import translate
 from bridge.operator import pods
-from podnetwork import admissionreview, constants
-from podnetwork.admissionreview import AdmissionRequest, AdmissionReview
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep import admissionreview
+from podnetwork.kep.admissionreview import AdmissionRequest, AdmissionReview
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"

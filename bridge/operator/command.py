@@ -11,8 +11,9 @@ import asyncio
 import logging
 from typing import Any
 
-from podnetwork.cli import Command
-from podnetwork.kube import credentials, operatorshell
+from podnetwork.cli import Command, arguments, logs, operatorshell
+from podnetwork.ground import constants
+from podnetwork.kube import credentials
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -76,7 +77,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peering", metavar="NAME",
                    help="run with kopf peering under this name (a ClusterKopfPeering object), so only "
                    "one replica is active; default: standalone (deploy/peering/ has the CRDs and objects)")
-    p.add_argument("--priority", type=operatorshell.parse_priority, metavar="INT|start-time",
+    p.add_argument("--priority", type=arguments.parse_priority, metavar="INT|start-time",
                    help="peering priority (needs --peering): the live replica with the highest reconciles, "
                    "the others pause; equal priorities pause all of them. `start-time` makes it minus the "
                    "start time in microseconds, so replicas of one Deployment differ and the "
@@ -96,7 +97,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
-    operatorshell.add_metrics_arguments(p)
+    arguments.add_metrics_arguments(p)
 
 
 def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
@@ -124,17 +125,17 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 def metrics(bridge: Any) -> Any:
     """The bridge's metrics (docs/metrics.md): the shared operator ones, the writes of its API
-    client, and what it holds in memory. Returns a `podnetwork.kube.metrics.OperatorMetrics`."""
-    from podnetwork.kube import metrics as kube_metrics
+    client, and what it holds in memory. Returns a `podnetwork.cli.metrics.OperatorMetrics`."""
+    from podnetwork.cli import metrics as kube_metrics
 
     measured = kube_metrics.OperatorMetrics("bridge")
     if bridge.api is not None:
         bridge.api.on_write = measured.on_write
     measured.gauge("cached_objects", "Objects the bridge's translations read, held in memory, by kind.",
-                   lambda: {("PodNetwork",): len(bridge.podnetworks),
-                            ("PodNetworkAttachment",): len(bridge.attachments),
-                            ("NetworkAttachmentDefinition",): len(bridge.nads),
-                            ("NetworkSelectionOptions",): len(bridge.options)}, ["kind"])
+                   lambda: {(constants.PODNETWORK_KIND,): len(bridge.podnetworks),
+                            (constants.ATTACHMENT_KIND,): len(bridge.attachments),
+                            (constants.NAD_KIND,): len(bridge.nads),
+                            (constants.OPTIONS_KIND,): len(bridge.options)}, ["kind"])
     measured.gauge("waiting_pods", "Pods whose selection waits for their networks to exist or "
                    "turn Ready.", lambda: len(bridge.waiting))
     measured.gauge("nad_users_entries", "NetworkAttachmentDefinitions named by a parametersRefs "
@@ -165,7 +166,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
             webhook = admission.app(bridge.objects)
             if measured is not None:
-                from podnetwork.kube import metrics as kube_metrics
+                from podnetwork.cli import metrics as kube_metrics
 
                 shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
                 webhook = measured.webhook(webhook)
@@ -210,10 +211,10 @@ def _run(args: argparse.Namespace) -> int:
     from bridge.operator import admission
     from podnetwork.kube import client as kube
 
-    operatorshell.operator_logging(args.verbose)
+    logs.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
     served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
-    operatorshell.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
+    logs.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,

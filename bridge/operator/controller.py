@@ -41,11 +41,12 @@ import pydantic
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import params
-from podnetwork import conditions, constants
-from podnetwork.fielderrors import InvalidObject
+from podnetwork.cli import handlers
+from podnetwork.ground import constants
+from podnetwork.ground import core as kube_core
+from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import conditions
 from podnetwork.kube import client as kube
-from podnetwork.kube import core as kube_core
-from podnetwork.kube import handlers
 
 logger = logging.getLogger(__name__)
 
@@ -408,7 +409,7 @@ def _newest(cached: _T | None, obj: _T) -> _T:
 def _read(model: type[_M], body: Mapping[str, Any]) -> _M | None:
     """`body` read into its model or view; None (logged) when it does not fit.
 
-    As `podnetwork.controller` does: an API server serving the CRDs never sends
+    As `podnetwork.kep.controller` does: an API server serving the CRDs never sends
     one; a mismatched CRD or an emulator can. The last good object stays cached.
     """
     try:

@@ -24,7 +24,7 @@
   so kube-scheduler binds the pod, and kubelet runs CNI ADD, only after the
   selection is on the pod. See docs/bridge.md "The scheduling gate".
 
-Every decision reads the typed view `podnetwork.kube.core.Pod`, built where the
+Every decision reads the typed view `podnetwork.ground.core.Pod`, built where the
 pod enters (the operator's handlers, the admission request, the demo's store).
 """
 
@@ -36,11 +36,12 @@ from typing import Any
 
 from bridge import npwg, translate
 from bridge.translate import Translation, podips
-from podnetwork import activevalidation, conditions, constants
-from podnetwork import networks as kep_networks
-from podnetwork.api import Network
-from podnetwork.fielderrors import InvalidObject
-from podnetwork.kube.core import Pod, PodSchedulingGate, pod_event
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod, PodSchedulingGate, pod_event
+from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import activevalidation, conditions
+from podnetwork.kep import networks as kep_networks
+from podnetwork.kep.api import Network
 
 #: Pod annotation: digest of the selection value the bridge wrote (see `bridge.translate.networks`).
 WRITTEN_ANNOTATION = translate.WRITTEN_ANNOTATION
@@ -49,7 +50,7 @@ CONFLICT_REASON = "SelectionDisagrees"
 #: The component name events carry.
 COMPONENT = "podnetwork-bridge"
 #: Pod scheduling gate (spec.schedulingGates): the pod's NPWG selection is not written yet.
-SCHEDULING_GATE = f"{constants.GROUP}/npwg-selection"
+SCHEDULING_GATE = constants.NPWG_SELECTION_GATE
 #: Event reason: something of the pod's networks NPWG cannot express (`Translation.warnings`).
 TRANSLATION_WARNING_REASON = "TranslationWarning"
 #: Event reason: the pod is held behind `SCHEDULING_GATE`, and why (a network missing, not Ready...).
@@ -131,7 +132,7 @@ def gate_notices(
 ) -> list[str]:
     """Why a pod the bridge holds behind its scheduling gate waits: one message per cause.
 
-    Worded as the scheduler extender words its FailedScheduling (`podnetwork.activevalidation`):
+    Worded as the scheduler extender words its FailedScheduling (`podnetwork.kep.activevalidation`):
     a PodNetwork or attachment missing or not Ready, a PodNetwork reached twice. When those
     checks pass but the translation still fails (`error`: an attachment replaced since
     admission, parameters that cannot be read), its message. Nothing for a pod without the

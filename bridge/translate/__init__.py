@@ -53,11 +53,11 @@ from bridge.translate.refs import (
     read,
     references,
 )
+from podnetwork.ground.constants import ATTACHMENT_NETWORKS_ANNOTATION
 
 # The KEP entry of a pod's networks list and the KEP objects' models: re-exported
 # for the agent, which sees the KEP layer only through this package (.importlinter).
-from podnetwork.api import Network, PodNetwork, PodNetworkAttachment
-from podnetwork.constants import ATTACHMENT_NETWORKS_ANNOTATION
+from podnetwork.kep.api import Network, PodNetwork, PodNetworkAttachment
 
 __all__ = [
     "ATTACHMENT_NETWORKS_ANNOTATION",

@@ -71,10 +71,10 @@ from bridge.translate.refs import (
     is_bridge,
     podnetwork_nad,
 )
-from podnetwork import constants
-from podnetwork import networks as kep_networks
-from podnetwork.api import Network
-from podnetwork.fielderrors import InvalidObject
+from podnetwork.ground import constants
+from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import networks as kep_networks
+from podnetwork.kep.api import Network
 
 #: Implementation extension of a selection element (NPWG 4.1.2.1: keys with a dot are
 #: implementation-specific and kept): the address families, `ipv4`/`ipv6`, whose default

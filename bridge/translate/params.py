@@ -24,9 +24,9 @@ from typing import Any
 from bridge import npwg
 from bridge.translate import refs
 from bridge.translate.refs import Objects, TranslationError
-from podnetwork import conditions
-from podnetwork.api import PodNetwork, PodNetworkAttachment
-from podnetwork.constants import ConditionStatus, ConditionType
+from podnetwork.ground.constants import ConditionStatus, ConditionType
+from podnetwork.kep import conditions
+from podnetwork.kep.api import PodNetwork, PodNetworkAttachment
 
 
 class ParamsReason(StrEnum):

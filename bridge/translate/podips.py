@@ -28,8 +28,8 @@ from typing import Any
 
 from bridge import npwg
 from bridge.translate.networks import Source, Translation
-from podnetwork import constants
-from podnetwork.api import PodIP
+from podnetwork.ground import constants
+from podnetwork.kep.api import PodIP
 
 
 def _address(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

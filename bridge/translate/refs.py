@@ -12,7 +12,7 @@ indexes and the CNI agent all ask this module.
   defaults to the attachment's) and at most one `NetworkSelectionOptions` (group
   `bridge.multinetwork.x-k8s.io`), which gives the per-pod keys of the element.
 
-The decisions read the models (`podnetwork.api`, `npwg.NetworkAttachmentDefinition`,
+The decisions read the models (`podnetwork.kep.api`, `npwg.NetworkAttachmentDefinition`,
 `NetworkSelectionOptions`); `Objects.from_objects` and `read` are where API
 objects (dicts, kopf bodies) become them.
 """
@@ -28,16 +28,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bridge import npwg
-from podnetwork import constants
-from podnetwork.api import ParametersRef, PodNetwork, PodNetworkAttachment
-from podnetwork.kube.core import ObjectMeta, PartialObjectMetadata
+from podnetwork.ground import constants
+from podnetwork.ground.constants import OPTIONS_API_VERSION as OPTIONS_API_VERSION
+from podnetwork.ground.constants import OPTIONS_GROUP as OPTIONS_GROUP
+from podnetwork.ground.constants import OPTIONS_KIND as OPTIONS_KIND
+from podnetwork.ground.constants import OPTIONS_PLURAL as OPTIONS_PLURAL
+from podnetwork.ground.constants import OPTIONS_VERSION as OPTIONS_VERSION
+from podnetwork.ground.core import ObjectMeta, PartialObjectMetadata
+from podnetwork.kep.api import ParametersRef, PodNetwork, PodNetworkAttachment
 
-#: The bridge's own API group, for NetworkSelectionOptions.
-OPTIONS_GROUP = f"bridge.{constants.GROUP}"
-OPTIONS_VERSION = "v1alpha1"
-OPTIONS_API_VERSION = f"{OPTIONS_GROUP}/{OPTIONS_VERSION}"
-OPTIONS_KIND = "NetworkSelectionOptions"
-OPTIONS_PLURAL = "networkselectionoptions"
+#: The singular of NetworkSelectionOptions, accepted as a kind in parametersRefs.
 OPTIONS_SINGULAR = "networkselectionoption"
 
 

@@ -8,8 +8,6 @@ import asyncio
 import json
 import sys
 import textwrap
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,20 +16,9 @@ import yaml
 from conformance.kep import SUITE_VERSION, features, report, suite
 from conformance.kep import client as kc
 from conformance.kep.tests import ALL, BY_NAME
-from podnetwork import constants, outputs
+from podnetwork.cli import Command, outputs
+from podnetwork.ground import constants
 from podnetwork.kube import credentials
-
-
-@dataclass(frozen=True)
-class Command:
-    """The shape `podnetwork.cli` loads from an entry point (help, configure, run, description).
-    Declared here because this package imports nothing of podnetwork but `kube`, `constants` and
-    the output writer `outputs` (.importlinter)."""
-
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    description: str = ""
 
 
 def _feature_lines() -> str:

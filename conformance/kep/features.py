@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from podnetwork.ground import constants
+
 
 class Level(StrEnum):
     CORE = "Core"
@@ -35,11 +37,11 @@ SCHEDULER = "a kube-scheduler that binds pods"
 EXTENDER = "an extender or plugin in kube-scheduler that checks a pod's networks (KEP \"Active validations\")"
 KUBELET = "kubelets that run pods"
 NODE_NETWORKS = ("nodes that list the PodNetworks they offer in the annotation "
-                 "multinetwork.x-k8s.io/podnetworks (absent: all), and permission to patch two nodes' "
+                 f"{constants.NODE_PODNETWORKS_ANNOTATION} (absent: all), and permission to patch two nodes' "
                  "annotations for the test")
 CNI_AGENT = "a CNI agent (or runtime) on the nodes that attaches every network a pod names"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
-               "and writes the NPWG selection k8s.v1.cni.cncf.io/networks")
+               f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
 
 FEATURES: tuple[Feature, ...] = (
     Feature("PodNetworkAPI", Level.CORE,

@@ -98,7 +98,7 @@ def _listing() -> str:
 
 def _report_problem(target: str) -> str | None:
     """What stops --report from being written, before any scenario runs. The rules of
-    podnetwork.outputs.problem, restated: the harness imports nothing of this project."""
+    podnetwork.cli.outputs.problem, restated: the harness imports nothing of this project."""
     if not target.strip():
         return "--report: an empty path; give a file name"
     if target.endswith("/") or Path(target).name in ("", ".", ".."):
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             cni_version=args.cni_version,
         )
         try:
-            # Through to what is there (a device or FIFO stays one), as podnetwork.outputs writes.
+            # Through to what is there (a device or FIFO stays one), as podnetwork.cli.outputs writes.
             with open(args.report, "w", encoding="utf-8") as f:
                 f.write(json.dumps(doc, indent=2) + "\n")
         except OSError as exc:

@@ -1,7 +1,7 @@
 """`podnetwork controller`: the PodNetwork controller and the pod admission webhooks.
 
-One process runs the kopf operator (`podnetwork.controller`) and, unless
-`--no-webhook`, serves the admission webhooks (`podnetwork.admission`) over
+One process runs the kopf operator (`podnetwork.kep.controller`) and, unless
+`--no-webhook`, serves the admission webhooks (`podnetwork.kep.admission`) over
 HTTPS with uvicorn. Heavy imports (kopf, uvicorn) happen in `run` only.
 """
 
@@ -14,18 +14,20 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from podnetwork import cli, constants
-from podnetwork.kube import credentials, operatorshell
+from podnetwork import cli
+from podnetwork.cli import arguments, logs, operatorshell
 
 # Shared with `podnetwork bridge` (operatorshell); importable from here as before.
-from podnetwork.kube.operatorshell import START_TIME as START_TIME
-from podnetwork.kube.operatorshell import parse_priority as parse_priority
-from podnetwork.kube.operatorshell import register_demotion_guard as register_demotion_guard
-from podnetwork.kube.operatorshell import retrying as retrying
+from podnetwork.cli.arguments import START_TIME as START_TIME
+from podnetwork.cli.arguments import parse_priority as parse_priority
+from podnetwork.cli.operatorshell import register_demotion_guard as register_demotion_guard
+from podnetwork.cli.operatorshell import retrying as retrying
+from podnetwork.ground import constants
+from podnetwork.kube import credentials
 
 if TYPE_CHECKING:
+    from podnetwork.cli import metrics as kube_metrics
     from podnetwork.kube import client as kube
-    from podnetwork.kube import metrics as kube_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +114,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-gates", default="", metavar="GATES",
                         help="e.g. MultiNetwork=false to make the controller and admission a no-op")
     operatorshell.add_webhook_arguments(parser, default_port=9443)
-    operatorshell.add_metrics_arguments(parser)
+    arguments.add_metrics_arguments(parser)
     parser.add_argument("--no-webhook", action="store_true", help="do not serve admission")
     parser.add_argument("--enforce-use-permission", action="store_true",
                         help="refuse a new pod naming a PodNetwork (or an attachment of one) other than "
@@ -242,7 +244,7 @@ def webhook_flags(args: argparse.Namespace) -> operatorshell.WebhookFlags:
 def metrics(ctl: Any) -> kube_metrics.OperatorMetrics:
     """The controller's metrics (docs/metrics.md): the shared operator ones, the writes of
     its API client, and the sizes of its in-use index and caches."""
-    from podnetwork.kube import metrics as kube_metrics
+    from podnetwork.cli import metrics as kube_metrics
 
     measured = kube_metrics.OperatorMetrics("controller")
     if ctl.api is not None:
@@ -261,9 +263,9 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     cannot be served (port in use, unusable certificate), before anything started."""
     import kopf
 
-    from podnetwork import admission, controller
+    from podnetwork.cli import metrics as kube_metrics
+    from podnetwork.kep import admission, controller
     from podnetwork.kube import client as kube
-    from podnetwork.kube import metrics as kube_metrics
     from podnetwork.kube import peering
 
     demoted = asyncio.Event()
@@ -286,7 +288,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     measured = metrics(ctl)
     cluster = creds.describe if creds is not None else "none (MultiNetwork=false)"
     served = operatorshell.webhook_summary(flags, [admission.MUTATE_PATH, admission.VALIDATE_PATH])
-    operatorshell.log_start(COMMAND, cluster=cluster, webhook=served, features=features(args, gates))
+    logs.log_start(COMMAND, cluster=cluster, webhook=served, features=features(args, gates))
     try:
         with operatorshell.Shell(COMMAND, stop) as shell:
             shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
@@ -352,7 +354,7 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
                                         "FILE (and --context) or run in a pod with a service account")
-    operatorshell.operator_logging(args.verbose)
+    logs.operator_logging(args.verbose)
     return asyncio.run(serve(args))
 
 

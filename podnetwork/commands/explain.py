@@ -38,7 +38,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_objects(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Objects from -f, else the cluster. Raises RuntimeError or ManifestError with a readable message."""
-    from podnetwork import graph_source
+    from podnetwork.kep import graph_source
 
     if args.filename:
         return graph_source.from_files(args.filename, recursive=args.recursive)
@@ -52,7 +52,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from podnetwork import explain, graph
+    from podnetwork.kep import explain, graph
 
     try:
         subject = explain.subject_key(args.kind, args.name)

@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from podnetwork import cli, outputs
+from podnetwork import cli
+from podnetwork.cli import outputs
 from podnetwork.commands.explain import add_source_arguments, load_objects
 
 DESCRIPTION = """\
@@ -37,7 +38,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from podnetwork import graph
+    from podnetwork.kep import graph
 
     if args.output is not None and (problem := outputs.problem(args.output, "-o")):
         print(f"podnetwork graph: {problem}", file=sys.stderr)

@@ -16,8 +16,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from podnetwork import cli, constants, excerpts, manifests, validation
-from podnetwork.fielderrors import FieldError, invalid
+from podnetwork import cli
+from podnetwork.cli import manifests
+from podnetwork.ground import constants, excerpts
+from podnetwork.ground.fielderrors import FieldError, invalid
+from podnetwork.kep import validation
 
 EXIT_OK = 0
 EXIT_INVALID = 1

@@ -45,6 +45,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
+from podnetwork.ground import constants
 from podnetwork.kube.credentials import Authenticator, Credentials, ssl_context
 
 logger = logging.getLogger(__name__)
@@ -52,19 +53,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Resource = type[GenericGlobalResource] | type[GenericNamespacedResource]
 
-# --- resources: the wire names of the kinds we read and write ------------------------------------
-# Repeated here because this package imports nothing else of podnetwork; a test checks they
-# match podnetwork.constants, bridge.npwg and bridge.translate.
+# --- resources: the kinds we read and write, by their names on the wire (podnetwork.ground) -------
 
-KEP_GROUP = "multinetwork.x-k8s.io"
-KEP_VERSION = "v1alpha1"
-PodNetwork = create_global_resource(KEP_GROUP, KEP_VERSION, "PodNetwork", "podnetworks")
-PodNetworkAttachment = create_namespaced_resource(KEP_GROUP, KEP_VERSION, "PodNetworkAttachment",
-                                                  "podnetworkattachments")
-NetworkAttachmentDefinition = create_namespaced_resource(
-    "k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition", "network-attachment-definitions")
-NetworkSelectionOptions = create_namespaced_resource("bridge.multinetwork.x-k8s.io", "v1alpha1",
-                                                     "NetworkSelectionOptions", "networkselectionoptions")
+PodNetwork = create_global_resource(constants.GROUP, constants.VERSION, constants.PODNETWORK_KIND,
+                                    constants.PODNETWORK_PLURAL)
+PodNetworkAttachment = create_namespaced_resource(constants.GROUP, constants.VERSION,
+                                                  constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL)
+NetworkAttachmentDefinition = create_namespaced_resource(constants.NAD_GROUP, constants.NAD_VERSION,
+                                                         constants.NAD_KIND, constants.NAD_PLURAL)
+NetworkSelectionOptions = create_namespaced_resource(constants.OPTIONS_GROUP, constants.OPTIONS_VERSION,
+                                                     constants.OPTIONS_KIND, constants.OPTIONS_PLURAL)
 #: kopf's peering objects (deploy/peering/), read by the controller's demotion guard.
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
 # The core kinds as generic resources too (group ""): bodies stay as sent (see the module doc).
@@ -494,7 +492,7 @@ class AsyncApi:
         self.on_write: Callable[[str, str, str], None] | None = None
         """Told of every create and patch, once it ended (retries included): the kind, the verb
         (`create`, `patch`, `patch_status`) and the outcome (`written`, `conflict`, `not_found`,
-        `failed`). The operators count their writes with it (`podnetwork.kube.metrics`)."""
+        `failed`). The operators count their writes with it (`podnetwork.cli.metrics`)."""
 
     @property
     def client(self) -> lightkube.AsyncClient:

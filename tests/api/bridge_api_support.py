@@ -16,7 +16,7 @@ import kopf
 
 from bridge import npwg, translate
 from bridge.operator import controller
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.api import kube_emulator
 
 # The bridge tests reach the shared emulator through this module (as `bs.X`).

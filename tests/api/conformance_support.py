@@ -8,7 +8,7 @@ What kmock lacks and `ClusterEmulator` adds, each as the API server does it:
 - the ValidatingAdmissionPolicy of crds/default-podnetwork-protection.yaml on DELETE, and dry runs
   of DELETE (`?dryRun=All`: admission runs, nothing is removed);
 - admission webhooks for pod CREATE, as their configurations deploy them (the objects
-  `podnetwork.admission.webhook_configurations` and `bridge.operator.admission.webhook_configuration`
+  `podnetwork.kep.admission.webhook_configurations` and `bridge.operator.admission.webhook_configuration`
   build, with a URL): the rules, the namespaceSelector, the matchConditions (CEL, with cel-python),
   mutating webhooks in the order of their configurations' names with `reinvocationPolicy: IfNeeded`
   honoured, then validating ones; the AdmissionReview is POSTed over HTTPS, failurePolicy Fail, and a
@@ -58,9 +58,10 @@ import yaml
 
 from bridge import npwg
 from bridge.operator import admission as bridge_admission
-from embedded.admission import apply_json_patch
-from embedded.scheduling import unschedulable_message
-from podnetwork import admission, constants
+from demo.admission import apply_json_patch
+from demo.scheduling import unschedulable_message
+from podnetwork.ground import constants
+from podnetwork.kep import admission
 from podnetwork.kube import client as kube
 from tests.api import kube_emulator
 from tests.api.controller_support import free_port

@@ -19,8 +19,10 @@ import httpx
 import kmock
 import kopf
 
-from podnetwork import cli, constants, controller
+from podnetwork import cli
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from tests.api import kube_emulator
 
 

@@ -24,7 +24,7 @@ import kmock
 import uvicorn
 from fastapi import FastAPI
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from scheduler_plugin import cache
 from tests.api.kube_emulator import write_kubeconfig
 

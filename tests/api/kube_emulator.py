@@ -26,7 +26,7 @@ import kmock
 import kopf
 import yaml
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 from podnetwork.kube import credentials as kube_credentials
 

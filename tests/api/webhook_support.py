@@ -18,8 +18,10 @@ from typing import Any
 
 from bridge import translate
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission, constants
-from podnetwork.kube import certificates, operatorshell, webhooks
+from podnetwork.cli import operatorshell
+from podnetwork.ground import constants
+from podnetwork.kep import admission
+from podnetwork.kube import certificates, webhooks
 from tests.api import bridge_api_support as bs
 
 ANN = constants.NETWORKS_ANNOTATION

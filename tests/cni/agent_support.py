@@ -382,7 +382,7 @@ async def _gated_main(config_path: str) -> None:
     await Running(agent).start()
     if config.get("hotplug_trigger"):
         from bridge.agent import hotplug
-        from podnetwork.kube.core import Pod
+        from podnetwork.ground.core import Pod
 
         class NoEvents:
             async def post_event(self, body: Mapping[str, Any]) -> None:

@@ -15,9 +15,9 @@ import pytest
 
 from bridge import translate
 from bridge.operator import pods
-from podnetwork import constants
-from podnetwork.api import Network
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep.api import Network
 from tests.cni.agent_support import KEP_NETWORKS, NOTHING_LEFT, World, bridge_podnetwork, run
 
 pytestmark = pytest.mark.cni

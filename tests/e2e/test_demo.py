@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from embedded.host import Footprint
+from demo.host import Footprint
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from bridge import npwg, translate
-from podnetwork import constants
+from podnetwork.ground import constants
 
 NS = "app"
 NAD_REF_KIND = "network-attachment-definitions"

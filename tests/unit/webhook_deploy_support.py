@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from podnetwork.kube import operatorshell
+from podnetwork.cli import operatorshell
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

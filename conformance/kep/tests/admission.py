@@ -9,7 +9,7 @@ from typing import Any
 from conformance.kep import client as kc
 from conformance.kep.suite import ConformanceTest, Context
 from conformance.kep.tests import common as c
-from podnetwork import constants
+from podnetwork.ground import constants
 
 DEFAULT = {"podNetworkName": constants.DEFAULT_PODNETWORK}
 
@@ -93,7 +93,7 @@ TESTS: tuple[ConformanceTest, ...] = (
     ConformanceTest(
         "NamespaceDefaultNetworks",
         "A pod naming no network in a namespace with default networks (annotation "
-        "multinetwork.x-k8s.io/default-networks) gets them.",
+        f"{constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION}) gets them.",
         ("NamespaceDefaultNetworks",), "KEP Req 23, Story #6", namespace_default_networks,
         ("pod-no-networks.yaml", "pod.yaml"),
         {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION:

@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.kep import client as kc
 from conformance.kep.suite import Context
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 
 READY = constants.ConditionType.READY.value

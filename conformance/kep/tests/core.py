@@ -6,7 +6,7 @@ from __future__ import annotations
 from conformance.kep import client as kc
 from conformance.kep.suite import ConformanceTest, Context, TestFunction
 from conformance.kep.tests import common as c
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 
 

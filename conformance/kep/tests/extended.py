@@ -10,10 +10,10 @@ from typing import Any
 from conformance.kep import client as kc
 from conformance.kep.suite import ConformanceTest, Context
 from conformance.kep.tests import common as c
-from podnetwork import constants
+from podnetwork.ground import constants
 
 DEFAULT = {"podNetworkName": constants.DEFAULT_PODNETWORK}
-NPWG_SELECTION = "k8s.v1.cni.cncf.io/networks"
+NPWG_SELECTION = constants.NPWG_NETWORKS_ANNOTATION
 NODE_NETWORKS = constants.NODE_PODNETWORKS_ANNOTATION
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -20,8 +20,9 @@ import pytest
 
 from bridge.operator import command as bridge_command
 from podnetwork import cli
+from podnetwork.cli import operatorshell
 from podnetwork.commands import controller as controller_command
-from podnetwork.kube import certificates, operatorshell
+from podnetwork.kube import certificates
 from tests.api import bridge_api_support as bs
 from tests.api import webhook_support as ws
 from tests.api.kube_emulator import write_kubeconfig

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from podnetwork.kube import operatorshell
+from podnetwork.cli import operatorshell
 from tests.api import webhook_support as ws
 
 pytestmark = pytest.mark.timeout(600)

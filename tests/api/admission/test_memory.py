@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork.kube import operatorshell
+from podnetwork.cli import operatorshell
 from tests.api import bridge_api_support as bs
 from tests.api import webhook_support as ws
 from tests.api.kube_emulator import write_kubeconfig

@@ -14,7 +14,7 @@ import pytest
 
 from bridge import npwg
 from bridge.operator import controller
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.api import bridge_api_support as bs
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)

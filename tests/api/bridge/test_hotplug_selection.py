@@ -11,7 +11,7 @@ import pytest
 
 from bridge import npwg
 from bridge.operator import pods
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.api import bridge_api_support as bs
 from tests.api.bridge.test_controller import pod_of, seed
 

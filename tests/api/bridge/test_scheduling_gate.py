@@ -160,7 +160,7 @@ HELD = f"; the pod stays behind scheduling gate {pods.SCHEDULING_GATE} until its
 
 async def test_a_gated_pod_says_in_an_event_which_network_holds_it_once_per_cause(kmock: bs.Emulator) -> None:
     # kube-scheduler never sees a gated pod, so no FailedScheduling names the network: the bridge,
-    # which holds it, does, in the extender's words (podnetwork.activevalidation).
+    # which holds it, does, in the extender's words (podnetwork.kep.activevalidation).
     seed(kmock, bs.podnetwork("default", nad=None, provider="example.com/cluster"),
          gated("p7", [{"podNetworkName": "default"}, {"podNetworkName": "later"}]),
          gated("p8", [{"podNetworkName": "default"}, {"podNetworkAttachmentName": "gone"}]))

@@ -14,7 +14,7 @@ import pytest
 
 from bridge import npwg
 from bridge.operator import controller as bridge_controller
-from podnetwork import controller as pn_controller
+from podnetwork.kep import controller as pn_controller
 from tests.api import bridge_api_support as bs
 from tests.api import kube_emulator as ke
 

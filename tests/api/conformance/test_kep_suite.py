@@ -14,7 +14,7 @@ import pytest
 
 from conformance.kep import report
 from conformance.kep.tests import ALL
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.api import conformance_support as cs
 from tests.api import kube_emulator
 

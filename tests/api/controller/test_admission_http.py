@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork import admission, constants
+from podnetwork.ground import constants
+from podnetwork.kep import admission
 from tests.unit.crd_support import cel
 
 ANN = constants.NETWORKS_ANNOTATION

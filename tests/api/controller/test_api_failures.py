@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from tests.api.controller_support import node, podnetwork, running
 from tests.api.kube_emulator import NODES, PN, Emulator, condition, declare_resources, eventually, requests_to
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from podnetwork import explain, graph, graph_source
+from podnetwork.kep import explain, graph, graph_source
 from tests.api.controller_support import attachment, node, pod, podnetwork
 from tests.api.kube_emulator import NODES, PN, PNA, PODS, declare_resources, write_kubeconfig
 

@@ -20,8 +20,9 @@ import kmock
 import kopf
 import pytest
 
-from podnetwork import constants, controller
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from podnetwork.kube import client as kube
 from tests.api import kube_emulator
 from tests.api.controller_support import node, podnetwork

@@ -10,8 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork import admission, cli, constants
+from podnetwork import cli
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
+from podnetwork.kep import admission
 from tests.api.controller_support import free_port, pod, podnetwork
 from tests.api.kube_emulator import (
     PN,

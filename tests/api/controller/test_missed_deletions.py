@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import constants, controller, inuse
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep import controller, inuse
 from tests.api.controller_support import attachment, pod, podnetwork, running
 from tests.api.kube_emulator import PN, PNA, PODS, Emulator, condition, declare_resources, eventually
 

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from scheduler_plugin import app as app_mod
 from scheduler_plugin.settings import Settings
 from tests.api.controller_support import pod, podnetwork, running
@@ -41,7 +42,7 @@ async def test_a_podnetwork_that_does_not_fit_is_ignored_and_the_others_are_reco
     kmock.objects[PN, None, "blue"] = podnetwork("blue")
     kmock.objects[PODS, "ns", "a"] = pod("a", [{"podNetworkName": "blue"},
                                                {"podNetworkName": "odd", "interfaceName": "net1"}])
-    with caplog.at_level(logging.WARNING, logger="podnetwork.controller"):
+    with caplog.at_level(logging.WARNING, logger="podnetwork.kep.controller"):
         async with running(kmock, FAST) as ctl:
             await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["status"] == "True")
             await asyncio.sleep(0.5)  # a flush or two: nothing is written to `odd`
@@ -62,7 +63,7 @@ async def test_a_pod_that_does_not_fit_the_pod_view_holds_no_network(kmock, capl
     odd = pod("b", [{"podNetworkName": "blue"}])
     odd["spec"]["hostNetwork"] = "yes"  # the API server stores booleans only
     kmock.objects[PODS, "ns", "b"] = odd
-    with caplog.at_level(logging.WARNING, logger="podnetwork.controller"):
+    with caplog.at_level(logging.WARNING, logger="podnetwork.kep.controller"):
         async with running(kmock, FAST) as ctl:
             await eventually(lambda: condition(stored(kmock, PN, None, "blue"), "InUse")["message"]
                              == "in use by 1 pod: ns/a")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from tests.api.controller_support import attachment, node, pod, podnetwork, running
 from tests.api.kube_emulator import (
     NODES,

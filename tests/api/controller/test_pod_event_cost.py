@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 import pytest
 
-from podnetwork import conditions, constants, controller, inuse
-from podnetwork.api import Network
+from podnetwork.ground import constants
+from podnetwork.kep import conditions, controller, inuse
+from podnetwork.kep.api import Network
 from tests.api import kube_emulator
 from tests.api.controller_support import node, pod, podnetwork
 from tests.api.kube_emulator import (

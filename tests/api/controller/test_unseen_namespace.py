@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from podnetwork import admission, constants, controller
+from podnetwork.ground import constants
+from podnetwork.kep import admission, controller
 from tests.api.controller_support import ask_the_command, running
 from tests.api.kube_emulator import declare_resources, requests_to
 

@@ -17,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from embedded.admission import apply_json_patch
-from podnetwork import admission, cli, constants, controller
+from demo.admission import apply_json_patch
+from podnetwork import cli
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
+from podnetwork.kep import admission, controller
 from tests.api.controller_support import ask_the_command, attachment, running
 from tests.api.kube_emulator import PNA, Emulator, declare_resources, requests_to
 

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from podnetwork import constants, controller
+from podnetwork.ground import constants
+from podnetwork.kep import controller
 from tests.api.controller_support import node, pod, podnetwork, running
 from tests.api.kube_emulator import NODES, PN, PODS, Emulator, condition, declare_resources, eventually
 
@@ -33,7 +34,7 @@ async def test_each_write_of_the_controller_is_one_info_line(
         await eventually(lambda: condition(kmock.objects[NODES, None, "n1"].raw, "DefaultPodNetworkReady"))
         await eventually(lambda: condition(kmock.objects[PN, None, "default"].raw, "Ready"))
     lines = [r.getMessage() for r in caplog.records
-             if r.name == "podnetwork.controller" and r.levelno == logging.INFO]
+             if r.name == "podnetwork.kep.controller" and r.levelno == logging.INFO]
     assert "created the default PodNetwork" in lines
     assert f"PodNetwork blue: added finalizer {constants.IN_USE_FINALIZER}" in lines
     assert "PodNetwork blue: wrote conditions Ready=True (Ready), InUse=True (InUse)" in lines

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from bridge.dra import command, export
-from podnetwork import cli, manifests
+from podnetwork import cli
+from podnetwork.cli import manifests
 from tests.api.kube_emulator import write_kubeconfig
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "dra"

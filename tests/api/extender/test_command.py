@@ -11,7 +11,7 @@ import httpx
 import kmock
 import pytest
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.api.extender_support import (
     by_names,
     declare_extender_resources,

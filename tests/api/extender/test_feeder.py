@@ -15,7 +15,7 @@ import httpx
 import kmock
 import pytest
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 from podnetwork.kube import credentials
 from scheduler_plugin import app as app_mod

@@ -17,7 +17,7 @@ import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin.settings import Settings

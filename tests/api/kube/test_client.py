@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 from podnetwork.kube import credentials
 from tests.api.kube_emulator import PN, Emulator, declare_resources, eventually, requests_to

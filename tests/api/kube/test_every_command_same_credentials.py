@@ -330,7 +330,7 @@ def test_the_help_of_every_command_points_to_the_one_description() -> None:
     from podnetwork.kube import credentials
 
     helps = {}
-    for name, command in cli._commands().items():
+    for name, command in cli.program._commands().items():
         parser = argparse.ArgumentParser()
         command.configure(parser)
         flags = {option: action for action in parser._actions for option in action.option_strings}

@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from bridge import migrate
-from podnetwork import cli, constants, manifests
+from podnetwork import cli
+from podnetwork.cli import manifests
+from podnetwork.ground import constants
 from tests.api.kube_emulator import write_kubeconfig
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate" / "cluster"

@@ -22,8 +22,8 @@ import kmock
 import pytest
 
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission
-from podnetwork.kube import operatorshell
+from podnetwork.cli import operatorshell
+from podnetwork.kep import admission
 from tests.api import bridge_api_support as bs
 from tests.api.kube_emulator import Emulator, declare_resources, eventually, requests_to, write_kubeconfig
 from tests.api.shell.test_sigterm import answers, crashed, free_port

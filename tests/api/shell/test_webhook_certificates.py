@@ -33,7 +33,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission
+from podnetwork.kep import admission
 from podnetwork.kube import certificates, webhooksecret
 from tests.api.kube_emulator import Emulator, declare_resources, eventually, requests_to, write_kubeconfig
 from tests.api.shell.test_sigterm import crashed, free_port

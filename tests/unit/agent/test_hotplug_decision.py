@@ -9,7 +9,8 @@ import pytest
 from bridge import npwg
 from bridge.agent import hotplug
 from bridge.agent.cache import Attachment, Record, State
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
 
 
 def record(*attached: tuple[str, str]) -> Record:
@@ -103,10 +104,10 @@ def test_a_record_belongs_to_the_pod_of_its_name_and_uid() -> None:
 
 
 def test_hotplug_watches_only_the_networks_annotations() -> None:
-    a = pod(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]", "other": "1"})
-    b = pod(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]", "other": "2", npwg.NETWORK_STATUS_ANNOTATION: "[]"})
+    a = pod(**{constants.NETWORKS_ANNOTATION: "[]", "other": "1"})
+    b = pod(**{constants.NETWORKS_ANNOTATION: "[]", "other": "2", npwg.NETWORK_STATUS_ANNOTATION: "[]"})
     assert hotplug.networks_of(a) == hotplug.networks_of(b)
-    c = pod(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "blue"})
+    c = pod(**{constants.NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "blue"})
     assert hotplug.networks_of(a) != hotplug.networks_of(c)
 
 
@@ -115,12 +116,12 @@ BLUE_SELECTION = '[{"name":"blue","namespace":"team"}]'
 
 @pytest.mark.parametrize(("annotations", "wanted", "expected"), [
     ({}, "blue", True),  # NPWG-only pod: its selection is what the agent read
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]"}, "", True),  # nothing selected on either side
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]"}, "blue", False),  # the bridge has not written it yet
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue", True),
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "team/blue"}, "blue", True),
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue,red", False),
-    ({hotplug.KEP_NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "[oops"}, "blue", False),
+    ({constants.NETWORKS_ANNOTATION: "[]"}, "", True),  # nothing selected on either side
+    ({constants.NETWORKS_ANNOTATION: "[]"}, "blue", False),  # the bridge has not written it yet
+    ({constants.NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue", True),
+    ({constants.NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "team/blue"}, "blue", True),
+    ({constants.NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: BLUE_SELECTION}, "blue,red", False),
+    ({constants.NETWORKS_ANNOTATION: "[]", npwg.NETWORKS_ANNOTATION: "[oops"}, "blue", False),
 ], ids=["npwg-only", "both-empty", "not-written-yet", "agrees", "agrees-in-the-other-format", "stale",
         "unreadable"])
 def test_a_kep_pod_changes_only_once_the_bridges_selection_agrees_with_its_networks(
@@ -147,7 +148,7 @@ async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_qu
     for ignored in (body(node="node-b"), body(phase="Succeeded"), {"metadata": {"name": 5}}):
         hot.pod_changed(ignored)
         assert hot.idle.is_set(), ignored
-    hot.pod_changed(body(**{hotplug.KEP_NETWORKS_ANNOTATION: "[]"}))
+    hot.pod_changed(body(**{constants.NETWORKS_ANNOTATION: "[]"}))
     assert not hot.idle.is_set(), "queued for the worker"
     assert await hot.handle(Pod.model_validate(body())) == [], "no container of it in the cache: nothing to do"
 
@@ -157,4 +158,4 @@ def test_an_unreadable_npwg_selection_of_a_running_pod_is_refused_not_read_as_em
         hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops"}))
     hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "blue"}))
     # With KEP networks the bridge owns that annotation; `settled` waits for it instead.
-    hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops", hotplug.KEP_NETWORKS_ANNOTATION: "[]"}))
+    hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops", constants.NETWORKS_ANNOTATION: "[]"}))

@@ -23,7 +23,6 @@ import yaml
 
 from bridge.agent import agent, objects
 from bridge.agent.invoke import CNIError, ErrorCode
-from podnetwork import constants
 from tests.unit.hostile_api_support import HostileApi, ok
 
 
@@ -206,16 +205,6 @@ async def test_memory_objects_merge_patch_annotations_and_report_missing_objects
         await objs.patch_pod_annotations("ns", "q", {"a": "1"})
     with pytest.raises(objects.NotFound):
         await objs.get_podnetwork("default")
-
-
-def test_the_agents_copies_of_api_names_match_the_kep_layer() -> None:
-    assert objects.KEP_GROUP == constants.GROUP and objects.KEP_VERSION == constants.VERSION
-    assert objects.PODNETWORK_PLURAL == constants.PODNETWORK_PLURAL
-    assert objects.ATTACHMENT_PLURAL == constants.ATTACHMENT_PLURAL
-    assert objects.KEP_NETWORKS_ANNOTATION == constants.NETWORKS_ANNOTATION
-    assert objects.BRIDGE_PROVIDER == constants.BRIDGE_PROVIDER
-    assert agent.DEFAULT_PODNETWORK == constants.DEFAULT_PODNETWORK
-
 
 
 async def test_the_object_source_returns_typed_objects_and_refuses_what_does_not_fit() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.unit.crd_support import (
     CRDS,
     EXAMPLES,
@@ -387,7 +387,7 @@ def test_the_exemption_policy_binds_deny_and_names_what_the_webhooks_leave_out()
     assert EXEMPTION_BINDING["spec"] == {"policyName": EXEMPTION["metadata"]["name"], "validationActions": ["Deny"]}
     assert EXEMPTION["spec"]["failurePolicy"] == "Fail"
     from bridge.operator import admission as bridge_admission
-    from podnetwork import admission
+    from podnetwork.kep import admission
     selectors = [hook["namespaceSelector"] for config in admission.webhook_configurations({"url": "https://x"})
                  for hook in config["webhooks"]]
     selectors.append(bridge_admission.webhook_configuration({"url": "https://x"})["webhooks"][0]["namespaceSelector"])

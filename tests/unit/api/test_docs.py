@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from podnetwork import api, constants, validation
+from podnetwork.ground import constants
+from podnetwork.kep import api, validation
 from tests.unit.crd_support import ROOT
 
 DOC = (ROOT / "docs" / "api.md").read_text()

@@ -13,8 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podnetwork import api, constants, networks, validation
-from podnetwork.fielderrors import FieldError, InvalidObject
+from podnetwork.ground import constants
+from podnetwork.ground.fielderrors import FieldError, InvalidObject
+from podnetwork.kep import api, networks, validation
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -15,9 +15,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podnetwork import excerpts, manifests
+from podnetwork.cli import manifests
 from podnetwork.commands import validate
-from podnetwork.fielderrors import FieldError, invalid
+from podnetwork.ground import excerpts
+from podnetwork.ground.fielderrors import FieldError, invalid
 from tests.unit.files_support import ROOT, bomb, nested
 
 PARSERS = (manifests.YAMLParser.LIBYAML, manifests.YAMLParser.PYTHON)
@@ -342,7 +343,7 @@ def test_the_networks_annotation_is_quoted_cut_in_its_errors() -> None:
             "multinetwork.x-k8s.io/networks": "{" + "x" * 100_000,
         }},
     }
-    from podnetwork import validation
+    from podnetwork.kep import validation
 
     (error,) = validation.validate_pod(pod)
     assert "(100001 characters, cut)" in str(error)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnetwork import manifests
+from podnetwork.cli import manifests
 
 POD = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: ns\n"
 

@@ -1,4 +1,4 @@
-"""The pydantic models (podnetwork/api.py) and the CRD schemas (crds/) agree field
+"""The pydantic models (podnetwork/kep/api.py) and the CRD schemas (crds/) agree field
 by field: same property names, required sets, types, limits and defaults.
 
 Allowed differences, each listed here and checked to be deliberate:
@@ -9,7 +9,7 @@ Allowed differences, each listed here and checked to be deliberate:
   model produces satisfies the CRD.
 - `metadata` is opaque in the CRDs (the API server validates it itself).
 - `spec.podNetworkName` of the attachment has a DNS-1123 `pattern` in the CRD; the
-  model leaves that rule to `podnetwork.validation` for a clearer message.
+  model leaves that rule to `podnetwork.kep.validation` for a clearer message.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from podnetwork import api, constants, validation
+from podnetwork.ground import constants
+from podnetwork.kep import api, validation
 from tests.unit.crd_support import crd, defaulted, openapi_schema
 
 CASES = [

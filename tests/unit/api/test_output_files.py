@@ -1,4 +1,4 @@
-"""`podnetwork.outputs`, the one writer of the commands' output files: paths checked before any
+"""`podnetwork.cli.outputs`, the one writer of the commands' output files: paths checked before any
 work, and written through to what exists (a device, a FIFO, a link's target), on real files
 under tmp_path. Nothing under /dev is written but /dev/null and /dev/full, through links."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from podnetwork import outputs
+from podnetwork.cli import outputs
 
 
 def test_a_new_file_is_created_and_an_existing_one_is_replaced_in_place(tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_dev_stdout_is_written_to_the_descriptor_without_emptying_a_file_opened_
     log.write_text("kept\n")
     with log.open("a") as append:
         done = subprocess.run(
-            [sys.executable, "-c", "from podnetwork import outputs; outputs.write('/dev/stdout', 'added\\n', '-o')"],
+            [sys.executable, "-c", "from podnetwork.cli import outputs; outputs.write('/dev/stdout', 'added\\n', '-o')"],
             stdout=append, stderr=subprocess.PIPE, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert log.read_text() == "kept\nadded\n"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from podnetwork import constants, networks, validation
-from podnetwork.fielderrors import InvalidObject
+from podnetwork.ground import constants
+from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.kep import networks, validation
 
 
 def pod(nets: object, *, host_network: bool = False, os_name: str | None = None) -> dict:

@@ -11,7 +11,7 @@ import pytest
 
 from bridge import npwg, translate
 from bridge.operator import admission, pods
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.unit.bridge_support import NS, nad, podnetwork
 
 READY = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
@@ -116,7 +116,7 @@ def test_the_webhook_configuration_is_create_only_fail_closed_reinvoked_and_skip
 
 
 def test_a_pod_that_fits_the_webhooks_shape_but_not_the_pod_view_gets_no_patch() -> None:
-    """The bridge's decisions read `podnetwork.kube.core.Pod`; a label that is not text fits
+    """The bridge's decisions read `podnetwork.ground.core.Pod`; a label that is not text fits
     the shape this webhook checks, not the view: allowed, and nothing written."""
     req = request([{"podNetworkName": "storage"}])
     req["object"]["metadata"]["labels"] = {"app": 1}

@@ -18,9 +18,9 @@ import yaml
 from bridge import npwg, translate
 from bridge.operator import pods
 from bridge.translate import podips
-from podnetwork import constants
-from podnetwork.api import Network
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork
 
 ROOT = Path(__file__).resolve().parents[3]

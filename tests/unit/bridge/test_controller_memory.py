@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from bridge.operator import controller
-from podnetwork import constants
+from podnetwork.ground import constants
 from tests.unit.bridge_support import NS, attachment, nad, nad_ref, options_ref, podnetwork
 
 PN = constants.PODNETWORK_KIND

@@ -11,7 +11,7 @@ import pytest
 from bridge import npwg, translate
 from bridge.agent import plan
 from bridge.agent.invoke import CNIError
-from podnetwork.api import Network
+from podnetwork.kep.api import Network
 
 NS = "app"
 KEY = "multinetwork.x-k8s.io/default-route-families"

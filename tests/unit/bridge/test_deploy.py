@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,8 @@ from kopf._cogs.structs import references
 
 from bridge.operator import admission, controller
 from bridge.operator import command as bridge_command
+from podnetwork.cli import arguments, operatorshell
 from podnetwork.kube import client as kube
-from podnetwork.kube import operatorshell
 from tests.unit import webhook_deploy_support as support
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -144,7 +145,10 @@ def test_the_bridge_peers_through_its_cluster_peering_with_a_priority_per_proces
     args = bridge_args()
     assert args.peering == "podnetwork-bridge" and args.peering in peerings
     # Equal priorities pause every peer (kopf docs "Peering"): two bridges of one template during a rollout.
-    first, second = (operatorshell.parse_priority(operatorshell.START_TIME) for _ in range(2))
+    # Two replicas start at least microseconds apart; two calls in a row may not.
+    first = arguments.parse_priority(arguments.START_TIME)
+    time.sleep(0.002)
+    second = arguments.parse_priority(arguments.START_TIME)
     assert args.priority is not None and first != second
     deployment = next(d for d in documents("deployment.yaml") if d["kind"] == "Deployment")
     container = support.container(deployment)

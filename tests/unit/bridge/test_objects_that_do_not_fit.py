@@ -13,8 +13,9 @@ import pytest
 from bridge import npwg, translate
 from bridge.translate import params
 from bridge.translate.params import ParamsReason
-from podnetwork import api, constants
-from podnetwork.api import Network
+from podnetwork.ground import constants
+from podnetwork.kep import api
+from podnetwork.kep.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, nad_ref, options, options_ref, podnetwork
 
 

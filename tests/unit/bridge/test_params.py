@@ -7,8 +7,8 @@ import pytest
 from bridge import translate
 from bridge.translate import Objects, params
 from bridge.translate.params import ParamsReason
-from podnetwork import api
-from podnetwork.constants import ConditionStatus, ConditionType
+from podnetwork.ground.constants import ConditionStatus, ConditionType
+from podnetwork.kep import api
 from tests.unit.bridge_support import NS, attachment, nad, nad_ref, options, options_ref, podnetwork
 
 DATAPLANE = podnetwork("dataplane")

@@ -8,7 +8,7 @@ import pytest
 
 from bridge import translate
 from bridge.translate import podips
-from podnetwork.api import Network
+from podnetwork.kep.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork
 
 WORLD = translate.Objects.from_objects(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bridge import npwg, translate
 from bridge.translate import Objects, Reason, TranslationError
-from podnetwork.api import Network
+from podnetwork.kep.api import Network
 from tests.unit.bridge_support import (
     NAD_REF_KIND,
     NS,

@@ -12,9 +12,9 @@ import pytest
 
 from bridge import npwg, translate
 from bridge.operator import admission, pods
-from podnetwork import constants
-from podnetwork.api import Network
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep.api import Network
 from tests.unit.bridge_support import NS, attachment, nad, options, options_ref, podnetwork
 
 READY = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",

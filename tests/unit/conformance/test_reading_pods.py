@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from conformance.kep.tests import extended
-from podnetwork import constants
+from podnetwork.ground import constants
 
 
 def test_pod_ips_come_from_status_pod_ips_naming_a_network_first() -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import admission, constants
-from podnetwork.admission import Webhook
+from podnetwork.ground import constants
+from podnetwork.kep import admission
+from podnetwork.kep.admission import Webhook
 
 ANN = constants.NETWORKS_ANNOTATION
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import api, conditions, constants
-from podnetwork.conditions import Phase, Usage
+from podnetwork.ground import constants
+from podnetwork.kep import api, conditions
+from podnetwork.kep.conditions import Phase, Usage
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"

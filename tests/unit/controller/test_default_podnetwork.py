@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork import api, conditions, constants, defaultnet, validation
-from podnetwork.kube.core import Node
+from podnetwork.ground import constants
+from podnetwork.ground.core import Node
+from podnetwork.kep import api, conditions, defaultnet, validation
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"

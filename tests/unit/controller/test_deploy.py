@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from kopf._cogs.structs import references
 
-from podnetwork import admission
+from podnetwork.cli import operatorshell
 from podnetwork.commands import controller as command
-from podnetwork.kube import operatorshell
+from podnetwork.kep import admission
 from tests.unit import webhook_deploy_support as support
 
 ROOT = Path(__file__).resolve().parents[3] / "deploy"

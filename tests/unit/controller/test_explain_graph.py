@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from podnetwork import cli, constants, explain, graph
+from podnetwork import cli
+from podnetwork.ground import constants
+from podnetwork.kep import explain, graph
 
 ROOT = Path(__file__).resolve().parents[3]
 NAD_REF = {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": "nad", "namespace": "ns"}

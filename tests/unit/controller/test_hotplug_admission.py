@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import admission, admissionreview, constants
-from podnetwork.admission import Webhook
+from podnetwork.ground import constants
+from podnetwork.kep import admission, admissionreview
+from podnetwork.kep.admission import Webhook
 
 ANN = constants.NETWORKS_ANNOTATION
 DEFAULT = {"podNetworkName": "default"}

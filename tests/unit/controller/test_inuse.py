@@ -8,9 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnetwork import api, constants, inuse
-from podnetwork.inuse import attachment_ref, podnetwork_ref
-from podnetwork.kube.core import Pod
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.kep import api, inuse
+from podnetwork.kep.inuse import attachment_ref, podnetwork_ref
 
 FIN = constants.IN_USE_FINALIZER
 
@@ -60,7 +61,7 @@ def test_pod_references_attachments_in_its_namespace():
 
 
 def test_namespace_default_applies_to_pods_without_annotation():
-    from podnetwork.api import Network
+    from podnetwork.kep.api import Network
     refs = inuse.pod_references(Pod.model_validate(pod("a", None)), [Network(podNetworkName="blue")])
     assert refs == {BLUE}
 

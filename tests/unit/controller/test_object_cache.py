@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork import api, constants, controller, inuse
+from podnetwork.ground import constants
+from podnetwork.kep import api, controller, inuse
 
 FIN = constants.IN_USE_FINALIZER
 

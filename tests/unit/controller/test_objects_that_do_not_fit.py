@@ -16,11 +16,12 @@ from typing import Any
 import pydantic
 import pytest
 
-from embedded.control import Controller as DemoController
-from embedded.store import Store
-from podnetwork import api, constants, controller, explain, inuse
-from podnetwork import graph as graphs
-from podnetwork.kube.core import Condition, Node, Pod
+from demo.control import Controller as DemoController
+from demo.store import Store
+from podnetwork.ground import constants
+from podnetwork.ground.core import Condition, Node, Pod
+from podnetwork.kep import api, controller, explain, inuse
+from podnetwork.kep import graph as graphs
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision
 
@@ -134,7 +135,7 @@ def test_the_controller_ignores_a_body_that_does_not_fit_and_keeps_the_last_good
     good = {**podnetwork("blue"), "metadata": {"name": "blue", "resourceVersion": "5"}}
     assert isinstance(ctl.remember(ref, good), api.PodNetwork)
     bad = {**podnetwork("blue", colour="red"), "metadata": {"name": "blue", "resourceVersion": "6"}}
-    with caplog.at_level(logging.WARNING, logger="podnetwork.controller"):
+    with caplog.at_level(logging.WARNING, logger="podnetwork.kep.controller"):
         kept = ctl.remember(ref, bad)
     assert kept is ctl.objects[ref]
     assert kept is not None and kept.metadata.resource_version == "5"
@@ -157,7 +158,7 @@ def test_explain_shows_a_podnetwork_that_does_not_fit_as_invalid_with_the_field(
 
 
 def test_an_object_whose_name_is_not_a_string_is_left_out_of_the_graph(caplog):
-    with caplog.at_level(logging.WARNING, logger="podnetwork.graph"):
+    with caplog.at_level(logging.WARNING, logger="podnetwork.kep.graph"):
         graph = graphs.build([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": 7}}, podnetwork("blue")])
     assert list(graph.nodes) == ["PodNetwork//blue"]
     assert "left out of the graph: its metadata cannot be read: metadata.name" in caplog.text
@@ -170,7 +171,7 @@ def test_the_demo_controller_ignores_an_object_that_does_not_fit_and_reconciles_
     ctl = DemoController(api_)
     ctl.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="embedded.control"):
+        with caplog.at_level(logging.WARNING, logger="demo.control"):
             api_.create({**podnetwork("odd", colour="red"), "status": {}})
         api_.create({**podnetwork("blue"), "status": {}})
         pod = a_pod([{"podNetworkName": "blue"}, {"podNetworkName": "odd", "interfaceName": "net1"}])

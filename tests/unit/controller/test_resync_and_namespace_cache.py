@@ -6,8 +6,9 @@ import argparse
 
 import pytest
 
-from podnetwork import admission, constants, controller
 from podnetwork.commands import controller as command
+from podnetwork.ground import constants
+from podnetwork.kep import admission, controller
 
 PROFILE = constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION
 

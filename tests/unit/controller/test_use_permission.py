@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from podnetwork import admission, admissionreview, constants
-from podnetwork.controller import UseCache
+from podnetwork.ground import constants
+from podnetwork.kep import admission, admissionreview
+from podnetwork.kep.controller import UseCache
 
 ANN = constants.NETWORKS_ANNOTATION
 

@@ -120,7 +120,7 @@ def every_container() -> list[Container]:
 def parses(argv: list[str]) -> argparse.Namespace:
     """`argv` as the command's own parser reads it; an error fails the test with argparse's words."""
     assert argv and argv[0] == "podnetwork", argv
-    parser = cli.build_parser(cli._commands(argv[1:]))
+    parser = cli.build_parser(cli.program._commands(argv[1:]))
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bridge.dra import command, export
 from bridge.dra import objects as dra
-from podnetwork import manifests
+from podnetwork.cli import manifests
 from tests.unit.dra.dra_support import nad, pod, podnetwork
 
 _CEL = celpy.Environment()

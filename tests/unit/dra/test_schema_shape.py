@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from bridge.dra import export
 from bridge.dra import objects as dra
-from podnetwork import manifests
+from podnetwork.cli import manifests
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "dra"
 

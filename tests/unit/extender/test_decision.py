@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podnetwork.kube.core import Pod
+from podnetwork.ground.core import Pod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, wire
 from scheduler_plugin.settings import parse_feature_gates

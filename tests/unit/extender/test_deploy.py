@@ -45,7 +45,7 @@ def test_extender_container_listens_where_the_scheduler_calls_it() -> None:
     url = urlparse(config["extenders"][0]["urlPrefix"])
     command = extender_container()["command"]
     assert command[:2] == ["podnetwork", "scheduler-extender"]
-    args = cli.build_parser(cli._commands()).parse_args(command[1:])
+    args = cli.build_parser(cli.program._commands()).parse_args(command[1:])
     assert (args.host, args.port) == (url.hostname, url.port)
     assert args.feature_gates == "MultiNetwork=true"
     probes = extender_container()
@@ -83,7 +83,7 @@ def test_kustomization_names_existing_files_and_the_mounted_config() -> None:
 
 def test_the_kubelet_probes_the_extender_on_the_pods_address_where_only_the_probes_are_served() -> None:
     container = extender_container()
-    args = cli.build_parser(cli._commands()).parse_args(container["command"][1:])
+    args = cli.build_parser(cli.program._commands()).parse_args(container["command"][1:])
     assert args.host == "127.0.0.1", "the extender itself stays on loopback, for kube-scheduler only"
     assert args.probe_host == "0.0.0.0" and args.probe_port is not None
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from podnetwork import networks
+from podnetwork.kep import networks
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, settings, wire

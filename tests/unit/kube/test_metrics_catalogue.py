@@ -1,5 +1,5 @@
 """docs/metrics.md lists exactly the metrics each component registers, with their types, and
-every name follows the rules of podnetwork/kube/metrics.py."""
+every name follows the rules of podnetwork/cli/metrics.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from bridge.agent.metrics import AgentMetrics
 from bridge.operator import command as bridge_command
 from bridge.operator import controller as bridge_controller
-from podnetwork import controller
+from podnetwork.cli import metrics
 from podnetwork.commands import controller as controller_command
-from podnetwork.kube import metrics
+from podnetwork.kep import controller
 from scheduler_plugin import app, cache, settings
 from tests.api.metrics_support import parse, value
 
@@ -93,7 +93,7 @@ def test_handlers_registered_through_the_counting_decorators_count_runs_and_fail
 
     import kopf
 
-    from podnetwork.kube import handlers
+    from podnetwork.cli import handlers
 
     measured = metrics.OperatorMetrics("controller")
     on = handlers.Handlers(measured)

@@ -1,8 +1,8 @@
-"""podnetwork.kube is the one way to the API: what it may import, who may bypass it, its wire names.
+"""podnetwork.kube is the one way to the API: who may bypass it, and the kinds its clients address.
 
 The done-criteria of the "one way to reach the API" work, kept true: no module of ours imports
-kopf's private modules or the official `kubernetes` client, and podnetwork.kube imports nothing
-else of podnetwork (the agent, the bridge and the extender use it without the KEP layer).
+kopf's private modules or the official `kubernetes` client. What podnetwork.kube may import of
+ours (only podnetwork.ground) is a layers contract in `.importlinter`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge import npwg, translate
-from bridge.agent import objects as agent_objects
-from podnetwork import constants
+from podnetwork.ground import constants
 from podnetwork.kube import client as kube
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "embedded")
+PACKAGES = ("podnetwork", "bridge", "scheduler_plugin", "demo")
 
 
 def sources(*packages: str) -> list[Path]:
@@ -49,30 +47,20 @@ def test_no_module_of_ours_imports_the_kubernetes_package() -> None:
     assert {p: names for p, names in found.items() if names} == {}
 
 
-def test_podnetwork_kube_imports_nothing_else_of_podnetwork() -> None:
-    ours = {p.relative_to(ROOT).as_posix(): sorted(n for n in imported(p) if n.split(".")[0] in PACKAGES
-                                                    and not n.startswith("podnetwork.kube"))
-            for p in sources("podnetwork/kube")}
-    assert ours and {p: names for p, names in ours.items() if names} == {}
-
-
-@pytest.mark.parametrize(("resource", "api_version", "kind", "plural"), [
-    (kube.PodNetwork, constants.API_VERSION, constants.PODNETWORK_KIND, constants.PODNETWORK_PLURAL),
-    (kube.PodNetworkAttachment, constants.API_VERSION, constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL),
-    (kube.NetworkAttachmentDefinition, npwg.NAD_API_VERSION, npwg.NAD_KIND, npwg.NAD_PLURAL),
-    (kube.NetworkSelectionOptions, translate.OPTIONS_API_VERSION, translate.OPTIONS_KIND, translate.OPTIONS_PLURAL),
+@pytest.mark.parametrize(("resource", "api_version", "kind", "plural", "namespaced"), [
+    (kube.PodNetwork, "multinetwork.x-k8s.io/v1alpha1", "PodNetwork", "podnetworks", False),
+    (kube.PodNetworkAttachment, "multinetwork.x-k8s.io/v1alpha1", "PodNetworkAttachment", "podnetworkattachments",
+     True),
+    (kube.NetworkAttachmentDefinition, "k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition",
+     "network-attachment-definitions", True),
+    (kube.NetworkSelectionOptions, "bridge.multinetwork.x-k8s.io/v1alpha1", "NetworkSelectionOptions",
+     "networkselectionoptions", True),
 ])
-def test_the_wire_names_repeated_in_podnetwork_kube_are_the_layers_own(
-        resource: kube.Resource, api_version: str, kind: str, plural: str) -> None:
+def test_the_clients_address_each_kind_by_its_crds_names_and_scope(
+        resource: kube.Resource, api_version: str, kind: str, plural: str, namespaced: bool) -> None:
     assert (kube.api_version_of(resource), kube.kind_of(resource), kube.plural_of(resource)) == (
         api_version, kind, plural)
-    assert kube.namespaced(resource) == (kind != constants.PODNETWORK_KIND)
-
-
-def test_the_agent_reads_the_kinds_it_names() -> None:
-    assert kube.kind_of(kube.NetworkAttachmentDefinition) == agent_objects.NAD
-    assert kube.kind_of(kube.NetworkSelectionOptions) == agent_objects.SELECTION_OPTIONS
-    assert kube.kind_of(kube.PodNetworkAttachment) == agent_objects.ATTACHMENT
+    assert kube.namespaced(resource) == namespaced
 
 
 def test_paths_are_the_apis_paths() -> None:

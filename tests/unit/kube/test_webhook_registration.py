@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bridge.operator import admission as bridge_admission
-from podnetwork import admission
+from podnetwork.kep import admission
 from podnetwork.kube import registration, webhooksecret
 from podnetwork.kube.registration import (
     Owner,

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podnetwork import cli, constants, manifests, validation
+from podnetwork import cli
+from podnetwork.cli import manifests
+from podnetwork.ground import constants
+from podnetwork.kep import validation
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"
 NPWG = "k8s.v1.cni.cncf.io/networks"

@@ -12,7 +12,9 @@ import yaml
 
 from bridge import migrate, translate
 from bridge.operator import pods
-from podnetwork import constants, manifests, networks, validation
+from podnetwork.cli import manifests
+from podnetwork.ground import constants
+from podnetwork.kep import networks, validation
 from tests.unit.crd_support import crd, schema_errors
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate"

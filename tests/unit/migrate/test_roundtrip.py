@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bridge import migrate, npwg, translate
-from podnetwork import constants, networks, validation
+from podnetwork.ground import constants
+from podnetwork.kep import networks, validation
 
 POD_NAMESPACES = ("app", "infra")
 NAD_NAMES = ("a", "b", "net-1", "sriov0")

@@ -1,0 +1,949 @@
+"""`podnetwork demo`: every component's real code, on this machine, narrated and checked.
+
+The API server is `demo.store` (Kubernetes semantics, in process). On it run
+the PodNetwork controller's decisions (`demo.control`), the NPWG bridge's
+(`demo.bridging`), admission, the scheduler extender over HTTP on loopback
+with a kube-scheduler stand-in (`demo.scheduling`), and one CNI agent per
+node on its unix socket, reached through the real shim executable by a kubelet
+stand-in (`demo.kubelet`) that gives each pod a network namespace. The
+plugins are the real ones (bridge, macvlan, host-local).
+
+The two nodes share this machine's kernel, so one Linux bridge per network stands
+for the network's layer 2 across nodes, and the macvlan network's parent is one
+dummy link. Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking), which no
+real network routes, and nothing is routed to or from the host: every ping stays
+inside the demo's own namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bridge import npwg
+from bridge.agent.running import Running
+from bridge.translate.params import ParamsReason
+from demo import host as host_mod
+from demo import store as store_mod
+from demo.bridging import Bridge
+from demo.control import Controller
+from demo.report import Report
+from demo.scheduling import Decision, Extender, Scheduler
+from demo.store import Store
+from podnetwork.ground import constants
+from podnetwork.ground.constants import ConditionType, ReadyReason
+from podnetwork.kep import networks
+
+if TYPE_CHECKING:
+    from demo.kubelet import Kubelet
+
+NS = "demo"
+PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
+PNA: tuple[str, str] = (constants.API_VERSION, constants.ATTACHMENT_KIND)
+NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)
+POD = ("v1", "Pod")
+NODE = ("v1", "Node")
+NODE_A, NODE_B = "node-a", "node-b"
+
+
+@dataclass(frozen=True)
+class Net:
+    """One network of the demo and the CNI configuration behind it."""
+
+    name: str
+    plugin: str
+    """`bridge` or `macvlan`."""
+    link: str
+    """Suffix of the Linux bridge (or macvlan parent) name."""
+    subnet: str
+    gateway: str | None = None
+    """Named in the IPAM range, so the bridge's translation can give `default-route` a gateway."""
+
+    def config(self, link_name: str, ipam_dir: Path) -> dict[str, Any]:
+        subnet: dict[str, Any] = {"subnet": self.subnet}
+        if self.gateway:
+            subnet["gateway"] = self.gateway
+        ipam = {"type": "host-local", "ranges": [[subnet]], "dataDir": str(ipam_dir)}
+        if self.plugin == "bridge":
+            # No gateway and no masquerade: the network is a plain L2 segment between pods,
+            # nothing is added to the host's routing table.
+            plugin = {
+                "type": "bridge",
+                "bridge": link_name,
+                "isGateway": False,
+                "ipMasq": False,
+                "ipam": ipam,
+            }
+        else:
+            plugin = {"type": "macvlan", "master": link_name, "mode": "bridge", "ipam": ipam}
+        return {"cniVersion": "1.0.0", "name": f"demo-{self.name}", "plugins": [plugin]}
+
+
+DEFAULT = Net("default", "bridge", "d", "198.18.0.0/24")
+BLUE = Net("blue", "bridge", "b", "198.18.1.0/24", gateway="198.18.1.1")
+GREEN = Net("green", "macvlan", "m", "198.18.2.0/24")
+RED = Net("red", "bridge", "r", "198.18.3.0/24")
+SECONDARY = (BLUE, GREEN, RED)
+
+
+@dataclass
+class Options:
+    check: bool = False
+    keep: bool = False
+    cni_bin_dirs: list[Path] = field(default_factory=lambda: list(host_mod.DEFAULT_CNI_BIN_DIRS))
+    control_plane_only: bool = False
+    tag: str | None = None
+    """Names the run's resources (default: the process id)."""
+
+
+def main(options: Options, report: Report) -> int:
+    """Run the demo: 0 when every check passed, 1 when one failed, 130 when interrupted."""
+    report.show_checks = options.check
+    demo = Demo(options, report)
+    interrupted = False
+    try:
+        asyncio.run(demo.run())
+    except KeyboardInterrupt:
+        interrupted = True
+        report.failures.append("interrupted (Ctrl-C or SIGTERM)")
+        left = demo.footprint.leftovers() if not options.keep else []
+        report.always("everything the demo made was removed" if not left else f"left behind: {left}")
+    report.summary()
+    if interrupted:
+        return 130
+    return 1 if report.failures else 0
+
+
+def pod_manifest(name: str, nets: list[dict[str, Any]] | None, node: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {"app": "demo"}}
+    if nets is not None:
+        meta["annotations"] = {constants.NETWORKS_ANNOTATION: json.dumps(nets)}
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def podnetwork_manifest(net: Net) -> dict[str, Any]:
+    return {
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.PODNETWORK_KIND,
+        "metadata": {"name": net.name},
+        "spec": {
+            "enabled": True,
+            "provider": constants.BRIDGE_PROVIDER,
+            "parametersRefs": [
+                {"group": npwg.NAD_GROUP, "kind": npwg.NAD_PLURAL, "name": net.name, "namespace": NS}
+            ],
+        },
+    }
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def condition_summary(obj: dict[str, Any] | None) -> str:
+    if obj is None:
+        return "(gone)"
+    parts = []
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        text = f"{cond['type']}={cond['status']}"
+        if cond["status"] != "True" or cond["type"] == ConditionType.IN_USE:
+            text += f" ({cond.get('reason')}: {cond.get('message')})"
+        parts.append(text)
+    if obj["metadata"].get("deletionTimestamp"):
+        parts.append("deleting, finalizers " + ",".join(obj["metadata"].get("finalizers") or []))
+    return ", ".join(parts) or "(no conditions yet)"
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+class Demo:
+    def __init__(self, options: Options, report: Report) -> None:
+        self.options = options
+        self.report = report
+        self.footprint = host_mod.Footprint(options.tag or str(os.getpid()))
+        self.api = Store()
+        self.notes: list[str] = []
+        self.controller = Controller(self.api, on_note=lambda text: self._note(f"controller: {text}"))
+        self.bridge = Bridge(self.api, on_note=self._note)
+        self.extender = Extender(self.api)
+        self.scheduler: Scheduler | None = None
+        self.kubelets: dict[str, Kubelet] = {}
+        self.agents: list[Running] = []
+        self.data_plane = False
+        self.ipam_dirs: dict[str, Path] = {}
+
+    # -- narrative helpers ----------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def _flush_notes(self) -> None:
+        for text in self.notes:
+            self.report.say(text)
+        self.notes.clear()
+
+    def _decision(self, decision: Decision) -> None:
+        """Scheduler decisions join the notes, so the story prints in the order things happened."""
+        reply = decision.reply
+        answer = f"NodeNames={reply.get('NodeNames') or []}"
+        for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+            if reply.get(key):
+                answer += f" {key}={json.dumps(reply[key])}"
+        self._note(
+            f"scheduler: POST /filter {{Pod: {decision.pod}, NodeNames: {decision.candidates}}} -> {answer}"
+        )
+        if decision.node:
+            self._note(f"scheduler:   bound {decision.pod} to {decision.node}")
+        else:
+            self._note(f"scheduler:   {decision.pod} stays Pending: {decision.message}")
+
+    # -- the run ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        opts = self.options
+        missing = host_mod.missing_prerequisites(opts.cni_bin_dirs)
+        self.data_plane = not opts.control_plane_only and not missing
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        # Ctrl-C and SIGTERM cancel the run; cleanup then runs to its end whatever arrives.
+        self._on_signals(loop, task.cancel)
+        interrupted = False
+        try:
+            with host_mod.Host(self.footprint, keep=opts.keep) as host:
+                self.host = host
+                try:
+                    await self._stages(missing)
+                except asyncio.CancelledError:
+                    interrupted = True
+                    self.report.say("interrupted: cleaning up (this finishes even if you press Ctrl-C again)")
+                except Exception as exc:
+                    self.report.check(False, "the demo ran to its end", f"{type(exc).__name__}: {exc}")
+                    if self.report.verbosity >= 2:
+                        import traceback
+
+                        traceback.print_exc()
+                finally:
+                    self._on_signals(loop, lambda: self.report.say("still cleaning up, please wait"))
+                    await self._stop_components()
+            # The Host's ExitStack has removed namespaces, links and directories here.
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)
+        if interrupted:
+            raise KeyboardInterrupt
+        self._after_cleanup()
+        self.report.say(f"(demo took {time.monotonic() - started:.1f}s)")
+
+    @staticmethod
+    def _on_signals(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, callback)
+
+    async def _stages(self, missing: list[str]) -> None:
+        opts = self.options
+        self.report.section("0. What runs here")
+        self._intro(missing)
+        await self._start_control_plane()
+        self._networks()
+        await self._pods()
+        self._translation()
+        if self.data_plane:
+            await self._attach()
+            await self._live_ips()
+            from demo import hotplug as hotplug_stage
+
+            await hotplug_stage.run(self, ns=NS, red=RED)
+        else:
+            why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
+            self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")
+        await self._delete()
+
+    def _intro(self, missing: list[str]) -> None:
+        r = self.report
+        r.say("API server:       an in-process object store with Kubernetes semantics (demo.store)")
+        r.say("controller:       podnetwork.kep.conditions / inuse / defaultnet, fed by watch events")
+        r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate)")
+        r.say("scheduler:        the scheduler extender's FastAPI app, over HTTP on 127.0.0.1")
+        if self.data_plane:
+            dirs = ":".join(str(d) for d in self.options.cni_bin_dirs)
+            r.say(f"CNI:              shim -> agent (unix socket, one per node) -> real plugins in {dirs}")
+            r.say(f"pods:             network namespaces named {self.footprint.netns_prefix}<pod>")
+        elif self.options.control_plane_only:
+            r.say("CNI:              skipped (--control-plane-only)")
+        else:
+            r.say("CNI:              skipped; the data-plane part needs " + "; ".join(missing))
+
+    async def _start_control_plane(self) -> None:
+        # Admission webhooks are registered before anything is created, as on a cluster.
+        from demo import admission as admission_mod
+
+        admission_mod.register(self.api)
+        self.controller.start()
+        self.bridge.start()
+        url = await self.extender.start()
+        self.scheduler = Scheduler(self.api, url, on_decision=self._decision)
+        await self.scheduler.start()
+        self.report.say(f"scheduler extender listening on {url}")
+        self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+
+    # -- 1 ------------------------------------------------------------------------------
+
+    def _nad(self, net: Net) -> dict[str, Any]:
+        ipam_dir = self.ipam_dirs.setdefault(net.name, self.host.tempdir(f"ipam-{net.name}"))
+        link = self.footprint.link(net.link)
+        config = net.config(link, ipam_dir)
+        return {
+            "apiVersion": npwg.NAD_API_VERSION,
+            "kind": npwg.NAD_KIND,
+            "metadata": {"name": net.name, "namespace": NS},
+            "spec": {"config": json.dumps(config)},
+        }
+
+    def _networks(self) -> None:
+        r, api = self.report, self.api
+        r.section("1. Networks: PodNetworks, NetworkAttachmentDefinitions, conditions")
+        self._flush_notes()
+        default = api.get(*PN, constants.DEFAULT_PODNETWORK)
+        r.check(
+            condition(default, ConditionType.READY).get("status") == "True",
+            'the controller created the "default" PodNetwork and it is Ready',
+            condition_summary(default),
+        )
+        if self.data_plane:
+            link, kind = self.host.parent_link(GREEN.link)
+            r.say(
+                f"created {kind} link {link} as the macvlan parent of 'green'"
+                + (" (this kernel has no dummy driver)" if kind != "dummy" else "")
+            )
+        for net in (BLUE, GREEN):
+            api.create(self._nad(net))
+            api.create(podnetwork_manifest(net))
+            r.say(
+                f"created NetworkAttachmentDefinition {NS}/{net.name} ({net.plugin}, {net.subnet}) "
+                f"and PodNetwork {net.name} (provider {constants.BRIDGE_PROVIDER})"
+            )
+        api.create(
+            {
+                "apiVersion": constants.API_VERSION,
+                "kind": constants.ATTACHMENT_KIND,
+                "metadata": {"name": "green-port", "namespace": NS},
+                "spec": {"podNetworkName": GREEN.name},
+            }
+        )
+        r.say(f"created PodNetworkAttachment {NS}/green-port -> PodNetwork green")
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": NODE_A, "labels": {"kubernetes.io/hostname": NODE_A}},
+            }
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": NODE_B,
+                    "labels": {"kubernetes.io/hostname": NODE_B},
+                    "annotations": {constants.NODE_PODNETWORKS_ANNOTATION: '["blue","green"]'},
+                },
+            }
+        )
+        r.say(
+            f"created nodes {NODE_A} (offers every network) and {NODE_B} "
+            f'({constants.NODE_PODNETWORKS_ANNOTATION}: ["blue","green"])'
+        )
+        self._flush_notes()
+        r.say("steady state:")
+        for name in (constants.DEFAULT_PODNETWORK, BLUE.name, GREEN.name):
+            obj = api.get(*PN, name)
+            r.say(f"  PodNetwork {name}: {condition_summary(obj)}")
+            r.check(
+                condition(obj, ConditionType.READY).get("status") == "True",
+                f"PodNetwork {name} is Ready",
+                condition_summary(obj),
+            )
+        for name in (BLUE.name, GREEN.name):
+            obj = api.get(*PN, name)
+            r.check(
+                condition(obj, ConditionType.PARAMS_READY).get("status") == "True",
+                f"the bridge set ParamsReady=True on PodNetwork {name}",
+                condition_summary(obj),
+            )
+        pna = api.get(*PNA, "green-port", NS)
+        r.say(f"  PodNetworkAttachment {NS}/green-port: {condition_summary(pna)}")
+        r.check(
+            condition(pna, ConditionType.READY).get("status") == "True",
+            "PodNetworkAttachment green-port is Ready",
+            condition_summary(pna),
+        )
+        green = api.get(*PN, GREEN.name)
+        r.check(
+            constants.IN_USE_FINALIZER in (green["metadata"].get("finalizers") or []),
+            "PodNetwork green carries the in-use finalizer (the attachment references it)",
+            green["metadata"].get("finalizers"),
+        )
+        for node in (NODE_A, NODE_B):
+            obj = api.get(*NODE, node)
+            cond = condition(obj, "DefaultPodNetworkReady")
+            r.say(f"  Node {node}: DefaultPodNetworkReady={cond.get('status')} ({cond.get('message')})")
+            r.check(cond.get("status") == "True", f"node {node} reports DefaultPodNetworkReady=True", cond)
+        writes = self.controller.writes
+        api.patch(*NODE, NODE_A, {"metadata": {"labels": {"demo/touched": "yes"}}})
+        api.patch(*PN, BLUE.name, {"metadata": {"labels": {"demo/touched": "yes"}}})
+        r.check(
+            self.controller.writes == writes,
+            "a steady cluster makes no controller writes (unrelated changes cause none)",
+            self.controller.writes - writes,
+        )
+        self.notes.clear()
+
+    # -- 2 ------------------------------------------------------------------------------
+
+    async def _create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        nets = networks.annotations_of(manifest).get(
+            constants.NETWORKS_ANNOTATION, "(no networks annotation)"
+        )
+        where = manifest["spec"].get("nodeSelector")
+        self.report.say(
+            f"create pod {NS}/{manifest['metadata']['name']}: {nets}"
+            + (f", nodeSelector {json.dumps(where)}" if where else "")
+        )
+        created = self.api.create(manifest)
+        assert self.scheduler is not None
+        await self.scheduler.settle()
+        self._flush_notes()
+        return created
+
+    async def _pods(self) -> None:
+        r, api = self.report, self.api
+        assert self.scheduler is not None
+        r.section("2. Pods: admission, static validation, scheduling through the extender")
+        plain = await self._create_pod(pod_manifest("plain", None, NODE_B))
+        got = networks.annotations_of(plain).get(constants.NETWORKS_ANNOTATION)
+        r.say(f"  admission auto-populated {constants.NETWORKS_ANNOTATION}: {got}")
+        r.check(
+            got is not None and json.loads(got) == [{"podNetworkName": "default"}],
+            'admission auto-populated [{"podNetworkName": "default"}]',
+            got,
+        )
+
+        bad = pod_manifest(
+            "bad",
+            [
+                {"podNetworkName": "blue", "interfaceName": "net1"},
+                {"podNetworkAttachmentName": "green-port", "interfaceName": "net1"},
+            ],
+        )
+        try:
+            api.create(bad)
+        except store_mod.Invalid as exc:
+            r.say("pod demo/bad (two networks on interface net1) was rejected:")
+            for line in str(exc).splitlines():
+                r.say(f"  {line}")
+            r.check(
+                "interfaceName" in str(exc) and "Duplicate" in str(exc),
+                "static validation rejected the duplicate interfaceName with a field error",
+                str(exc),
+            )
+        else:
+            r.check(False, "static validation rejected pod demo/bad", "it was admitted")
+        r.check(api.find(*POD, "bad", NS) is None, "the rejected pod was not stored")
+
+        web: list[dict[str, Any]] = [
+            {"podNetworkName": "default"},
+            {"podNetworkName": "blue", "interfaceName": "blue0", "isDefaultGW4": True},
+            {"podNetworkAttachmentName": "green-port"},
+        ]
+        await self._create_pod(pod_manifest("web-a", web, NODE_A))
+        await self._create_pod(pod_manifest("web-b", web, NODE_B))
+        for pod, node in (("web-a", NODE_A), ("web-b", NODE_B)):
+            got_node = api.get(*POD, pod, NS)["spec"].get("nodeName")
+            r.check(got_node == node, f"pod {pod} was scheduled on {node}", got_node)
+
+        r.say("")
+        r.say("pods db-1 and db-2 want PodNetwork red, which does not exist yet:")
+        db = [{"podNetworkName": "default"}, {"podNetworkName": "red", "interfaceName": "red0"}]
+        await self._create_pod(pod_manifest("db-1", db))
+        await self._create_pod(pod_manifest("db-2", db))
+        self._check_pending("db-1", 'podnetwork "red" not found', unresolvable=True)
+
+        r.say("")
+        r.say("create PodNetwork red, but not yet its NetworkAttachmentDefinition:")
+        api.create(podnetwork_manifest(RED))
+        self._flush_notes()
+        red = api.get(*PN, RED.name)
+        r.say(f"  PodNetwork red: {condition_summary(red)}")
+        r.check(
+            condition(red, ConditionType.PARAMS_READY).get("reason") == ParamsReason.NOT_FOUND
+            and condition(red, ConditionType.READY).get("reason") == ReadyReason.PARAMS_NOT_READY,
+            "red is not Ready: ParamsReady=False (ParametersNotFound) -> Ready=False (ParamsNotReady)",
+            condition_summary(red),
+        )
+        # The pods wait; a pod update (here a label) makes the scheduler retry, and the
+        # extender now gives the new reason.
+        r.say("label pod db-1 (any pod update makes kube-scheduler retry it):")
+        api.patch(*POD, "db-1", {"metadata": {"labels": {"tier": "db"}}}, NS)
+        await self.scheduler.settle()
+        self._flush_notes()
+        self._check_pending("db-1", 'podnetwork "red" is not Ready: ParamsNotReady', unresolvable=True)
+        self._explain("pod", f"{NS}/db-1", expect="PodNetwork red", root=f"{NS}/red")
+
+        r.say("")
+        r.say(f"create NetworkAttachmentDefinition {NS}/red:")
+        api.create(self._nad(RED))
+        await self.scheduler.settle()
+        self._flush_notes()
+        red = api.get(*PN, RED.name)
+        r.say(f"  PodNetwork red: {condition_summary(red)}")
+        r.check(condition(red, ConditionType.READY).get("status") == "True", "red turned Ready",
+                condition_summary(red))
+        for pod in ("db-1", "db-2"):
+            obj = api.get(*POD, pod, NS)
+            r.check(
+                obj["spec"].get("nodeName") == NODE_A,
+                f"{pod} was retried after the controller's requeue nudge and scheduled on {NODE_A} "
+                f"({NODE_B} does not offer red)",
+                obj["spec"].get("nodeName"),
+            )
+        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/db-2")
+        r.check(
+            last.reply.get("FailedNodes", {}).get(NODE_B) == 'podnetwork "red" is not available on this node',
+            f'the extender answered FailedNodes[{NODE_B}] = podnetwork "red" is not available on this node',
+            last.reply,
+        )
+        await self._disable_and_enable()
+
+    async def _disable_and_enable(self) -> None:
+        """KEP "Enabled": a disabled PodNetwork takes no new pods; the pods it has keep running."""
+        r, api = self.report, self.api
+        assert self.scheduler is not None
+        r.say("")
+        r.say("disable PodNetwork blue (spec.enabled: false):")
+        api.patch(*PN, BLUE.name, {"spec": {"enabled": False}})
+        self._flush_notes()
+        blue = api.get(*PN, BLUE.name)
+        r.say(f"  PodNetwork blue: {condition_summary(blue)}")
+        r.check(
+            condition(blue, ConditionType.READY).get("reason") == ReadyReason.ADMINISTRATIVELY_DISABLED,
+            "blue is not Ready: AdministrativelyDisabled",
+            condition_summary(blue),
+        )
+        r.check(
+            api.get(*POD, "web-a", NS)["spec"].get("nodeName") == NODE_A,
+            "pods already on blue keep their place (disabling stops new attachments only)",
+        )
+        await self._create_pod(
+            pod_manifest("late", [{"podNetworkName": "default"}, {"podNetworkName": "blue"}], NODE_B)
+        )
+        self._check_pending(
+            "late",
+            'podnetwork "blue" is not Ready: AdministrativelyDisabled',
+            unresolvable=True,
+            nodes={NODE_B},
+        )
+        r.say("enable it again:")
+        api.patch(*PN, BLUE.name, {"spec": {"enabled": True}})
+        await self.scheduler.settle()
+        self._flush_notes()
+        late = api.get(*POD, "late", NS)["spec"].get("nodeName")
+        r.check(late == NODE_B, f"late was nudged, retried and scheduled on {NODE_B}", late)
+
+    def _explain(self, kind: str, name: str, *, expect: str, root: str) -> None:
+        """`podnetwork explain`, over the store's objects: the chain and its first broken link."""
+        from podnetwork.kep import explain, graph
+
+        objects = [obj for res in self.api.resources() for obj in self.api.list(res.api_version, res.kind)]
+        result = explain.explain(graph.build(objects), explain.subject_key(kind, name))
+        self.report.say(f"podnetwork explain {kind} {name}:")
+        for line in result.render().strip().splitlines():
+            self.report.say(f"  | {line}")
+        broken, cause = result.first_broken, result.root_cause
+        self.report.check(
+            broken is not None and expect in str(broken) and root in str(cause),
+            f"explain finds the first broken link of {name} at {expect}, and the root cause at {root}",
+            {"first broken": str(broken), "root cause": str(cause)},
+        )
+
+    def _check_pending(
+        self, pod: str, reason: str, *, unresolvable: bool,
+        nodes: Collection[str] = frozenset({NODE_A, NODE_B}),
+    ) -> None:
+        assert self.scheduler is not None
+        obj = self.api.get(*POD, pod, NS)
+        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/{pod}")
+        field_name = "FailedAndUnresolvableNodes" if unresolvable else "FailedNodes"
+        answers = last.reply.get(field_name) or {}
+        self.report.check(
+            not obj["spec"].get("nodeName")
+            and set(answers) == set(nodes)
+            and all(reason in msg for msg in answers.values()),
+            f"{pod} stays Pending; the extender put every candidate node in {field_name}: {reason}",
+            last.reply,
+        )
+        cond = condition(obj, "PodScheduled")
+        self.report.say(
+            f"  pod {pod}: PodScheduled={cond.get('status')} {cond.get('reason')}: {cond.get('message')}"
+        )
+
+    # -- 3 ------------------------------------------------------------------------------
+
+    def _translation(self) -> None:
+        r, api = self.report, self.api
+        r.section(f"3. Translation to NPWG: {npwg.NETWORKS_ANNOTATION}")
+        expected = {
+            "web-a": [
+                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
+                {"name": "green", "namespace": NS},
+            ],
+            "web-b": [
+                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
+                {"name": "green", "namespace": NS},
+            ],
+            "late": [{"name": "blue", "namespace": NS}],
+            "db-1": [{"name": "red", "namespace": NS, "interface": "red0"}],
+            "db-2": [{"name": "red", "namespace": NS, "interface": "red0"}],
+            "plain": None,
+        }
+        for pod, want in expected.items():
+            obj = api.get(*POD, pod, NS)
+            text = networks.annotations_of(obj).get(npwg.NETWORKS_ANNOTATION)
+            kep = networks.annotations_of(obj).get(constants.NETWORKS_ANNOTATION)
+            r.say(f"{pod}: {kep}")
+            r.say(f"  -> {npwg.NETWORKS_ANNOTATION}: {text if text is not None else '(none)'}")
+            got = json.loads(text) if text else None
+            what = (
+                f"{pod}'s selection names the NADs of its PodNetworks"
+                if want
+                else f"{pod} gets no selection: the default network is never selected (NPWG 4, 6)"
+            )
+            r.check(got == want, what, got)
+            for warning in getattr(self.bridge.translations.get(f"{NS}/{pod}"), "warnings", []):
+                r.say(f"  warning: {warning}")
+        self.notes.clear()
+
+    # -- 4 ------------------------------------------------------------------------------
+
+    async def _start_agents(self) -> None:
+        from bridge.agent import agent as agent_mod
+        from bridge.agent import command as cni_command
+        from demo.kubelet import Kubelet
+        from demo.objects import StoreObjects
+
+        bin_dir = self.host.tempdir("bin")
+        shim = cni_command.install_shim(bin_dir, sys.executable)
+        default_conf = DEFAULT.config(self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default"))
+        run_dir = self.host.tempdir("run")
+        objects = StoreObjects(self.api)
+        for node in (NODE_A, NODE_B):
+            config = agent_mod.AgentConfig(
+                socket_path=run_dir / f"{node}.sock",
+                cache_dir=run_dir / f"{node}-cache",
+                bin_dirs=tuple(self.options.cni_bin_dirs),
+                conf_dir=run_dir / "net.d",
+                default_network=default_conf,
+                plugin_timeout=30.0,
+            )
+            agent = agent_mod.Agent(objects, config)
+            running = Running(agent)
+            await running.start()
+            self.agents.append(running)
+            conflist = agent.own_conflist(default_conf)
+            plugin_config = {
+                "cniVersion": conflist["cniVersion"],
+                "name": conflist["name"],
+                **conflist["plugins"][0],
+            }
+            self.kubelets[node] = Kubelet(
+                node,
+                self.api,
+                self.host,
+                shim=[str(shim)],
+                plugin_config=plugin_config,
+                cni_path=[bin_dir, *self.options.cni_bin_dirs],
+            )
+            self.report.say(f"agent of {node} listening on {config.socket_path}")
+        self.report.say(
+            f"shim installed as {shim}; {NODE_A}'s runtime hands it this network config: "
+            f"{json.dumps(self.kubelets[NODE_A].plugin_config)}"
+        )
+
+    async def _attach(self) -> None:
+        r, api = self.report, self.api
+        r.section("4. Attaching pods: runtime -> shim -> agent -> CNI plugins")
+        bridges = [self.host.bridge(net.link) for net in (DEFAULT, BLUE, RED)]
+        r.say(f"node network setup: Linux bridges {', '.join(bridges)} (default, blue, red) with fixed MACs")
+        await self._start_agents()
+        pods = [p for p in api.list(*POD, NS) if p["spec"].get("nodeName")]
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            kubelet = self.kubelets[node]
+            result = await kubelet.start_pod(NS, name)
+            call = kubelet.calls[-1]
+            r.say(
+                f"{node}: CNI ADD {NS}/{name} via the shim ({call.seconds * 1000:.0f} ms), "
+                f"netns {kubelet.sandboxes[f'{NS}/{name}'].netns}"
+            )
+            r.detail("CNI_ARGS", call.env["CNI_ARGS"])
+            r.detail("result returned to the runtime", result)
+        r.say("")
+        for running in self.agents:  # each agent writes network-status after its answer
+            await running.agent.status.idle()
+        for pod in pods:
+            self._show_pod_networks(pod["metadata"]["name"])
+        r.say("")
+        for name in ("web-a", "web-b"):
+            netns = self._sandbox(name).netns
+            route = host_mod.run(
+                ["ip", "-n", netns, "-4", "route", "show", "default"], check=False
+            ).stdout.strip()
+            r.say(
+                f"{name}: isDefaultGW4 on blue -> default-route -> in the pod: "
+                f"{route or '(no default route)'}"
+            )
+            r.check(
+                route.startswith(f"default via {BLUE.gateway} dev blue0"),
+                f"the agent moved {name}'s default route to blue0 via {BLUE.gateway} (isDefaultGW4)",
+                route,
+            )
+        r.say("")
+        r.say("connectivity (ICMP echo from inside each pod's network namespace):")
+        await self._ping("web-a", "web-b", DEFAULT.name)
+        await self._ping("web-a", "web-b", BLUE.name)
+        await self._ping("web-b", "web-a", GREEN.name)
+        await self._ping("db-1", "db-2", RED.name)
+        held = self._leases(RED)
+        red_ips = sorted(filter(None, (self._ip_on(p, RED.name) for p in ("db-1", "db-2"))))
+        r.say(f"host-local leases of red in {self.ipam_dirs[RED.name]}: {held}")
+        r.check(
+            held == red_ips and len(held) == 2,
+            "host-local holds exactly the red IPs of db-1 and db-2",
+            {"leases": held, "pod-ips": red_ips},
+        )
+        r.say("")
+        failures = {}
+        for pod in pods:
+            name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+            try:
+                await self.kubelets[node].check_pod(NS, name)
+            except Exception as exc:
+                failures[name] = str(exc)
+        r.say(
+            f"CNI CHECK of {len(pods)} pods through the shim: every delegate plugin confirms its attachment"
+        )
+        r.check(not failures, "CNI CHECK succeeded for every pod", failures)
+
+    async def _live_ips(self) -> None:
+        """KEP Req 25 (demo.liveips): an IPv6 address added in web-a shows in its status."""
+        from demo import liveips
+
+        netns = self._sandbox("web-a").netns
+        await liveips.show(self.report, self.api, NS, "web-a", netns, "eth0", DEFAULT.name)
+
+    def _sandbox(self, pod: str) -> Any:
+        node = self.api.get(*POD, pod, NS)["spec"]["nodeName"]
+        return self.kubelets[node].sandboxes[f"{NS}/{pod}"]
+
+    def _leases(self, net: Net) -> list[str]:
+        """The addresses host-local holds for a network: one file per address in its dataDir."""
+        where = self.ipam_dirs[net.name] / f"demo-{net.name}"
+        if not where.is_dir():
+            return []
+        return sorted(p.name for p in where.iterdir() if _is_ip(p.name))
+
+    def _pod_ips(self, pod: str) -> list[dict[str, Any]]:
+        obj = self.api.get(*POD, pod, NS)
+        text = networks.annotations_of(obj).get(constants.POD_IPS_ANNOTATION)
+        return json.loads(text) if text else []
+
+    def _ip_on(self, pod: str, network: str) -> str | None:
+        return next((e["ip"] for e in self._pod_ips(pod) if e.get("podNetwork") == network), None)
+
+    def _show_pod_networks(self, pod: str) -> None:
+        r = self.report
+        obj = self.api.get(*POD, pod, NS)
+        status = json.loads(networks.annotations_of(obj).get(npwg.NETWORK_STATUS_ANNOTATION) or "[]")
+        ips = self._pod_ips(pod)
+        r.say(f"{pod} ({obj['spec']['nodeName']}):")
+        for entry in status:
+            r.say(
+                f"  network-status: {entry.get('name')} {entry.get('interface')} {entry.get('ips')}"
+                + (" default" if entry.get("default") else "")
+                + (f" default-route={entry['default-route']}" if entry.get("default-route") else "")
+            )
+        r.say(f"  {constants.POD_IPS_ANNOTATION}: {json.dumps(ips)}")
+        data = json.loads(networks.annotations_of(obj).get(constants.ATTACHMENTS_ANNOTATION) or "[]")
+        r.say(f"  {constants.ATTACHMENTS_ANNOTATION}: " + ", ".join(
+            f"{d.get('podNetwork')} {d.get('interfaceName')} {d.get('hardwareAddress')}" for d in data))
+        r.detail("network-status", status)
+        r.detail(
+            "ip addr in the pod",
+            self.host.addresses(self.kubelets[obj["spec"]["nodeName"]].sandboxes[f"{NS}/{pod}"].netns),
+        )
+        kep = json.loads(networks.annotations_of(obj)[constants.NETWORKS_ANNOTATION])
+        wanted = [n.get("podNetworkName") or "green" for n in kep]
+        subnets = {n.name: ipaddress.ip_network(n.subnet) for n in (DEFAULT, *SECONDARY)}
+        for network in wanted:
+            ip = self._ip_on(pod, network)
+            ok = ip is not None and ipaddress.ip_address(ip) in subnets[network]
+            r.check(ok, f"{pod} has an IP on {network} in {subnets[network]}", ips)
+        r.check(
+            len(status) == len(wanted) and sum(1 for e in status if e.get("default")) == 1,
+            f"{pod}'s network-status lists {len(wanted)} attachments, one of them the default",
+            status,
+        )
+        r.check(
+            [d.get("interfaceName") for d in data] == [e.get("interface") for e in status]
+            and all(d.get("hardwareAddress") and d.get("ips") for d in data),
+            f"{pod}'s attachment data (KEP Req 17, for a downward-API volume) names each interface "
+            "with its IPs and MAC",
+            data,
+        )
+
+    async def _ping(self, src: str, dst: str, network: str) -> None:
+        ip = self._ip_on(dst, network)
+        node = self.api.get(*POD, src, NS)["spec"]["nodeName"]
+        netns = self.kubelets[node].sandboxes[f"{NS}/{src}"].netns
+        if ip is None:
+            self.report.check(False, f"{src} -> {dst} on {network}", f"{dst} has no IP on {network}")
+            return
+        proc = await asyncio.to_thread(self.host.ping, netns, ip)
+        self.report.say(f"  {src} -> {dst} ({ip}) on {network}: {proc.stdout.strip() or proc.stderr.strip()}")
+        self.report.check(
+            proc.returncode == 0,
+            f"{src} reaches {dst} on {network}",
+            proc.stdout.strip() or proc.stderr.strip(),
+        )
+
+    # -- 5 ------------------------------------------------------------------------------
+
+    async def _delete_pod(self, name: str) -> None:
+        pod = self.api.get(*POD, name, NS)
+        node = pod["spec"].get("nodeName")
+        if self.data_plane and node in self.kubelets:
+            kubelet = self.kubelets[node]
+            await kubelet.stop_pod(NS, name)
+            self.report.say(
+                f"{node}: CNI DEL {NS}/{name} via the shim ({kubelet.calls[-1].seconds * 1000:.0f} ms);"
+                " namespace removed"
+            )
+        self.api.delete(*POD, name, NS)
+        self.report.say(f"pod {NS}/{name} deleted")
+        self._flush_notes()
+
+    async def _delete(self) -> None:
+        r, api = self.report, self.api
+        r.section("5. Deleting: CNI DEL, finalizers released, the PodNetwork goes")
+        api.delete(*PN, RED.name)
+        red = api.get(*PN, RED.name)
+        r.say(f"delete PodNetwork red -> {condition_summary(red)}")
+        r.check(
+            bool(red["metadata"].get("deletionTimestamp"))
+            and constants.IN_USE_FINALIZER in (red["metadata"].get("finalizers") or []),
+            "red is kept (deletionTimestamp set) while db-1 and db-2 use it",
+            red["metadata"],
+        )
+        await self._delete_pod("db-1")
+        red_now = api.find(*PN, RED.name)
+        r.check(
+            red_now is not None and "1 pod" in condition(red_now, ConditionType.IN_USE).get("message", ""),
+            "red still waits for db-2 (InUse names it)",
+            condition_summary(red_now),
+        )
+        await self._delete_pod("db-2")
+        r.check(
+            api.find(*PN, RED.name) is None,
+            "with the last pod gone the finalizer was removed and red's delete completed",
+        )
+        if self.data_plane:
+            leases = self._leases(RED)
+            r.check(not leases, "host-local released red's addresses (no lease files left)", leases)
+            netns = host_mod.run(["ip", "netns", "list"], check=False).stdout
+            r.check(
+                self.footprint.netns("db-1") not in netns and self.footprint.netns("db-2") not in netns,
+                "the db pods' network namespaces are gone",
+                netns,
+            )
+        api.delete(constants.API_VERSION, constants.ATTACHMENT_KIND, "green-port", NS)
+        pna = api.find(*PNA, "green-port", NS)
+        r.say(f"delete PodNetworkAttachment green-port -> {condition_summary(pna)}")
+        r.check(
+            pna is not None and bool(pna["metadata"].get("deletionTimestamp")),
+            "green-port waits for web-a and web-b (in-use finalizer)",
+            pna,
+        )
+
+    # -- 6 ------------------------------------------------------------------------------
+
+    async def _stop_components(self) -> None:
+        """Tear down the pods still attached (CNI DEL), then stop the agents and the servers."""
+        r = self.report
+        r.section("6. Cleaning up")
+        for kubelet in self.kubelets.values():
+            for key in list(kubelet.sandboxes):
+                ns, _, name = key.partition("/")
+                if self.options.keep:
+                    continue
+                try:
+                    await kubelet.stop_pod(ns, name)
+                    r.say(f"{kubelet.node}: CNI DEL {key}")
+                except Exception as exc:  # keep tearing down the rest
+                    r.check(False, f"CNI DEL of {key} during cleanup", str(exc))
+        for running in self.agents:
+            with contextlib.suppress(Exception):
+                await running.stop()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        await self.extender.stop()
+        self.controller.stop()
+        self.bridge.stop()
+
+    def _after_cleanup(self) -> None:
+        r = self.report
+        if self.options.keep:
+            r.always("--keep: the namespaces, links and files are left in place. Remove them with:")
+            for line in self.host.cleanup_commands():
+                r.always(f"  {line}")
+            return
+        for problem in self.host.cleanup_errors:
+            r.check(False, "cleanup step", problem)
+        r.check(
+            not self.api.callback_errors,
+            "no component failed while handling a watch event",
+            self.api.callback_errors,
+        )
+        left = self.footprint.leftovers()
+        r.check(not left, "nothing of the demo is left: no namespace, link, IPAM directory or socket", left)
+        if not left:
+            r.say(
+                f"removed everything this run made ({len(self.host.created)} namespaces, links, directories)"
+            )
+
+
+__all__ = ["Demo", "Options", "main"]

@@ -1,0 +1,81 @@
+"""Argument types and flag groups the commands share: the same words for the same mistake.
+
+Each type raises `argparse.ArgumentTypeError` saying what was expected, so argparse prints
+`podnetwork COMMAND: error: argument --FLAG: invalid ...` and exits 2. Imports stay light:
+`podnetwork --help` builds every command's parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from podnetwork.ground import names
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (an argparse type: the flags of every command)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: expected a number from 1 to 65535")
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds, more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"invalid interval {text!r}: expected a number of seconds, more than 0")
+    return value
+
+
+def service_reference(text: str) -> tuple[str, str]:
+    """`--webhook-service`: NAMESPACE/NAME, both DNS-1123 labels."""
+    namespace, sep, name = text.partition("/")
+    if not sep or not names.is_dns1123_label(namespace) or not names.is_dns1123_label(name):
+        raise argparse.ArgumentTypeError(
+            f"invalid Service {text!r}: expected NAMESPACE/NAME, each lower-case letters, digits and '-'")
+    return namespace, name
+
+
+START_TIME = "start-time"
+
+
+def parse_priority(text: str) -> int:
+    """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
+
+    kopf pauses every replica that sees a live peer of higher priority, and all
+    of them when two share the highest one (kopf docs "Peering", "Priorities"),
+    so the replicas of one Deployment, which share their arguments, need a value
+    that differs per process. An earlier start gives a higher priority: a new
+    replica waits behind the running one instead of taking over from it.
+    """
+    if text == START_TIME:
+        return -(time.time_ns() // 1_000)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid priority {text!r}: expected an integer or {START_TIME!r}") from None
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """--metrics-host/--metrics-port: where Prometheus scrapes the command (plain HTTP, GET
+    /metrics; docs/metrics.md). Off unless --metrics-port is given."""
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address to serve the Prometheus metrics on (default 127.0.0.1; "
+                        "0.0.0.0 for a scrape from another pod)")
+    parser.add_argument("--metrics-port", type=tcp_port, default=None, metavar="PORT",
+                        help="serve the Prometheus metrics over plain HTTP at GET /metrics on this "
+                        "port (default: not served)")
+
+
+__all__ = ["START_TIME", "add_metrics_arguments", "parse_priority", "positive_seconds", "service_reference",
+           "tcp_port"]
