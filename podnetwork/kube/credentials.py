@@ -40,7 +40,6 @@ import json
 import os
 import ssl
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -49,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from podnetwork.kube import certificates
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: What each command's --help says about its credentials.
@@ -538,19 +539,11 @@ def ssl_context(credentials: Credentials, authenticator: Authenticator | None = 
         if result is not None and result.client_cert_data and result.client_key_data:
             cert_data, key_data = result.client_cert_data, result.client_key_data
     try:
-        with tempfile.TemporaryDirectory(prefix="podnetwork-tls-") as tmp:
-            # Python's ssl loads a client certificate from files only: *-data live here for a moment.
-            cert = creds.client_cert_file
-            key = creds.client_key_file
-            if cert_data:
-                cert = os.path.join(tmp, "cert.pem")
-                Path(cert).write_text(cert_data, encoding="ascii")
-            if key_data:
-                key = os.path.join(tmp, "key.pem")
-                Path(key).write_text(key_data, encoding="ascii")
-                os.chmod(key, 0o600)
-            if cert and key:
-                ctx.load_cert_chain(cert, key)
+        # *-data stay in memory (`certificates.load_chain`); files are read where they are.
+        cert: str | bytes | None = cert_data.encode("ascii") if cert_data else creds.client_cert_file
+        key: str | bytes | None = key_data.encode("ascii") if key_data else creds.client_key_file
+        if cert and key:
+            certificates.load_chain(ctx, cert, key)
     except FileNotFoundError as exc:
         raise CredentialsError(f"{what}: client certificate or key {exc.filename}: no such file") from None
     except (ssl.SSLError, OSError, ValueError) as exc:
