@@ -76,7 +76,7 @@ async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
     from bridge.agent import addresswatch, routes
     from bridge.agent.cache import Record
 
-    routes._pyroute2()
+    routes.pyroute2_module()
     before = _usage()
     written: set[str] = set()
 
@@ -107,7 +107,7 @@ async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
 def _thread_design(paths: list[str], own: int) -> dict[str, Any]:
     from bridge.agent import routes
 
-    routes._pyroute2()
+    routes.pyroute2_module()
     before = _usage()
     seen: set[int] = set()
     lock = threading.Lock()
@@ -124,11 +124,11 @@ def _thread_design(paths: list[str], own: int) -> dict[str, Any]:
 
     socks = []
     for i, path in enumerate(paths):
-        sock = routes._open_in(path)  # setns + socket, in this (main) thread, then back
+        sock = routes.open_in(path)  # setns + socket, in this (main) thread, then back
         sock.bind((0, 0x10 | 0x100))
         socks.append(sock)
         threading.Thread(target=reader, args=(i, sock), daemon=True).start()
-    routes._setns(own)  # back to the agent's namespace
+    routes.setns(own)  # back to the agent's namespace
     for i, path in enumerate(paths):
         _ip_batch([f"addr add 2001:db8:{i:x}::1/64 dev eth0 nodad"], Path(path).name)
     while len(seen) < len(paths):

@@ -12,7 +12,7 @@ What the issue (#13) asks a comparison to be, as deployed:
 - the runtime side is the installed `multinetwork` shim executed as a runtime would
   (by the node's `/usr/bin/python3 -IS`, as in `deploy/agent`);
 - the baseline is the same config lists executed directly, the way a runtime's
-  libcni does (`bridge.agent.conflist.add`/`delete`: one exec per plugin, IPAM
+  libcni does (`bridge.agent.runner.Runner.add_list`/`delete_list`: one exec per plugin, IPAM
   chained by the plugin), in the same run, interleaved iteration by iteration (which
   path goes first alternates), on the same bridges and network namespaces.
 
@@ -66,8 +66,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.api.kube_emulator, run as a script from anywhere
 
-from bridge.agent import command, conflist, invoke  # noqa: E402
+from bridge.agent import cache, command, conflist, invoke  # noqa: E402
 from bridge.agent.invoke import Command, RuntimeArgs  # noqa: E402
+from bridge.agent.records import Records  # noqa: E402
+from bridge.agent.runner import Runner  # noqa: E402
 
 BIN_DIRS = tuple(d for d in invoke.DEFAULT_BIN_DIRS if d.is_dir())
 NAD_RESOURCE = "k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -238,7 +240,8 @@ class World:
                          if self.compare_shims else None)
         self.runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                         "socketPath": str(self.socket)}).encode()
-        self.executor = invoke.SubprocessExec()
+        # The direct path: config lists run as a runtime's libcni runs them (no record is written).
+        self.direct = Runner(invoke.SubprocessExec(), BIN_DIRS, 60, Records(cache.Cache(self.root / "direct")))
 
     def pod(self, name: str, attachments: int) -> str:
         self.pods.append(pod_object(name, attachments))
@@ -341,14 +344,14 @@ class World:
         results = []
         for i, cl in enumerate(self.lists[:attachments]):
             args = RuntimeArgs(Command.ADD, container, netns, "eth0" if i == 0 else f"net{i}", self.cni_args(pod))
-            results.append(await conflist.add(self.executor, cl, args, BIN_DIRS, 60))
+            results.append(await self.direct.add_list(cl, args))
         return results
 
     async def direct_del(self, container: str, netns: str, pod: str, attachments: int,
                          results: list[dict[str, Any]]) -> None:
         for i in reversed(range(attachments)):
             args = RuntimeArgs(Command.DEL, container, netns, "eth0" if i == 0 else f"net{i}", self.cni_args(pod))
-            await conflist.delete(self.executor, self.lists[i], args, BIN_DIRS, 60, results[i])
+            await self.direct.delete_list(self.lists[i], args, results[i])
 
     async def call(self, cmd: str, container: str, netns: str, pod: str, shim: Path | None = None) -> bytes:
         env = {"PATH": os.environ.get("PATH", ""), "CNI_COMMAND": cmd, "CNI_CONTAINERID": container,

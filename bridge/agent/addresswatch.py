@@ -37,7 +37,7 @@ The I/O (`AddressWatch`) is one netlink socket per watched pod, in the pod's
 network namespace and subscribed to the address groups (RTMGRP_IPV4_IFADDR,
 RTMGRP_IPV6_IFADDR). A socket stays in the namespace it was created in, so it is
 opened once, by a short-lived thread that enters the namespace
-(`routes._socket_in`), and then read on the agent's event loop through
+(`routes.socket_in`), and then read on the agent's event loop through
 pyroute2's asyncio API: one file descriptor per pod, no thread per pod, and no
 child process. Events only mark the pod as changed; the flush dumps the
 namespace's addresses on the same socket and decides from that, so a lost or
@@ -386,7 +386,7 @@ class _PodWatch:
             # would raise the agent's peak memory for good (CPython keeps its arenas).
             async with self._opening:
                 try:
-                    sock = await routes._socket_in(netns)
+                    sock = await routes.socket_in(netns)
                 except (OSError, ImportError) as exc:
                     log.warning(
                         "pod %s/%s: not watching its addresses: cannot open a netlink socket in %s: %s",
@@ -401,7 +401,7 @@ class _PodWatch:
                 # and the next one that arrives leads to a full dump.
                 try:
                     sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
-                    ipr = routes._pyroute2().AsyncIPRoute(fileno=sock.detach())
+                    ipr = routes.pyroute2_module().AsyncIPRoute(fileno=sock.detach())
                 except BaseException:
                     sock.close()
                     raise

@@ -3,6 +3,7 @@
 `command` is a `podnetwork.cli.Command` (help, configure, run, description), which
 is all the CLI reads; the command layer knows nothing of the KEP, so the agent may use
 it (`.importlinter`: the agent reaches PodNetworks only through `bridge.translate`).
+Installing is a step of its own (`bridge.agent.install`), taken before the agent runs.
 """
 
 from __future__ import annotations
@@ -12,93 +13,20 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from bridge.agent import agent as agent_mod
-from bridge.agent import invoke, node
-from bridge.agent import shim as shim_mod
+from bridge.agent import install, invoke, node, settings
+from bridge.agent.install import DEFAULT_SHIM_PYTHON, install_shim
 from podnetwork.cli import Command
 from podnetwork.cli.arguments import tcp_port
 from podnetwork.kube import credentials
 
 log = logging.getLogger(__name__)
-
-SHIM_SOURCE = Path(__file__).with_name("shim.py")
-SHIM_C_SOURCE = Path(__file__).with_name("shim.c")
-DEFAULT_SHIM_PYTHON = "/usr/bin/python3"
-
-
-def install_shim(
-    bin_dir: Path,
-    python: str = DEFAULT_SHIM_PYTHON,
-    name: str = agent_mod.PLUGIN_TYPE,
-    *,
-    compiled: bool = False,
-) -> Path:
-    """Copies the shim into `bin_dir` as an executable named `name`, atomically.
-
-    Its first line becomes `#!<python> -IS`: the node's interpreter, isolated and
-    without site packages (fast start, nothing from the environment). With `compiled`,
-    `name` is `shim.c` built by the node's `cc`, which forwards ordinary requests itself
-    and hands everything else to the Python shim, installed beside it as `.<name>.py`;
-    without a compiler (or if the build fails) `name` is the Python shim, as without it.
-    """
-    if not os.path.isabs(python):
-        raise ValueError(f"--shim-python must be an absolute path, got {python!r}")
-    lines = SHIM_SOURCE.read_text().splitlines(keepends=True)
-    body = "".join(lines[1:] if lines and lines[0].startswith("#!") else lines)
-    script = f"#!{python} -IS\n{body}".encode()
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    target = bin_dir / name
-    if compiled:
-        python_shim = _write_atomically(bin_dir, f".{name}.py", lambda tmp: Path(tmp).write_bytes(script))
-        try:
-            return _write_atomically(bin_dir, name, lambda tmp: _compile_shim(python_shim, tmp))
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            log.warning("the compiled shim was not built (%s); installing the Python shim as %s", exc, target)
-    return _write_atomically(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
-
-
-def _compile_shim(python_shim: Path, output: str) -> None:
-    """`shim.c` -> `output`, deferring to `python_shim`; raises when there is no compiler or it fails."""
-    text = str(python_shim)
-    if any(c in text for c in '"\\\n') or not text.isprintable():
-        raise ValueError(f"{text!r} cannot be written into C source")
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise FileNotFoundError("no C compiler (cc) on this node")
-    # The Python shim's numbers, so that both shims wait and refuse alike.
-    numbers = {name: getattr(shim_mod, name) for name in ("MAX_STDIN_BYTES", "TIMEOUT_SECONDS",
-                                                           "CONNECT_TIMEOUT_SECONDS")}
-    subprocess.run(
-        # Static: built in the agent's container, it runs on the node, whose libc may differ.
-        [compiler, "-O2", "-static", "-s", f'-DPYTHON_SHIM="{text}"',
-         *(f"-D{name}={int(value)}" for name, value in numbers.items()), "-o", output, str(SHIM_C_SOURCE)],
-        check=True, capture_output=True, timeout=120,
-    )
-
-
-def _write_atomically(bin_dir: Path, name: str, write: Any) -> Path:
-    """`write(tmp_path)` makes the file; it becomes `bin_dir/name`, mode 0755, in one rename."""
-    target = bin_dir / name
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
 
 
 def _paths(text: str) -> tuple[Path, ...]:
@@ -116,10 +44,18 @@ def _positive(text: str) -> float:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    _paths_and_limits(p)
+    _install_flags(p)
+    _node_flags(p)
+    _serving_flags(p)
+
+
+def _paths_and_limits(p: argparse.ArgumentParser) -> None:
+    """The agent's paths on the node, its delegates' limits, what it follows."""
     p.add_argument(
         "--socket",
         type=Path,
-        default=agent_mod.DEFAULT_SOCKET,
+        default=settings.DEFAULT_SOCKET,
         help="unix socket the shim connects to, mode 0600 (default: %(default)s)",
     )
     p.add_argument(
@@ -133,13 +69,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cni-conf-dir",
         type=Path,
-        default=agent_mod.DEFAULT_CONF_DIR,
+        default=settings.DEFAULT_CONF_DIR,
         help="on-disk delegate configurations, NPWG 3.4.1 (default: %(default)s)",
     )
     p.add_argument(
         "--cache-dir",
         type=Path,
-        default=agent_mod.DEFAULT_CACHE_DIR,
+        default=settings.DEFAULT_CACHE_DIR,
         help="what the agent attached, per container (default: %(default)s)",
     )
     p.add_argument(
@@ -167,7 +103,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-connections",
         type=int,
-        default=agent_mod.AgentConfig.max_connections,
+        default=settings.AgentConfig.max_connections,
         metavar="N",
         help="connections the socket serves at once; more are answered with CNI error 11, try again later "
         "(default: %(default)s)",
@@ -185,6 +121,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "`ip addr` in the pod) into the pod's network-status, KEP Req 25; one netlink socket per pod, "
         "at most one status write per pod every 2 s (default: on; see docs/agent.md)",
     )
+
+
+def _install_flags(p: argparse.ArgumentParser) -> None:
+    """Installing the shim and the agent's conflist (`bridge.agent.install`)."""
     p.add_argument(
         "--install",
         action="store_true",
@@ -213,6 +153,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
     )
+
+
+def _node_flags(p: argparse.ArgumentParser) -> None:
+    """The node: its name (hot-plug), what it must give the agent."""
     p.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME") or None,
@@ -244,6 +188,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the host's init process in /proc, for --check-host (default: %(default)s)",
     )
+
+
+def _serving_flags(p: argparse.ArgumentParser) -> None:
+    """Metrics, the cluster (or a file of objects) the agent reads."""
     p.add_argument(
         "--metrics-port",
         type=tcp_port,
@@ -348,13 +296,26 @@ def check_host(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.check_host:
-        return check_host(args)
-    if not getattr(args, "verbose", 0):
-        # Readiness changes are rare and matter at 3 a.m.: shown at the default verbosity.
-        logging.getLogger("bridge.agent.readiness").setLevel(logging.INFO)
-    config = agent_mod.AgentConfig(
+class Refused(Exception):
+    """The command cannot run as asked: said on stderr as `error: <message>`, exit `code`."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags whose values argparse cannot judge alone; `Refused` (exit 2) names the first wrong."""
+    if args.max_connections < 1:
+        raise Refused(f"--max-connections {args.max_connections}: give 1 or more", 2)
+    if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
+        raise Refused(f"--watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more", 2)
+    if args.default_network_conf is not None and not args.default_network_conf.is_file():
+        raise Refused(f"--default-network-conf {args.default_network_conf}: no such file", 2)
+
+
+def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
+    return settings.AgentConfig(
         socket_path=args.socket,
         cache_dir=args.cache_dir,
         bin_dirs=tuple(args.cni_bin_dir),
@@ -367,99 +328,117 @@ def run(args: argparse.Namespace) -> int:
         watch_addresses=args.watch_addresses,
         netns_dir=args.netns_dir,
     )
-    if args.max_connections < 1:
-        print(f"error: --max-connections {args.max_connections}: give 1 or more", file=sys.stderr)
-        return 2
-    if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
-        print(f"error: --watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more",
-              file=sys.stderr)
-        return 2
-    if args.default_network_conf is not None and not args.default_network_conf.is_file():
-        print(f"error: --default-network-conf {args.default_network_conf}: no such file", file=sys.stderr)
-        return 2
-    if args.install:
-        bin_dir = args.install_bin_dir or config.bin_dirs[0]
+
+
+def install_step(args: argparse.Namespace, config: settings.AgentConfig) -> Path:
+    """--install: the shim into the CNI bin dir now; the path the agent writes its conflist to
+    once its default network is usable (NPWG 6.1)."""
+    bin_dir = args.install_bin_dir or config.bin_dirs[0]
+    try:
+        shim = install.install_shim(bin_dir, args.shim_python, compiled=args.compiled_shim)
+    except (OSError, ValueError) as exc:
+        raise Refused(f"cannot install the shim into {bin_dir}: {exc}") from None
+    print(f"installed {shim}", file=sys.stderr)
+    return Path(args.agent_conf_dir or config.conf_dir) / settings.DEFAULT_CONF_FILE_NAME
+
+
+def object_source(args: argparse.Namespace) -> Any:
+    """What the agent reads the cluster through: --objects, else the API (behind the watch cache)."""
+    if args.objects is not None:
         try:
-            shim = install_shim(bin_dir, args.shim_python, compiled=args.compiled_shim)
+            return _load_objects(args.objects)
         except (OSError, ValueError) as exc:
-            print(f"error: cannot install the shim into {bin_dir}: {exc}", file=sys.stderr)
-            return 1
-        print(f"installed {shim}", file=sys.stderr)
-        config.conf_file = (args.agent_conf_dir or config.conf_dir) / agent_mod.DEFAULT_CONF_FILE_NAME
+            raise Refused(f"cannot read --objects {args.objects}: {exc}") from None
     from bridge.agent import watchcache
     from bridge.agent.objects import KubernetesObjects
 
-    objects: Any
-    if args.objects is not None:
-        try:
-            objects = _load_objects(args.objects)
-        except (OSError, ValueError) as exc:
-            print(f"error: cannot read --objects {args.objects}: {exc}", file=sys.stderr)
-            return 1
-    else:
-        try:
-            objects = KubernetesObjects(args.kubeconfig, args.context)
-            limit = watchcache.MAX_OBJECTS if args.watch_cache_objects is None else args.watch_cache_objects
-            if limit > 0:
-                objects = watchcache.CachedObjects(objects, max_objects=limit)
-        except Exception as exc:
-            print(
-                f"error: cannot reach the cluster: {exc}; give --kubeconfig (or run in a pod), "
-                "or --objects FILE to serve without a cluster",
-                file=sys.stderr,
-            )
-            return 1
-    agent = agent_mod.Agent(objects, config)
-    if args.objects is None:
-        # Warning Events about pods (the address watch's cap), with the object source's client.
-        from bridge.agent import hotplug
-
-        kube = objects if isinstance(objects, KubernetesObjects) else objects.source
-        agent.events = hotplug.KubernetesEvents(kube.api)
-    beside: Beside | None = None
-    if args.node_name and args.objects is None:  # the cluster, cached or not
-        from bridge.agent import hotplug
-
-        try:
-            pods_api = hotplug.node_api(args.kubeconfig, args.context)
-        except Exception as exc:
-            print(f"error: cannot reach the cluster for hot-plug: {exc}", file=sys.stderr)
-            return 1
-        node_name = args.node_name
-        from bridge.agent import readiness
-
-        # Each change of readiness as an Event on this node too (kubectl describe node).
-        agent.readiness = readiness.Reporter(node_name, hotplug.KubernetesEvents(pods_api))
-
-        async def beside() -> None:
-            await hotplug.follow_node(agent, pods_api, node_name)
-    else:
-        log.info("hot-plug is off: %s", "--objects serves no watch" if args.objects else "no --node-name")
-
-    async def main() -> None:
-        watch_children_by_pidfd()
-        stop = asyncio.Event()
-
-        def on_signal(sig: signal.Signals) -> None:
-            if not stop.is_set():
-                log.warning("podnetwork cni-agent: %s received, stopping (removing the socket and "
-                            "the conflist)", sig.name)
-            stop.set()
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal, sig)
-        if isinstance(objects, watchcache.CachedObjects):
-            objects.start()
-        try:
-            await serve(agent, stop, beside=beside, metrics_port=args.metrics_port,
-                        metrics_host=args.metrics_host)
-        finally:
-            if isinstance(objects, KubernetesObjects | watchcache.CachedObjects):
-                await objects.close()
-
     try:
-        asyncio.run(main())
+        objects: Any = KubernetesObjects(args.kubeconfig, args.context)
+        limit = watchcache.MAX_OBJECTS if args.watch_cache_objects is None else args.watch_cache_objects
+        if limit > 0:
+            objects = watchcache.CachedObjects(objects, max_objects=limit)
+    except Exception as exc:
+        raise Refused(f"cannot reach the cluster: {exc}; give --kubeconfig (or run in a pod), "
+                      "or --objects FILE to serve without a cluster") from None
+    return objects
+
+
+def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentConfig) -> tuple[agent_mod.Agent,
+                                                                                               Beside | None]:
+    """The agent, with Events about its pods and its node when it has a cluster; and hot-plug's
+    pod watch to run beside it with --node-name."""
+    if args.objects is not None:
+        log.info("hot-plug is off: --objects serves no watch")
+        return agent_mod.Agent(objects, config), None
+    from bridge.agent import hotplug, readiness
+    from bridge.agent.objects import KubernetesObjects
+
+    # Warning Events about pods (the address watch's cap), with the object source's client.
+    kube = objects if isinstance(objects, KubernetesObjects) else objects.source
+    agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api))
+    if not args.node_name:
+        log.info("hot-plug is off: no --node-name")
+        return agent, None
+    try:
+        pods_api = hotplug.node_api(args.kubeconfig, args.context)
+    except Exception as exc:
+        raise Refused(f"cannot reach the cluster for hot-plug: {exc}") from None
+    node_name = args.node_name
+    # Each change of readiness as an Event on this node too (kubectl describe node).
+    agent.readiness = readiness.Reporter(node_name, hotplug.KubernetesEvents(pods_api))
+
+    async def beside() -> None:
+        await hotplug.follow_node(agent, pods_api, node_name)
+
+    return agent, beside
+
+
+async def until_signalled(agent: agent_mod.Agent, objects: Any, beside: Beside | None,
+                          args: argparse.Namespace) -> None:
+    """Serves until SIGINT or SIGTERM, then closes the object source."""
+    from bridge.agent import watchcache
+    from bridge.agent.objects import KubernetesObjects
+
+    watch_children_by_pidfd()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.warning("podnetwork cni-agent: %s received, stopping (removing the socket and "
+                        "the conflist)", sig.name)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    if isinstance(objects, watchcache.CachedObjects):
+        objects.start()
+    try:
+        await serve(agent, stop, beside=beside, metrics_port=args.metrics_port,
+                    metrics_host=args.metrics_host)
+    finally:
+        if isinstance(objects, KubernetesObjects | watchcache.CachedObjects):
+            await objects.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.check_host:
+        return check_host(args)
+    if not getattr(args, "verbose", 0):
+        # Readiness changes are rare and matter at 3 a.m.: shown at the default verbosity.
+        logging.getLogger("bridge.agent.readiness").setLevel(logging.INFO)
+    try:
+        config = agent_config(args)
+        check_flags(args)
+        if args.install:
+            config.conf_file = install_step(args, config)
+        objects = object_source(args)
+        agent, beside = node_agent(args, objects, config)
+    except Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    try:
+        asyncio.run(until_signalled(agent, objects, beside, args))
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -482,4 +461,4 @@ command = Command(
     ),
 )
 
-__all__ = ["command", "install_shim", "watch_children_by_pidfd"]
+__all__ = ["DEFAULT_SHIM_PYTHON", "command", "install_shim", "watch_children_by_pidfd"]

@@ -1,24 +1,21 @@
-"""Network configuration lists (CNI spec section 1 "Configuration format" and section 3
-"Execution of Network Configurations").
+"""Network configuration lists (CNI spec section 1 "Configuration format"), ready to execute.
 
 A single plugin configuration is treated as a list of one. For each plugin call the
-list's `name` and `cniVersion` are injected (NPWG spec 7.1), `runtimeConfig` carries
-only the capabilities that plugin declares (CNI CONVENTIONS "capabilities"), ADD
-chains `prevResult` forward, DEL runs in reverse with the cached result, CHECK
-runs only for 0.4.0 and later and not when `disableCheck` is set, and GC only for
-1.1.0 and later and not when `disableGC` is set.
+list's `name` and `cniVersion` are injected (NPWG spec 7.1), and `runtimeConfig` carries
+only the capabilities that plugin declares (CNI CONVENTIONS "capabilities"):
+`plugin_config`. Executing a list (section 3, "Execution of Network Configurations") is
+the runner's (`bridge.agent.runner.Runner`), which holds the executor and the bin dirs.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bridge.agent import invoke
-from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent.invoke import CNIError, ErrorCode
 
 #: Keys of a plugin configuration the runtime derives; never taken from the list's plugins.
 _INJECTED = ("name", "cniVersion", "prevResult")
@@ -163,106 +160,5 @@ def plugin_config(
     return conf
 
 
-def resolve(conflist: ConfList, bin_dirs: Sequence[Path]) -> None:
-    """Fails before anything runs if any plugin of the list is missing from the bin dirs."""
-    for plugin in conflist.plugins:
-        invoke.find_plugin(plugin.get("type"), bin_dirs)
-
-
-async def add(
-    executor: invoke.Exec,
-    conflist: ConfList,
-    args: RuntimeArgs,
-    bin_dirs: Sequence[Path],
-    timeout: float,
-    runtime_config: Mapping[str, Any] | None = None,
-) -> dict[str, Any] | None:
-    """ADD through the list, each plugin getting the previous one's result; the last result."""
-    resolve(conflist, bin_dirs)
-    args = args.with_command(Command.ADD)
-    prev: dict[str, Any] | None = None
-    for plugin in conflist.plugins:
-        conf = plugin_config(conflist, plugin, prev, runtime_config)
-        prev = await invoke.call(executor, plugin["type"], conf, args, bin_dirs, timeout)
-    return prev
-
-
-async def delete(
-    executor: invoke.Exec,
-    conflist: ConfList,
-    args: RuntimeArgs,
-    bin_dirs: Sequence[Path],
-    timeout: float,
-    prev_result: Mapping[str, Any] | None,
-    runtime_config: Mapping[str, Any] | None = None,
-) -> None:
-    """DEL through the list in reverse, each plugin getting the cached ADD result (0.4.0+)."""
-    args = args.with_command(Command.DEL)
-    if invoke.version_tuple(conflist.cni_version) < (0, 4, 0):
-        prev_result = None
-    for plugin in reversed(conflist.plugins):
-        conf = plugin_config(conflist, plugin, prev_result, runtime_config)
-        await invoke.call(executor, plugin.get("type"), conf, args, bin_dirs, timeout)
-
-
-async def check(
-    executor: invoke.Exec,
-    conflist: ConfList,
-    args: RuntimeArgs,
-    bin_dirs: Sequence[Path],
-    timeout: float,
-    prev_result: Mapping[str, Any] | None,
-    runtime_config: Mapping[str, Any] | None = None,
-) -> bool:
-    """CHECK through the list in order; False when skipped (`disableCheck`).
-
-    Raises CNIError code 1 for lists older than 0.4.0, which have no CHECK.
-    """
-    if invoke.version_tuple(conflist.cni_version) < (0, 4, 0):
-        raise CNIError(
-            ErrorCode.INCOMPATIBLE_VERSION,
-            f"network {conflist.name!r} has cniVersion {conflist.cni_version}, which has no CHECK",
-            "CHECK needs cniVersion 0.4.0 or later",
-        )
-    if conflist.disable_check:
-        return False
-    resolve(conflist, bin_dirs)
-    args = args.with_command(Command.CHECK)
-    for plugin in conflist.plugins:
-        conf = plugin_config(conflist, plugin, prev_result, runtime_config)
-        await invoke.call(executor, plugin["type"], conf, args, bin_dirs, timeout)
-    return True
-
-
 #: The key of a GC request's configuration that lists the attachments to keep (CNI 1.1).
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
-
-
-async def gc(
-    executor: invoke.Exec,
-    conflist: ConfList,
-    valid: Sequence[Mapping[str, str]],
-    bin_dirs: Sequence[Path],
-    timeout: float,
-) -> bool:
-    """GC through the list in order, each plugin told the attachments to keep (CNI spec 1.1 "GC").
-
-    False when skipped: lists older than 1.1.0 have no GC, and `disableGC` turns it off.
-    Every plugin is called even when one fails; then a CNIError names each failure.
-    """
-    if invoke.version_tuple(conflist.cni_version) < (1, 1, 0) or conflist.disable_gc:
-        return False
-    args = RuntimeArgs(Command.GC)
-    problems: list[str] = []
-    for plugin in conflist.plugins:
-        conf = plugin_config(conflist, plugin, None)
-        conf[VALID_ATTACHMENTS] = [dict(v) for v in valid]
-        try:
-            await invoke.call(executor, plugin.get("type"), conf, args, bin_dirs, timeout)
-        except CNIError as exc:
-            problems.append(f"{plugin.get('type')}: {exc}")
-    if problems:
-        raise CNIError(
-            ErrorCode.PLUGIN_FAILED, f"GC failed in network {conflist.name!r}", "; ".join(problems)
-        )
-    return True

@@ -7,7 +7,7 @@ selection. The agent of the pod's node watches its own pods (field selector
 
 1. finds the pod's containers in its cache (`bridge.agent.cache`: the netns, the
    runtime's CNI_ARGS, every attachment with the configuration it ran with);
-2. translates the pod's networks as an ADD does (`Agent._selection`: the KEP networks
+2. translates the pod's networks as an ADD does (`planner.Planner.selection`: the KEP networks
    through `bridge.translate`, else the NPWG selection), and for KEP networks waits
    until the bridge's NPWG selection agrees (`settled`: every network Ready);
 3. decides, purely (`decide`), which selected networks are not attached yet and which
@@ -46,11 +46,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge import npwg
-from bridge.agent import conflist, plan
-from bridge.agent.agent import EVENT_COMPONENT, Agent, unfinished
-from bridge.agent.cache import Attachment, CacheError, Record, State
+from bridge.agent import plan
+from bridge.agent.agent import Agent
+from bridge.agent.cache import Attachment, Record
 from bridge.agent.invoke import CNIError, Command, RuntimeArgs, check_ifname
 from bridge.agent.objects import EventSink
+from bridge.agent.records import unfinished
+from bridge.agent.settings import EVENT_COMPONENT
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod, pod_event
 from podnetwork.kube import lite
@@ -309,15 +311,7 @@ class HotPlug:
     # --- one pod ---
 
     def _records(self, pod: Pod) -> list[Record]:
-        found: list[Record] = []
-        for container_id in self.agent.cache.container_ids():
-            try:
-                record = self.agent.cache.load(container_id)
-            except CacheError:
-                continue  # its DEL deals with it
-            if record is not None and belongs_to(record, pod):
-                found.append(record)
-        return found
+        return [record for record in self.agent.records.readable() if belongs_to(record, pod)]
 
     async def handle(self, pod: Pod) -> list[Outcome]:
         """Bring each of the pod's attached containers to its current networks."""
@@ -344,7 +338,7 @@ class HotPlug:
     async def _handle_container(self, pod: Pod, container_id: str) -> Outcome | None:
         """One container brought to the pod's networks; None when it cannot be now (retried on
         the pod's next event). Events are posted after the container's lock is released."""
-        async with self.agent._container_lock(container_id):
+        async with self.agent.records.lock(container_id):
             outcome = await self._change_container(pod, container_id)
         for reason, message, type_ in outcome.events if outcome is not None else ():
             await self._event(pod, reason, message, type_)
@@ -353,9 +347,9 @@ class HotPlug:
     async def _change_container(self, pod: Pod, container_id: str) -> Outcome | None:
         agent = self.agent
         try:
-            record = agent.cache.load(container_id)
-        except CacheError:
-            return None
+            record = agent.records.load(container_id)
+        except CNIError:
+            return None  # its DEL deals with an unreadable record
         if record is None or not record.complete or unfinished(record):
             # An ADD or DEL is under way or failed, or a hot-plug was cut short and its roll-back
             # failed: that settles the container first.
@@ -367,7 +361,7 @@ class HotPlug:
         outcome = Outcome(container_id)
         try:
             check_selection(pod)
-            wanted = await agent._selection(pod)
+            wanted = await agent.planner.selection(pod)
             if not settled(pod, wanted):
                 log.info("hot-plug: pod %s/%s: waiting for the bridge's %s to agree with its networks "
                          "(every network Ready)", pod.metadata.namespace, pod.metadata.name,
@@ -383,7 +377,7 @@ class HotPlug:
         log.info("hot-plug: pod %s/%s container %s: %s", pod.metadata.namespace, pod.metadata.name,
                  container_id, outcome.change.describe())
         try:
-            async with agent._add_slot():  # GC forwarding must not free what this reserves
+            async with agent.records.add_slot():  # GC forwarding must not free what this reserves
                 await self._attach(record, outcome.change.add)
         except CNIError as exc:
             # str(exc) was fixed when it was raised; msg and details now carry the stage.
@@ -393,12 +387,12 @@ class HotPlug:
                 f"{outcome.error}; rolled back: the pod keeps its networks as they were (change the "
                 "networks annotation again to retry)", "Warning"))
             return outcome
-        problems = await self._detach(record, outcome.change.remove)
-        agent._save(record)
+        problems = await agent.attachments.detach(record, outcome.change.remove, rollback=False)
+        agent.records.save(record)
         if agent.config.patch_status:
-            await agent._write_status(record)
+            agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).
-        agent._watch_addresses(record)
+        agent.reports.watch(record)
         if problems:
             outcome.error = "; ".join(problems)
             outcome.events.append((
@@ -415,58 +409,22 @@ class HotPlug:
         agent = self.agent
         planned = []
         for add in adds:
-            p = await agent.plan_selected(add.element, add.ifname)
-            agent.check_planned(p)
+            p = await agent.planner.selected(add.element, add.ifname)
+            agent.planner.check(p)
             planned.append(p)
         cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
-        done: list[Attachment] = []
-        stage = "setting up"
+        args = RuntimeArgs(Command.ADD, record.container_id, record.netns, "", cni_args)
+        before = len(record.attachments)
         try:
-            for p in planned:
-                stage = f"attaching {p.name} as {p.ifname}"
-                attachment = Attachment(name=p.name, ifname=p.ifname, config=p.config)
-                record.attachments.append(attachment)
-                done.append(attachment)
-                agent._save(record)  # the intent, before the delegate runs (as ADD does)
-                args = RuntimeArgs(Command.ADD, record.container_id, record.netns, p.ifname, cni_args)
-                try:
-                    attachment.result = await conflist.add(
-                        agent.executor, conflist.load(p.config, what=f"network {p.name!r}"), args,
-                        agent.config.bin_dirs, agent.config.plugin_timeout)
-                except CNIError:
-                    attachment.state = State.FAILED
-                    raise
-                attachment.state = State.ATTACHED
+            await agent.attachments.attach(record, planned, args)
         except CNIError as exc:
-            exc.msg = f"{stage} failed: {exc.msg}"
-            problems = await self._delete(record, list(reversed(done)), rollback=True)
+            done = record.attachments[before:]
+            problems = await agent.attachments.detach(record, list(reversed(done)), rollback=True)
             if problems:
                 exc.details = f"{exc.details}; rollback also failed: {'; '.join(problems)}".lstrip("; ")
-            agent._save(record)
+            agent.records.save(record)
             raise
-        agent._save(record)
-
-    async def _detach(self, record: Record, removes: Sequence[Attachment]) -> list[str]:
-        return await self._delete(record, list(removes), rollback=False)
-
-    async def _delete(self, record: Record, attachments: list[Attachment], *, rollback: bool) -> list[str]:
-        """DEL each attachment and drop it from the record; the failures' messages (those kept)."""
-        agent = self.agent
-        cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)
-        problems: list[str] = []
-        for attachment in attachments:
-            args = RuntimeArgs(Command.DEL, record.container_id, record.netns, attachment.ifname, cni_args)
-            try:
-                await conflist.delete(
-                    agent.executor, conflist.load(attachment.config, what=f"network {attachment.name!r}"),
-                    args, agent.config.bin_dirs, agent.config.plugin_timeout, attachment.result)
-            except CNIError as exc:
-                if not (rollback and attachment.state is State.FAILED):
-                    # Kept in the record: the container's DEL retries it.
-                    problems.append(f"{attachment.name} ({attachment.ifname}): {exc}")
-                    continue
-            record.attachments.remove(attachment)
-        return problems
+        agent.records.save(record)
 
     async def _event(self, pod: Pod, reason: str, message: str, type_: str) -> None:
         log.log(logging.WARNING if type_ == "Warning" else logging.INFO, "pod %s/%s: %s: %s",

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge import npwg
-from bridge.agent import node
+from bridge.agent import node, protocol
 
-#: Versions of the CNI specification this project speaks, oldest first.
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+#: Versions of the CNI specification this project speaks, oldest first (the shim's too).
+SUPPORTED_VERSIONS: tuple[str, ...] = protocol.SUPPORTED_VERSIONS
 #: The version the agent answers in when the caller names none.
-LATEST_VERSION = "1.1.0"
+LATEST_VERSION = protocol.LATEST_VERSION
 #: Default CNI bin dirs: the upstream default first, then Debian's package location.
 DEFAULT_BIN_DIRS: tuple[Path, ...] = (Path("/opt/cni/bin"), Path("/usr/lib/cni"))
 
@@ -55,23 +55,24 @@ class Command(StrEnum):
 
 
 class ErrorCode(IntEnum):
-    """CNI error codes: 1-99 are the spec's well-known codes, 100+ are this project's."""
+    """CNI error codes: 1-99 are the spec's well-known codes, 100+ are this project's. Those the
+    shim answers too are the protocol's (`bridge.agent.protocol`)."""
 
-    INCOMPATIBLE_VERSION = 1
+    INCOMPATIBLE_VERSION = protocol.INCOMPATIBLE_VERSION
     UNSUPPORTED_FIELD = 2
     UNKNOWN_CONTAINER = 3
-    INVALID_ENVIRONMENT = 4
-    IO_FAILURE = 5
-    DECODING_FAILURE = 6
-    INVALID_CONFIG = 7
-    TRY_AGAIN_LATER = 11
+    INVALID_ENVIRONMENT = protocol.INVALID_ENVIRONMENT
+    IO_FAILURE = protocol.IO_FAILURE
+    DECODING_FAILURE = protocol.DECODING_FAILURE
+    INVALID_CONFIG = protocol.INVALID_CONFIG
+    TRY_AGAIN_LATER = protocol.TRY_AGAIN_LATER
     PLUGIN_TIMEOUT = 100
     """A delegate plugin did not answer within the agent's per-call timeout."""
     PLUGIN_FAILED = 101
     """A delegate plugin failed without printing a CNI error."""
-    AGENT_UNAVAILABLE = 102
+    AGENT_UNAVAILABLE = protocol.AGENT_UNAVAILABLE
     """The shim could not reach the agent (not running, socket missing)."""
-    REQUEST_TOO_LARGE = 103
+    REQUEST_TOO_LARGE = protocol.REQUEST_TOO_LARGE
     """The request is larger than the agent accepts."""
     POD_NOT_FOUND = 104
     """ADD for a pod the agent cannot read from the API."""

@@ -7,7 +7,8 @@ probe's failure Event. The agent shares the node's network (hostNetwork), so an 
 would need a port on every node; the socket is already there.
 
 Cheap on purpose, as it runs every few seconds on every node: the standard library's socket
-and json only (~10 MB and ~30 ms of a fresh interpreter); nothing of the agent is imported.
+and json only (~10 MB and ~30 ms of a fresh interpreter); of the agent, only its protocol
+(`bridge.agent.protocol`, which imports nothing).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import json
 import socket
 import sys
 
-#: The agent's default socket (`bridge.agent.agent.DEFAULT_SOCKET`, not imported: see above).
-DEFAULT_SOCKET = "/run/multinetwork/agent.sock"
+from bridge.agent import protocol
+
+DEFAULT_SOCKET = protocol.DEFAULT_SOCKET
 TIMEOUT_SECONDS = 5.0
 
 
@@ -38,7 +40,8 @@ def ask(path: str, timeout: float) -> tuple[bool, str]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(path)
-            sock.sendall(b"GET /v1/ready HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            sock.sendall(f"GET {protocol.READY_PATH} HTTP/1.1\r\nHost: {protocol.HOST}\r\n"
+                         "Connection: close\r\n\r\n".encode())
             chunks = []
             while chunk := sock.recv(65536):
                 chunks.append(chunk)

@@ -71,7 +71,7 @@ async def apply(netns: str, ops: Sequence[RouteOp], timeout: float) -> None:
 
 async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) -> None:
     try:
-        sock = await _socket_in(netns)
+        sock = await socket_in(netns)
     except OSError as exc:
         raise _failed(ops[0], netns, f"cannot enter network namespace {netns}: {exc.strerror}") from None
     except ImportError as exc:
@@ -81,7 +81,7 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
             f"the agent needs pyroute2 to move default routes ({exc}); install podnetwork's "
             "dependencies, e.g. pip install 'pyroute2-minimal>=0.9.7,<0.10'",
         ) from None
-    pyroute2 = _pyroute2()
+    pyroute2 = pyroute2_module()
     # pyroute2 owns the descriptor from here on (it dups it on first use and closes it in close()).
     ipr = pyroute2.AsyncIPRoute(fileno=sock.detach(), ext_ack=True)
     indexes: dict[str, int] = {}  # each interface looked up once, however many gateways and families
@@ -113,7 +113,7 @@ async def _flush_default(ipr: Any, op: RouteOp, netns: str) -> None:
                     route, msg_type=RTM_DELROUTE, msg_flags=NLM_F_REQUEST | NLM_F_ACK
                 ):
                     pass
-            except _pyroute2().NetlinkError as exc:
+            except pyroute2_module().NetlinkError as exc:
                 if exc.code != errno.ESRCH:  # gone since the dump: what the flush wanted
                     raise
     raise _failed(
@@ -140,7 +140,7 @@ async def _add_default(ipr: Any, op: RouteOp, netns: str, indexes: dict[str, int
     if op.ifname not in indexes:
         try:
             links = await ipr.link("get", ifname=op.ifname)
-        except _pyroute2().NetlinkError as exc:
+        except pyroute2_module().NetlinkError as exc:
             if exc.code != errno.ENODEV:
                 raise
             raise _failed(op, netns, f'Cannot find device "{op.ifname}"') from None
@@ -173,12 +173,12 @@ def _ip_wording(exc: Any) -> str:
     return f"RTNETLINK answers: {os.strerror(code)}"
 
 
-def _pyroute2() -> Any:
-    """The pyroute2 package (imported by `_open_in` on first use; untyped, hence Any)."""
+def pyroute2_module() -> Any:
+    """The pyroute2 package (imported by `open_in` on first use; untyped, hence Any)."""
     return importlib.import_module("pyroute2")
 
 
-async def _socket_in(netns: str) -> socket.socket:
+async def socket_in(netns: str) -> socket.socket:
     """A netlink socket in the namespace at path `netns`, opened by a thread of its own."""
     loop = asyncio.get_running_loop()
     opened: asyncio.Future[socket.socket] = loop.create_future()
@@ -195,7 +195,7 @@ async def _socket_in(netns: str) -> socket.socket:
     def run() -> None:
         result: socket.socket | BaseException
         try:
-            result = _open_in(netns)
+            result = open_in(netns)
         except BaseException as exc:
             result = exc
         try:
@@ -209,17 +209,17 @@ async def _socket_in(netns: str) -> socket.socket:
     return await opened
 
 
-def _open_in(netns: str) -> socket.socket:
-    _pyroute2()  # the first import takes ~55 ms: here rather than on the event loop
+def open_in(netns: str) -> socket.socket:
+    pyroute2_module()  # the first import takes ~55 ms: here rather than on the event loop
     fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        _setns(fd)
+        setns(fd)
     finally:
         os.close(fd)
     return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
 
 
-def _setns(fd: int) -> None:
+def setns(fd: int) -> None:
     if sys.version_info >= (3, 12):
         os.setns(fd, os.CLONE_NEWNET)
         return

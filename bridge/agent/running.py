@@ -34,7 +34,7 @@ class Running:
 
             self.metrics = AgentMetrics(lambda: sum(1 for _ in agent.cache.container_ids()))
             # Every plugin the agent runs goes through its executor (ADD, DEL, CHECK, GC).
-            agent.executor = invoke.Measured(agent.executor, self.metrics.observe_exec)
+            agent.runner.executor = invoke.Measured(agent.runner.executor, self.metrics.observe_exec)
             self.metrics.watch_status_writes(lambda: agent.status.pending, lambda: agent.status.failed)
             self.metrics_server = MetricsServer(self.metrics, metrics_host, metrics_port)
         config = agent.config

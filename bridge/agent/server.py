@@ -1,4 +1,5 @@
-"""The agent's HTTP API on a unix socket (HTTP/1.1 on asyncio streams).
+"""The agent's HTTP API on a unix socket (HTTP/1.1 on asyncio streams), speaking the protocol
+of `bridge.agent.protocol` (defined there once, for the shims and this server):
 
     POST /v1/cni    body: "CNI_X=value\\n" per CNI variable, an empty line, then the
                     network configuration (the runtime's stdin) verbatim
@@ -6,8 +7,7 @@
                     4xx/5xx body: the CNI error {"cniVersion", "code", "msg", "details"}
     GET  /v1/ready  200 {"ready": true} | 503 {"ready": false, "problem": "..."}
 
-The framing keeps the shim free of a JSON encoder (see `bridge.agent.shim`). The
-socket is bound and set to mode 0600 before it listens, so only root (the
+The socket is bound and set to mode 0600 before it listens, so only root (the
 runtime, through the shim) can ever connect. Handlers are not cancelled when a
 client goes away: an ADD or DEL that started runs to its end and stays recorded.
 
@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bridge.agent import protocol
 from bridge.agent.invoke import CNIError, ErrorCode
 
 if TYPE_CHECKING:  # prometheus_client only where --metrics-port asks for it
@@ -40,34 +41,21 @@ if TYPE_CHECKING:  # prometheus_client only where --metrics-port asks for it
 
 log = logging.getLogger(__name__)
 
-API_PATH = "/v1/cni"
-READY_PATH = "/v1/ready"
+API_PATH = protocol.API_PATH
+READY_PATH = protocol.READY_PATH
 
 
-def _error_body(exc: CNIError, version: str = "1.1.0") -> bytes:
+def _error_body(exc: CNIError, version: str = protocol.LATEST_VERSION) -> bytes:
     return json.dumps(exc.to_json(version)).encode()
 
 
 def parse_body(body: bytes) -> tuple[dict[str, str], bytes]:
-    """A request body -> (CNI environment, stdin); CNIError 6 when it is not framed as above."""
-    head, sep, stdin = body.partition(b"\n\n")
-    if not sep and body.startswith(b"\n"):
-        head, sep, stdin = b"", b"\n", body[1:]
-    if not sep:
-        raise CNIError(
-            ErrorCode.DECODING_FAILURE,
-            "malformed request to the agent",
-            "expected CNI_*=value lines, an empty line, then the network configuration",
-        )
-    env: dict[str, str] = {}
-    for line in head.decode("utf-8", "surrogateescape").split("\n") if head else []:
-        name, eq, value = line.partition("=")
-        if not eq or not name.startswith("CNI_"):
-            raise CNIError(
-                ErrorCode.DECODING_FAILURE, "malformed request to the agent", f"bad line {line[:80]!r}"
-            )
-        env[name] = value
-    return env, stdin
+    """A request body -> (CNI environment, stdin); CNIError 6 when it is not framed as the
+    protocol frames it (`protocol.unframe`)."""
+    try:
+        return protocol.unframe(body)
+    except protocol.Malformed as exc:
+        raise CNIError(ErrorCode.DECODING_FAILURE, "malformed request to the agent", str(exc)) from None
 
 
 class Handler(Protocol):
@@ -80,11 +68,9 @@ class Handler(Protocol):
         """Why a pod could not attach now (GET /v1/ready answers 503 with it), or None."""
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = protocol.REASONS
 #: The request line and headers may take this much; the shim sends ~150 bytes.
-MAX_HEAD_BYTES = 64 * 1024
+MAX_HEAD_BYTES = protocol.MAX_HEAD_BYTES
 #: Seconds the server reads (and drops) what a client still sends after its answer.
 DRAIN_SECONDS = 10.0
 #: Seconds a stopping server gives requests in flight (an ADD runs to its end, see above).
@@ -162,6 +148,11 @@ class Server:
         self.timed_out = _Tally(
             f"CNI agent: a client sent no complete request within {read_timeout:g} s of connecting; "
             "answered CNI error 11 and closed the connection")
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now, served or being turned away."""
+        return self._open
 
     async def start(self) -> None:
         path = self.socket_path
@@ -325,7 +316,8 @@ class Server:
             raise _Refused(400, malformed) from None
         if length < 0:
             raise _Refused(400, malformed)
-        if length > self._limit + 64 * 1024:  # room for the environment lines around the configuration
+        # Room for the environment lines around the configuration.
+        if length > self._limit + protocol.ENVIRONMENT_BYTES:
             raise _Refused(413, self._too_large())
         return parts[0], parts[1].split("?", 1)[0], length
 
@@ -369,7 +361,7 @@ class Server:
         except CNIError as exc:
             # %r: the values are the runtime's, not yet known to be printable.
             log.info("%r %r: %s", env.get("CNI_COMMAND"), env.get("CNI_CONTAINERID"), exc)
-            return 400 if exc.code < 100 else 500, _error_body(exc, version)
+            return protocol.answer_status(exc.code), _error_body(exc, version)
         except Exception as exc:
             log.exception("unexpected failure handling %r", env.get("CNI_COMMAND"))
             internal = CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc))
@@ -411,4 +403,4 @@ def _requested_version(stdin: bytes) -> str:
         version = conf.get("cniVersion") if isinstance(conf, dict) else None
     except (ValueError, RecursionError):
         version = None
-    return version if isinstance(version, str) and version else "1.1.0"
+    return version if isinstance(version, str) and version else protocol.LATEST_VERSION

@@ -7,15 +7,18 @@
  * Anything else (VERSION, errors before the agent is reached, unusual configurations) goes to the Python
  * shim, exec'd with the same arguments and the same stdin (a memfd), so every error and edge case stays
  * one implementation. Once the request is sent it is answered here, and every answer is printed as the
- * Python shim prints it, byte for byte (tests/unit/agent/test_shims_agree.py runs one table through both):
+ * Python shim prints it, byte for byte (tests/unit/agent/test_compiled_shim.py runs one table through both):
  * its error JSON escapes what it quotes the same way (Python's UTF-8 decoding with U+FFFD for what is not
  * UTF-8, its repr() of bytes), and it reads the agent's status line by the same rule.
  *
  * Built by `podnetwork cni-agent --install --compiled-shim` where a C compiler is present (statically: it
- * is built in the agent's container and runs on the node), else the Python shim is installed. The
- * install passes the Python shim's own numbers, so that both wait and refuse alike:
+ * is built in the agent's container and runs on the node), else the Python shim is installed. The protocol
+ * with the agent is defined once, in bridge/agent/protocol.py: the install passes its constants as -D flags
+ * (bridge/agent/install.py compile_flags), so that both shims speak, wait and refuse alike:
  *     cc -O2 -static -s -DPYTHON_SHIM='"/opt/cni/bin/.multinetwork.py"' -DMAX_STDIN_BYTES=8388608 \
- *        -DTIMEOUT_SECONDS=300 -DCONNECT_TIMEOUT_SECONDS=10 -o multinetwork shim.c
+ *        -DTIMEOUT_SECONDS=300 -DCONNECT_TIMEOUT_SECONDS=10 -DAGENT_UNAVAILABLE=102 -DIO_FAILURE=5 \
+ *        -DAPI_PATH='"/v1/cni"' -DHOST='"multinetwork-agent"' -DCONTENT_TYPE='"application/x-cni-request"' \
+ *        -o multinetwork shim.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,18 +35,31 @@
 #error "define PYTHON_SHIM, the path of the Python shim to defer to"
 #endif
 #ifndef MAX_STDIN_BYTES
-#error "define MAX_STDIN_BYTES as bridge/agent/shim.py's"
+#error "define MAX_STDIN_BYTES as bridge/agent/protocol.py's"
 #endif
 #ifndef TIMEOUT_SECONDS
-#error "define TIMEOUT_SECONDS as bridge/agent/shim.py's"
+#error "define TIMEOUT_SECONDS as bridge/agent/protocol.py's"
 #endif
 #ifndef CONNECT_TIMEOUT_SECONDS
-#error "define CONNECT_TIMEOUT_SECONDS as bridge/agent/shim.py's"
+#error "define CONNECT_TIMEOUT_SECONDS as bridge/agent/protocol.py's"
+#endif
+#ifndef AGENT_UNAVAILABLE
+#error "define AGENT_UNAVAILABLE as bridge/agent/protocol.py's"
+#endif
+#ifndef IO_FAILURE
+#error "define IO_FAILURE as bridge/agent/protocol.py's"
+#endif
+#ifndef API_PATH
+#error "define API_PATH as bridge/agent/protocol.py's"
+#endif
+#ifndef HOST
+#error "define HOST as bridge/agent/protocol.py's"
+#endif
+#ifndef CONTENT_TYPE
+#error "define CONTENT_TYPE as bridge/agent/protocol.py's"
 #endif
 
 #define MAX_FAST_STDIN (1 << 20)
-#define AGENT_UNAVAILABLE 102
-#define IO_FAILURE 5
 #define NOT_REACHABLE "the multinetwork agent is not reachable"
 #define NOT_OURS "it has a Transfer-Encoding, and the multinetwork agent sends a Content-Length: is another " \
                  "server listening on its socket?"
@@ -296,9 +312,9 @@ int main(int argc, char **argv) {
     size_t body_len = env_len + 1 + in_len;
     char head[256];
     int head_len = snprintf(head, sizeof head,
-                            "POST /v1/cni HTTP/1.1\r\nHost: multinetwork-agent\r\n"
-                            "Content-Type: application/x-cni-request\r\n"
-                            "Content-Length: %zu\r\nConnection: close\r\n\r\n", body_len);
+                            /* bridge/agent/protocol.py request_head */
+                            "POST " API_PATH " HTTP/1.1\r\nHost: " HOST "\r\nContent-Type: " CONTENT_TYPE
+                            "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", body_len);
     char *request = malloc((size_t)head_len + body_len);
     if (!request) return defer(argv);
     size_t at = (size_t)head_len;

@@ -9,42 +9,46 @@ and `_socket`: under `-S` even `os` is not loaded yet, and importing it (with
 own start).
 So the few JSON bits it needs are read and written by hand below.
 
-Protocol with the agent (`bridge.agent.server`), one HTTP/1.1 request per call:
-
-    POST /v1/cni    body: "CNI_X=value\\n" for each CNI_* variable, "\\n", then stdin verbatim
-    200             body: the CNI result to print (empty for DEL/CHECK)
-    4xx/5xx         body: the CNI error JSON to print; the shim exits 1
-
-The agent answers `HTTP/1.1 NNN Reason`, a Content-Length and `Connection: close`; the
-shim reads to the end of the connection. Any other status line is "not HTTP", a
-Transfer-Encoding is not the agent's: both error 102.
+The protocol with the agent (`bridge.agent.protocol`, defined there once): one HTTP/1.1
+request per call, the CNI_* variables then stdin; 200 with the result to print, anything else
+with the CNI error JSON to print and exit 1. Any status line not by `status_of`'s rule is "not
+HTTP", a Transfer-Encoding is not the agent's: both error 102.
 
 The socket is `socketPath` from the network configuration, else DEFAULT_SOCKET.
 VERSION is answered here, without the agent. Errors are CNI error JSON on stdout
 with exit code 1 (CNI spec "Errors"), pure ASCII (what they quote is escaped).
 The compiled shim (`shim.c`) answers every input as this file does, byte for byte.
 
-`podnetwork cni-agent --install` copies this file into the CNI bin dir as
-`multinetwork`, its first line naming the node's python3.
+`podnetwork cni-agent --install` copies this file into the CNI bin dir as `multinetwork`, its
+first line naming the node's python3 and the protocol module's text in place of the import
+below (`bridge.agent.install.install_shim`): one file, importing nothing of this project.
 """
 
 import _socket
 import posix
 import sys
 
-DEFAULT_SOCKET = "/run/multinetwork/agent.sock"
-SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-#: stdin larger than this is refused before contacting the agent (the agent's own limit is lower).
-MAX_STDIN_BYTES = 8 * 1024 * 1024
-TIMEOUT_SECONDS = 300
-#: How long a connection may wait for the agent to accept it (its listen queue full: stuck or
-#: overloaded) before the call fails with 102; an agent that accepted has TIMEOUT_SECONDS.
-CONNECT_TIMEOUT_SECONDS = 10
-AGENT_UNAVAILABLE = 102
-REQUEST_TOO_LARGE = 103
-INVALID_ENVIRONMENT = 4
-IO_FAILURE = 5
-INVALID_CONFIG = 7
+# --- the protocol: begin (the installed shim has bridge/agent/protocol.py's text here)
+from bridge.agent.protocol import (
+    AGENT_UNAVAILABLE,
+    CONNECT_TIMEOUT_SECONDS,
+    DECODING_FAILURE,
+    DEFAULT_SOCKET,
+    INVALID_CONFIG,
+    INVALID_ENVIRONMENT,
+    IO_FAILURE,
+    LATEST_VERSION,
+    MAX_STDIN_BYTES,
+    REQUEST_TOO_LARGE,
+    SUPPORTED_VERSIONS,
+    TIMEOUT_SECONDS,
+    framable,
+    frame,
+    request_head,
+    status_of,
+)
+
+# --- the protocol: end
 
 
 def json_string(text: str) -> str:
@@ -171,47 +175,35 @@ def exchange(path: str | bytes, request: bytes, timeout: float) -> bytes:
         sock.close()
 
 
-def status_of(line: bytes) -> int | None:
-    """The status of the agent's status line, `HTTP/1.<digit> <three digits>` then a space or the
-    end; None for anything else (`HTTP/1.1 2000` is not 200)."""
-    if (len(line) < 12 or line[:7] != b"HTTP/1." or not line[7:8].isdigit() or line[8:9] != b" "
-            or not line[9:12].isdigit() or line[12:13] not in (b"", b" ")):
-        return None
-    return int(line[9:12])
+class Done(Exception):
+    """The call is answered (printed, or nothing to print): the shim exits with `status`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 
-def main() -> int:
-    stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
-    version = string_field(stdin, "cniVersion") or "1.1.0"
-    if len(stdin) > MAX_STDIN_BYTES:
-        return fail(
-            version, REQUEST_TOO_LARGE, "request too large", f"more than {MAX_STDIN_BYTES} bytes on stdin"
-        )
-    environ = posix.environ  # bytes -> bytes, exactly what the runtime passed
-    if environ.get(b"CNI_COMMAND") == b"VERSION":
-        versions = ", ".join(json_string(v) for v in SUPPORTED_VERSIONS)
-        sys.stdout.write(f'{{"cniVersion": {json_string(version)}, "supportedVersions": [{versions}]}}')
-        return 0
-    env_lines = []
+def variables(environ: dict[bytes, bytes], version: str) -> list[tuple[bytes, bytes]]:
+    """The CNI_* variables to send, as the runtime passed them; `Done` when one cannot be framed."""
+    found = []
     deleting = environ.get(b"CNI_COMMAND") == b"DEL"
     for name, value in environ.items():
         if name.startswith(b"CNI_"):
-            if b"\n" in name or b"\n" in value:
+            if not framable(name, value):
                 if deleting and name == b"CNI_CONTAINERID":
                     # ADD refuses such an ID (below), so nothing was ever attached under it; a DEL
                     # refused would keep the pod forever (CRI: tear-down must succeed).
-                    return 0
+                    raise Done(0)
                 if deleting:
                     continue  # DEL needs only the container ID; the agent has the rest on record
                 shown = name.decode("utf-8", "replace")
-                return fail(version, INVALID_ENVIRONMENT, f"invalid {shown}", "contains a newline")
-            env_lines.append(name + b"=" + value + b"\n")
-    body = b"".join(env_lines) + b"\n" + stdin
-    head = (
-        "POST /v1/cni HTTP/1.1\r\nHost: multinetwork-agent\r\n"
-        "Content-Type: application/x-cni-request\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
+                raise Done(fail(version, INVALID_ENVIRONMENT, f"invalid {shown}", "contains a newline"))
+            found.append((name, value))
+    return found
+
+
+def socket_of(stdin: bytes, version: str) -> tuple[str, bytes]:
+    """(path, address) of the agent's socket: the configuration's `socketPath`, else the default."""
     path = string_field(stdin, "socketPath")
     if path is None:
         # The slow path, for configurations without a plain socketPath: parse them for real.
@@ -220,28 +212,23 @@ def main() -> int:
         try:
             conf = json.loads(stdin)
         except (ValueError, RecursionError) as exc:
-            return fail(version, 6, "network configuration is not valid JSON", str(exc)[:200])
+            raise Done(fail(version, DECODING_FAILURE, "network configuration is not valid JSON",
+                            str(exc)[:200])) from None
         socket_path = conf.get("socketPath") if isinstance(conf, dict) else None
         path = socket_path if isinstance(socket_path, str) else DEFAULT_SOCKET
     address = socket_address(path)
     if address is None:
-        return fail(
+        raise Done(fail(
             version,
             INVALID_CONFIG,
             "invalid socketPath in the network configuration",
             f"{path[:200]!r} cannot be a file path; it must name the agent's unix socket",
-        )
-    try:
-        response = exchange(address, head.encode() + body, TIMEOUT_SECONDS)
-    except NotAccepted as exc:
-        return fail(version, AGENT_UNAVAILABLE, "the multinetwork agent is not reachable", f"{path}: {exc}")
-    except OSError as exc:
-        return fail(
-            version,
-            AGENT_UNAVAILABLE,
-            "the multinetwork agent is not reachable",
-            f"{path}: {exc}; is `podnetwork cni-agent` running on this node?",
-        )
+        ))
+    return path, address
+
+
+def answer(response: bytes, version: str) -> int:
+    """Prints the agent's answer, or the error it is; the exit status."""
     header, sep, payload = response.partition(b"\r\n\r\n")
     status = status_of(header.split(b"\r\n", 1)[0]) if sep else None
     if status is None:
@@ -268,12 +255,43 @@ def main() -> int:
     )
 
 
+def main() -> int:
+    stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    version = string_field(stdin, "cniVersion") or LATEST_VERSION
+    if len(stdin) > MAX_STDIN_BYTES:
+        return fail(
+            version, REQUEST_TOO_LARGE, "request too large", f"more than {MAX_STDIN_BYTES} bytes on stdin"
+        )
+    environ = posix.environ  # bytes -> bytes, exactly what the runtime passed
+    if environ.get(b"CNI_COMMAND") == b"VERSION":
+        versions = ", ".join(json_string(v) for v in SUPPORTED_VERSIONS)
+        sys.stdout.write(f'{{"cniVersion": {json_string(version)}, "supportedVersions": [{versions}]}}')
+        return 0
+    try:
+        body = frame(variables(environ, version), stdin)
+        path, address = socket_of(stdin, version)
+    except Done as done:
+        return done.status
+    try:
+        response = exchange(address, request_head(len(body)) + body, TIMEOUT_SECONDS)
+    except NotAccepted as exc:
+        return fail(version, AGENT_UNAVAILABLE, "the multinetwork agent is not reachable", f"{path}: {exc}")
+    except OSError as exc:
+        return fail(
+            version,
+            AGENT_UNAVAILABLE,
+            "the multinetwork agent is not reachable",
+            f"{path}: {exc}; is `podnetwork cni-agent` running on this node?",
+        )
+    return answer(response, version)
+
+
 if __name__ == "__main__":
     try:
         status = main()
     except Exception as exc:
         # The runtime reads a CNI error from stdout; a traceback would tell it nothing.
-        status = fail("1.1.0", IO_FAILURE, "internal shim error", repr(exc)[:500])
+        status = fail(LATEST_VERSION, IO_FAILURE, "internal shim error", repr(exc)[:500])
     # Once stdout is flushed the shim holds nothing that needs cleaning up, so it skips the
     # interpreter's finalization (module teardown, a GC pass): ~1.5 ms of every CNI call.
     sys.stdout.flush()

@@ -76,6 +76,48 @@ def _result_gateways(result: Mapping[str, Any]) -> list[str]:
     return gateways
 
 
+def _is_legacy(result: Mapping[str, Any]) -> bool:
+    """Whether a result is of the 0.1.0/0.2.0 format (`ip4`/`ip6`) rather than 0.3.0+'s.
+
+    The shape decides, the version only when the shape is silent: some plugins omit
+    cniVersion, some echo a config version their result does not follow."""
+    if "ips" in result or "interfaces" in result:
+        return False
+    if "ip4" in result or "ip6" in result:
+        return True
+    return _version_tuple(str(result.get("cniVersion", "0.1.0"))) < (0, 3, 0)
+
+
+def _legacy_ips(result: Mapping[str, Any]) -> list[str]:
+    """The addresses of a 0.1.0/0.2.0 result (5.3.2.1)."""
+    ips: list[str] = []
+    for block in (result.get("ip4"), result.get("ip6")):
+        if isinstance(block, dict) and block.get("ip"):
+            ips.append(str(block["ip"]))
+    return ips
+
+
+def _sandbox_addresses(
+    result: Mapping[str, Any], ifname: str | None
+) -> tuple[str | None, str | None, list[str]]:
+    """(interface, mac, ips) of a 0.3.0+ result: its first interface with a `sandbox` (named, else
+    `ifname`) and the addresses pointing at it; without one, no interface and the addresses of no
+    interface (5.3.3.1)."""
+    interfaces = result.get("interfaces") or []
+    sandbox_index = next(
+        (i for i, itf in enumerate(interfaces) if isinstance(itf, dict) and itf.get("sandbox")), None
+    )
+    entries = [e for e in result.get("ips") or [] if isinstance(e, dict) and e.get("address")]
+    if sandbox_index is None:
+        # No sandbox interface: the result does not say which interface is the pod's,
+        # so the status does not either (the runtime's CNI_IFNAME may not be it).
+        unbound = [e for e in entries if not isinstance(e.get("interface"), int) or e["interface"] < 0]
+        return None, None, [str(e["address"]) for e in unbound]
+    itf = interfaces[sandbox_index]
+    ips = [str(e["address"]) for e in entries if e.get("interface") == sandbox_index]
+    return itf.get("name") or ifname, itf.get("mac") or None, ips
+
+
 def status_entry(
     name: str,
     cni_result: Mapping[str, Any] | None,
@@ -104,49 +146,16 @@ def status_entry(
     newer than `CNI_RESULT_VERSIONS`.
     """
     entry: dict[str, Any] = {"name": name}
+    result: Mapping[str, Any] = cni_result or {}
     mac: str | None = None
     ips: list[str] = []
-    result: Mapping[str, Any] = cni_result or {}
     if result:
         if problem := result_version_problem(result):
             raise UnsupportedResultVersion(f"{name}: {problem}")
-        # The shape decides, the version only when the shape is silent: some plugins
-        # omit cniVersion, some echo a config version their result does not follow.
-        if "ips" in result or "interfaces" in result:
-            legacy = False
-        elif "ip4" in result or "ip6" in result:
-            legacy = True
+        if _is_legacy(result):
+            ips = _legacy_ips(result)
         else:
-            legacy = _version_tuple(str(result.get("cniVersion", "0.1.0"))) < (0, 3, 0)
-        if legacy:
-            for block in (result.get("ip4"), result.get("ip6")):
-                if isinstance(block, dict) and block.get("ip"):
-                    ips.append(str(block["ip"]))
-        else:
-            interfaces = result.get("interfaces") or []
-            sandbox_index = next(
-                (
-                    i
-                    for i, itf in enumerate(interfaces)
-                    if isinstance(itf, dict) and itf.get("sandbox")
-                ),
-                None,
-            )
-            entries = [e for e in result.get("ips") or [] if isinstance(e, dict) and e.get("address")]
-            if sandbox_index is not None:
-                itf = interfaces[sandbox_index]
-                interface = itf.get("name") or interface
-                mac = itf.get("mac") or None
-                ips = [str(e["address"]) for e in entries if e.get("interface") == sandbox_index]
-            else:
-                # No sandbox interface: the result does not say which interface is the pod's,
-                # so the status does not either (the runtime's CNI_IFNAME may not be it).
-                interface = None
-                ips = [
-                    str(e["address"])
-                    for e in entries
-                    if not isinstance(e.get("interface"), int) or e["interface"] < 0
-                ]
+            interface, mac, ips = _sandbox_addresses(result, interface)
     if interface:
         entry["interface"] = interface
     if ips:

@@ -1,4 +1,4 @@
-"""The bridge's mutating admission webhook for pods: AdmissionReview v1 in and out, and its HTTP app.
+"""The bridge's mutating admission webhook for pods: AdmissionReview v1 in and out (pure).
 
 On pod CREATE the decision is `bridge.operator.pods.admission_patch`: a pod naming a
 network the bridge provides gets its NPWG selection (`k8s.v1.cni.cncf.io/networks`)
@@ -20,15 +20,16 @@ and still sees the networks the PodNetwork controller's webhook auto-populates,
 whichever runs first.
 
 A separate module from `podnetwork.kep.admission` because the KEP layer must not
-import the bridge (.importlinter); the FastAPI/uvicorn stack is the same.
+import the bridge (.importlinter). The HTTP app serving it is the bridge command's
+(`bridge.operator.admissionapp`), on the same FastAPI/uvicorn stack.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the route functions' annotations
-# at runtime, and `Request` is imported inside `app`.
+from __future__ import annotations
+
 import base64
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pydantic
@@ -38,7 +39,7 @@ from bridge.operator import pods
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from podnetwork.kep import admissionreview
-from podnetwork.kep.admissionreview import AdmissionRequest, AdmissionReview
+from podnetwork.kep.admissionreview import AdmissionRequest, InvalidPod
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
@@ -70,12 +71,12 @@ def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Obj
     uid = request.uid
     if not request.is_pod or request.sub_resource or request.operation != "CREATE" or request.object is None:
         return admissionreview.allowed(uid)
-    pod = request.object
-    errors = admissionreview.pod_errors(pod)
-    if errors:
-        return admissionreview.refused(uid, pod, errors)
     try:
-        view = Pod.model_validate(pod)
+        shape = request.pod()  # the old object does not matter: a CREATE has none
+    except InvalidPod as exc:
+        return admissionreview.refused(uid, exc.name, exc.errors)
+    try:
+        view = Pod.model_validate(request.object)
     except pydantic.ValidationError:
         # Fits the webhook's shape but not the view (a label that is not text...): the API
         # server decodes a pod into its type before admission, so it never sends one. As
@@ -85,9 +86,7 @@ def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Obj
     ops = decision.ops
     warnings = list(decision.warnings)
     if warnings:
-        meta = pod.get("metadata") or {}
-        name = meta.get("name") or meta.get("generateName") or ""
-        who = f"{request.namespace or meta.get('namespace') or ''}/{name}"
+        who = f"{request.namespace or shape.namespace}/{shape.name}"
         for warning in warnings:
             logger.warning("admission of pod %s: %s", who, warning)
     if any(op["path"].startswith("/spec/schedulingGates") for op in ops):
@@ -159,34 +158,10 @@ def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, A
     return [webhook_configuration(client_config)]
 
 
-def app(objects: Callable[[], translate.Objects]) -> Any:
-    """The FastAPI application serving the webhook on `MUTATE_PATH` (and `/healthz`).
-
-    `objects()` returns what the bridge controller knows now (its watch-fed memory).
-    """
-    from fastapi import FastAPI, Request, Response
-
-    api = FastAPI(title="podnetwork bridge admission", docs_url=None, redoc_url=None, openapi_url=None)
-
-    async def decide(body: AdmissionReview) -> dict[str, Any]:
-        return review(body, objects())
-
-    @api.post(MUTATE_PATH)
-    async def mutating(request: Request) -> Response:
-        return await admissionreview.answer(request, decide)
-
-    @api.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    return api
-
-
 __all__ = [
     "CONFIGURATION_NAME",
     "MUTATE_PATH",
     "WEBHOOK_NAME",
-    "app",
     "mutate",
     "review",
     "webhook_configuration",

@@ -147,7 +147,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
     webhook cannot be served (port in use, unusable certificate), before anything started;
     1 when an active replica was outranked by a peer (it restarts as a standby)."""
-    from bridge.operator import admission
+    from bridge.operator import admission, admissionapp
     from podnetwork.kube import peering
 
     flags = webhook_flags(args)
@@ -164,7 +164,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
 
                 # Objects deleted while paused never reach a resumed bridge's caches.
                 operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
-            webhook = admission.app(bridge.objects)
+            webhook = admissionapp.app(bridge.objects)
             if measured is not None:
                 from podnetwork.cli import metrics as kube_metrics
 

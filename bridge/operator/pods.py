@@ -58,7 +58,7 @@ TRANSLATION_WARNING_REASON = "TranslationWarning"
 GATED_REASON = "SchedulingGated"
 #: Event reason: isDefaultGW4/6 on a network whose NAD names no gateway of that family
 #: (`translate.GatewayGap`): the bridge writes no selection for the pod.
-GATEWAY_MISSING_REASON = "DefaultGatewayMissing"
+GATEWAY_MISSING_REASON = translate.GATEWAY_MISSING_REASON
 
 
 digest = translate.selection_digest
@@ -185,10 +185,11 @@ def refusal(translation: Translation) -> str | None:
     Multus"). Writing the selection without `default-route` would attach the pod
     with its default route silently on the cluster network, against what it asked.
     """
-    if not translation.gateway_gaps:
+    refused = translate.refusal(translation)  # the rule the agent follows too
+    if refused is None:
         return None
     return (
-        "; ".join(gap.message for gap in translation.gateway_gaps)
+        refused
         + f". The bridge does not write {npwg.NETWORKS_ANNOTATION} for this pod"
         + f" (it stays gated by {SCHEDULING_GATE} when created through the bridge's webhook)"
     )

@@ -6,7 +6,9 @@
 - `podips`: NPWG `network-status` back to the KEP's pod IPs per PodNetwork.
 
 The names of `refs` and `networks` are re-exported here, so callers write
-`translate.translate(networks, namespace, objects)` and `translate.Objects`.
+`translate.translate(networks, namespace, objects)` and `translate.Objects`. The bridge
+operator and the CNI agent decide from a pod the same way: `parse_networks` (the one parser
+of the KEP annotation), `admitted_networks`, `translate` and `refusal`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 from bridge.translate.networks import (
     DEFAULT_ROUTE_FAMILIES_KEY,
     FAMILY_NAMES,
+    GATEWAY_MISSING_REASON,
     WRITTEN_ANNOTATION,
     GatewayGap,
     Source,
     Translation,
     admitted_networks,
     ipam_gateways,
+    parse_networks,
+    refusal,
     selection_digest,
     translate,
     written_by_bridge,
@@ -63,6 +68,7 @@ __all__ = [
     "ATTACHMENT_NETWORKS_ANNOTATION",
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
+    "GATEWAY_MISSING_REASON",
     "NAD_KINDS",
     "OPTIONS_API_VERSION",
     "OPTIONS_GROUP",
@@ -96,9 +102,11 @@ __all__ = [
     "is_bridge",
     "nad_config_problem",
     "options_problem",
+    "parse_networks",
     "podnetwork_nad",
     "read",
     "references",
+    "refusal",
     "selection_digest",
     "translate",
     "written_by_bridge",

@@ -219,6 +219,13 @@ def _entry_label(index: int, net: Network) -> str:
     return f"spec.networks[{index}] ({kind} {name!r})"
 
 
+#: The pod's `multinetwork.x-k8s.io/networks`, read by the one parser admission, the bridge and
+#: the agent use (`podnetwork.kep.networks.parse`: a JSON list of objects with known keys of the
+#: right types, within the annotations' size cap). Raises `InvalidObject` naming every problem.
+#: Here because the agent reaches the KEP layer only through this package (.importlinter).
+parse_networks = kep_networks.parse
+
+
 def admitted_networks(annotations: Mapping[str, str]) -> dict[str, str] | None:
     """The pod's admission record (`multinetwork.x-k8s.io/attachment-networks`): attachment ->
     the PodNetwork it named when the pod was admitted; None when the pod has none.
@@ -252,86 +259,24 @@ def translate(
     admitted without enforcement) is not held to anything.
 
     Raises `TranslationError` (with a `Reason`) when a referenced object is missing,
-    is not provided by this bridge, or has invalid parameters.
+    is not provided by this bridge, or has invalid parameters. A translation may still be
+    one no selection should be made of: `refusal` says so.
     """
     out = Translation()
     gw_claimed_by: int | None = None  # index of the element holding default-route
     for index, net in enumerate(networks):
         label = _entry_label(index, net)
-        attachment_name = net.pod_network_attachment_name
-        params = AttachmentParams(None, {})
-        if attachment_name:
-            attachment = objects.attachments.get((pod_namespace, attachment_name))
-            if attachment is None:
-                what = describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)
-                if problem := objects.problem(constants.ATTACHMENT_KIND, pod_namespace, attachment_name):
-                    raise TranslationError(
-                        Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
-                    )
-                raise TranslationError(Reason.ATTACHMENT_NOT_FOUND, f"{label}: {what} does not exist")
-            pn_name = attachment.spec.pod_network_name
-            recorded = (admitted or {}).get(attachment_name)
-            if recorded is not None and recorded != pn_name:
-                what = describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)
-                raise TranslationError(
-                    Reason.ATTACHMENT_CHANGED,
-                    f"{label}: {what} names PodNetwork {pn_name!r}, but the pod was admitted with it naming "
-                    f"{recorded!r} ({constants.ATTACHMENT_NETWORKS_ANNOTATION}): the attachment was replaced "
-                    "after admission, so the permission to use its network was never checked; re-create the "
-                    "pod to have it checked, or put the attachment back",
-                )
-            params = attachment_params(attachment, objects)
-        else:
-            pn_name = net.pod_network_name or ""
-        source = Source(pn_name, net.interface_name, attachment_name, index)
-
+        pn_name, params = _entry_params(label, net, pod_namespace, objects, admitted)
+        source = Source(pn_name, net.interface_name, net.pod_network_attachment_name, index)
         if pn_name == constants.DEFAULT_PODNETWORK:
-            out.includes_default = True
-            out.default_source = source
-            if net.interface_name:
-                out.warnings.append(
-                    f"{label}: interfaceName {net.interface_name!r} is not applied: NPWG has no way to "
-                    "name the cluster-wide default network's interface; the runtime names it (NPWG 6)"
-                )
-            if net.is_default_gw4 or net.is_default_gw6:
-                out.warnings.append(
-                    f"{label}: isDefaultGW4/isDefaultGW6 on the default PodNetwork select nothing in NPWG: "
-                    "the cluster-wide default network keeps the default routes of its own CNI "
-                    "configuration unless another element sets \"default-route\" (NPWG 6, 4.1.2.1.9)"
-                )
-            if params.nad or params.options:
-                out.warnings.append(
-                    f"{label}: the attachment's parameters are not applied to the cluster-wide default "
-                    "network: NPWG selects secondary networks only (NPWG 4)"
-                )
+            _default_entry(label, net, params, source, out)
             continue
-
-        podnetwork = objects.podnetworks.get(pn_name)
-        if podnetwork is None:
-            what = describe(constants.PODNETWORK_KIND, pn_name)
-            if problem := objects.problem(constants.PODNETWORK_KIND, "", pn_name):
-                raise TranslationError(
-                    Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
-                )
-            raise TranslationError(Reason.PODNETWORK_NOT_FOUND, f"{label}: {what} does not exist")
-        if not is_bridge(podnetwork):
-            raise TranslationError(
-                Reason.NOT_BRIDGE_PROVIDER,
-                f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} has provider "
-                f"{podnetwork.spec.provider!r}, not {constants.BRIDGE_PROVIDER!r}",
-            )
-        if params.nad is not None:
-            nad_key = params.nad
-            nad = objects.nads[nad_key]
-        else:
-            nad_key, nad = podnetwork_nad(podnetwork, objects)
-
+        nad_key, nad = _bridge_nad(label, pn_name, params, objects)
         raw: dict[str, Any] = {"name": nad_key[1], "namespace": nad_key[0]}
         raw.update({k: v for k, v in params.options.items() if k != "default-route"})
         if net.interface_name is not None:
             raw["interface"] = net.interface_name
-        wants4, wants6 = bool(net.is_default_gw4), bool(net.is_default_gw6)
-        if wants4 or wants6:
+        if net.is_default_gw4 or net.is_default_gw6:
             if gw_claimed_by is not None:
                 out.warnings.append(
                     f"{label}: NPWG lets only one element hold \"default-route\" (4.1.2.1.9); it stays "
@@ -339,7 +284,8 @@ def translate(
                 )
             else:
                 gw_claimed_by = index
-                gateways, families = _gateways(label, params, nad_key, nad, wants4, wants6, out)
+                gateways, families = _gateways(label, params, nad_key, nad, bool(net.is_default_gw4),
+                                               bool(net.is_default_gw6), out)
                 raw["default-route"] = gateways
                 if families is not None:
                     raw[DEFAULT_ROUTE_FAMILIES_KEY] = families
@@ -354,13 +300,105 @@ def translate(
             raise TranslationError(Reason.INVALID_PARAMETERS, f"{label}: {exc}") from None
         out.elements.append(element)
         out.sources.append(source)
-
     if not out.includes_default:
         out.warnings.append(
             "the pod does not list the default PodNetwork, but NPWG cannot leave it out: every NPWG "
             "implementation attaches the cluster-wide default network first (NPWG 6, 6.2)"
         )
     return out
+
+
+#: Why a translation is refused (`refusal`): the bridge's Event reason, the agent's error.
+GATEWAY_MISSING_REASON = "DefaultGatewayMissing"
+
+
+def refusal(translation: Translation) -> str | None:
+    """Why no NPWG implementation should attach this translation, or None when one may.
+
+    An element whose `default-route` lacks a gateway of a requested family (`GatewayGap`):
+    Multus treats any `default-route` list, `[]` included, as a gateway request, removes the
+    pod's default route of that family and adds none (NPWG 4.1.2.1.9; docs/bridge.md "Default
+    routes with Multus"). The bridge writes no selection for it, and this project's agent
+    attaches nothing for it: both decide from the same pod the same way.
+    """
+    if not translation.gateway_gaps:
+        return None
+    return "; ".join(gap.message for gap in translation.gateway_gaps)
+
+
+def _entry_params(
+    label: str, net: Network, pod_namespace: str, objects: Objects, admitted: Mapping[str, str] | None
+) -> tuple[str, AttachmentParams]:
+    """(the PodNetwork's name, the attachment's parameters) of one entry of the pod's networks."""
+    attachment_name = net.pod_network_attachment_name
+    if not attachment_name:
+        return net.pod_network_name or "", AttachmentParams(None, {})
+    what = describe(constants.ATTACHMENT_KIND, attachment_name, pod_namespace)
+    attachment = objects.attachments.get((pod_namespace, attachment_name))
+    if attachment is None:
+        if problem := objects.problem(constants.ATTACHMENT_KIND, pod_namespace, attachment_name):
+            raise TranslationError(
+                Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
+            )
+        raise TranslationError(Reason.ATTACHMENT_NOT_FOUND, f"{label}: {what} does not exist")
+    pn_name = attachment.spec.pod_network_name
+    recorded = (admitted or {}).get(attachment_name)
+    if recorded is not None and recorded != pn_name:
+        raise TranslationError(
+            Reason.ATTACHMENT_CHANGED,
+            f"{label}: {what} names PodNetwork {pn_name!r}, but the pod was admitted with it naming "
+            f"{recorded!r} ({constants.ATTACHMENT_NETWORKS_ANNOTATION}): the attachment was replaced "
+            "after admission, so the permission to use its network was never checked; re-create the "
+            "pod to have it checked, or put the attachment back",
+        )
+    return pn_name, attachment_params(attachment, objects)
+
+
+def _default_entry(
+    label: str, net: Network, params: AttachmentParams, source: Source, out: Translation
+) -> None:
+    """An entry naming the `default` PodNetwork: never in the selection (NPWG 6), with warnings."""
+    out.includes_default = True
+    out.default_source = source
+    if net.interface_name:
+        out.warnings.append(
+            f"{label}: interfaceName {net.interface_name!r} is not applied: NPWG has no way to "
+            "name the cluster-wide default network's interface; the runtime names it (NPWG 6)"
+        )
+    if net.is_default_gw4 or net.is_default_gw6:
+        out.warnings.append(
+            f"{label}: isDefaultGW4/isDefaultGW6 on the default PodNetwork select nothing in NPWG: "
+            "the cluster-wide default network keeps the default routes of its own CNI "
+            "configuration unless another element sets \"default-route\" (NPWG 6, 4.1.2.1.9)"
+        )
+    if params.nad or params.options:
+        out.warnings.append(
+            f"{label}: the attachment's parameters are not applied to the cluster-wide default "
+            "network: NPWG selects secondary networks only (NPWG 4)"
+        )
+
+
+def _bridge_nad(
+    label: str, pn_name: str, params: AttachmentParams, objects: Objects
+) -> tuple[tuple[str, str], npwg.NetworkAttachmentDefinition]:
+    """The NAD an entry delegates to: the attachment's own, else its bridge PodNetwork's."""
+    podnetwork = objects.podnetworks.get(pn_name)
+    if podnetwork is None:
+        what = describe(constants.PODNETWORK_KIND, pn_name)
+        if problem := objects.problem(constants.PODNETWORK_KIND, "", pn_name):
+            raise TranslationError(
+                Reason.INVALID_PARAMETERS, f"{label}: {what} does not fit its schema: {problem}"
+            )
+        raise TranslationError(Reason.PODNETWORK_NOT_FOUND, f"{label}: {what} does not exist")
+    if not is_bridge(podnetwork):
+        raise TranslationError(
+            Reason.NOT_BRIDGE_PROVIDER,
+            f"{label}: {describe(constants.PODNETWORK_KIND, pn_name)} has provider "
+            f"{podnetwork.spec.provider!r}, not {constants.BRIDGE_PROVIDER!r}",
+        )
+    if params.nad is not None:
+        return params.nad, objects.nads[params.nad]
+    return podnetwork_nad(podnetwork, objects)
 
 
 def _gateways(
@@ -406,12 +444,15 @@ def _gateways(
 __all__ = [
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
+    "GATEWAY_MISSING_REASON",
     "WRITTEN_ANNOTATION",
     "GatewayGap",
     "Source",
     "Translation",
     "admitted_networks",
     "ipam_gateways",
+    "parse_networks",
+    "refusal",
     "selection_digest",
     "translate",
     "written_by_bridge",

@@ -5,7 +5,8 @@
 - `operatorshell`: what the commands that run an operator or serve webhooks share (the
   --webhook-* flags and their checks, ports bound before start, one owner of SIGTERM);
   `handlers`: kopf's decorators with each handler's runs counted; `metrics`: Prometheus;
-- `manifests`: the one loader of manifest files; `outputs`: the one writer of output files.
+- `manifests`: the one loader of manifest files (its parts: `manifestlimits`, `manifestparse`,
+  `manifestfiles`); `outputs`: the one writer of output files.
 
 It knows nothing of the KEP or the NPWG (`.importlinter`: it stands on `podnetwork.kube` and
 `podnetwork.ground` only), so every product's commands use it. Heavy imports (kopf, uvicorn,

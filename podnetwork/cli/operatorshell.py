@@ -29,7 +29,6 @@ import logging
 import signal
 import socket
 import sys
-import tempfile
 import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -244,9 +243,12 @@ class Endpoint:
     flags: WebhookFlags
     sockets: list[socket.socket]
     certificate: Certificate | None
-    """The given or self-signed certificate; None with --webhook-secret."""
+    """The certificate given by --webhook-cert and --webhook-key; else None."""
     tls: Any = None
-    """With --webhook-secret: the `webhooks.ServingTLS` the Secret's certificate is loaded into."""
+    """Else the `webhooks.ServingTLS` serving a self-signed certificate made in memory, or with
+    --webhook-secret the one the Secret's certificate is loaded into."""
+    ca_bundle: str = ""
+    """Base64 PEM of the CA the API server is to trust ("" with --webhook-secret: the Secret's)."""
 
     @property
     def serving(self) -> Any:
@@ -304,8 +306,7 @@ REGISTRATION = "the webhook configuration is registered (--manage-webhooks)"
 class Shell:
     """Servers and a kopf operator of one command, run until SIGINT/SIGTERM or `stop`.
 
-    Used as a context manager, which owns the bound sockets and the directory of
-    a self-signed certificate:
+    Used as a context manager, which owns the bound sockets:
 
         with Shell("podnetwork bridge", stop) as shell:
             endpoint = shell.webhook(flags)          # Refused: bad port, bad certificate
@@ -347,23 +348,25 @@ class Shell:
 
     def webhook(self, flags: WebhookFlags) -> Endpoint:
         """Bind the webhooks' address, then load --webhook-cert/--webhook-key or make a
-        self-signed certificate (in a directory removed with the shell); with --webhook-secret,
-        only the (empty) context its certificate is loaded into later (`keep_webhooks`)."""
+        self-signed certificate (in memory only: a killed process leaves no key on disk); with
+        --webhook-secret, only the (empty) context its certificate is loaded into later
+        (`keep_webhooks`)."""
         from podnetwork.kube import certificates, webhooks
 
         sockets = self.listen(flags.host, flags.port, "pick another --webhook-host or --webhook-port")
         if flags.secret is not None:
-            directory = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="podnetwork-webhook-"))
-            return Endpoint(flags, sockets, None, webhooks.ServingTLS(Path(directory)))
+            return Endpoint(flags, sockets, None, webhooks.ServingTLS())
         if flags.cert is not None and flags.key is not None:
             try:
                 certificate = certificates.load(flags.cert, flags.key)
             except CertificateError as exc:
                 raise Refused(str(exc)) from None
-        else:
-            directory = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="podnetwork-webhook-"))
-            certificate = certificates.certificate(None, None, Path(directory), flags.host, flags.url)
-        return Endpoint(flags, sockets, certificate)
+            return Endpoint(flags, sockets, certificate, ca_bundle=certificate.ca_bundle)
+        url_host = urllib.parse.urlsplit(flags.url or "").hostname or ""
+        cert, key = certificates.self_signed_pem(flags.host, url_host)
+        tls = webhooks.ServingTLS()
+        tls.load(cert, key)
+        return Endpoint(flags, sockets, None, tls, ca_bundle=base64.b64encode(cert).decode())
 
     def serve(self, app: Any, sockets: list[socket.socket], certificate: Any = None,
               *, ready_probe: bool = False, **config: Any) -> Any:
@@ -408,7 +411,7 @@ class Shell:
             client_config=endpoint.client_config(),
             host=flags.host, port=flags.port, server_hostname=endpoint.server_hostname(),
             served=lambda: bool(server.started), tls=endpoint.tls, secret=secret,
-            ca_bundle=base64.b64decode(endpoint.certificate.ca_bundle) if endpoint.certificate else b"",
+            ca_bundle=base64.b64decode(endpoint.ca_bundle),
             service=flags.service, owner=flags.owner, interval=flags.check_interval)
         if flags.service is None:
             self.readiness.wait_for(REGISTRATION)

@@ -277,6 +277,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
     import kopf
 
     from podnetwork.cli import metrics as kube_metrics
+    from podnetwork.commands import admissionapp
     from podnetwork.kep import admission, controller
     from podnetwork.kube import client as kube
     from podnetwork.kube import peering
@@ -307,7 +308,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
             shell.metrics(kube_metrics.asgi_app(measured.registry), args.metrics_host, args.metrics_port)
             if flags.serve:
                 endpoint = shell.webhook(flags)
-                app = measured.webhook(admission.app(
+                app = measured.webhook(admissionapp.app(
                     ctl.namespace, enabled=enabled, fetch_namespace=ctl.fetch_namespace,
                     may_use=ctl.may_use if args.enforce_use_permission else None,
                     attachment_network=ctl.attachment_network))

@@ -2,8 +2,8 @@
 
 - `api`: the pydantic models of PodNetwork and PodNetworkAttachment (the CRDs follow them);
 - `networks`: the pod's spec-style networks annotation; `validation`: static validation;
-- `conditions`, `inuse`, `defaultnet`, `activevalidation`, `admission`, `explain`, `graph`:
-  the decisions, pure;
+- `conditions`, `inuse`, `defaultnet`, `activevalidation`, `admission` (with `podchange`,
+  `usepermission`, `admissionconfig`), `explain`, `graph`: the decisions, pure;
 - `admissionreview`, `controller`, `graph_source`: the edges (the AdmissionReview, the kopf
   handlers, where explain/graph read objects).
 

@@ -28,10 +28,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from podnetwork.ground import jsontype
 from podnetwork.ground.fielderrors import ErrorType, FieldError
@@ -106,7 +107,7 @@ class AdmissionRequest(_Model):
     name: OptionalText = ""
     namespace: OptionalText = ""
     object: dict[str, Any] | None = None
-    """The object as it would be stored; its shape is checked apart (`pod_errors`)."""
+    """The object as it would be stored; a pod's is read apart (`pod`, `pods`)."""
     old_object: dict[str, Any] | None = Field(None, alias="oldObject")
     user_info: UserInfo | None = Field(None, alias="userInfo")
     """The requesting user; absent from in-process callers (the demo), which are not authorized."""
@@ -114,6 +115,27 @@ class AdmissionRequest(_Model):
     @property
     def is_pod(self) -> bool:
         return self.kind.kind == "Pod" and not self.kind.group
+
+    def pod(self) -> Pod:
+        """`object` read as a Pod (absent: an empty one). Raises `InvalidPod` naming its fields."""
+        return self._reads[0].pod()
+
+    def pods(self) -> tuple[Pod, Pod | None]:
+        """`object` and `oldObject` read as Pods (an absent old object is None). Raises
+        `InvalidPod` naming the fields of both, the old object's under `oldObject.`."""
+        new, old = self._reads
+        if old is None:
+            return new.pod(), None
+        errors = new.errors + old.errors
+        if errors:
+            raise InvalidPod(errors, new.name)
+        return new.pod(), old.pod()
+
+    @cached_property
+    def _reads(self) -> tuple[_Read, _Read | None]:
+        # Parse, don't validate: each object is read once, whoever asks and however often.
+        old = None if self.old_object is None else _read(self.old_object, "oldObject.")
+        return _read(self.object or {}, ""), old
 
 
 class AdmissionReview(_Model):
@@ -126,7 +148,28 @@ class AdmissionReview(_Model):
 
 # --- the pod's shape: what either webhook reads of a Pod --------------------------------------
 
-class ObjectMeta(_Model):
+class _Wire(_Model):
+    """A part of the pod: a field is read under its name on the wire only.
+
+    Its Python name (`host_network` for `hostNetwork`), which no API server sends, is
+    checked for its type like the wire name (the shape has always been checked so) but
+    never read: the decisions see what the same pod's JSON says under the wire names.
+    """
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _wire_names_only(cls, data: Any, handler: pydantic.ValidatorFunctionWrapHandler) -> Any:
+        model = handler(data)
+        if isinstance(data, Mapping):
+            unread = {name: field.get_default(call_default_factory=True)
+                      for name, field in cls.model_fields.items()
+                      if field.alias and field.alias != name and field.alias not in data and name in data}
+            if unread:
+                model = model.model_copy(update=unread)
+        return model
+
+
+class ObjectMeta(_Wire):
     name: OptionalText = ""
     generate_name: OptionalText = Field("", alias="generateName")
     namespace: OptionalText = ""
@@ -134,15 +177,15 @@ class ObjectMeta(_Model):
     annotations: dict[Text, Text] | None = None
 
 
-class SchedulingGate(_Model):
+class SchedulingGate(_Wire):
     name: Text
 
 
-class PodOS(_Model):
+class PodOS(_Wire):
     name: OptionalText = ""
 
 
-class PodSpec(_Model):
+class PodSpec(_Wire):
     host_network: bool | None = Field(None, alias="hostNetwork")
     node_name: OptionalText = Field("", alias="nodeName")
     scheduling_gates: list[SchedulingGate] | None = Field(None, alias="schedulingGates")
@@ -150,9 +193,85 @@ class PodSpec(_Model):
     os: PodOS | None = None
 
 
-class Pod(_Model):
+class Pod(_Wire):
+    """A pod as the webhooks read it: the fields they read, each of its type."""
+
     metadata: ObjectMeta | None = None
     spec: PodSpec | None = None
+
+    @property
+    def name(self) -> str:
+        """Its name, or before it has one its generateName ("" when neither)."""
+        meta = self.metadata
+        return (meta.name or meta.generate_name) if meta is not None else ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace if self.metadata is not None else ""
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return (self.metadata.annotations if self.metadata is not None else None) or {}
+
+    def annotation(self, key: str) -> str | None:
+        return self.annotations.get(key)
+
+    @property
+    def host_network(self) -> bool:
+        return self.spec is not None and self.spec.host_network is True
+
+    @property
+    def service_account_name(self) -> str:
+        """`spec.serviceAccountName` ("" when unset)."""
+        return self.spec.service_account_name if self.spec is not None else ""
+
+    @property
+    def os_name(self) -> str:
+        """`spec.os.name` ("" when unset)."""
+        return self.spec.os.name if self.spec is not None and self.spec.os is not None else ""
+
+
+class InvalidPod(ValueError):
+    """A pod request's object (or old object) is not a Pod's shape: one field error per field,
+    and the name the refusal gives the pod (read leniently, as its shape is wrong)."""
+
+    def __init__(self, errors: Sequence[FieldError], name: str) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = list(errors)
+        self.name = name
+
+
+class _Read:
+    """One object read as a Pod: the view, or the field errors that keep it from being one."""
+
+    def __init__(self, view: Pod | None, errors: list[FieldError], name: str) -> None:
+        self.view, self.errors, self.name = view, errors, name
+
+    def pod(self) -> Pod:
+        if self.view is None:
+            raise InvalidPod(self.errors, self.name)
+        return self.view
+
+
+def _read(obj: Mapping[str, Any], prefix: str) -> _Read:
+    try:
+        view = Pod.model_validate(obj)
+    except pydantic.ValidationError as exc:
+        errors = [_field_error(prefix + _path(err["loc"]), err) for err in exc.errors()]
+        return _Read(None, errors, name_of(obj))
+    return _Read(view, [], view.name)
+
+
+def read_pod(obj: Mapping[str, Any]) -> Pod:
+    """`obj` read as a Pod. Raises `InvalidPod` naming what makes it not a Pod's shape."""
+    return _read(obj, "").pod()
+
+
+def name_of(obj: Mapping[str, Any] | None) -> str:
+    """The name (or generateName) of an object whose shape may be wrong ("" when it has none)."""
+    meta = (obj or {}).get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return next((n for n in (meta.get("name"), meta.get("generateName")) if isinstance(n, str) and n), "")
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -205,16 +324,6 @@ def request_of(request: AdmissionRequest | Mapping[str, Any]) -> AdmissionReques
     return review_of({"kind": KIND, "request": request}).request
 
 
-def pod_errors(obj: Mapping[str, Any] | None, prefix: str = "") -> list[FieldError]:
-    """What makes `obj` not a Pod's shape, as field errors (paths relative to the pod, after
-    `prefix`); empty when the fields the webhooks read have their types."""
-    try:
-        Pod.model_validate(obj or {})
-    except pydantic.ValidationError as exc:
-        return [_field_error(prefix + _path(err["loc"]), err) for err in exc.errors()]
-    return []
-
-
 # --- answering ----------------------------------------------------------------------------------
 
 def allowed(uid: str, **extra: Any) -> dict[str, Any]:
@@ -222,13 +331,9 @@ def allowed(uid: str, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": uid, "allowed": True, **extra}}
 
 
-def refused(uid: str, pod: Mapping[str, Any] | None, errors: Sequence[FieldError], *,
-            what: str = "is invalid") -> dict[str, Any]:
-    """An answer that refuses the pod: code 422, reason Invalid, one StatusCause per field error,
-    and a message that names the pod and lists the errors."""
-    meta = (pod or {}).get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = next((n for n in (meta.get("name"), meta.get("generateName")) if isinstance(n, str) and n), "")
+def refused(uid: str, name: str, errors: Sequence[FieldError], *, what: str = "is invalid") -> dict[str, Any]:
+    """An answer that refuses the pod `name`: code 422, reason Invalid, one StatusCause per field
+    error, and a message that names the pod and lists the errors."""
     message = f'Pod "{name}" {what}: ' + _listing([str(e) for e in errors])
     return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": uid, "allowed": False, "status": {
         "status": "Failure",
@@ -352,6 +457,7 @@ __all__ = [
     "AdmissionReview",
     "BadReview",
     "GroupVersionKind",
+    "InvalidPod",
     "Pod",
     "Unavailable",
     "UserInfo",
@@ -360,8 +466,9 @@ __all__ = [
     "decode",
     "encode",
     "json_response",
+    "name_of",
     "parse",
-    "pod_errors",
+    "read_pod",
     "refused",
     "request_of",
     "review_of",

@@ -232,78 +232,22 @@ def _readiness(graph: nx.DiGraph[str], node_key: str) -> None:
 def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph[str]:
     """The reference graph of `objects`; referenced but absent objects are nodes with obj=None."""
     graph: nx.DiGraph[str] = nx.DiGraph()
-    objs: list[tuple[Mapping[str, Any], Object, list[str]]] = []
+    objs: list[tuple[Mapping[str, Any], Object]] = []
     aliases: dict[tuple[str, str, str], str] = {}
     for raw in objects:
         read = _read(raw)
         if read is None:
             continue
         obj, errors = read
-        objs.append((raw, obj, errors))
+        objs.append((raw, obj))
         kind, namespace, name = obj.kind, obj.metadata.namespace or "", obj.metadata.name or ""
         graph.add_node(key(kind, namespace, name), kind=kind, namespace=namespace, name=name, obj=obj)
         if errors:
             graph.nodes[key(kind, namespace, name)]["errors"] = errors
         aliases[(_kind_alias(kind), namespace, name)] = key(kind, namespace, name)
-
-    def target(kind: str, namespace: str, name: str) -> str:
-        k = key(kind, namespace, name)
-        if k not in graph:
-            graph.add_node(k, kind=kind, namespace=namespace, name=name, obj=None)
-        return k
-
     every_podnetwork: list[str] = []
-    for raw, obj, _ in objs:
-        kind, namespace = obj.kind, obj.metadata.namespace or ""
-        src = key(kind, namespace, obj.metadata.name or "")
-        if isinstance(obj, api.PodNetwork | api.PodNetworkAttachment):
-            for i, ref in enumerate(obj.spec.parameters_refs or []):
-                ref_ns = ref.namespace or ""
-                found = aliases.get((_kind_alias(ref.kind), ref_ns, ref.name))
-                dst = found or target(ref.kind, ref_ns, ref.name)
-                graph.nodes[dst].setdefault("group", ref.group)
-                graph.add_edge(src, dst, relation=f"parametersRefs[{i}]")
-        if isinstance(obj, api.PodNetworkAttachment):
-            graph.add_edge(src, target(constants.PODNETWORK_KIND, "", obj.spec.pod_network_name),
-                           relation="podNetworkName")
-        if kind == "Pod":
-            # The networks rules read the pod as served: they report field errors on it.
-            problems: list[str] = graph.nodes[src].get("errors") or []
-            try:
-                nets = networks.effective(raw)
-            except InvalidObject as exc:
-                problems += [str(e) for e in exc.errors]
-                nets = []
-            else:
-                problems += [str(e) for e in validation.validate_pod(raw)]
-            if problems:
-                graph.nodes[src]["errors"] = problems
-            for i, net in enumerate(nets):
-                if net.pod_network_attachment_name:
-                    dst = target(constants.ATTACHMENT_KIND, namespace, net.pod_network_attachment_name)
-                else:
-                    dst = target(constants.PODNETWORK_KIND, "", net.pod_network_name or "")
-                relation = f"networks[{i}]" + (f" {net.interface_name}" if net.interface_name else "")
-                graph.add_edge(src, dst, relation=relation)
-            if isinstance(obj, Pod) and obj.spec.node_name:
-                graph.add_edge(src, target("Node", "", obj.spec.node_name), relation="nodeName")
-        if kind == "Node":
-            graph.add_edge(src, target(constants.PODNETWORK_KIND, "", defaultnet.node_default_name(obj)),
-                           relation="default")
-        if is_rbac(raw, ROLE_KINDS):
-            for granted in use_grants(raw):
-                if granted is not None:
-                    graph.add_edge(src, target(constants.PODNETWORK_KIND, "", granted), relation=USE_VERB,
-                                   permission=True)
-                else:
-                    every_podnetwork.append(src)
-        if is_rbac(raw, BINDING_KINDS):
-            if (role_ref := _role_ref(raw)) is not None:
-                role_kind, role_name = role_ref
-                role = target(role_kind, namespace if role_kind == "Role" else "", role_name)
-                graph.add_edge(src, role, relation="roleRef", permission=True)
-            where = f"in namespace {namespace}" if kind == "RoleBinding" else "in every namespace"
-            graph.nodes[src]["grants"] = (_subjects(raw, namespace), where)
+    for raw, obj in objs:
+        _add_references(graph, raw, obj, aliases, every_podnetwork)
     # After the loop: "every PodNetwork" means those the input has.
     present = [n for n, d in graph.nodes(data=True)
                if d["kind"] == constants.PODNETWORK_KIND and d.get("obj") is not None]
@@ -315,6 +259,76 @@ def build(objects: Iterable[Mapping[str, Any]]) -> nx.DiGraph[str]:
         for node_key in [n for n, d in graph.nodes(data=True) if d["kind"] == kind]:
             _readiness(graph, node_key)
     return graph
+
+
+def _target(graph: nx.DiGraph[str], kind: str, namespace: str, name: str) -> str:
+    """The node of a referenced object, added (obj=None) when the input does not have it."""
+    k = key(kind, namespace, name)
+    if k not in graph:
+        graph.add_node(k, kind=kind, namespace=namespace, name=name, obj=None)
+    return k
+
+
+def _add_references(graph: nx.DiGraph[str], raw: Mapping[str, Any], obj: Object,
+                    aliases: Mapping[tuple[str, str, str], str], every_podnetwork: list[str]) -> None:
+    """The edges from one object to what it references; a role granting `use` on every
+    PodNetwork is added to `every_podnetwork` instead."""
+    kind, namespace = obj.kind, obj.metadata.namespace or ""
+    src = key(kind, namespace, obj.metadata.name or "")
+    if isinstance(obj, api.PodNetwork | api.PodNetworkAttachment):
+        for i, ref in enumerate(obj.spec.parameters_refs or []):
+            ref_ns = ref.namespace or ""
+            found = aliases.get((_kind_alias(ref.kind), ref_ns, ref.name))
+            dst = found or _target(graph, ref.kind, ref_ns, ref.name)
+            graph.nodes[dst].setdefault("group", ref.group)
+            graph.add_edge(src, dst, relation=f"parametersRefs[{i}]")
+    if isinstance(obj, api.PodNetworkAttachment):
+        graph.add_edge(src, _target(graph, constants.PODNETWORK_KIND, "", obj.spec.pod_network_name),
+                       relation="podNetworkName")
+    if kind == "Pod":
+        _add_pod_references(graph, raw, obj, src, namespace)
+    if kind == "Node":
+        graph.add_edge(src, _target(graph, constants.PODNETWORK_KIND, "", defaultnet.node_default_name(obj)),
+                       relation="default")
+    if is_rbac(raw, ROLE_KINDS):
+        for granted in use_grants(raw):
+            if granted is not None:
+                graph.add_edge(src, _target(graph, constants.PODNETWORK_KIND, "", granted), relation=USE_VERB,
+                               permission=True)
+            else:
+                every_podnetwork.append(src)
+    if is_rbac(raw, BINDING_KINDS):
+        if (role_ref := _role_ref(raw)) is not None:
+            role_kind, role_name = role_ref
+            role = _target(graph, role_kind, namespace if role_kind == "Role" else "", role_name)
+            graph.add_edge(src, role, relation="roleRef", permission=True)
+        where = f"in namespace {namespace}" if kind == "RoleBinding" else "in every namespace"
+        graph.nodes[src]["grants"] = (_subjects(raw, namespace), where)
+
+
+def _add_pod_references(graph: nx.DiGraph[str], raw: Mapping[str, Any], obj: Object, src: str,
+                        namespace: str) -> None:
+    """A pod's networks (its field errors on its node) and its node."""
+    # The networks rules read the pod as served: they report field errors on it.
+    problems: list[str] = graph.nodes[src].get("errors") or []
+    try:
+        nets = networks.effective(raw)
+    except InvalidObject as exc:
+        problems += [str(e) for e in exc.errors]
+        nets = []
+    else:
+        problems += [str(e) for e in validation.validate_pod(raw)]
+    if problems:
+        graph.nodes[src]["errors"] = problems
+    for i, net in enumerate(nets):
+        if net.pod_network_attachment_name:
+            dst = _target(graph, constants.ATTACHMENT_KIND, namespace, net.pod_network_attachment_name)
+        else:
+            dst = _target(graph, constants.PODNETWORK_KIND, "", net.pod_network_name or "")
+        relation = f"networks[{i}]" + (f" {net.interface_name}" if net.interface_name else "")
+        graph.add_edge(src, dst, relation=relation)
+    if isinstance(obj, Pod) and obj.spec.node_name:
+        graph.add_edge(src, _target(graph, "Node", "", obj.spec.node_name), relation="nodeName")
 
 
 def _quote(text: str) -> str:

@@ -165,18 +165,24 @@ def _field(obj: Any, name: str) -> Mapping[str, Any]:
 
 def validate_pod(pod: Mapping[str, Any]) -> list[FieldError]:
     """Static checks of a pod's networks; a pod without the annotation is valid."""
-    annotations = networks.annotations_of(pod)
-    if constants.NETWORKS_ANNOTATION not in annotations:
-        return []
     spec = _field(pod, "spec")
+    os_name = _field(spec, "os").get("name")
+    # Only a real `true` is hostNetwork: the API server refuses any other type.
+    return validate_declared(networks.annotations_of(pod).get(constants.NETWORKS_ANNOTATION),
+                             host_network=spec.get("hostNetwork") is True,
+                             os_name=os_name if isinstance(os_name, str) else None)
+
+
+def validate_declared(text: str | None, *, host_network: bool, os_name: str | None) -> list[FieldError]:
+    """Static checks of the networks annotation `text` of a pod with `spec.hostNetwork` and
+    `spec.os.name` as given (no OS: Linux); a pod without the annotation (None) is valid."""
+    if text is None:
+        return []
     try:
-        nets = networks.parse(annotations[constants.NETWORKS_ANNOTATION])
+        nets = networks.parse(text)
     except InvalidObject as exc:
         return exc.errors
-    os_name = _field(spec, "os").get("name")
-    os_name = os_name.lower() if isinstance(os_name, str) and os_name else "linux"
-    # Only a real `true` is hostNetwork: the API server refuses any other type.
-    return validate_networks(nets, host_network=spec.get("hostNetwork") is True, os_name=os_name)
+    return validate_networks(nets, host_network=host_network, os_name=os_name.lower() if os_name else "linux")
 
 
 def require_valid_pod(pod: Mapping[str, Any]) -> None:

@@ -9,15 +9,22 @@ the host of --webhook-url, each as an IP address or a DNS name as it is written.
 It is its own CA: the registered caBundle is the certificate itself.
 `cryptography` is imported where a certificate is made, so importing this module
 stays cheap for `podnetwork --help`.
+
+Key material made or received at run time stays in memory (`load_chain`): Python's
+ssl reads a certificate and key from files only, so they are handed to it as
+anonymous memory files, which leave nothing behind, not even when the process is
+killed.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import ipaddress
 import os
 import ssl
+import tempfile
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -79,9 +86,9 @@ def subject_alt_names(hosts: Iterable[str]) -> list[SubjectAltName]:
     return list(names)
 
 
-def self_signed(directory: Path, host: str, *also: str) -> Certificate:
+def self_signed_pem(host: str, *also: str) -> tuple[bytes, bytes]:
     """A self-signed serving certificate for `host` and the hosts `also` (DNS names or IPs),
-    written to `directory` as tls.crt and tls.key (mode 0600)."""
+    and its key, as PEM (the key unencrypted PKCS #8)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -114,13 +121,19 @@ def self_signed(directory: Path, host: str, *also: str) -> Certificate:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
+    return (certificate.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def self_signed(directory: Path, host: str, *also: str) -> Certificate:
+    """`self_signed_pem` written to `directory` as tls.crt and tls.key (mode 0600)."""
+    pem, key = self_signed_pem(host, *also)
     cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    pem = certificate.public_bytes(serialization.Encoding.PEM)
     cert_path.write_bytes(pem)
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
-        out.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()))
+        out.write(key)
     return Certificate(cert_path, key_path, base64.b64encode(pem).decode())
 
 
@@ -138,6 +151,37 @@ def load(cert: Path, key: Path) -> Certificate:
         raise CertificateError(
             f"cannot read --webhook-cert {cert} or --webhook-key {key}: {exc.strerror or exc}") from None
     return Certificate(cert, key, base64.b64encode(cert.read_bytes()).decode())
+
+
+def load_chain(context: ssl.SSLContext, cert: str | bytes, key: str | bytes) -> None:
+    """`context.load_cert_chain` of a certificate and its key, each a file's path (str) or PEM
+    (bytes). PEM is handed to ssl as an anonymous memory file (Linux's memfd, under
+    /proc/self/fd), which no directory lists and which is gone once closed or once the
+    process dies; where there is none, it is written to a private temporary directory
+    removed as soon as ssl has read it. Raises what `load_cert_chain` raises."""
+    with contextlib.ExitStack() as stack:
+        paths = [item if isinstance(item, str) else _memory_file(stack, item) for item in (cert, key)]
+        context.load_cert_chain(paths[0], paths[1])
+
+
+def _memory_file(stack: contextlib.ExitStack, data: bytes) -> str:
+    """A path ssl can open that reads `data`, valid until `stack` closes."""
+    fd = -1
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            fd = os.memfd_create("podnetwork-pem", os.MFD_CLOEXEC)
+    if fd >= 0:
+        stack.callback(os.close, fd)
+        path = f"/proc/self/fd/{fd}"
+    else:
+        directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="podnetwork-pem-"))
+        path = os.path.join(directory, f"{len(os.listdir(directory))}.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        stack.callback(os.close, fd)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return path
 
 
 def certificate(cert: Path | None, key: Path | None, directory: Path, host: str,

@@ -1,4 +1,4 @@
-"""lightkube clients made from `credentials`, our resource types, errors and retries.
+"""lightkube clients made from `credentials`, our calls, retries and list+watch.
 
 Every API call this project makes itself goes through here: the operators'
 writes and side watches (`AsyncApi`), the agent's reads, the extender's
@@ -17,6 +17,10 @@ its own aiohttp client for its watches, logged in from the same credentials
   would drop fields they do not know and reshape the rest.
 - Errors become `ApiError` (`NotFound` 404, `Conflict` 409, `Unreachable`
   when no answer came), each naming the request.
+
+This module is what callers import: it re-exports its parts, the resources
+(`podnetwork.kube.resources`), the errors (`apierrors`) and the clients with our
+transport (`transport`).
 - `AsyncApi` retries what may pass (no answer, 429, 5xx) with `BACKOFFS`,
   the operators' shared policy, and `AsyncApi.write` is the operators' one way
   to write: a 404 or 409 is an answer, not an error.
@@ -25,7 +29,6 @@ its own aiohttp client for its watches, logged in from the same credentials
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -34,269 +37,63 @@ from typing import Any, TypeVar
 
 import httpx2
 import lightkube
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import Cluster, Context, User
-from lightkube.core.resource import NamespacedResource, api_info
-from lightkube.generic_resource import (
-    GenericGlobalResource,
-    GenericNamespacedResource,
-    create_global_resource,
-    create_namespaced_resource,
-)
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
-from podnetwork.ground import constants
-from podnetwork.kube.credentials import Authenticator, Credentials, ssl_context
+from podnetwork.kube.apierrors import (
+    FAILURES,
+    ApiError,
+    Conflict,
+    Gone,
+    NotFound,
+    Unreachable,
+    error_of,
+    unwrap,
+)
+from podnetwork.kube.credentials import Authenticator, Credentials
+from podnetwork.kube.resources import (
+    BY_KIND,
+    ClusterKopfPeering,
+    ClusterRole,
+    ClusterRoleBinding,
+    CronJob,
+    DaemonSet,
+    Deployment,
+    EndpointSlice,
+    Event,
+    Job,
+    MutatingWebhookConfiguration,
+    Namespace,
+    NetworkAttachmentDefinition,
+    NetworkSelectionOptions,
+    Node,
+    Pod,
+    PodNetwork,
+    PodNetworkAttachment,
+    ReplicaSet,
+    Resource,
+    Role,
+    RoleBinding,
+    Secret,
+    StatefulSet,
+    SubjectAccessReview,
+    ValidatingWebhookConfiguration,
+    api_version_of,
+    kind_of,
+    namespaced,
+    path_of,
+    plural_of,
+)
+from podnetwork.kube.transport import AsyncTransport, Transport, async_client, sync_client
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Resource = type[GenericGlobalResource] | type[GenericNamespacedResource]
-
-# --- resources: the kinds we read and write, by their names on the wire (podnetwork.ground) -------
-
-PodNetwork = create_global_resource(constants.GROUP, constants.VERSION, constants.PODNETWORK_KIND,
-                                    constants.PODNETWORK_PLURAL)
-PodNetworkAttachment = create_namespaced_resource(constants.GROUP, constants.VERSION,
-                                                  constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL)
-NetworkAttachmentDefinition = create_namespaced_resource(constants.NAD_GROUP, constants.NAD_VERSION,
-                                                         constants.NAD_KIND, constants.NAD_PLURAL)
-NetworkSelectionOptions = create_namespaced_resource(constants.OPTIONS_GROUP, constants.OPTIONS_VERSION,
-                                                     constants.OPTIONS_KIND, constants.OPTIONS_PLURAL)
-#: kopf's peering objects (deploy/peering/), read by the controller's demotion guard.
-ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
-# The core kinds as generic resources too (group ""): bodies stay as sent (see the module doc).
-Pod = create_namespaced_resource("", "v1", "Pod", "pods")
-Node = create_global_resource("", "v1", "Node", "nodes")
-Namespace = create_global_resource("", "v1", "Namespace", "namespaces")
-Event = create_namespaced_resource("", "v1", "Event", "events")
-Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
-StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
-DaemonSet = create_namespaced_resource("apps", "v1", "DaemonSet", "daemonsets")
-ReplicaSet = create_namespaced_resource("apps", "v1", "ReplicaSet", "replicasets")
-Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
-CronJob = create_namespaced_resource("batch", "v1", "CronJob", "cronjobs")
-#: Created (never stored) to ask the API server's authorizers whether a subject may do something.
-#: RBAC, read by `podnetwork graph` to draw who may `use` a PodNetwork.
-ClusterRole = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles")
-Role = create_namespaced_resource("rbac.authorization.k8s.io", "v1", "Role", "roles")
-ClusterRoleBinding = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding",
-                                            "clusterrolebindings")
-RoleBinding = create_namespaced_resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
-
-SubjectAccessReview = create_global_resource(
-    "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews")
-MutatingWebhookConfiguration = create_global_resource(
-    "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
-ValidatingWebhookConfiguration = create_global_resource(
-    "admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations")
-#: The webhooks' serving certificate and CA, kept by the operators (`podnetwork.kube.webhooksecret`).
-Secret = create_namespaced_resource("", "v1", "Secret", "secrets")
-#: Whether a webhook Service has a ready backend before its configuration is registered.
-EndpointSlice = create_namespaced_resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")
-#: The owner of the registered webhook configurations (`--webhook-owner`): deleting it deletes them.
-ClusterRole = create_global_resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles")
-
-BY_KIND: dict[str, Resource] = {
-    api_info(r).resource.kind: r for r in (
-        PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
-        ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
-        Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Secret, EndpointSlice,
-        ClusterRole)
-}
 
 
 def _any(resource: Resource) -> Any:
     """A resource for lightkube's calls, whose overloads do not take our union of generic kinds."""
     return resource
-
-
-def kind_of(resource: Resource) -> str:
-    return str(api_info(resource).resource.kind)
-
-
-def api_version_of(resource: Resource) -> str:
-    return str(api_info(resource).resource.api_version)
-
-
-def plural_of(resource: Resource) -> str:
-    return str(api_info(resource).plural)
-
-
-def namespaced(resource: Resource) -> bool:
-    return issubclass(resource, NamespacedResource)
-
-
-def path_of(resource: Resource, namespace: str | None = None, name: str | None = None) -> str:
-    """The URL path of a collection or an object (for messages and raw requests)."""
-    version = api_version_of(resource)
-    base = f"/apis/{version}" if "/" in version else f"/api/{version}"
-    if namespace and namespaced(resource):
-        base += f"/namespaces/{namespace}"
-    base += f"/{plural_of(resource)}"
-    return f"{base}/{name}" if name else base
-
-
-# --- errors --------------------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """The API server refused a request (`status`), or gave no answer (`status` 0)."""
-
-    def __init__(self, what: str, status: int, message: str, *, reason: str = "",
-                 retry_after: float | None = None) -> None:
-        super().__init__(f"{what}: HTTP {status}: {message}" if status else f"{what}: {message}")
-        self.what = what
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying: no answer, throttled (429) or a server error (5xx)."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
-
-
-class NotFound(ApiError):
-    """HTTP 404: the object (or its kind) does not exist."""
-
-
-class Conflict(ApiError):
-    """HTTP 409: a stale resourceVersion, or the object exists already."""
-
-
-class Gone(ApiError):
-    """HTTP 410: a watch's resourceVersion is too old; list again."""
-
-
-class Unreachable(ApiError):
-    """No answer: connection refused or reset, timeout, TLS failure."""
-
-
-def _retry_after(headers: Mapping[str, str] | None, details: Mapping[str, Any] | None) -> float | None:
-    value = (headers or {}).get("Retry-After") or (details or {}).get("retryAfterSeconds")
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def error_of(exc: BaseException, what: str) -> ApiError:
-    """`exc` (lightkube's or httpx2's) as one of our `ApiError`s."""
-    status, message, reason, retry_after = 0, str(exc) or type(exc).__name__, "", None
-    if isinstance(exc, lightkube.ApiError):
-        status = int(exc.status.code or 0)
-        message, reason = str(exc.status.message or ""), str(exc.status.reason or "")
-        details = exc.status.details.to_dict() if exc.status.details is not None else None
-        response = getattr(exc, "response", None)
-        retry_after = _retry_after(response.headers if response is not None else None, details)
-    elif isinstance(exc, httpx2.HTTPStatusError):
-        response = exc.response
-        status, reason, message = response.status_code, response.reason_phrase, response.text[:500]
-        with contextlib.suppress(ValueError, AttributeError):
-            message = str(response.json().get("message") or message)
-        retry_after = _retry_after(response.headers, None)
-    elif isinstance(exc, httpx2.HTTPError | OSError):
-        message = f"no answer from the API server ({type(exc).__name__}: {exc})"
-    cls = {404: NotFound, 409: Conflict, 410: Gone, 0: Unreachable}.get(status, ApiError)
-    return cls(what, status, message, reason=reason, retry_after=retry_after)
-
-
-_FAILURES = (lightkube.ApiError, httpx2.HTTPError, OSError, KeyError)
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """lightkube reads the Content-Type of an error answer without checking it is there: an
-    error without a body (e.g. a bare 503) surfaces as a KeyError raised while it handled the
-    HTTPStatusError. Any other KeyError is a bug, and raised as such."""
-    if isinstance(exc, KeyError):
-        if isinstance(exc.__context__, httpx2.HTTPStatusError):
-            return exc.__context__
-        raise exc
-    return exc
-
-
-# --- transports: our TLS and Authorization on every request ---------------------------------------
-
-
-def _sni(credentials: Credentials, request: httpx2.Request) -> None:
-    if credentials.tls_server_name:
-        request.extensions = {**request.extensions, "sni_hostname": credentials.tls_server_name}
-
-
-class _Transport(httpx2.BaseTransport):
-    def __init__(self, credentials: Credentials, auth: Authenticator) -> None:
-        self._creds, self._auth = credentials, auth
-        self._inner = httpx2.HTTPTransport(verify=ssl_context(credentials, auth), proxy=credentials.proxy_url,
-                                           trust_env=False)
-
-    def _send(self, request: httpx2.Request) -> httpx2.Response:
-        header = self._auth.header()
-        if header:
-            request.headers["Authorization"] = header
-        _sni(self._creds, request)
-        return self._inner.handle_request(request)
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = self._send(request)
-        if response.status_code == 401 and self._auth.renewable:
-            response.close()
-            self._auth.invalidate()  # a rotated token file or an expired plugin token
-            response = self._send(request)
-        return response
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _AsyncTransport(httpx2.AsyncBaseTransport):
-    def __init__(self, credentials: Credentials, auth: Authenticator) -> None:
-        self._creds, self._auth = credentials, auth
-        self._inner = httpx2.AsyncHTTPTransport(verify=ssl_context(credentials, auth),
-                                                proxy=credentials.proxy_url, trust_env=False)
-
-    async def _send(self, request: httpx2.Request) -> httpx2.Response:
-        header = await self._auth.aheader()
-        if header:
-            request.headers["Authorization"] = header
-        _sni(self._creds, request)
-        return await self._inner.handle_async_request(request)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._send(request)
-        if response.status_code == 401 and self._auth.renewable:
-            await response.aclose()
-            self._auth.invalidate()
-            response = await self._send(request)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _config(credentials: Credentials) -> SingleConfig:
-    # lightkube builds an SSL context and auth from this config; the transport replaces both
-    # (httpx uses no `verify` when given a transport), so it gets the server and nothing else.
-    # `insecure` only spares it loading the system's CA bundle for a context nobody uses.
-    return SingleConfig(context_name=credentials.context or "podnetwork",
-                        context=Context(cluster="podnetwork", user="podnetwork",
-                                        namespace=credentials.namespace),
-                        cluster=Cluster(server=credentials.server, insecure=True), user=User())
-
-
-def sync_client(credentials: Credentials, *, timeout: float = 30.0) -> lightkube.Client:
-    """A blocking lightkube client. Raises `CredentialsError` when the TLS material is unusable."""
-    transport = _Transport(credentials, Authenticator(credentials))
-    return lightkube.Client(config=_config(credentials), timeout=httpx2.Timeout(timeout), trust_env=False,
-                            transport=transport, lazy=False)
-
-
-def async_client(credentials: Credentials, *, timeout: float = 30.0) -> lightkube.AsyncClient:
-    """An asyncio lightkube client. Raises `CredentialsError` when the TLS material is unusable."""
-    transport = _AsyncTransport(credentials, Authenticator(credentials))
-    return lightkube.AsyncClient(config=_config(credentials), timeout=httpx2.Timeout(timeout),
-                                 trust_env=False, transport=transport, lazy=False)
 
 
 # --- the calls -------------------------------------------------------------------------------------
@@ -363,8 +160,8 @@ class Api:
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
-        except _FAILURES as exc:
-            raise error_of(_unwrap(exc), what) from None
+        except FAILURES as exc:
+            raise error_of(unwrap(exc), what) from None
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         obj = self._call(_what("get", resource, namespace, name),
@@ -397,7 +194,7 @@ class Api:
         (credentials, TLS). Raises `ApiError` for an error status."""
         if self._raw is None:
             self._raw = httpx2.Client(base_url=self.credentials.server, timeout=self.timeout,
-                                      transport=_Transport(self.credentials, Authenticator(self.credentials)))
+                                      transport=Transport(self.credentials, Authenticator(self.credentials)))
         raw = self._raw
         response = self._call(what, lambda: raw.request(method, path, **kwargs))
         if response.status_code >= 400:
@@ -511,8 +308,8 @@ class AsyncApi:
         while True:
             try:
                 return await fn(self.client)
-            except _FAILURES as exc:
-                error = error_of(_unwrap(exc), what)
+            except FAILURES as exc:
+                error = error_of(unwrap(exc), what)
             if not error.transient or attempt >= len(self.backoffs):
                 raise error
             delay = self.backoffs[attempt]
@@ -587,7 +384,7 @@ class AsyncApi:
         what = f"get {path}"
 
         async def run(_: lightkube.AsyncClient) -> Any:
-            transport = _AsyncTransport(self.credentials, Authenticator(self.credentials))
+            transport = AsyncTransport(self.credentials, Authenticator(self.credentials))
             async with httpx2.AsyncClient(base_url=self.credentials.server, timeout=self.timeout,
                                           transport=transport) as raw:
                 response = await raw.get(path)
@@ -673,8 +470,8 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
                             break
                         except TimeoutError:
                             break  # silent for too long: a dead connection; resume from `version`
-                        except _FAILURES as exc:
-                            raise error_of(_unwrap(exc), f"watch {plural_of(resource)}") from None
+                        except FAILURES as exc:
+                            raise error_of(unwrap(exc), f"watch {plural_of(resource)}") from None
                         version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                         if kind in ("ADDED", "MODIFIED", "DELETED"):
                             on_event(kind, obj)
@@ -699,14 +496,44 @@ __all__ = [
     "Api",
     "ApiError",
     "AsyncApi",
+    "ClusterKopfPeering",
+    "ClusterRole",
+    "ClusterRoleBinding",
     "Conflict",
+    "CronJob",
+    "DaemonSet",
+    "Deployment",
+    "EndpointSlice",
+    "Event",
     "Gone",
+    "Job",
     "Listing",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "NetworkAttachmentDefinition",
+    "NetworkSelectionOptions",
+    "Node",
     "NotFound",
+    "Pod",
+    "PodNetwork",
+    "PodNetworkAttachment",
+    "ReplicaSet",
+    "Resource",
+    "Role",
+    "RoleBinding",
+    "Secret",
+    "StatefulSet",
+    "SubjectAccessReview",
     "Unreachable",
+    "ValidatingWebhookConfiguration",
     "Written",
+    "api_version_of",
     "async_client",
     "error_of",
+    "kind_of",
     "list_and_watch",
+    "namespaced",
+    "path_of",
+    "plural_of",
     "sync_client",
 ]

@@ -14,16 +14,14 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from podnetwork.kube.certificates import WILDCARD_HOSTS, Certificate
+from podnetwork.kube.certificates import WILDCARD_HOSTS, Certificate, load_chain
 
 #: Seconds a stopping server waits for requests in flight before cancelling them;
 #: the API server gives a webhook call at most 30 s (10 s by default).
@@ -35,12 +33,10 @@ class ServingTLS:
 
     New connections get the new certificate; open ones keep theirs. This is how a
     replica takes up a certificate renewed in its Secret (`podnetwork.kube.registration`)
-    without a restart. Python's ssl loads a certificate from files only, so each one is
-    written to `directory` (mode 0600) first.
+    without a restart. The certificate and key stay in memory (`certificates.load_chain`).
     """
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.loaded = asyncio.Event()
         """Set once a certificate is loaded: the server starts serving then."""
@@ -52,14 +48,9 @@ class ServingTLS:
         fingerprint = hashlib.sha256(cert + b"\0" + key).hexdigest()
         if fingerprint == self.fingerprint:
             return False
-        cert_path, key_path = self.directory / "tls.crt", self.directory / "tls.key"
-        cert_path.write_bytes(cert)
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(key)
         # Loaded into a new context first: a bad pair leaves the one in use untouched.
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert_path), str(key_path))
-        self.context.load_cert_chain(str(cert_path), str(key_path))
+        load_chain(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert, key)
+        load_chain(self.context, cert, key)
         self.fingerprint = fingerprint
         self.loaded.set()
         return True

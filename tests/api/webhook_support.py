@@ -18,7 +18,9 @@ from typing import Any
 
 from bridge import translate
 from bridge.operator import admission as bridge_admission
+from bridge.operator import admissionapp as bridge_admissionapp
 from podnetwork.cli import operatorshell
+from podnetwork.commands import admissionapp
 from podnetwork.ground import constants
 from podnetwork.kep import admission
 from podnetwork.kube import certificates, webhooks
@@ -38,8 +40,8 @@ class Hook:
 
     def app(self) -> Any:
         if self.bridge:
-            return bridge_admission.app(lambda: WORLD)
-        return admission.app({NS: PROFILED_NAMESPACE}.get)
+            return bridge_admissionapp.app(lambda: WORLD)
+        return admissionapp.app({NS: PROFILED_NAMESPACE}.get)
 
 
 CONTROLLER_MUTATING = Hook("controller-mutating", admission.MUTATE_PATH, bridge=False)

@@ -5,6 +5,10 @@ IPv4 and an IPv6 range, `bridge` plugin). The pod asks for one family's default
 route on the secondary network; the other family's default route must stay on
 the default network's interface (KEP-3698 `isDefaultGW4`/`isDefaultGW6`, carried
 by the `multinetwork.x-k8s.io/default-route-families` extension, NPWG 4.1.2.1.9).
+The gateway is the NAD's, or, when a NetworkSelectionOptions gives `default-route: []`
+(the user's own NPWG value), the attachment's CNI result's. A NAD naming no gateway of a
+requested family, without such options, is refused, as the bridge refuses it
+(docs/bridge.md "Default routes with Multus").
 """
 
 from __future__ import annotations
@@ -71,6 +75,17 @@ def default_routes(netns: str, family: int) -> list[tuple[str, str]]:
     return sorted((r.get("dev", ""), r.get("gateway", "")) for r in routes)
 
 
+def attachment_with_empty_default_route(world: World, name: str, podnetwork: str) -> None:
+    """A PodNetworkAttachment whose NetworkSelectionOptions give `default-route: []`: the gateway
+    of the attachment's own CNI result (NPWG 4.1.2.1.9)."""
+    world.objects.put({"apiVersion": "bridge.multinetwork.x-k8s.io/v1alpha1", "kind": "NetworkSelectionOptions",
+                       "metadata": {"name": name, "namespace": "default"}, "spec": {"default-route": []}})
+    world.objects.put({"apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetworkAttachment",
+                       "metadata": {"name": name, "namespace": "default"},
+                       "spec": {"podNetworkName": podnetwork, "parametersRefs": [
+                           {"group": "bridge.multinetwork.x-k8s.io", "kind": "networkselectionoptions", "name": name}]}})
+
+
 @pytest.mark.every_cni_version
 @pytest.mark.parametrize("nad_names_gateways", [False, True], ids=["gateways-from-result", "gateways-in-nad"])
 @pytest.mark.parametrize("flag", ["isDefaultGW4", "isDefaultGW6"])
@@ -79,7 +94,12 @@ async def test_one_family_default_route_moves_to_the_secondary_network_and_the_o
 ) -> None:
     world.nad("blue", dual_stack(world, "blue", 1, gateways=nad_names_gateways))
     bridge_podnetwork(world, "blue", "blue")
-    world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "blue", flag: True}])})
+    if nad_names_gateways:
+        secondary = {"podNetworkName": "blue", flag: True}
+    else:
+        attachment_with_empty_default_route(world, "blue-routes", "blue")
+        secondary = {"podNetworkAttachmentName": "blue-routes", flag: True}
+    world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, secondary])})
     netns = world.make_netns()
 
     added = await world.cni("ADD", "ctr1", netns, "web")
@@ -117,7 +137,9 @@ async def test_a_plain_npwg_empty_default_route_still_moves_every_family_of_the_
 async def test_asking_for_a_family_the_secondary_network_lacks_fails_the_add_and_leaves_nothing(world: World) -> None:
     world.nad("red", world.network("red", 2))  # IPv4 only
     bridge_podnetwork(world, "red", "red")
-    world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "red", "isDefaultGW6": True}])})
+    attachment_with_empty_default_route(world, "red-routes", "red")
+    world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"},
+                                                {"podNetworkAttachmentName": "red-routes", "isDefaultGW6": True}])})
     netns = world.make_netns()
 
     added = await world.cni("ADD", "ctr1", netns, "web")
@@ -126,3 +148,21 @@ async def test_asking_for_a_family_the_secondary_network_lacks_fails_the_add_and
     assert "no IPv6 gateway" in added.json["msg"], added.stdout
     assert world.leftovers() == NOTHING_LEFT
     assert default_routes(netns, 4) == [], "the rollback removed the default network's interface too"
+
+
+async def test_a_default_route_on_a_nad_naming_no_gateway_of_the_family_is_refused_before_any_plugin_runs(
+    world: World,
+) -> None:
+    """As the bridge refuses to write that selection: Multus would drop the pod's route and add none."""
+    world.nad("red", world.network("red", 2))  # an IPv4 gateway only
+    bridge_podnetwork(world, "red", "red")
+    world.pod("web", {KEP_NETWORKS: json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "red", "isDefaultGW6": True}])})
+    netns = world.make_netns()
+
+    added = await world.cni("ADD", "ctr1", netns, "web")
+
+    assert added.returncode != 0
+    assert (added.json["code"], added.json["msg"]) == (105, "cannot translate the pod's networks (DefaultGatewayMissing)")
+    assert "NetworkAttachmentDefinition default/red names no IPv6 gateway" in added.json["details"], added.stdout
+    assert world.leftovers() == NOTHING_LEFT
+    assert world.interfaces(netns) == [], "not even the default network was attached"

@@ -61,7 +61,7 @@ async def test_idle_and_slow_connections_are_closed_and_over_the_limit_the_runti
     tricklers = [asyncio.create_task(trickle(writer)) for _, writer in slow]
     try:
         for _ in range(200):
-            if server._open >= LIMIT:
+            if server.open_connections >= LIMIT:
                 break
             await asyncio.sleep(0.01)
 

@@ -19,7 +19,7 @@ import kmock as kmock_lib
 import pytest
 
 from bridge import npwg, translate
-from bridge.operator import admission, pods
+from bridge.operator import admission, admissionapp, pods
 from tests.api import bridge_api_support as bs
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
@@ -71,7 +71,7 @@ async def test_a_pod_admitted_before_its_network_is_ready_is_scheduled_only_with
     seed(kmock, bs.podnetwork("dataplane", ready=False), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
         await bs.eventually(lambda: bridge.objects().podnetworks["dataplane"])
-        app = admission.app(bridge.objects)
+        app = admissionapp.app(bridge.objects)
         response, admitted = await admit(app, new_pod("web", [{"podNetworkName": "dataplane"}]))
         (no_default, gate) = response["warnings"]
         assert no_default.startswith(NO_DEFAULT) and gate == admission.GATE_WARNING
@@ -97,7 +97,7 @@ async def test_a_pod_admitted_once_its_network_is_ready_gets_the_selection_and_n
     seed(kmock, bs.podnetwork("dataplane"), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
         await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
-        response, admitted = await admit(admission.app(bridge.objects), new_pod("api", [{"podNetworkName": "dataplane"}]))
+        response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("api", [{"podNetworkName": "dataplane"}]))
     (no_default,) = response["warnings"]
     assert no_default.startswith(NO_DEFAULT)
     assert "schedulingGates" not in admitted["spec"]
@@ -105,7 +105,7 @@ async def test_a_pod_admitted_once_its_network_is_ready_gets_the_selection_and_n
 
 
 async def test_the_webhook_answers_400_to_what_is_not_an_admission_review() -> None:
-    app = admission.app(lambda: translate.Objects({}, {}, {}, {}))
+    app = admissionapp.app(lambda: translate.Objects({}, {}, {}, {}))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook") as client:
         not_json = await client.post(admission.MUTATE_PATH, content=b"{", headers={"Content-Type": "application/json"})
         wrong = await client.post(admission.MUTATE_PATH, json={"kind": "Pod"})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridge import npwg
-from bridge.operator import admission, pods
+from bridge.operator import admissionapp, pods
 from tests.api import bridge_api_support as bs
 from tests.api.bridge.test_admission_http import admit, new_pod, seed
 
@@ -34,7 +34,7 @@ async def test_a_pod_admitted_with_its_selection_still_gets_each_translation_war
          bs.podnetwork("dataplane"), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
         await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
-        response, admitted = await admit(admission.app(bridge.objects), new_pod("web", NETS))
+        response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("web", NETS))
         (warning,) = response["warnings"]
         assert WARNING in warning
         # The webhook wrote the selection: the controller has nothing to write, but warns the pod.

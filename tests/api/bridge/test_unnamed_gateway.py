@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bridge import npwg
-from bridge.operator import admission, pods
+from bridge.operator import admission, admissionapp, pods
 from tests.api import bridge_api_support as bs
 from tests.api.bridge.test_admission_http import admit, new_pod, pod_of, seed
 
@@ -41,7 +41,7 @@ async def test_isdefaultgw4_without_a_gateway_is_refused_with_a_warning_an_event
          bs.podnetwork("dataplane"), bs.nad("dataplane", config=NO_GATEWAY))
     async with bs.running(kmock) as bridge:
         await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
-        response, admitted = await admit(admission.app(bridge.objects), new_pod("web", NETS))
+        response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("web", NETS))
         # The creator sees why at `kubectl apply`: the webhook warns and gates, writes no selection.
         refusal, gate = response["warnings"]
         assert "NetworkAttachmentDefinition nets/dataplane names no IPv4 gateway" in refusal

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from podnetwork.commands import admissionapp
 from podnetwork.ground import constants
 from podnetwork.kep import admission
 from tests.unit.crd_support import cel
@@ -40,7 +41,7 @@ def namespace(profile: list[dict[str, str]]) -> dict[str, Any]:
 
 async def test_mutating_endpoint_uses_the_namespace_from_the_lookup():
     namespaces = {"team": namespace([{"podNetworkName": "tenant-a"}])}
-    app = admission.app(namespaces.get)
+    app = admissionapp.app(namespaces.get)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         resp = await client.post(admission.MUTATE_PATH, json=review(pod()))
     assert resp.status_code == 200
@@ -52,7 +53,7 @@ async def test_mutating_endpoint_uses_the_namespace_from_the_lookup():
 
 
 async def test_validating_endpoint_refuses_with_causes():
-    app = admission.app(lambda _: None)
+    app = admissionapp.app(lambda _: None)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         resp = await client.post(admission.VALIDATE_PATH, json=review(pod({ANN: "[]"})))
     response = resp.json()["response"]
@@ -61,14 +62,14 @@ async def test_validating_endpoint_refuses_with_causes():
 
 
 async def test_disabled_gate_serves_allow_all():
-    app = admission.app(lambda _: None, enabled=False)
+    app = admissionapp.app(lambda _: None, enabled=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         resp = await client.post(admission.VALIDATE_PATH, json=review(pod({ANN: "[]"})))
     assert resp.json()["response"] == {"uid": "u-1", "allowed": True}
 
 
 async def test_garbage_is_a_400_and_health_is_ok():
-    app = admission.app(lambda _: None)
+    app = admissionapp.app(lambda _: None)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         assert (await client.post(admission.VALIDATE_PATH, json={"kind": "Pod"})).status_code == 400
         assert (await client.post(admission.MUTATE_PATH, content=b"not json")).status_code == 400
@@ -86,7 +87,7 @@ async def test_an_admission_review_whose_namespace_is_not_a_string_is_a_400(path
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "u1", "namespace": namespace, "operation": "CREATE",
         "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": {"metadata": {"name": "p"}}}}
-    api = admission.app(_namespaces)
+    api = admissionapp.app(_namespaces)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://x") as client:
         resp = await client.post(path, json=review)
     assert resp.status_code == 400, resp.text
@@ -118,7 +119,7 @@ async def test_networks_changed_through_pods_status_are_refused_and_the_kubelets
     hijack = pod({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"other-tenants-net"}]'})
     kubelet = {**pod({ANN: '[{"podNetworkName":"default"}]',
                       "k8s.v1.cni.cncf.io/network-status": "[]"}), "status": {"phase": "Running"}}
-    app = admission.app(lambda _: None)
+    app = admissionapp.app(lambda _: None)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         refused = (await client.post(admission.VALIDATE_PATH, json=_status_update(old, hijack))).json()["response"]
         passed = (await client.post(admission.VALIDATE_PATH, json=_status_update(old, kubelet))).json()["response"]
@@ -166,7 +167,7 @@ async def test_a_binding_that_would_set_the_networks_is_refused_and_the_schedule
     # The API server copies a Binding's annotations onto the pod it binds (pods/binding).
     hijack = _binding({ANN: '[{"podNetworkName":"default"},{"podNetworkName":"other-tenants-net"}]'})
     scheduler = _binding(None)
-    app = admission.app(lambda _: None)
+    app = admissionapp.app(lambda _: None)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         refused = (await client.post(admission.VALIDATE_PATH, json=hijack)).json()["response"]
         passed = (await client.post(admission.VALIDATE_PATH, json=scheduler)).json()["response"]

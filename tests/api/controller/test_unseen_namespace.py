@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from podnetwork.commands import admissionapp
 from podnetwork.ground import constants
 from podnetwork.kep import admission, controller
 from tests.api.controller_support import ask_the_command, running
@@ -56,7 +57,7 @@ def patched_networks(response: dict[str, Any]) -> str:
 
 
 async def post(ctl: controller.Controller, path: str, body: dict[str, Any]) -> httpx.Response:
-    app = admission.app(ctl.namespace, fetch_namespace=ctl.fetch_namespace)
+    app = admissionapp.app(ctl.namespace, fetch_namespace=ctl.fetch_namespace)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         return await client.post(path, json=body)
 

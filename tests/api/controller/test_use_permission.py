@@ -19,6 +19,7 @@ import pytest
 
 from demo.admission import apply_json_patch
 from podnetwork import cli
+from podnetwork.commands import admissionapp
 from podnetwork.commands import controller as command
 from podnetwork.ground import constants
 from podnetwork.kep import admission, controller
@@ -76,7 +77,7 @@ async def admit(ctl: controller.Controller, body: dict[str, Any], *,
                 enforce: bool = True) -> tuple[httpx.Response, dict[str, Any]]:
     """The review through both webhooks, as the API server sends it: the mutating one first, its
     JSON Patch applied, then the validating one. Its answer, and the pod as it would be stored."""
-    app = admission.app(ctl.namespace, may_use=ctl.may_use if enforce else None,
+    app = admissionapp.app(ctl.namespace, may_use=ctl.may_use if enforce else None,
                         attachment_network=ctl.attachment_network)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as client:
         mutated = (await client.post(admission.MUTATE_PATH, json=body)).json()["response"]

@@ -67,7 +67,7 @@ async def test_one_containers_operations_never_overlap_while_other_containers_pr
     assert executor.most_per_container == 1
     assert executor.most_overall >= 2
     assert sorted(a.cache.container_ids()) == ["c1", "c2", "c3"]
-    assert a._locks == {}, "locks of idle containers are dropped"
+    assert a.records.locked() == [], "locks of idle containers are dropped"
 
 
 class PodGoneMidAdd(objects.MemoryObjects):

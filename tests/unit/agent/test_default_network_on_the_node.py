@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bridge.agent import agent, objects
+from bridge.agent import agent, objects, settings
 from tests.unit.agent.test_networks import Recorder, add, nad, pod, podnetwork
 
 KUBENET = {"cniVersion": "1.0.0", "name": "kubenet",
@@ -38,7 +38,7 @@ def node_agent(tmp_path: Path, objs: list[dict[str, Any]], files: dict[str, Any]
         (conf_dir / name).write_text(content if isinstance(content, str) else json.dumps(content))
     rec = Recorder()
     config = agent.AgentConfig(socket_path=tmp_path / "s", cache_dir=tmp_path / "cache", bin_dirs=(bin_dir,),
-                               conf_dir=conf_dir, conf_file=conf_dir / agent.DEFAULT_CONF_FILE_NAME)
+                               conf_dir=conf_dir, conf_file=conf_dir / settings.DEFAULT_CONF_FILE_NAME)
     return agent.Agent(objects.MemoryObjects(objs), config, executor=rec), rec
 
 
@@ -46,7 +46,7 @@ async def test_a_default_podnetwork_without_provider_is_the_nodes_first_cni_conf
     own = {"cniVersion": "1.0.0", "name": "multinetwork", "plugins": [{"type": "multinetwork"}]}
     flannel = {"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "flannel"}]}
     a, rec = node_agent(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue"}), installed_default(), nad("blue")], {
-        agent.DEFAULT_CONF_FILE_NAME: own,        # the agent's own, first in order: never the default
+        settings.DEFAULT_CONF_FILE_NAME: own,        # the agent's own, first in order: never the default
         "05-other-meta.conflist": {**own, "name": "older-agent"},  # a shim of ours under another name
         "10-kubenet.conflist": KUBENET,
         "20-flannel.conflist": flannel,           # after the first one: ignored, as the runtime ignores it
@@ -85,7 +85,7 @@ async def test_json_and_conf_files_count_in_lexical_order_as_libcni_reads_them(t
 async def test_a_node_without_a_cni_configuration_of_its_own_is_not_ready_and_says_what_to_install(
         tmp_path: Path) -> None:
     own = {"cniVersion": "1.0.0", "name": "multinetwork", "plugins": [{"type": "multinetwork"}]}
-    a, _ = node_agent(tmp_path, [pod(), installed_default()], {agent.DEFAULT_CONF_FILE_NAME: own})
+    a, _ = node_agent(tmp_path, [pod(), installed_default()], {settings.DEFAULT_CONF_FILE_NAME: own})
     problem = await a.default_network_problem()
     assert problem is not None
     assert str(tmp_path / "net.d") in problem

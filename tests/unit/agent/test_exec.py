@@ -16,8 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import conflist, invoke
+from bridge.agent import cache, conflist, invoke
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent.records import Records
+from bridge.agent.runner import Runner
+
+
+def runner(executor: invoke.Exec, bins: list[Path]) -> Runner:
+    """A runner of config lists over `executor`, with a 5 s timeout (its records stay unwritten)."""
+    return Runner(executor, bins, 5, Records(cache.Cache(Path("/nonexistent/multinetwork-cache"))))
 
 
 def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
@@ -254,8 +261,8 @@ def test_a_cni_version_newer_than_ours_is_incompatible() -> None:
 async def test_add_injects_name_and_version_and_chains_prev_result_forward(bins: list[Path]) -> None:
     rec = Recorder()
     cl = conflist.load(CHAIN)
-    result = await conflist.add(
-        rec, cl, RuntimeArgs(Command.ADD, "c", "/ns", "eth0"), bins, 5,
+    result = await runner(rec, bins).add_list(
+        cl, RuntimeArgs(Command.ADD, "c", "/ns", "eth0"),
         runtime_config={"portMappings": [{"hostPort": 80}], "mac": "02:00:00:00:00:01", "bandwidth": {}},
     )
     assert [(p, c) for p, c, _ in rec.calls] == [("bridge", "ADD"), ("tuning", "ADD"), ("portmap", "ADD")]
@@ -273,7 +280,7 @@ async def test_add_injects_name_and_version_and_chains_prev_result_forward(bins:
 async def test_add_stops_at_the_first_failing_plugin(bins: list[Path]) -> None:
     rec = Recorder(fail="tuning")
     with pytest.raises(CNIError) as caught:
-        await conflist.add(rec, conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "/ns", "eth0"), bins, 5)
+        await runner(rec, bins).add_list(conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "/ns", "eth0"))
     assert caught.value.msg == "plugin tuning: bad"
     assert [p for p, _, _ in rec.calls] == ["bridge", "tuning"]
 
@@ -282,14 +289,14 @@ async def test_a_missing_plugin_fails_the_add_before_any_plugin_runs(tmp_path: P
     executable(tmp_path / "bridge")
     rec = Recorder()
     with pytest.raises(CNIError):
-        await conflist.add(rec, conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "/ns", "eth0"), [tmp_path], 5)
+        await runner(rec, [tmp_path]).add_list(conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "/ns", "eth0"))
     assert rec.calls == []
 
 
 async def test_del_runs_in_reverse_with_the_cached_result(bins: list[Path]) -> None:
     rec = Recorder()
     cached = {"cniVersion": "1.0.0", "by": "portmap"}
-    await conflist.delete(rec, conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "", "eth0"), bins, 5, cached)
+    await runner(rec, bins).delete_list(conflist.load(CHAIN), RuntimeArgs(Command.ADD, "c", "", "eth0"), cached)
     assert [(p, c) for p, c, _ in rec.calls] == [("portmap", "DEL"), ("tuning", "DEL"), ("bridge", "DEL")]
     assert all(conf["prevResult"] == cached for _, _, conf in rec.calls)
 
@@ -297,18 +304,19 @@ async def test_del_runs_in_reverse_with_the_cached_result(bins: list[Path]) -> N
 async def test_del_of_a_pre_0_4_0_list_gets_no_prev_result(bins: list[Path]) -> None:
     rec = Recorder()
     old = {**CHAIN, "cniVersion": "0.3.1"}
-    await conflist.delete(rec, conflist.load(old), RuntimeArgs(Command.DEL, "c", "", "eth0"), bins, 5, {"x": 1})
+    await runner(rec, bins).delete_list(conflist.load(old), RuntimeArgs(Command.DEL, "c", "", "eth0"), {"x": 1})
     assert all("prevResult" not in conf for _, _, conf in rec.calls)
 
 
 async def test_check_runs_in_order_from_0_4_0_and_not_when_disabled(bins: list[Path]) -> None:
     rec = Recorder()
     args = RuntimeArgs(Command.CHECK, "c", "/ns", "eth0")
-    assert await conflist.check(rec, conflist.load(CHAIN), args, bins, 5, {"r": 1}) is True
+    checking = runner(rec, bins)
+    assert await checking.check_list(conflist.load(CHAIN), args, {"r": 1}) is True
     assert [(p, c) for p, c, _ in rec.calls] == [("bridge", "CHECK"), ("tuning", "CHECK"), ("portmap", "CHECK")]
     rec.calls.clear()
-    assert await conflist.check(rec, conflist.load({**CHAIN, "disableCheck": True}), args, bins, 5, None) is False
+    assert await checking.check_list(conflist.load({**CHAIN, "disableCheck": True}), args, None) is False
     assert rec.calls == []
     with pytest.raises(CNIError) as caught:
-        await conflist.check(rec, conflist.load({**CHAIN, "cniVersion": "0.3.1"}), args, bins, 5, None)
+        await checking.check_list(conflist.load({**CHAIN, "cniVersion": "0.3.1"}), args, None)
     assert caught.value.code == ErrorCode.INCOMPATIBLE_VERSION and rec.calls == []

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from bridge.agent import agent, command, objects, server, shim
 from bridge.agent.invoke import CNIError
+from bridge.agent.request import parse_request
 from bridge.agent.running import Running
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
@@ -268,7 +269,7 @@ def test_an_accepted_add_names_the_pod_with_segments_no_http_client_can_reinterp
     env = {**{k.decode(): v.decode() for k, v in VALID_ENV.items() if k != b"CNI_ARGS"},
            "CNI_ARGS": cni_args.decode("utf-8", "surrogateescape")}
     try:
-        request = agent.parse_request(env, b'{"cniVersion": "1.0.0"}')
+        request = parse_request(env, b'{"cniVersion": "1.0.0"}')
     except CNIError as exc:
         assert exc.code == 4, exc
         return

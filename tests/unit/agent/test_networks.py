@@ -218,7 +218,7 @@ async def test_del_tears_down_past_a_failure_reports_it_and_a_retry_finishes(tmp
     a, _ = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue,red"}), nad("blue"), nad("red")],
                 default={"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"})
     rec = FailingDel("net1")
-    a.executor = rec
+    a.runner.executor = rec
     await add(a)
     with pytest.raises(CNIError) as caught:
         await a.handle({**ENV, "CNI_COMMAND": "DEL"}, b'{"cniVersion": "1.0.0"}')

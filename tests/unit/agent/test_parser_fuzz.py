@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import agent, server, shim
+from bridge.agent import install, server, shim
 from bridge.agent.invoke import CNIError
+from bridge.agent.request import parse_request
 
 
 @settings(max_examples=150)
@@ -35,10 +37,12 @@ def test_the_shims_field_scanner_finds_the_value_a_json_parser_finds_or_gives_up
         assert found == value
 
 
-def test_the_shim_answers_version_itself_and_says_when_the_agent_is_away() -> None:
+def test_the_shim_answers_version_itself_and_says_when_the_agent_is_away(tmp_path: Path) -> None:
+    installed = install.install_shim(tmp_path, sys.executable)
+
     def run(command: str, stdin: bytes) -> tuple[int, dict]:
         proc = subprocess.run(
-            [sys.executable, "-IS", shim.__file__], input=stdin, capture_output=True,
+            [sys.executable, "-IS", str(installed)], input=stdin, capture_output=True,
             env={"CNI_COMMAND": command, "CNI_CONTAINERID": "c"}, check=False,
         )
         return proc.returncode, json.loads(proc.stdout)
@@ -73,7 +77,7 @@ _env_values = st.one_of(st.text(max_size=20), st.sampled_from(["ADD", "DEL", "CH
 )
 def test_any_environment_and_stdin_parse_to_a_request_or_a_cni_error(env: dict[str, str], stdin: bytes) -> None:
     try:
-        request = agent.parse_request(env, stdin)
+        request = parse_request(env, stdin)
     except CNIError as exc:
         assert exc.code in (1, 4, 6, 7) and exc.msg
         return

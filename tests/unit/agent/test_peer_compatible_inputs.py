@@ -107,7 +107,7 @@ async def test_a_result_of_a_cni_version_the_agent_does_not_read_fails_the_add_a
     a, _ = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue"}), nad("blue")], default=KUBENET)
     rec = Answering({"cniVersion": version, "interfaces": [{"name": "net1", "sandbox": "/ns"}],
                      "ips": [{"address": "10.0.9.2/24", "interface": 0}]})
-    a.executor = rec
+    a.runner.executor = rec
     with pytest.raises(CNIError) as caught:
         await add(a)
     assert caught.value.code == ErrorCode.INCOMPATIBLE_VERSION and repr(version) in caught.value.msg
@@ -137,7 +137,7 @@ async def test_spec_4_1_2_1_pre_spec_keys_are_ignored_and_the_agent_logs_a_warni
     selection = [{"name": "blue", "interfaceRequest": "eth9", "ipRequest": ["10.0.0.5/24"]}]
     a, rec = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": json.dumps(selection)}), nad("blue")],
                   default=KUBENET)
-    with caplog.at_level(logging.WARNING, logger="bridge.agent.agent"):
+    with caplog.at_level(logging.WARNING, logger="bridge.agent.selection"):
         await add(a)
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")], "attached, the ignored keys doing nothing"
     (warning,) = [r.getMessage() for r in caplog.records if "ignoring key" in r.getMessage()]
@@ -152,7 +152,7 @@ async def test_spec_5_3_2_a_result_without_a_sandbox_interface_gives_a_status_wi
     tmp_path: Path,
 ) -> None:
     a, _ = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": "blue"}), nad("blue")], default=KUBENET)
-    a.executor = Answering({"cniVersion": "1.0.0", "interfaces": [{"name": "host9", "mac": "02:00:00:00:00:09"}],
+    a.runner.executor = Answering({"cniVersion": "1.0.0", "interfaces": [{"name": "host9", "mac": "02:00:00:00:00:09"}],
                             "ips": [{"address": "10.0.9.2/24"}]})
     await add(a)
     await a.status.idle()  # written after the answer (bridge.agent.publisher)

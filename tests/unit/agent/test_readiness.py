@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import agent, invoke, objects
+from bridge.agent import agent, invoke, objects, request
 from bridge.agent.running import Running
 
 
@@ -66,8 +66,8 @@ async def test_every_version_the_agent_speaks_makes_the_default_network_usable(t
         written = json.loads((tmp_path / "net.d" / "00-multinetwork.conflist").read_text())
         assert written["cniVersion"] == version
         # and the agent accepts a request in the version it advertised
-        assert agent.parse_request({"CNI_COMMAND": "VERSION"}, json.dumps(written).encode()).cni_version == version
-        assert agent.parse_request(
+        assert request.parse_request({"CNI_COMMAND": "VERSION"}, json.dumps(written).encode()).cni_version == version
+        assert request.parse_request(
             {"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, json.dumps(written).encode()
         ).cni_version == version
 

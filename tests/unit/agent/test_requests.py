@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.agent import agent
+from bridge.agent import request
 from bridge.agent.invoke import CNIError
 
 ADD_ENV = {
@@ -18,7 +18,7 @@ ADD_ENV = {
 
 
 def test_a_valid_add_names_the_pod_and_delegates_ignore_unknown_args() -> None:
-    req = agent.parse_request(ADD_ENV, b'{"cniVersion": "0.4.0", "runtimeConfig": {"portMappings": []}}')
+    req = request.parse_request(ADD_ENV, b'{"cniVersion": "0.4.0", "runtimeConfig": {"portMappings": []}}')
     assert (req.pod_namespace, req.pod_name, req.cni_version) == ("ns", "p", "0.4.0")
     assert req.args.args[0] == ("IgnoreUnknown", "1")
     assert req.runtime_config == {"portMappings": []}
@@ -40,11 +40,11 @@ def test_a_valid_add_names_the_pod_and_delegates_ignore_unknown_args() -> None:
 )
 def test_a_malformed_request_is_a_cni_error_with_the_spec_code(change: dict[str, str], stdin: bytes, code: int) -> None:
     with pytest.raises(CNIError) as caught:
-        agent.parse_request({**ADD_ENV, **change}, stdin)
+        request.parse_request({**ADD_ENV, **change}, stdin)
     assert caught.value.code == code and caught.value.msg
 
 
 def test_del_needs_no_pod_and_no_netns() -> None:
-    req = agent.parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, b"{}")
+    req = request.parse_request({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, b"{}")
     assert req.pod_name is None and req.args.netns == ""
 

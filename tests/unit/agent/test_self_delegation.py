@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent, objects
+from bridge.agent import agent, objects, settings
 from bridge.agent.invoke import CNIError, ErrorCode
 
 
@@ -36,7 +36,7 @@ class Recorder:
 def _agent(tmp_path: Path, nad_config: dict[str, Any]) -> tuple[agent.Agent, Recorder]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("bridge", agent.PLUGIN_TYPE):
+    for name in ("bridge", settings.PLUGIN_TYPE):
         (bin_dir / name).write_text("#!/bin/sh\n")
         (bin_dir / name).chmod(0o755)
     objs = [
@@ -60,8 +60,8 @@ ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/net
 @pytest.mark.parametrize(
     "nad_config",
     [
-        {"cniVersion": "1.0.0", "type": agent.PLUGIN_TYPE},
-        {"cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": agent.PLUGIN_TYPE}]},
+        {"cniVersion": "1.0.0", "type": settings.PLUGIN_TYPE},
+        {"cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": settings.PLUGIN_TYPE}]},
     ],
     ids=["single", "in-a-list"],
 )
@@ -72,6 +72,6 @@ async def test_a_nad_delegating_to_the_agents_own_shim_fails_the_add_before_anyt
     with pytest.raises(CNIError) as caught:
         await a.handle(ENV, b'{"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork"}')
     assert caught.value.code == ErrorCode.DELEGATION_FAILED
-    assert "ns/loop" in str(caught.value) and agent.PLUGIN_TYPE in str(caught.value)
+    assert "ns/loop" in str(caught.value) and settings.PLUGIN_TYPE in str(caught.value)
     assert rec.plugins == [], "nothing executed, not even the default network"
     assert list(a.cache.container_ids()) == []

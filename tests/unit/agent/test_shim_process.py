@@ -1,5 +1,6 @@
-"""The shim's start-up cost (docs/benchmarks.md): it imports nothing beyond `_socket`, and
-reading the environment from `posix.environ` keeps the request framing byte for byte."""
+"""The shim's start-up cost (docs/benchmarks.md): installed (the protocol's text inlined), it imports
+nothing beyond `_socket`, and reading the environment from `posix.environ` keeps the request framing
+byte for byte."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import server, shim
+from bridge.agent import install, server, shim
 
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
@@ -53,6 +54,12 @@ class _Recorder:
         self._sock.close()
 
 
+@pytest.fixture(scope="module")
+def python_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Python shim as `--install` installs it: one file, the protocol inlined."""
+    return install.install_shim(tmp_path_factory.mktemp("bin"), PYTHON)
+
+
 @pytest.fixture
 def recorder(tmp_path: Path) -> Iterator[_Recorder]:
     answer = b'HTTP/1.1 200 OK\r\nContent-Length: 24\r\nConnection: close\r\n\r\n{"cniVersion": "1.0.0"}\n'
@@ -61,10 +68,8 @@ def recorder(tmp_path: Path) -> Iterator[_Recorder]:
     rec.close()
 
 
-def _run_shim(conf: bytes, env: dict[bytes, bytes], *extra: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [PYTHON, "-IS", *extra, str(Path(shim.__file__))], input=conf, env=env, capture_output=True, timeout=30
-    )
+def _run_shim(exe: Path, conf: bytes, env: dict[bytes, bytes], *extra: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([PYTHON, "-IS", *extra, str(exe)], input=conf, env=env, capture_output=True, timeout=30)
 
 
 def _imports(stderr: bytes) -> set[str]:
@@ -75,17 +80,17 @@ def _imports(stderr: bytes) -> set[str]:
     }
 
 
-def test_forwarding_a_request_imports_only_socket_beyond_the_interpreters_own_start(recorder: _Recorder) -> None:
+def test_forwarding_a_request_imports_only_socket_beyond_the_interpreters_own_start(python_shim: Path, recorder: _Recorder) -> None:
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
     env = {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1", b"CNI_NETNS": b"/x", b"CNI_IFNAME": b"eth0"}
-    done = _run_shim(conf.encode(), env, "-X", "importtime")
+    done = _run_shim(python_shim, conf.encode(), env, "-X", "importtime")
     assert done.returncode == 0, done.stdout
     bare = subprocess.run([PYTHON, "-IS", "-X", "importtime", "-c", "pass"], capture_output=True, check=True)
     assert _imports(done.stderr) - _imports(bare.stderr) == {"_socket"}
     assert len(recorder.requests) == 1
 
 
-def test_cni_variables_reach_the_agent_byte_for_byte_and_nothing_else_does(recorder: _Recorder) -> None:
+def test_cni_variables_reach_the_agent_byte_for_byte_and_nothing_else_does(python_shim: Path, recorder: _Recorder) -> None:
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
     env = {
         b"CNI_COMMAND": b"ADD",
@@ -94,7 +99,7 @@ def test_cni_variables_reach_the_agent_byte_for_byte_and_nothing_else_does(recor
         b"PATH": b"/usr/bin",
         b"NOT_CNI_SECRET": b"x",
     }
-    done = _run_shim(conf.encode(), env)
+    done = _run_shim(python_shim, conf.encode(), env)
     assert done.returncode == 0, done.stdout
     assert done.stdout == b'{"cniVersion": "1.0.0"}\n'
     parsed_env, stdin = server.parse_body(recorder.requests[0])
@@ -103,27 +108,27 @@ def test_cni_variables_reach_the_agent_byte_for_byte_and_nothing_else_does(recor
     assert parsed_env["CNI_ARGS"].encode("utf-8", "surrogateescape") == b"K8S_POD_NAME=caf\xe9;IgnoreUnknown=1"
 
 
-def test_a_cni_variable_with_a_newline_is_refused_without_contacting_the_agent(recorder: _Recorder) -> None:
+def test_a_cni_variable_with_a_newline_is_refused_without_contacting_the_agent(python_shim: Path, recorder: _Recorder) -> None:
     conf = json.dumps({"cniVersion": "0.4.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
-    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_IFNAME": b"eth0\nCNI_NETNS=/evil"})
+    done = _run_shim(python_shim, conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_IFNAME": b"eth0\nCNI_NETNS=/evil"})
     assert done.returncode == 1
     error = json.loads(done.stdout)
     assert (error["cniVersion"], error["code"], error["msg"]) == ("0.4.0", 4, "invalid CNI_IFNAME")
     assert recorder.requests == []
 
 
-def test_a_del_whose_container_id_holds_a_newline_succeeds_without_the_agent(recorder: _Recorder) -> None:
+def test_a_del_whose_container_id_holds_a_newline_succeeds_without_the_agent(python_shim: Path, recorder: _Recorder) -> None:
     """ADD refuses such an ID (above), so nothing was attached under it: refusing its DEL would
     keep the pod forever."""
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
-    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr\nx", b"CNI_IFNAME": b"eth0"})
+    done = _run_shim(python_shim, conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr\nx", b"CNI_IFNAME": b"eth0"})
     assert (done.returncode, done.stdout) == (0, b"")
     assert recorder.requests == []
 
 
-def test_a_del_leaves_out_any_other_variable_with_a_newline(recorder: _Recorder) -> None:
+def test_a_del_leaves_out_any_other_variable_with_a_newline(python_shim: Path, recorder: _Recorder) -> None:
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(recorder.path)})
-    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr1",
+    done = _run_shim(python_shim, conf.encode(), {b"CNI_COMMAND": b"DEL", b"CNI_CONTAINERID": b"ctr1",
                                      b"CNI_IFNAME": b"eth0\nCNI_NETNS=/evil", b"CNI_ARGS": b"K8S_POD_NAME=web"})
     assert done.returncode == 0, done.stdout
     (body,) = recorder.requests
@@ -131,20 +136,20 @@ def test_a_del_leaves_out_any_other_variable_with_a_newline(recorder: _Recorder)
     assert sorted(head.split(b"\n")) == [b"CNI_ARGS=K8S_POD_NAME=web", b"CNI_COMMAND=DEL", b"CNI_CONTAINERID=ctr1"]
 
 
-def test_version_is_answered_from_the_environment_without_the_agent(tmp_path: Path) -> None:
+def test_version_is_answered_from_the_environment_without_the_agent(python_shim: Path, tmp_path: Path) -> None:
     conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(tmp_path / "none")})
-    done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"VERSION"})
+    done = _run_shim(python_shim, conf.encode(), {b"CNI_COMMAND": b"VERSION"})
     assert done.returncode == 0
     assert json.loads(done.stdout)["supportedVersions"] == list(shim.SUPPORTED_VERSIONS)
 
 
-def test_a_large_result_is_printed_whole_although_the_shim_skips_interpreter_finalization(tmp_path: Path) -> None:
+def test_a_large_result_is_printed_whole_although_the_shim_skips_interpreter_finalization(python_shim: Path, tmp_path: Path) -> None:
     result = json.dumps({"cniVersion": "1.0.0", "dns": {"search": ["s" * 60] * 4000}}).encode()
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(result), result)
     rec = _Recorder(tmp_path / "big.sock", answer)
     try:
         conf = json.dumps({"cniVersion": "1.0.0", "name": "m", "type": "multinetwork", "socketPath": str(rec.path)})
-        done = _run_shim(conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1"})
+        done = _run_shim(python_shim, conf.encode(), {b"CNI_COMMAND": b"ADD", b"CNI_CONTAINERID": b"c1"})
     finally:
         rec.close()
     assert done.returncode == 0

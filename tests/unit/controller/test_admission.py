@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from podnetwork.ground import constants
-from podnetwork.kep import admission
+from podnetwork.kep import admission, admissionreview
 from podnetwork.kep.admission import Webhook
 
 ANN = constants.NETWORKS_ANNOTATION
@@ -106,6 +106,26 @@ def test_broken_namespace_profile_refuses_the_pod_naming_the_namespace_annotatio
 def test_pods_that_need_no_population_are_left_alone(obj):
     assert admission.review(review(obj), Webhook.MUTATING)["response"] == {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_the_pod_is_read_once_per_request_and_the_decisions_share_that_read():
+    request = admissionreview.review_of(review(pod({ANN: '[{"podNetworkName":"blue"}]'}), "UPDATE",
+                                              pod({ANN: '[{"podNetworkName":"blue"}]'}))).request
+    new, old = request.pods()
+    assert request.pod() is new and request.pods() == (new, old)
+    assert new.annotation(ANN) == '[{"podNetworkName":"blue"}]' and new.name == "web" and old is not None
+
+
+def test_a_field_under_its_python_name_is_checked_but_only_the_wire_name_is_read():
+    # `host_network` is not a Pod field: the shape check has always refused it when it is not a
+    # boolean, and the decisions read `hostNetwork` only, so this pod still gets its networks.
+    snake = pod()
+    snake["spec"]["host_network"] = True
+    assert patch_of(admission.review(review(snake), Webhook.MUTATING))[0]["path"] == "/metadata/annotations"
+    snake["spec"]["host_network"] = "yes"
+    refused = admission.review(review(snake), Webhook.MUTATING)["response"]
+    assert refused["allowed"] is False
+    assert [c["field"] for c in refused["status"]["details"]["causes"]] == ["spec.host_network"]
 
 
 def test_statically_invalid_pod_is_refused_with_field_error_causes():

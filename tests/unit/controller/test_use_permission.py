@@ -53,10 +53,11 @@ def test_pods_that_need_no_use_permission(body):
 
 
 def test_the_service_account_is_the_user_its_token_authenticates_as():
-    pod = {"spec": {"serviceAccountName": "web-sa"}}
+    pod = admissionreview.read_pod({"spec": {"serviceAccountName": "web-sa"}})
     assert admission.service_account(pod, "team") == admission.Subject(
         "system:serviceaccount:team:web-sa", ("system:serviceaccounts", "system:serviceaccounts:team"))
-    assert admission.service_account({"spec": {}}, "team").user == "system:serviceaccount:team:default"
+    unset = admissionreview.read_pod({"spec": {}})
+    assert admission.service_account(unset, "team").user == "system:serviceaccount:team:default"
 
 
 def test_user_info_is_read_and_asked_about_whole():

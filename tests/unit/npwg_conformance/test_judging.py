@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.npwg.bench import Record
-from conformance.npwg.scenarios import Judge, attachments, check_teardown, judge_check, judge_status
+from conformance.npwg.judging import Judge, attachments, check_teardown
+from conformance.npwg.networkstatus import judge_status
+from conformance.npwg.scenarios import judge_check
 
 
 def records(*steps: str) -> list[Record]:

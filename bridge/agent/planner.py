@@ -1,0 +1,97 @@
+"""Every attachment of an ADD, resolved and checked before the first plugin runs.
+
+The cluster default network first (NPWG 6.2, `defaultnet`), then each selected network
+(`selection`) on its interface (`plan.interface_names`, 4.2.1), its delegate configuration made
+from its NAD (`bridge.npwg.delegate_config`: 3.4, 4.1.2.1, 7.5), and every plugin it names
+present in a bin dir. The pure decisions are `bridge.agent.plan`'s.
+"""
+
+from __future__ import annotations
+
+from bridge import npwg, translate
+from bridge.agent import conflist, plan, selection
+from bridge.agent.defaultnet import DefaultNetwork
+from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.objects import NotFound, ObjectSource
+from bridge.agent.request import Request
+from bridge.agent.runner import Runner
+from bridge.agent.settings import PLUGIN_TYPE, AgentConfig
+from podnetwork.ground.core import Pod
+
+
+class Planner:
+    """Plans the attachments of one agent's ADDs and hot-plugs."""
+
+    def __init__(self, objects: ObjectSource, config: AgentConfig, runner: Runner,
+                 default: DefaultNetwork) -> None:
+        self.objects = objects
+        self.config = config
+        self.runner = runner
+        self.default = default
+
+    async def selection(self, pod: Pod) -> list[npwg.NetworkSelectionElement]:
+        """The pod's secondary networks in order (`bridge.agent.selection`)."""
+        return await selection.of(self.objects, pod)
+
+    async def attachments(self, request: Request, pod: Pod) -> list[plan.Planned]:
+        """Every attachment of this ADD, resolved and validated before anything executes."""
+        default_name, default_config = await self.default.resolve(request.runtime_config)
+        elements = await self.selection(pod)
+        ifnames = plan.interface_names(request.args.ifname, [e.interface for e in elements])
+        planned = [plan.Planned(default_name, request.args.ifname, default_config, default=True)]
+        for element, ifname in zip(elements, ifnames, strict=True):
+            planned.append(await self.selected(element, ifname))
+        for p in planned:  # all configs valid and all plugins present, before the first exec
+            self.check(p)
+        return planned
+
+    async def selected(self, element: npwg.NetworkSelectionElement, ifname: str) -> plan.Planned:
+        """One selected network's attachment as `ifname`, resolved from its NAD (4.1.2.1, 3.4)."""
+        try:
+            nad = await self.objects.get_nad(element.namespace, element.name)
+        except NotFound:
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED,
+                f"NetworkAttachmentDefinition {element.ref} not found",
+                "the pod selects it in k8s.v1.cni.cncf.io/networks; create it or fix the selection",
+            ) from None
+        try:
+            config = npwg.delegate_config(
+                element, element.name, element.namespace, nad.spec.config, self.config.conf_dir
+            )
+        except npwg.DelegationError as exc:
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED, f"cannot attach {element.ref}", str(exc)
+            ) from None
+        route = tuple(element.default_route) if element.default_route is not None else None
+        families = (
+            plan.route_families(element.extensions.get(translate.DEFAULT_ROUTE_FAMILIES_KEY))
+            if route is not None
+            else None
+        )
+        return plan.Planned(
+            element.ref,
+            ifname,
+            config,
+            default=False,
+            default_route=route,
+            default_route_families=families,
+        )
+
+    def check(self, p: plan.Planned) -> None:
+        """A planned attachment's configuration loads and its plugins are installed; CNIError if not."""
+        loaded = conflist.load(p.config, what=f"network {p.name!r}")
+        if any(plugin.get("type") == PLUGIN_TYPE for plugin in loaded.plugins):
+            # The agent's own shim as a delegate would call back into this ADD and wait
+            # for the container's lock it holds; killed by the timeout, it would still
+            # run later as an ADD of its own that nothing deletes.
+            raise CNIError(
+                ErrorCode.DELEGATION_FAILED,
+                f"cannot attach {p.name}: its plugin {PLUGIN_TYPE!r} is this agent itself",
+                "a network's configuration must name the plugins to run (bridge, macvlan, ...), "
+                f"not the {PLUGIN_TYPE!r} shim",
+            )
+        self.runner.resolve(loaded)
+
+
+__all__ = ["Planner"]

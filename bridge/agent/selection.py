@@ -1,0 +1,149 @@
+"""A pod's secondary networks, as the agent attaches them: the NPWG selection elements, in order.
+
+In this order of authority:
+
+- the pod's spec-style networks (`multinetwork.x-k8s.io/networks`), decided as the bridge
+  decides them, by the same functions of `bridge.translate` (the agent's only view of
+  PodNetworks, `.importlinter`): `parse_networks` (the one parser of that annotation, as
+  admission's), `admitted_networks`, `translate`, and `refusal`; the agent fetches exactly
+  the PodNetworks, PodNetworkAttachments, NADs and NetworkSelectionOptions they reference
+  (`Found`);
+- else the NPWG selection `k8s.v1.cni.cncf.io/networks` (`bridge.npwg.parse_selection`); an
+  invalid one is ignored with a warning, as NPWG 4.1.2.1.x says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from bridge import npwg, translate
+from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.objects import NotFound, ObjectSource
+from podnetwork.ground import constants
+from podnetwork.ground.core import Pod
+from podnetwork.ground.fielderrors import InvalidObject
+
+log = logging.getLogger(__name__)
+
+
+def fetchable(key: tuple[str, str]) -> bool:
+    """A (namespace, name) that names one object in an API path."""
+    namespace, name = key
+    return npwg.subdomain_problem(name) is None and npwg.name_problem(namespace, max_length=63) is None
+
+
+@dataclass
+class Found:
+    """The objects fetched for one translation, keyed as `bridge.translate.Objects` wants them.
+
+    Missing ones are left out, and so are names no API path may carry (`..`, `a/b`): the
+    translation then reports them by name. One that does not fit its schema fails the fetch
+    (`objects.read_object`: CNI error 7 naming its fields)."""
+
+    source: ObjectSource
+    podnetworks: dict[str, translate.PodNetwork] = field(default_factory=dict)
+    attachments: dict[tuple[str, str], translate.PodNetworkAttachment] = field(default_factory=dict)
+    nads: dict[tuple[str, str], npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
+    options: dict[tuple[str, str], translate.NetworkSelectionOptions] = field(default_factory=dict)
+
+    def objects(self) -> translate.Objects:
+        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
+
+    async def follow_refs(self, obj: translate.PodNetwork | translate.PodNetworkAttachment) -> None:
+        """Fetches the NADs and NetworkSelectionOptions an object's parametersRefs name (as
+        `translate.references` reads them)."""
+        nads, options = translate.references(obj)
+        for key in sorted(nads):
+            if key not in self.nads and fetchable(key):
+                with contextlib.suppress(NotFound):
+                    self.nads[key] = await self.source.get_nad(*key)
+        for key in sorted(options):
+            if key not in self.options and fetchable(key):
+                with contextlib.suppress(NotFound):
+                    self.options[key] = await self.source.get_selection_options(*key)
+
+    async def fetch(self, networks: list[translate.Network], namespace: str) -> None:
+        """Everything the translation of `networks` reads (`bridge.translate.translate`): each
+        attachment and what it names; each PodNetwork, and its NAD unless the attachment that
+        led to it names its own (the translation then never reads the PodNetwork's)."""
+        for net in networks:
+            pn_name = net.pod_network_name
+            own_nad = False
+            if net.pod_network_attachment_name:
+                key = (namespace, net.pod_network_attachment_name)
+                with contextlib.suppress(NotFound):
+                    attachment = await self.source.get_attachment(*key)
+                    self.attachments[key] = attachment
+                    await self.follow_refs(attachment)
+                    pn_name = attachment.spec.pod_network_name
+                    own_nad = bool(translate.references(attachment)[0])
+            if not pn_name or pn_name == constants.DEFAULT_PODNETWORK:
+                continue
+            if pn_name not in self.podnetworks:
+                with contextlib.suppress(NotFound):
+                    self.podnetworks[pn_name] = await self.source.get_podnetwork(pn_name)
+            podnetwork = self.podnetworks.get(pn_name)
+            if podnetwork is not None and not own_nad:
+                await self.follow_refs(podnetwork)
+
+
+async def translated(
+    source: ObjectSource, namespace: str, annotations: Mapping[str, str]
+) -> list[npwg.NetworkSelectionElement]:
+    """The selection of a pod with spec-style networks, decided as the bridge decides it; a
+    CNIError (7 for an annotation that cannot be read, 105 for a refused translation) otherwise."""
+    what = f"pod annotation {constants.NETWORKS_ANNOTATION}"
+    try:
+        # Attachments are held to what admission recorded of them: one re-created since to
+        # name another PodNetwork was never checked for `use` (docs/controller.md).
+        admitted = translate.admitted_networks(annotations)
+    except translate.TranslationError as exc:
+        raise CNIError(ErrorCode.INVALID_CONFIG, "invalid pod annotation "
+                       f"{translate.ATTACHMENT_NETWORKS_ANNOTATION}", str(exc)) from None
+    try:
+        networks = translate.parse_networks(annotations[constants.NETWORKS_ANNOTATION])
+    except InvalidObject as exc:
+        raise CNIError(ErrorCode.INVALID_CONFIG, f"invalid {what}", str(exc)) from None
+    found = Found(source)
+    await found.fetch(networks, namespace)
+    try:
+        translation = translate.translate(networks, namespace, found.objects(), admitted)
+    except translate.TranslationError as exc:
+        raise CNIError(
+            ErrorCode.DELEGATION_FAILED, f"cannot translate the pod's networks ({exc.reason})", str(exc)
+        ) from None
+    if (refused := translate.refusal(translation)) is not None:
+        raise CNIError(
+            ErrorCode.DELEGATION_FAILED,
+            f"cannot translate the pod's networks ({translate.GATEWAY_MISSING_REASON})",
+            f"{refused}. The bridge writes no {npwg.NETWORKS_ANNOTATION} for such a pod either",
+        )
+    for warning in translation.warnings:
+        log.info("%s: %s", what, warning)
+    return translation.elements
+
+
+async def of(source: ObjectSource, pod: Pod) -> list[npwg.NetworkSelectionElement]:
+    """The pod's secondary networks in order (module docstring)."""
+    namespace = pod.metadata.namespace or "default"
+    annotations = pod.metadata.annotations or {}
+    if constants.NETWORKS_ANNOTATION in annotations:
+        return await translated(source, namespace, annotations)
+    annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
+    if not annotation:
+        return []
+    try:
+        elements = npwg.parse_selection(annotation, namespace)
+    except npwg.InvalidSelection as exc:
+        # NPWG 4.1.2.1.x: an invalid annotation "shall be invalid and ignored".
+        log.warning("pod %s/%s: ignoring its selection annotation: %s", namespace, pod.metadata.name, exc)
+        return []
+    for warning in npwg.ignored_key_warnings(elements):
+        log.warning("pod %s/%s: %s", namespace, pod.metadata.name, warning)
+    return elements
+
+
+__all__ = ["Found", "fetchable", "of", "translated"]

@@ -1,0 +1,84 @@
+"""How one agent runs (`AgentConfig`), and the names and paths it has on a node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.agent import addresswatch, invoke, protocol
+
+#: The agent's own network name, in the conflist it installs and in logs.
+NETWORK_NAME = "multinetwork"
+#: The shim's file name in the CNI bin dir, and the `type` of the agent's conflist.
+PLUGIN_TYPE = "multinetwork"
+DEFAULT_SOCKET = Path(protocol.DEFAULT_SOCKET)
+DEFAULT_CACHE_DIR = Path("/var/lib/multinetwork/cache")
+DEFAULT_CONF_DIR = Path("/etc/cni/net.d")
+DEFAULT_CONF_FILE_NAME = "00-multinetwork.conflist"
+#: The component the agent's Events about pods carry.
+EVENT_COMPONENT = "podnetwork-cni-agent"
+
+
+@dataclass
+class AgentConfig:
+    """How one agent runs. Every path is the node's (the DaemonSet mounts them from the host)."""
+
+    socket_path: Path = DEFAULT_SOCKET
+    """Unix socket the shim connects to; created with mode 0600 (root only)."""
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    """One JSON record per container: what was attached, written before each delegate ADD."""
+    bin_dirs: tuple[Path, ...] = invoke.DEFAULT_BIN_DIRS
+    """The only places delegate plugins are looked up in, first match wins (`--cni-bin-dir`)."""
+    conf_dir: Path = DEFAULT_CONF_DIR
+    """Where on-disk delegate configurations are found (NPWG 3.4.1 rules 2 and 3)."""
+    default_network: Mapping[str, Any] | Path | None = None
+    """The cluster default network: a CNI config (list) or a file holding one. None: the
+    `default` PodNetwork's NetworkAttachmentDefinition, through the bridge's translation."""
+    plugin_timeout: float = 60.0
+    """Seconds one delegate plugin call may take before it is killed (CNI error 100)."""
+    max_request_bytes: int = 1024 * 1024
+    """Largest request body accepted on the socket (CNI error 103 above it)."""
+    max_connections: int = 128
+    """Connections the socket serves at once; more are answered CNI error 11 (try again later)
+    (`bridge.agent.server`)."""
+    read_timeout: float = 10.0
+    """Seconds a client has, from connecting, to send its whole request (the shim sends it at once)."""
+    conf_file: Path | None = None
+    """Where to write the agent's own conflist once the default network is usable (6.1);
+    None: never write one (embedded use)."""
+    readiness_interval: float = 2.0
+    """Seconds between checks of the agent's readiness while it is not ready (6.1)."""
+    recheck_interval: float = 30.0
+    """Seconds between checks once ready, so a change (the default network gone) is reported."""
+    netns_dir: Path | None = None
+    """Where the runtime makes pods' network namespaces; checked at start for mounts propagating
+    into the agent's container (`bridge.agent.node.netns_problem`). None: not checked."""
+    patch_status: bool = True
+    """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5), in the
+    background once the runtime has its answer (`bridge.agent.publisher`)."""
+    durable_cache: bool = False
+    """fsync every cache write (survives a power loss, ~10 ms per write); see `bridge.agent.cache`."""
+    watch_addresses: bool = True
+    """Follow address changes on the attached interfaces into network-status (KEP Req 25;
+    `bridge.agent.addresswatch`). Only with `patch_status`."""
+    address_watch: addresswatch.Settings = field(default_factory=addresswatch.Settings)
+    """Debounce and rate bound of those status writes."""
+
+    @property
+    def watching_addresses(self) -> bool:
+        """Whether attached pods' addresses are followed into their network-status."""
+        return self.watch_addresses and self.patch_status
+
+
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "DEFAULT_CONF_DIR",
+    "DEFAULT_CONF_FILE_NAME",
+    "DEFAULT_SOCKET",
+    "EVENT_COMPONENT",
+    "NETWORK_NAME",
+    "PLUGIN_TYPE",
+    "AgentConfig",
+]
