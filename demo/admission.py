@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from demo.store import Invalid, Store
+from podnetwork.ground.core import ObjectMeta, head_of
 from podnetwork.kep import admission
 
 POD = ("v1", "Pod")
@@ -61,8 +62,14 @@ def apply_json_patch(doc: Any, operations: list[dict[str, Any]]) -> Any:
     return doc
 
 
+def _meta(pod: dict[str, Any]) -> ObjectMeta:
+    """The pod's metadata, empty when it does not fit (admission then says what is wrong)."""
+    head = head_of(pod)
+    return ObjectMeta() if head is None else head.metadata
+
+
 def _review(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
+    meta = _meta(pod)
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -70,8 +77,8 @@ def _review(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> 
             "uid": str(uuid.uuid4()),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
+            "name": meta.name,
+            "namespace": meta.namespace,
             "operation": operation,
             "object": pod,
             "oldObject": old,
@@ -88,7 +95,7 @@ def register(api: Store, *, enabled: bool = True) -> None:
     """Install the webhooks as the store's admission hooks for pods (`enabled`: the feature gate)."""
 
     def mutate(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
-        namespace = api.find("v1", "Namespace", (pod.get("metadata") or {}).get("namespace") or "")
+        namespace = api.find("v1", "Namespace", _meta(pod).namespace or "")
         answer = admission.review(
             _review(operation, pod, old), admission.Webhook.MUTATING, enabled=enabled, namespace=namespace
         )["response"]

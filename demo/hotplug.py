@@ -28,6 +28,7 @@ from demo.report import Report
 from demo.store import Event, EventType, Store
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
+from podnetwork.ground.core import Pod
 from podnetwork.kep import networks
 
 POD = ("v1", "Pod")
@@ -66,8 +67,11 @@ class Followers:
         self._cancel = self.api.subscribe(self._on_pod, *POD)
 
     def _on_pod(self, event: Event) -> None:
-        node = (event.object.get("spec") or {}).get("nodeName")
-        hot = self.hot.get(node) if isinstance(node, str) else None
+        try:
+            node = Pod.model_validate(event.object).spec.node_name
+        except ValueError:  # pydantic's ValidationError: no agent's watch would take it either
+            return
+        hot = self.hot.get(node) if node is not None else None
         if hot is None:
             return  # not bound yet, or bound to no demo node: no agent's field selector matches
         if event.type == EventType.DELETED:

@@ -97,7 +97,8 @@ class ExtenderArgs(BaseModel):
         for key in ("spec", "status"):
             if pod.get(key) is not None and not isinstance(pod[key], dict):
                 raise ValueError(f"{key} must be an object")
-        os_ = (pod.get("spec") or {}).get("os")
+        spec = pod.get("spec")
+        os_ = spec.get("os") if isinstance(spec, dict) else None
         if os_ is not None and not (isinstance(os_, dict) and isinstance(os_.get("name", ""), str)):
             raise ValueError('spec.os must be an object such as {"name": "linux"}')
         namespace = (meta or {}).get("namespace")
@@ -128,10 +129,10 @@ class ExtenderArgs(BaseModel):
             if not isinstance(meta, dict) or not isinstance(name, str) or not name:
                 raise ValueError(f"Nodes.items[{i}].metadata.name: Required value")
             # The decision reads each node's annotations (the networks it offers).
-            annotations = meta.get("annotations") or {}
-            if not isinstance(annotations, dict):
+            annotations = meta.get("annotations")
+            if annotations and not isinstance(annotations, dict):
                 raise ValueError(f"Nodes.items[{i}].metadata.annotations: must be a map of strings")
-            offered = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION)
+            offered = annotations.get(constants.NODE_PODNETWORKS_ANNOTATION) if annotations else None
             if offered is not None and not isinstance(offered, str):
                 raise ValueError(
                     f"Nodes.items[{i}].metadata.annotations[{constants.NODE_PODNETWORKS_ANNOTATION}]: "
@@ -150,7 +151,8 @@ class ExtenderArgs(BaseModel):
         found: dict[str, str | None] = {}
         for node in self.node_items():
             meta = node["metadata"]
-            found.setdefault(meta["name"], (meta.get("annotations") or {}).get(key))
+            annotations = meta.get("annotations")  # a map or absent: `candidate_names` checked
+            found.setdefault(meta["name"], annotations.get(key) if annotations else None)
         return found
 
 

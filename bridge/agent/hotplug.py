@@ -54,7 +54,7 @@ from bridge.agent.objects import EventSink
 from bridge.agent.records import unfinished
 from bridge.agent.settings import EVENT_COMPONENT
 from podnetwork.ground import constants
-from podnetwork.ground.core import Pod, pod_event
+from podnetwork.ground.core import Pod, head_of, pod_event
 from podnetwork.kube import lite
 
 log = logging.getLogger(__name__)
@@ -278,8 +278,10 @@ class HotPlug:
         self._wake.set()
 
     def pod_deleted(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        self._seen.pop((str(meta.get("namespace") or "default"), str(meta.get("name") or "")), None)
+        head = head_of(body)
+        if head is None:
+            return  # pod_changed ignored it too: nothing was seen of it
+        self._seen.pop((head.metadata.namespace or "default", head.metadata.name or ""), None)
 
     # --- running ---
 
@@ -446,7 +448,8 @@ class KubernetesEvents:
         self._api = api
 
     async def post_event(self, body: Mapping[str, Any]) -> None:
-        namespace = urllib.parse.quote(str((body.get("metadata") or {}).get("namespace") or ""), safe="")
+        # `body` is ours (`pod_event`): its metadata and namespace are always there.
+        namespace = urllib.parse.quote(str(body["metadata"]["namespace"] or ""), safe="")
         await self._api.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnetwork.ground import constants
+from bridge import translate
+from podnetwork.ground import constants, workloads
 
 
 def read(
@@ -26,20 +27,19 @@ def read(
         api.client  # noqa: B018 (made now: unusable TLS material is reported as credentials)
     except credentials.CredentialsError as exc:
         raise RuntimeError(f"cannot load cluster credentials: {exc}; pass --kubeconfig or -f FILES") from None
-    workloads = (kube.Pod, kube.Deployment, kube.StatefulSet, kube.DaemonSet, kube.ReplicaSet, kube.Job,
-                 kube.CronJob)
+    workload_resources = (kube.Pod, kube.Deployment, kube.StatefulSet, kube.DaemonSet, kube.ReplicaSet,
+                          kube.Job, kube.CronJob)
     optional = (kube.PodNetworkAttachment, kube.NetworkAttachmentDefinition, kube.NetworkSelectionOptions)
     objects: list[dict[str, Any]] = []
     try:
         scopes: list[str | None] = namespaces or [None]
         for scope in scopes:
-            for resource in workloads:
+            for resource in workload_resources:
                 objects += api.list(resource, scope).items
             for resource in optional:
                 objects += _list_or_empty(api, resource, scope)
         objects += _list_or_empty(api, kube.PodNetwork, None)
-        have = {(o.get("metadata", {}).get("namespace"), o.get("metadata", {}).get("name"))
-                for o in objects if o.get("kind") == constants.NAD_KIND}
+        have = {workloads.identity(o, "") for o in objects if workloads.type_meta(o)[0] == constants.NAD_KIND}
         for ns, name in sorted(_podnetwork_nads(objects) - have):
             try:
                 objects.append(api.get(kube.NetworkAttachmentDefinition, name, ns))
@@ -63,11 +63,18 @@ def _list_or_empty(api: Any, resource: Any, scope: str | None) -> list[dict[str,
 
 
 def _podnetwork_nads(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """The NADs the PodNetworks name (with a namespace, as a cluster-scoped object must name them).
+    A PodNetwork that does not fit its model names none: the export reports it."""
     wanted: set[tuple[str, str]] = set()
     for obj in objects:
-        if obj.get("kind") != constants.PODNETWORK_KIND:
+        if workloads.type_meta(obj)[0] != constants.PODNETWORK_KIND:
             continue
-        for ref in (obj.get("spec") or {}).get("parametersRefs") or []:
-            if isinstance(ref, dict) and ref.get("namespace") and ref.get("name"):
-                wanted.add((str(ref["namespace"]), str(ref["name"])))
+        try:
+            pn = translate.read(obj)
+        except ValueError:
+            continue
+        if not isinstance(pn, translate.PodNetwork):
+            continue
+        nads, _options = translate.references(pn)
+        wanted |= {(ns, name) for ns, name in nads if ns and name}
     return wanted

@@ -25,9 +25,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from podnetwork.ground import constants
+
 API_GROUP = "resource.k8s.io"
 ApiVersion = Literal["resource.k8s.io/v1"]
 API_VERSION: ApiVersion = "resource.k8s.io/v1"
+
+#: DRANET's driver name (its `AttrPrefix`, pkg/apis/attributes.go), the default.
+DRANET_DRIVER = "dra.net"
+CNI_DRIVER = "cni.dra.networking.x-k8s.io"
+DRIVERS = (DRANET_DRIVER, CNI_DRIVER)
+
+#: The one request of every exported template; config and containers name it.
+REQUEST_NAME = "nic"
+#: On DeviceClasses and templates: the PodNetwork they were exported from.
+PODNETWORK_ANNOTATION = f"bridge.{constants.GROUP}/podnetwork"
 
 #: OpaqueDeviceConfiguration.parameters "must be less than or equal to 10 Ki" (DRA v1 API).
 MAX_PARAMETERS_BYTES = 10 * 1024
@@ -198,7 +210,6 @@ class DranetNetworkConfig(_Model):
 
 # --- The CNI DRA driver's opaque parameters (driver cni.dra.networking.x-k8s.io) -------------
 
-CNI_DRIVER = "cni.dra.networking.x-k8s.io"
 CniApiVersion = Literal["cni.dra.networking.x-k8s.io/v1alpha1"]
 CNI_PARAMETERS_API_VERSION: CniApiVersion = "cni.dra.networking.x-k8s.io/v1alpha1"
 
@@ -220,10 +231,14 @@ __all__ = [
     "API_VERSION",
     "CNI_DRIVER",
     "CNI_PARAMETERS_API_VERSION",
+    "DRANET_DRIVER",
+    "DRIVERS",
     "MAX_HARDWARE_ADDRESS_BYTES",
     "MAX_INTERFACE_NAME_BYTES",
     "MAX_NETWORK_DATA_IPS",
     "MAX_PARAMETERS_BYTES",
+    "PODNETWORK_ANNOTATION",
+    "REQUEST_NAME",
     "CELDeviceSelector",
     "CniParameters",
     "DeviceClaim",

@@ -1,16 +1,23 @@
 """`podnetwork migrate`: from NPWG annotations to PodNetwork objects.
 
-- `planning`: the pure plan: an inventory of workloads and NADs in, PodNetworks,
-  PodNetworkAttachments, NetworkSelectionOptions and rewritten workloads out;
+- `inventory`: the objects read (workloads through the shared view of
+  `podnetwork.ground.workloads`, NADs, what exists);
+- `planning`: the pure plan: an inventory in, PodNetworks, PodNetworkAttachments,
+  NetworkSelectionOptions and rewritten workloads out, with what cannot be migrated
+  as `podnetwork.ground.findings.Finding`s;
+- `objects`: the objects a plan creates; `names`: how they are named;
+- `output`: the plan file, the diff, the problems, the rewritten workloads;
 - `offline`: the plan from manifest files; `apply`: the plan applied to a cluster,
   and rolled back; `command`: the subcommand.
 
-The names of `planning` are re-exported here (`migrate.plan(inventory)`).
+The pure names are re-exported here (`migrate.plan(inventory)`).
 """
 
 from __future__ import annotations
 
-from bridge.migrate.planning import (
+from bridge.migrate.inventory import Inventory, is_nad
+from bridge.migrate.names import attachment_name, network_name
+from bridge.migrate.objects import (
     FIELD_MANAGER,
     MIGRATED_BY_LABEL,
     MULTUS_DEFAULT_NETWORK_ANNOTATION,
@@ -24,38 +31,25 @@ from bridge.migrate.planning import (
     OPTIONS_PLURAL,
     OPTIONS_VERSION,
     ORIGIN_ANNOTATION,
-    PLAN_API_VERSION,
-    PLAN_KIND,
-    WORKLOAD_KINDS,
     Action,
-    Inventory,
-    ObjectRef,
-    Plan,
     PlannedObject,
-    Reason,
-    Skipped,
-    Unmigratable,
-    Workload,
-    WorkloadChange,
-    WorkloadKind,
-    attachment_name,
     attachment_object,
-    diff,
-    dump_yaml,
-    is_nad,
     nad_ref,
-    network_name,
     options_object,
     per_pod_keys,
-    plan,
-    plan_header,
     podnetwork_object,
+)
+from bridge.migrate.output import (
+    PLAN_API_VERSION,
+    PLAN_KIND,
+    diff,
+    dump_yaml,
+    plan_header,
     problems,
     rewrite,
     to_yaml,
-    workload_of,
-    written_by_bridge,
 )
+from bridge.migrate.planning import Plan, Reason, WorkloadChange, plan, written_by_bridge
 
 __all__ = [
     "FIELD_MANAGER",
@@ -73,18 +67,12 @@ __all__ = [
     "ORIGIN_ANNOTATION",
     "PLAN_API_VERSION",
     "PLAN_KIND",
-    "WORKLOAD_KINDS",
     "Action",
     "Inventory",
-    "ObjectRef",
     "Plan",
     "PlannedObject",
     "Reason",
-    "Skipped",
-    "Unmigratable",
-    "Workload",
     "WorkloadChange",
-    "WorkloadKind",
     "attachment_name",
     "attachment_object",
     "diff",
@@ -100,6 +88,5 @@ __all__ = [
     "problems",
     "rewrite",
     "to_yaml",
-    "workload_of",
     "written_by_bridge",
 ]

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from conformance.kep import views
 from podnetwork.kube import client as kube
 from podnetwork.kube.credentials import Credentials
 
@@ -138,10 +139,7 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | Non
     """The condition `type_` in `status.conditions`, or None."""
     if not obj:
         return None
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == type_:
-            return cond
-    return None
+    return views.read(obj).condition(type_)
 
 
 def shown(obj: Any) -> str:

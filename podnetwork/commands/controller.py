@@ -23,6 +23,7 @@ from podnetwork.cli.arguments import parse_priority as parse_priority
 from podnetwork.cli.operatorshell import register_demotion_guard as register_demotion_guard
 from podnetwork.cli.operatorshell import retrying as retrying
 from podnetwork.ground import constants
+from podnetwork.ground.core import ObjectMeta, PartialObjectMetadata
 from podnetwork.kube import credentials
 
 if TYPE_CHECKING:
@@ -160,10 +161,19 @@ def peering_options(args: argparse.Namespace) -> dict[str, Any]:
             "priority": args.priority}
 
 
+def _metadata(body: Mapping[str, Any]) -> ObjectMeta | None:
+    """The metadata of a watched object, or None when it cannot be read (the API server never
+    serves such an object; one that does not fit is left out, as one without a name)."""
+    try:
+        return PartialObjectMetadata.model_validate(body).metadata
+    except ValueError:
+        return None
+
+
 def has_profile(body: Mapping[str, Any]) -> bool:
     """A Namespace that sets a networks profile (KEP Story #6)."""
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    return constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION in annotations
+    meta = _metadata(body)
+    return meta is not None and meta.annotation(constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION) is not None
 
 
 def any_object(_: Mapping[str, Any]) -> bool:
@@ -184,15 +194,18 @@ async def mirror(api: kube.AsyncApi, resource: kube.Resource, cache: dict[str, d
     """
     from podnetwork.kube import client as kube
 
+    def name_of(body: Mapping[str, Any]) -> str | None:
+        meta = _metadata(body)
+        return None if meta is None else meta.name
+
     def on_list(items: list[dict[str, Any]]) -> None:
-        listing = {name: body for body in items
-                   if (name := (body.get("metadata") or {}).get("name")) and keep(body)}
+        listing = {name: body for body in items if (name := name_of(body)) and keep(body)}
         for name in set(cache) - set(listing):
             del cache[name]
         cache.update(listing)
 
     def on_event(kind: str, body: dict[str, Any]) -> None:
-        name = (body.get("metadata") or {}).get("name")
+        name = name_of(body)
         if not name:
             return
         if kind != "DELETED" and keep(body):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _View(BaseModel):
@@ -91,6 +91,15 @@ class PartialObjectMetadata(_View):
     api_version: str = Field("", alias="apiVersion")
     kind: str = ""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+def head_of(obj: Any) -> PartialObjectMetadata | None:
+    """`obj` seen as its type and metadata, or None when it does not fit (not a mapping, a name or
+    a label that is not a string): for edges that read only what every object has."""
+    try:
+        return PartialObjectMetadata.model_validate(obj)
+    except ValidationError:
+        return None
 
 
 class PodOS(_View):
@@ -200,5 +209,6 @@ __all__ = [
     "PodSchedulingGate",
     "PodSpec",
     "PodStatus",
+    "head_of",
     "pod_event",
 ]

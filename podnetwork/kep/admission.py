@@ -36,6 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from podnetwork.ground import constants
+from podnetwork.ground.core import head_of
 from podnetwork.ground.fielderrors import FieldError, InvalidObject
 from podnetwork.kep import admissionreview, networks, validation
 from podnetwork.kep.admissionconfig import (
@@ -299,7 +300,8 @@ def _binding_answer(request: AdmissionRequest) -> dict[str, Any]:
     errors = binding_errors(binding)
     if not errors:
         return admissionreview.allowed(request.uid)
-    name = str((binding.get("metadata") or {}).get("name") or request.name or "")
+    head = head_of(binding)
+    name = (head.metadata.name if head is not None else None) or request.name or ""
     return admissionreview.refused(request.uid, name, errors, what="cannot be bound this way")
 
 

@@ -44,7 +44,7 @@ import networkx as nx
 import pydantic
 
 from podnetwork.ground import constants, excerpts
-from podnetwork.ground.core import Node, PartialObjectMetadata, Pod
+from podnetwork.ground.core import Node, PartialObjectMetadata, Pod, head_of
 from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kep import api, conditions, defaultnet, networks, validation
 
@@ -172,20 +172,18 @@ def _subjects(binding: Mapping[str, Any], namespace: str) -> list[str]:
 def referenced_roles(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Of RBAC objects, those that matter to PodNetworks: roles granting `use` of one, and the
     bindings to them (what a cluster read keeps of every role and binding)."""
-    objs = list(objects)
+    objs = [(raw, head) for raw in objects if (head := head_of(raw)) is not None]
     granting = set()
-    for raw in objs:
+    for raw, head in objs:
         if is_rbac(raw, ROLE_KINDS) and use_grants(raw):
-            meta = raw.get("metadata") or {}
-            granting.add((raw.get("kind"), meta.get("namespace") or "", meta.get("name")))
+            granting.add((head.kind, head.metadata.namespace or "", head.metadata.name))
     kept: list[Mapping[str, Any]] = []
-    for raw in objs:
-        meta = raw.get("metadata") or {}
+    for raw, head in objs:
         if is_rbac(raw, ROLE_KINDS):
-            if (raw.get("kind"), meta.get("namespace") or "", meta.get("name")) in granting:
+            if (head.kind, head.metadata.namespace or "", head.metadata.name) in granting:
                 kept.append(raw)
         elif is_rbac(raw, BINDING_KINDS) and (ref := _role_ref(raw)) is not None:
-            role_ns = meta.get("namespace") or "" if ref[0] == "Role" else ""
+            role_ns = head.metadata.namespace or "" if ref[0] == "Role" else ""
             if (ref[0], role_ns, ref[1]) in granting:
                 kept.append(raw)
     return kept

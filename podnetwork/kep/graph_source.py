@@ -10,6 +10,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from podnetwork.cli import manifests
 from podnetwork.ground import constants
 
@@ -62,9 +64,9 @@ def _read(api: Any) -> list[dict[str, Any]]:
             raise RuntimeError(f"cannot list {kube.plural_of(resource)} (are the CRDs installed?): "
                                f"{exc.reason or exc.message}") from None
     wanted = {
-        (ref.get("group") or "", ref.get("kind") or "", ref.get("namespace") or "", ref.get("name") or "")
+        (ref.group or "", ref.kind or "", ref.namespace or "", ref.name or "")
         for obj in objects if obj["kind"] in (constants.PODNETWORK_KIND, constants.ATTACHMENT_KIND)
-        for ref in (obj.get("spec") or {}).get("parametersRefs") or []
+        for ref in _parameters_refs(obj)
     }
     for group, kind, namespace, name in sorted(wanted):
         try:
@@ -78,6 +80,37 @@ def _read(api: Any) -> list[dict[str, Any]]:
         except kube.ApiError as exc:
             logger.warning("cannot read %s %s/%s: %s", kind, namespace, name, exc.reason or exc.message)
     return objects + _rbac(api)
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class _ParametersRef(_View):
+    group: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+
+
+class _Spec(_View):
+    parameters_refs: list[_ParametersRef] | None = Field(None, alias="parametersRefs")
+
+
+class _Referrer(_View):
+    """A PodNetwork or attachment, seen as what its parameters name: leniently, so that the
+    objects named are drawn even beside a PodNetwork that does not fit its model (the graph
+    shows that one INVALID)."""
+
+    spec: _Spec | None = None
+
+
+def _parameters_refs(obj: dict[str, Any]) -> list[_ParametersRef]:
+    try:
+        spec = _Referrer.model_validate(obj).spec
+    except ValidationError:
+        return []
+    return [] if spec is None else list(spec.parameters_refs or ())
 
 
 def _rbac(api: Any) -> list[dict[str, Any]]:

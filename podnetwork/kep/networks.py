@@ -164,7 +164,10 @@ def effective(
     named = declared(pod)
     if named is not None:
         return named
-    if (pod.get("spec") or {}).get("hostNetwork"):
+    # The wire form, as `annotations_of` reads it: static validation names the fields of a pod
+    # that does not parse, so these rules cannot ask for a typed view first.
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if isinstance(spec, Mapping) and spec.get("hostNetwork"):
         return []
     return list(namespace_default) if namespace_default else list(DEFAULT_NETWORKS)
 

@@ -26,6 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from podnetwork.ground.core import ObjectMeta
 from podnetwork.kube import client
 
 #: kopf's defaults when an entry lacks a field (`Peer.__init__`).
@@ -52,6 +55,15 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
+
+
+class _PeeringObject(BaseModel):
+    """A ClusterKopfPeering: its name, and its status as kopf writes it (read by `peers`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    status: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,9 +122,13 @@ async def guard_demotion(api: client.AsyncApi, name: str, identity: str, priorit
 
     def seen(body: Mapping[str, Any]) -> None:
         nonlocal active
-        if (body.get("metadata") or {}).get("name") != name or demoted.is_set():
+        try:
+            peering = _PeeringObject.model_validate(body)
+        except ValueError:
+            return  # not a peering object kopf would have written
+        if peering.metadata.name != name or demoted.is_set():
             return
-        if not outranked(body.get("status") or {}, identity, priority):
+        if not outranked(peering.status or {}, identity, priority):
             active = True
         elif active:
             demoted.set()

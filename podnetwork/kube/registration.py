@@ -36,6 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from podnetwork.ground.core import ObjectMeta, PartialObjectMetadata
 from podnetwork.kube import webhooksecret
 
 logger = logging.getLogger(__name__)
@@ -97,13 +100,41 @@ def covers(current: Any, wanted: Any) -> bool:
     return bool(current == wanted)
 
 
+class _Read(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class _ConfigurationMeta(ObjectMeta):
+    owner_references: list[dict[str, Any]] | None = Field(None, alias="ownerReferences")
+
+
+class _Configuration(_Read):
+    """A (Mutating|Validating)WebhookConfiguration as stored, seen as what registration compares:
+    the webhooks as they are (compared field by field with `covers`), labels and owners."""
+
+    metadata: _ConfigurationMeta = Field(default_factory=_ConfigurationMeta)
+    webhooks: list[dict[str, Any]] | None = None
+
+
+def _configuration(obj: Mapping[str, Any]) -> _Configuration | None:
+    """The stored configuration, or None when it does not fit (then it is not up to date)."""
+    try:
+        return _Configuration.model_validate(obj)
+    except ValidationError:
+        return None
+
+
 def up_to_date(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Whether the stored configuration `current` already is `wanted`: its webhooks, labels and
-    owner (fields the API server adds, such as matchPolicy, do not count)."""
-    meta, want = current.get("metadata") or {}, wanted.get("metadata") or {}
-    return (covers(current.get("webhooks"), wanted.get("webhooks"))
-            and covers(meta.get("labels") or {}, want.get("labels") or {})
-            and covers(meta.get("ownerReferences") or [], want.get("ownerReferences") or []))
+    owner (fields the API server adds, such as matchPolicy, do not count). `wanted` is ours
+    (`desired`)."""
+    stored = _configuration(current)
+    if stored is None:
+        return False
+    want = wanted["metadata"]
+    return (covers(stored.webhooks, wanted.get("webhooks"))
+            and covers(stored.metadata.labels or {}, want.get("labels", {}))
+            and covers(stored.metadata.owner_references or [], want.get("ownerReferences", [])))
 
 
 def patch(wanted: Mapping[str, Any], resource_version: str | None) -> dict[str, Any]:
@@ -118,10 +149,26 @@ def patch(wanted: Mapping[str, Any], resource_version: str | None) -> dict[str, 
     return body
 
 
+class _ClientConfig(_Read):
+    ca_bundle: Any = Field(None, alias="caBundle")
+
+
+class _Webhook(_Read):
+    client_config: _ClientConfig | None = Field(None, alias="clientConfig")
+
+
+class _Bundles(_Read):
+    webhooks: list[_Webhook] | None = None
+
+
 def bundle_of(configuration: Mapping[str, Any]) -> str | None:
     """The caBundle (base64) of a configuration's first webhook."""
-    for hook in configuration.get("webhooks") or []:
-        value = (hook.get("clientConfig") or {}).get("caBundle")
+    try:
+        hooks = _Bundles.model_validate(configuration).webhooks or []
+    except ValidationError:
+        return None
+    for hook in hooks:
+        value = None if hook.client_config is None else hook.client_config.ca_bundle
         return value if isinstance(value, str) else None
     return None
 
@@ -146,14 +193,34 @@ def newer_bundle(current_b64: str | None, ours_b64: str) -> bool:
     return theirs is not None and ours is not None and theirs > ours
 
 
+class _EndpointConditions(_Read):
+    ready: bool | None = None
+
+
+class _Endpoint(_Read):
+    conditions: _EndpointConditions | None = None
+
+
+class _EndpointSlice(_Read):
+    """discovery.k8s.io/v1 EndpointSlice: its service label and its endpoints' readiness."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    endpoints: list[_Endpoint] | None = None
+
+
 def ready_endpoint(slices: Sequence[Mapping[str, Any]], service: str) -> bool:
     """Whether an EndpointSlice of `service` has an endpoint ready to receive traffic (a ready
-    condition that is unset counts as ready, as the EndpointSlice API says)."""
+    condition that is unset counts as ready, as the EndpointSlice API says). A slice that does
+    not fit the view has none."""
     for item in slices:
-        if ((item.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME_LABEL) != service:
+        try:
+            slice_ = _EndpointSlice.model_validate(item)
+        except ValidationError:
             continue
-        for endpoint in item.get("endpoints") or []:
-            if (endpoint.get("conditions") or {}).get("ready") is not False:
+        if (slice_.metadata.labels or {}).get(SERVICE_NAME_LABEL) != service:
+            continue
+        for endpoint in slice_.endpoints or ():
+            if endpoint.conditions is None or endpoint.conditions.ready is not False:
                 return True
     return False
 
@@ -317,7 +384,7 @@ class Keeper:
                 logger.warning("not registering the webhooks: their owner, ClusterRole %s (--webhook-owner), "
                                "does not exist (is podnetwork being uninstalled?)", self.owner)
                 return False
-            owner = Owner(self.owner, str((role.get("metadata") or {}).get("uid") or ""))
+            owner = Owner(self.owner, str(PartialObjectMetadata.model_validate(role).metadata.uid or ""))
         wanted = desired(self.configurations(self.client_config), bundle_b64, self.component, owner)
         for obj in wanted:
             kind, name = obj["kind"], obj["metadata"]["name"]
@@ -339,7 +406,8 @@ class Keeper:
                     return False
                 if up_to_date(current, obj):
                     continue
-                version = (current.get("metadata") or {}).get("resourceVersion")
+                stored = _configuration(current)
+                version = None if stored is None else stored.metadata.resource_version
                 await self.api.patch(resource, name, patch(obj, version))
                 logger.info("registered %s %s (updated)", kind, name)
             except kube.Conflict:

@@ -31,6 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from podnetwork.ground.core import ObjectMeta
 from podnetwork.kube import certificates
 
 logger = logging.getLogger(__name__)
@@ -316,6 +319,23 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+
+class _Secret(BaseModel):
+    """A core/v1 Secret as this module reads it: metadata and `data` (base64 text per key)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    data: dict[str, str] | None = None
+
+
+def _read(obj: Mapping[str, Any], where: str) -> _Secret:
+    try:
+        return _Secret.model_validate(obj)
+    except ValidationError as exc:
+        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise SecretProblem(f"{where}: does not fit a Secret: {fields}") from None
+
 async def ensure(api: Any, name: str, namespace: str, names: Sequence[str], *, component: str,
                  issue: bool = True, lifetimes: Lifetimes = Lifetimes(),
                  clock: Callable[[], datetime.datetime] = utcnow) -> Material:
@@ -330,9 +350,9 @@ async def ensure(api: Any, name: str, namespace: str, names: Sequence[str], *, c
             current: dict[str, Any] | None = await api.get(kube.Secret, name, namespace)
         except kube.NotFound:
             current = None
-        data = None if current is None else dict(current.get("data") or {})
-        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
-        ours = issue and CERT_MANAGER_ANNOTATION not in annotations
+        secret = None if current is None else _read(current, where)
+        data = None if secret is None else dict(secret.data or {})
+        ours = issue and (secret is None or secret.metadata.annotation(CERT_MANAGER_ANNOTATION) is None)
         if issue and not ours:
             logger.debug("%s is issued by cert-manager (annotation %s): serving it, never writing it",
                          where, CERT_MANAGER_ANNOTATION)
@@ -348,7 +368,7 @@ async def ensure(api: Any, name: str, namespace: str, names: Sequence[str], *, c
                 logger.info("created %s with a new CA and serving certificate for %s", where,
                             ", ".join(names))
             else:
-                version = (current.get("metadata") or {}).get("resourceVersion")
+                version = secret.metadata.resource_version if secret is not None else None
                 await api.patch(kube.Secret, name, {"metadata": {"resourceVersion": version},
                                                     "data": decision.write}, namespace=namespace)
                 logger.info("renewed %s: %s", where, decision.reason)

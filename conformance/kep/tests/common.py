@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from conformance.kep import client as kc
+from conformance.kep import views
 from conformance.kep.suite import Context
 from podnetwork.ground import constants
 from podnetwork.kube import client as kube
@@ -58,16 +59,16 @@ async def pod_networks(ctx: Context, name: str) -> Any:
     """The stored pod's networks list (the annotation parsed), or None when it has none."""
     obj = await ctx.client.get(kc.Pod, name, ctx.namespace)
     assert obj is not None, f"pod {ctx.namespace}/{name} was not stored"
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(NETWORKS)
+    raw = views.read(obj).metadata.annotation(NETWORKS)
     return None if raw is None else json.loads(raw)
 
 
 def finalizers(obj: dict[str, Any] | None) -> list[str]:
-    return list(((obj or {}).get("metadata") or {}).get("finalizers") or [])
+    return list(views.read(obj).metadata.finalizers or [])
 
 
 def deleting(obj: dict[str, Any] | None) -> bool:
-    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+    return bool(views.read(obj).metadata.deletion_timestamp)
 
 
 async def refused(ctx: Context, what: str, create: Any) -> kc.ApiError:

@@ -4,6 +4,7 @@ PodNetworkAttachment (KEP-3698 "Phase I Design Details")."""
 from __future__ import annotations
 
 from conformance.kep import client as kc
+from conformance.kep import views
 from conformance.kep.suite import ConformanceTest, Context, TestFunction
 from conformance.kep.tests import common as c
 from podnetwork.ground import constants
@@ -14,15 +15,15 @@ async def podnetwork_round_trip(ctx: Context) -> None:
     name = await c.podnetwork(ctx, "roundtrip")
     got = await ctx.client.get(kc.PodNetwork, name)
     assert got is not None, f"PodNetwork {name} was created but cannot be read back"
-    spec = got.get("spec") or {}
-    assert spec.get("provider") == "conformance.multinetwork.x-k8s.io/none", (
-        f"spec.provider did not round-trip: {kc.shown(spec)}")
+    spec, sent = views.read(got).spec, got.get("spec")
+    assert spec.provider == "conformance.multinetwork.x-k8s.io/none", (
+        f"spec.provider did not round-trip: {kc.shown(sent)}")
     # KEP "PodNetwork": `Enabled ... Defaults to True` (+kubebuilder:default=true).
-    assert spec.get("enabled") is True, f"spec.enabled should default to true, spec is {kc.shown(spec)}"
+    assert spec.enabled is True, f"spec.enabled should default to true, spec is {kc.shown(sent)}"
     pna = await c.attachment(ctx, "roundtrip", name)
     got_pna = await ctx.client.get(kc.PodNetworkAttachment, pna, ctx.namespace)
     assert got_pna is not None, f"PodNetworkAttachment {ctx.namespace}/{pna} cannot be read back"
-    assert (got_pna.get("spec") or {}).get("podNetworkName") == name, (
+    assert views.read(got_pna).spec.pod_network_name == name, (
         f"spec.podNetworkName did not round-trip: {kc.shown(got_pna.get('spec'))}")
 
 
@@ -35,7 +36,7 @@ async def podnetwork_immutable(ctx: Context) -> None:
     await c.refused(ctx, "adding PodNetwork spec.parametersRefs", lambda: ctx.client.patch(
         kc.PodNetwork, name, {"spec": {"parametersRefs": refs}}))
     patched = await ctx.client.patch(kc.PodNetwork, name, {"spec": {"enabled": False}})
-    assert (patched.get("spec") or {}).get("enabled") is False, (
+    assert views.read(patched).spec.enabled is False, (
         "spec.enabled is mutable (KEP \"Mutability\") but the patch did not take: "
         f"{kc.shown(patched.get('spec'))}")
     other = await c.podnetwork(ctx, "immutable-other")

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from conformance.kep import client as kc
+from conformance.kep import views
 from conformance.kep.suite import ConformanceTest, Context
 from conformance.kep.tests import common as c
 from podnetwork.ground import constants
@@ -19,7 +20,7 @@ HOSTNAME = "kubernetes.io/hostname"
 
 
 def _node(obj: dict[str, Any] | None) -> str | None:
-    return ((obj or {}).get("spec") or {}).get("nodeName") or None
+    return views.read(obj).spec.node_name or None
 
 
 async def _bound(ctx: Context, name: str) -> str | None:
@@ -44,7 +45,7 @@ async def _held(ctx: Context, name: str) -> str | None:
     pod = await ctx.client.get(kc.Pod, name, ctx.namespace)
     if _node(pod):
         return "bound"
-    if ((pod or {}).get("spec") or {}).get("schedulingGates"):
+    if views.read(pod).spec.scheduling_gates:
         return "held"
     cond = kc.condition(pod, "PodScheduled")
     if cond is not None and cond.get("status") == "False":
@@ -73,10 +74,9 @@ async def _held_with_event(ctx: Context, pod: str, network: str) -> None:
 
     async def event() -> str | None:
         for ev in await ctx.client.list(kc.Event, ctx.namespace):
-            involved = ev.get("involvedObject") or ev.get("regarding") or {}
-            text = str(ev.get("message") or ev.get("note") or "")
-            if involved.get("name") == pod and network in text:
-                return text
+            event = views.read_as(ev, views.Event)
+            if event.about == pod and network in event.text:
+                return event.text
         raise kc.Unmet(f"no Event on pod {pod} names {network} (neither a FailedScheduling nor one from "
                        "the holder of a scheduling gate)")
 
@@ -124,11 +124,11 @@ async def attachment_and_its_network(ctx: Context) -> None:
 
 
 def _schedulable(node: dict[str, Any]) -> bool:
-    spec = node.get("spec") or {}
-    ready = kc.condition(node, "Ready")
-    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or [])
-    labelled = HOSTNAME in ((node.get("metadata") or {}).get("labels") or {})
-    return bool(ready and ready.get("status") == "True") and not spec.get("unschedulable") and not tainted \
+    view = views.read(node)
+    ready = view.condition("Ready")
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in view.spec.taints or [])
+    labelled = HOSTNAME in (view.metadata.labels or {})
+    return bool(ready and ready.get("status") == "True") and not view.spec.unschedulable and not tainted \
         and labelled
 
 
@@ -136,7 +136,7 @@ async def _offers(ctx: Context, node: dict[str, Any], network: str, offer: bool)
     """Make `node` offer `network` or not, through the node annotation listing the PodNetworks it offers
     (absent: every one); the annotation as it was is put back at cleanup."""
     name = node["metadata"]["name"]
-    raw = (node["metadata"].get("annotations") or {}).get(NODE_NETWORKS)
+    raw = views.read(node).metadata.annotation(NODE_NETWORKS)
     listed: list[str] | None = None if raw is None else list(json.loads(raw))
     if offer == (listed is None or network in listed):
         return
@@ -171,10 +171,11 @@ async def bound_where_offered(ctx: Context) -> None:
 def _pod_ips(pod: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-network pod IPs: status.podIPs entries that name a podNetwork (KEP "Status"), else the
     multinetwork.x-k8s.io/pod-ips annotation providers write until the kubelet does."""
-    listed = [ip for ip in (pod.get("status") or {}).get("podIPs") or [] if "podNetwork" in ip]
+    view = views.read(pod)
+    listed = [ip for ip in view.status.pod_ips or [] if "podNetwork" in ip]
     if listed:
         return listed
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(constants.POD_IPS_ANNOTATION)
+    raw = view.metadata.annotation(constants.POD_IPS_ANNOTATION)
     return list(json.loads(raw)) if raw else []
 
 
@@ -184,7 +185,7 @@ async def pod_ips_per_network(ctx: Context) -> None:
 
     async def running() -> bool:
         pod = await ctx.client.get(kc.Pod, "runs", ctx.namespace)
-        return ((pod or {}).get("status") or {}).get("phase") == "Running"
+        return views.read(pod).status.phase == "Running"
 
     try:
         await ctx.client.eventually("a pod naming default runs", running, timeout=ctx.timeouts.schedule)
@@ -254,7 +255,7 @@ async def npwg_selection(ctx: Context) -> None:
 
     async def selection() -> list[str] | None:
         pod = await ctx.client.get(kc.Pod, "selected", ctx.namespace)
-        raw = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(NPWG_SELECTION)
+        raw = views.read(pod).metadata.annotation(NPWG_SELECTION)
         if raw is None:
             raise kc.Unmet(f"no {NPWG_SELECTION} annotation")
         return _selected(raw, ctx.namespace)

@@ -19,10 +19,9 @@ import kmock
 import pytest
 import yaml
 
-from bridge import migrate
 from podnetwork import cli
 from podnetwork.cli import manifests
-from podnetwork.ground import constants
+from podnetwork.ground import constants, workloads
 from tests.api.kube_emulator import write_kubeconfig
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "migrate" / "cluster"
@@ -107,9 +106,9 @@ def patches(emulator: kmock.KubernetesEmulator) -> list[kmock.Request]:
 
 
 def template_annotations(obj: dict[str, Any], kind: str) -> dict[str, str]:
-    path = migrate.WORKLOAD_KINDS[migrate.WorkloadKind(kind)][1]
+    path = workloads.KINDS[workloads.WorkloadKind(kind)].template_path
     cur: Any = obj
-    for key in path:
+    for key in (*path, "metadata"):
         cur = cur[key]
     return dict(cur.get("annotations") or {})
 

@@ -159,3 +159,18 @@ def test_an_unreadable_npwg_selection_of_a_running_pod_is_refused_not_read_as_em
     hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "blue"}))
     # With KEP networks the bridge owns that annotation; `settled` waits for it instead.
     hotplug.check_selection(pod(**{npwg.NETWORKS_ANNOTATION: "[oops", constants.NETWORKS_ANNOTATION: "[]"}))
+
+
+def test_a_deleted_pod_that_does_not_fit_the_pod_view_is_ignored(tmp_path) -> None:
+    from bridge.agent.agent import Agent, AgentConfig
+    from bridge.agent.objects import MemoryObjects
+
+    class Sink:
+        async def post_event(self, body: object) -> None:
+            raise AssertionError("nothing to report")
+
+    hot = hotplug.HotPlug(Agent(MemoryObjects(), AgentConfig(cache_dir=tmp_path)), Sink(), "node-a")
+    for unfit in ({"metadata": "junk"}, {"metadata": {"name": 5}}, ["not", "an", "object"]):
+        hot.pod_deleted(unfit)  # type: ignore[arg-type]
+    hot.pod_deleted({"metadata": {"name": "vm", "namespace": "team"}})
+    assert hot.idle.is_set()

@@ -184,3 +184,18 @@ def test_the_demo_controller_ignores_an_object_that_does_not_fit_and_reconciles_
     assert constants.IN_USE_FINALIZER not in (odd["metadata"].get("finalizers") or [])
     assert "ignored PodNetwork /odd: it does not fit its model" in caplog.text
     assert [c["status"] for c in blue["status"]["conditions"] if c["type"] in ("Ready", "InUse")] == ["True", "True"]
+
+
+def test_an_rbac_object_whose_metadata_does_not_fit_is_not_kept_by_the_cluster_read() -> None:
+    rbac = "rbac.authorization.k8s.io/v1"
+    use = [{"apiGroups": [constants.GROUP], "resources": ["podnetworks"], "verbs": ["use"]}]
+    objects = [
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": "junk", "rules": use},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": "use-all"}, "rules": use},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": ["b"]},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "use-all"}},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": "b"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "use-all"}},
+    ]
+    kept = [(o["kind"], o["metadata"]["name"]) for o in graphs.referenced_roles(objects)]
+    assert kept == [("ClusterRole", "use-all"), ("ClusterRoleBinding", "b")]

@@ -219,3 +219,26 @@ def test_a_network_status_ip_that_is_no_address_is_left_out_with_a_note_and_the_
     entries = yaml.safe_load(data.read_text())["items"]
     ips = {e["pod"]: e["networkData"].get("ips") for e in entries}
     assert ips == {"default/bad": ["10.1.0.5/32"], "default/fine": ["10.1.0.6/32"]}
+
+
+def test_a_malformed_workload_is_reported_with_its_fields_and_the_rest_is_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A pod the API server would refuse (schedulingGates not a list) is read by the shared
+    # workload view once, and refused naming the field, whatever else it holds.
+    bad = pod("bad", [{"podNetworkName": "ok"}], schedulingGates=5)
+    inputs = tmp_path / "in.yaml"
+    inputs.write_text(yaml.safe_dump_all([
+        nad("ok", {"type": "host-device", "device": "ens5"}), podnetwork("ok", "ok"),
+        pod("fine", [{"podNetworkName": "ok"}]), bad,
+    ]))
+    output = tmp_path / "dra.yaml"
+    assert run("-f", str(inputs), "-o", str(output), "--partial") == 1
+    _, err = capsys.readouterr()
+    assert (f"! {inputs}:doc 4: Pod default/bad: InvalidObject: does not fit its schema: "
+            "spec.schedulingGates: Input should be a valid list\n") in err
+    assert "Traceback" not in err
+    assert err.endswith("export: 1 DeviceClass, 1 ResourceClaimTemplate, 1 workload(s), 0 networkData; "
+                        "1 cannot be expressed\n")
+    docs = list(yaml.safe_load_all(output.read_text()))
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Pod"] == ["fine"]

@@ -46,7 +46,7 @@ def _class_expressions(result: export.Export, name: str) -> list[str]:
 
 
 def _reasons(result: export.Export) -> dict[str, str]:
-    return {u.ref: u.reason for u in result.unexpressible}
+    return {str(u.ref): u.reason for u in result.unexpressible}
 
 
 def test_a_host_device_network_selects_exactly_that_interface_of_the_dranet_driver() -> None:
@@ -215,7 +215,7 @@ def test_disabled_and_foreign_podnetworks_have_no_class() -> None:
     result = run(nad("n", HOST_DEVICE), podnetwork("off", "n", enabled=False),
                  podnetwork("other", provider="example.com/sdn"), podnetwork("default", provider="example.com/cni"))
     assert _reasons(result) == {"PodNetwork off": "PodNetworkDisabled", "PodNetwork other": "NotBridgeProvider"}
-    assert [s.ref for s in result.skipped] == ["PodNetwork default"]
+    assert [str(s.ref) for s in result.skipped] == ["PodNetwork default"]
 
 
 def test_an_attachment_whose_nad_picks_another_device_is_refused() -> None:
@@ -237,7 +237,7 @@ def test_a_pod_is_exported_whole_or_not_at_all() -> None:
                  pod("p", [{"podNetworkName": "good"}, {"podNetworkName": "bad"}]),
                  pod("q", [{"podNetworkName": "good"}]))
     assert _reasons(result) == {"PodNetwork bad": "UnsupportedPlugin", "Pod default/p": "UnsupportedPlugin"}
-    assert [w.ref for w in result.workloads] == ["Pod default/q"]
+    assert [str(w.ref) for w in result.workloads] == ["Pod default/q"]
     assert len(result.templates) == 1  # q's only; p's template for `good` is not left behind
 
 
@@ -247,14 +247,14 @@ def test_the_same_shape_shares_one_template_and_another_shape_gets_its_own() -> 
                  deployment("b", [{"podNetworkName": "n", "interfaceName": "x0"}]),
                  pod("c", [{"podNetworkName": "n", "interfaceName": "y0"}]),
                  pod("d", [{"podNetworkName": "n", "interfaceName": "x0"}], namespace="other"))
-    templates = {w.ref: w.claims[0].template for w in result.workloads}
+    templates = {str(w.ref): w.claims[0].template for w in result.workloads}
     assert templates["Pod default/a"] == templates["Deployment default/b"] != templates["Pod default/c"]
     assert templates["Pod other/d"] == templates["Pod default/a"]  # same name, in its own namespace
     assert sorted((t.metadata.namespace, t.metadata.name) for t in result.templates) == sorted(
         {("default", templates["Pod default/a"]), ("default", templates["Pod default/c"]),
          ("other", templates["Pod other/d"])}
     )
-    (exported,) = [w for w in result.workloads if w.ref == "Deployment default/b"]
+    (exported,) = [w for w in result.workloads if str(w.ref) == "Deployment default/b"]
     deployment_spec = exported.obj["spec"]["template"]["spec"]
     assert deployment_spec["resourceClaims"][0]["resourceClaimTemplateName"] == templates["Pod default/a"]
 
@@ -287,7 +287,7 @@ def test_a_pod_owned_by_a_workload_is_left_to_its_owner_but_keeps_its_network_da
     result = run(nad("n", {**HOST_DEVICE, "ipam": {"type": "static",
                                                      "addresses": [{"address": "10.0.0.9/28"}]}}),
                  podnetwork("n", "n"), owned)
-    assert result.workloads == [] and [s.ref for s in result.skipped] == ["Pod default/web-1"]
+    assert result.workloads == [] and [str(s.ref) for s in result.skipped] == ["Pod default/web-1"]
     (entry,) = result.network_data
     assert entry.data.to_dict() == {"interfaceName": "n0", "ips": ["10.0.0.9/28"]}
 
@@ -366,7 +366,7 @@ def test_the_default_network_entry_is_noted_not_claimed() -> None:
                            {"podNetworkName": "n"}]),
                  pod("q", [{"podNetworkName": "n"}]))
     assert [len(w.claims) for w in result.workloads] == [1, 1]
-    notes = {n.ref: n.message for n in result.notes}
+    notes = {str(n.ref): n.message for n in result.notes}
     assert "are not carried" in notes["Pod default/p"]
     assert "does not list the default PodNetwork" in notes["Pod default/q"]
 

@@ -167,8 +167,8 @@ def test_each_workload_is_exported_whole_or_reported_and_no_template_is_left_ove
     for obj in objs:
         inventory.add(obj)
     result = export.export(inventory)
-    exported = {w.ref for w in result.workloads}
-    reported = {u.ref for u in result.unexpressible if u.ref.startswith("Pod ")}
+    exported = {str(w.ref) for w in result.workloads}
+    reported = {str(u.ref) for u in result.unexpressible if u.ref.kind == "Pod"}
     assert exported | reported == {f"Pod default/p{k}" for k in range(len(pods))}
     assert not exported & reported
     used = {c.template for w in result.workloads for c in w.claims}

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from bridge.dra import export
 from bridge.dra import objects as dra
 from podnetwork.cli import manifests
+from podnetwork.ground import workloads
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "dra"
 
@@ -90,7 +91,7 @@ def test_every_exported_object_loads_into_the_api_model_unchanged(driver: str) -
 
 
 def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
-    path = export.WORKLOAD_TEMPLATES[(obj["apiVersion"].rpartition("/")[0], obj["kind"])]
+    path = workloads.KINDS[workloads.WorkloadKind(obj["kind"])].template_path
     node = obj
     for key in path:
         node = node[key]

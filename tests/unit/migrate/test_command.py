@@ -193,3 +193,28 @@ def test_the_plan_goes_through_a_link_to_a_device_which_stays_a_device(
     sink.symlink_to("/dev/null")
     assert run("-f", str(FIXTURES / "cluster"), "-o", str(sink), "-q") == 0
     assert sink.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_malformed_workload_is_reported_with_its_fields_and_the_rest_is_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Deployment the API server would refuse (ownerReferences not a list) is read by the
+    # shared workload view once, and refused naming the field, whatever else it holds.
+    nad = {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+           "metadata": {"name": "a", "namespace": "app"}, "spec": {"config": '{"cniVersion": "1.0.0", "type": "bridge"}'}}
+    fine = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fine", "namespace": "app", "annotations": {NPWG: "a"}}}
+    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad", "namespace": "app", "ownerReferences": 5},
+           "spec": {"template": {"metadata": {"annotations": {NPWG: "a"}}}}}
+    inputs = tmp_path / "in.yaml"
+    inputs.write_text(yaml.safe_dump_all([nad, fine, bad]))
+    plan = tmp_path / "plan.yaml"
+    assert run("-f", str(inputs), "-q", "-o", str(plan)) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert (f"! {inputs}:doc 3: Deployment app/bad: InvalidObject: does not fit its schema: "
+            "metadata.ownerReferences: Input should be a valid list\n") in err
+    assert "Traceback" not in err
+    assert "change 1 workload(s); 1 cannot be migrated" in err
+    header = next(yaml.safe_load_all(plan.read_text()))
+    assert [w["name"] for w in header["workloads"]] == ["fine"]
+    assert [(u["object"], u["reason"]) for u in header["unmigratable"]] == [("Deployment app/bad", "InvalidObject")]

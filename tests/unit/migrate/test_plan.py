@@ -13,7 +13,8 @@ import yaml
 from bridge import migrate, translate
 from bridge.operator import pods
 from podnetwork.cli import manifests
-from podnetwork.ground import constants
+from podnetwork.ground import constants, workloads
+from podnetwork.ground.workloads import WorkloadKind
 from podnetwork.kep import networks, validation
 from tests.unit.crd_support import crd, schema_errors
 
@@ -98,8 +99,8 @@ def test_a_pod_managed_by_a_workload_is_skipped_and_names_its_owner(cluster_plan
 
 def test_objects_of_other_kinds_or_groups_are_not_workloads() -> None:
     fake = {"apiVersion": "example.com/v1", "kind": "Deployment", "metadata": {"name": "x"}}
-    assert migrate.workload_of(fake) is None
-    assert migrate.workload_of({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}}) is None
+    assert workloads.read(fake) is None
+    assert workloads.read({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}}) is None
 
 
 # --- networks ----------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def test_created_objects_record_their_origin(cluster_plan: migrate.Plan) -> None
         meta = planned.obj["metadata"]
         assert meta["labels"][migrate.MIGRATED_BY_LABEL] == migrate.FIELD_MANAGER
         origin = json.loads(meta["annotations"][migrate.ORIGIN_ANNOTATION])
-        assert origin["kind"] in {"NetworkAttachmentDefinition", *(str(k) for k in migrate.WorkloadKind)}
+        assert origin["kind"] in {"NetworkAttachmentDefinition", *(str(k) for k in WorkloadKind)}
     origin = json.loads(
         created(cluster_plan, constants.PODNETWORK_KIND)["app.bridge-net.2"]["metadata"]["annotations"][
             migrate.ORIGIN_ANNOTATION

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bridge import migrate, npwg, translate
 from podnetwork.ground import constants
+from podnetwork.ground.workloads import WorkloadKind
 from podnetwork.kep import networks, validation
 
 POD_NAMESPACES = ("app", "infra")
@@ -118,7 +119,7 @@ def workload(kind: str, namespace: str, text: str) -> dict[str, Any]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(selection=selections(), kind=st.sampled_from([str(k) for k in migrate.WorkloadKind]))
+@given(selection=selections(), kind=st.sampled_from([str(k) for k in WorkloadKind]))
 def test_translating_the_migrated_networks_gives_back_the_original_selection(
     selection: tuple[str, str], kind: str
 ) -> None:
@@ -165,7 +166,7 @@ annotation_texts = st.one_of(
 
 @st.composite
 def manifests_objects(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(st.sampled_from([*(str(k) for k in migrate.WorkloadKind), "NetworkAttachmentDefinition", "Service"]))
+    kind = draw(st.sampled_from([*(str(k) for k in WorkloadKind), "NetworkAttachmentDefinition", "Service"]))
     api = {"Pod": "v1", "Job": "batch/v1", "CronJob": "batch/v1", "NetworkAttachmentDefinition": "k8s.cni.cncf.io/v1", "Service": "v1"}.get(kind, "apps/v1")
     annotations = {migrate.NPWG_NETWORKS_ANNOTATION: draw(annotation_texts)}
     if draw(st.booleans()):
@@ -183,10 +184,14 @@ def manifests_objects(draw: st.DrawFn) -> dict[str, Any]:
 def test_any_input_is_planned_without_crashing_and_no_workload_is_dropped(objects: list[dict[str, Any]]) -> None:
     inventory = migrate.Inventory.of([*nads(), *objects])
     p = migrate.plan(inventory)
+    # A workload that does not fit the workload view is reported too, whatever its annotations.
     candidates = [w.ref for w in inventory.workloads if migrate.NPWG_NETWORKS_ANNOTATION in w.annotations]
+    candidates += [w.ref for w in inventory.invalid]
     accounted = [c.workload.ref for c in p.workloads] + [u.ref for u in p.unmigratable] + [s.ref for s in p.skipped]
     assert sorted(map(str, accounted)) == sorted(map(str, candidates))
     for change in p.workloads:
         assert validation.validate_networks(networks.parse(change.after)) == []
+    invalid = {str(w.ref) for w in inventory.invalid}
+    assert {str(u.ref) for u in p.unmigratable if u.reason == migrate.Reason.INVALID_OBJECT} == invalid
     migrate.to_yaml(p)
     migrate.diff(p)

@@ -1,0 +1,128 @@
+"""What the suite reads of the objects it gets back, as pydantic views.
+
+Each view declares the fields a test reads, under their wire names, and ignores the
+rest. Pods, Nodes and Events are core objects the API server has already checked,
+so their fields are typed; of the KEP objects, which the implementation under test
+serves, the fields a test judges keep the value as sent (`Any`): `enabled` must be
+`true`, not something that reads as true. `read` and `read_as` never fail: a field that does
+not fit is seen as absent (the others are still read), an object that is not a mapping as an
+empty one, and the test says what it missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _absent_if_unfit(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """A field that does not fit reads as absent: what an implementation wrote wrong in one
+        place must not hide what it wrote right in another (a test judges each field it reads)."""
+        try:
+            return handler(value)
+        except ValidationError:
+            assert info.field_name is not None
+            return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+
+
+class Meta(_View):
+    name: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    finalizers: list[str] | None = None
+    deletion_timestamp: str | None = Field(None, alias="deletionTimestamp")
+
+    def annotation(self, key: str) -> str | None:
+        return None if self.annotations is None else self.annotations.get(key)
+
+
+class Status(_View):
+    conditions: list[Any] | None = None
+    """As sent (entries that are not objects are skipped by `Object.condition`): a test shows
+    the condition it judged."""
+    phase: str | None = None
+    pod_ips: list[dict[str, Any]] | None = Field(None, alias="podIPs")
+
+
+class Spec(_View):
+    """The spec fields the tests read, of a Pod, a Node or a KEP object."""
+
+    node_name: str | None = Field(None, alias="nodeName")
+    scheduling_gates: list[dict[str, Any]] | None = Field(None, alias="schedulingGates")
+    unschedulable: Any = None
+    taints: list[dict[str, Any]] | None = None
+    provider: Any = None
+    enabled: Any = None
+    pod_network_name: Any = Field(None, alias="podNetworkName")
+
+
+class Object(_View):
+    metadata: Meta = Field(default_factory=Meta)
+    spec: Spec = Field(default_factory=Spec)
+    status: Status = Field(default_factory=Status)
+
+    def condition(self, type_: str) -> dict[str, Any] | None:
+        """The condition `type_` in `status.conditions`, as sent, or None."""
+        for cond in self.status.conditions or ():
+            if isinstance(cond, dict) and cond.get("type") == type_:
+                return cond
+        return None
+
+
+class Reference(_View):
+    name: str | None = None
+
+
+class Event(_View):
+    """core/v1 or events.k8s.io/v1: the object it is about, and its text."""
+
+    involved_object: Reference | None = Field(None, alias="involvedObject")
+    regarding: Reference | None = None
+    message: str | None = None
+    note: str | None = None
+
+    @property
+    def about(self) -> str | None:
+        """The name of the object it is about (core/v1 `involvedObject`, else `regarding`)."""
+        ref = self.involved_object if self.involved_object is not None else self.regarding
+        return None if ref is None else ref.name
+
+    @property
+    def text(self) -> str:
+        return self.message or self.note or ""
+
+
+V = TypeVar("V", bound=_View)
+
+
+def read_as(obj: Mapping[str, Any] | None, view: type[V]) -> V:
+    """`obj` seen through `view`; an absent object, or one that does not fit, as an empty one."""
+    if obj is not None:
+        try:
+            return view.model_validate(obj)
+        except ValidationError:
+            pass
+    return view()
+
+
+def read(obj: Mapping[str, Any] | None) -> Object:
+    """`obj` seen as an `Object` (metadata, spec, status), or an empty one."""
+    return read_as(obj, Object)
+
+
+__all__ = ["Event", "Meta", "Object", "Reference", "Spec", "Status", "read", "read_as"]
