@@ -1,7 +1,11 @@
 """MultiNetworkPolicy on PodNetworks (KEP-3698 Phase III req 22): the API and the pure decisions.
 
 - `model`: the `k8s.cni.cncf.io/v1beta1` MultiNetworkPolicy models and `parse_policy`;
-- `world`: the typed inputs (pods, namespaces, networks, policies) built at the edge;
+- `world`: the typed inputs (pods, namespaces, networks, policies, a connection);
+- `views`: the edge's builders of those inputs from Pod objects and typed views;
+- `scope`: which networks each policy applies to, and findings for what it names wrongly;
+- `evaluate`: the reference evaluator, `allowed(world, connection)`;
+- `rules`: the compiler of one pod's nftables table (libnftables JSON, one transaction).
 
 Nothing here does I/O: the agent's edge builds a `World`, asks which policies apply where,
 and writes the rules the compiler returns. docs/network-policy.md is the user's side.
