@@ -116,7 +116,7 @@ def scope(policy: MultiNetworkPolicy, networks: Mapping[str, NetworkInfo]) -> Sc
             Reason.NO_NETWORK,
             f"the policy names no network: annotate it with {constants.POLICY_FOR_PODNETWORK_ANNOTATION} "
             f"(PodNetworks) or {constants.POLICY_FOR_NAD_ANNOTATION} (NetworkAttachmentDefinitions); "
-            "it applies to nothing",
+            "the policy applies to no network",
         )
     elif not found:
         suffix = "; the policy applies to no network"
