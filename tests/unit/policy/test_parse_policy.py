@@ -140,7 +140,7 @@ def test_every_error_is_reported_at_once() -> None:
 def test_another_kind_or_version_is_refused() -> None:
     obj = _obj({"podSelector": {}})
     obj["apiVersion"] = "k8s.cni.cncf.io/v1"
-    with pytest.raises(PolicyError, match="apiVersion: Invalid value: \"k8s.cni.cncf.io/v1\": must be k8s.cni.cncf.io/v1beta1"):
+    with pytest.raises(PolicyError, match=r"apiVersion: Invalid value: \"k8s\.cni\.cncf\.io/v1\": must be k8s\.cni\.cncf\.io/v1beta1"):
         parse_policy(obj)
 
 
