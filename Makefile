@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The real CNI plugins and `ip` (the CNI tier, the demo), and Graphviz's `dot` (`podnetwork graph
+# The real CNI plugins, `ip` and `nft` (the CNI tier, the demo, policy rules), and Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
@@ -36,6 +36,7 @@ system-deps:
 	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
 	if [ -z "$$missing" ]; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \

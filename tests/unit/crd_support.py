@@ -82,6 +82,8 @@ def to_json_schema(node: Any) -> Any:
             out[key] = to_json_schema(value)
         else:
             out[key] = value
+    if node.get("x-kubernetes-int-or-string") and "anyOf" not in node:
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if node.get("nullable"):
         out["type"] = [node["type"], "null"]
     if (
