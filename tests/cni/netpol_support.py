@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 
 from bridge.agent import nftables
+from tests.cni.netpol_pod_support import sctp_unavailable
 
 PREFIX = "pnnp-"
 """Every namespace of this harness starts with it (then a random tag): parallel runs do not clash."""
@@ -371,11 +372,13 @@ class Node:
             results.update(zip(mine, self._programs[src].receive()["results"], strict=True))
         return results
 
-    def reach(self, source: str, address: str, probe: Probe, timeout: float = 0.5) -> bool:
-        """One probe from a pod to any address (e.g. one no test namespace owns)."""
+    def reach(self, source: str, addresses: Sequence[str], probes: Sequence[Probe] = DEFAULT_PROBES,
+              timeout: float = 0.5) -> dict[tuple[str, Probe], bool]:
+        """From one pod to any addresses (e.g. ones no test namespace owns), every probe at once."""
+        keys = [(address, probe) for address in addresses for probe in probes]
         answer = self._programs[source].ask({"op": "probe", "timeout": timeout, "probes": [
-            {"dst": address, "protocol": probe.protocol, "port": probe.port}]})
-        return bool(answer["results"][0])
+            {"dst": address, "protocol": probe.protocol, "port": probe.port} for address, probe in keys]})
+        return dict(zip(keys, answer["results"], strict=True))
 
     @contextlib.contextmanager
     def connection(self, source: str, destination: str, port: int = 80, network: str = "net1",
@@ -410,9 +413,13 @@ class Node:
         for key in self.pods:
             self.remove(key)
 
-    def sctp_or_skip(self) -> None:
-        if self.sctp_unavailable:
-            pytest.skip(f"SCTP probes need SCTP in the kernel: {self.sctp_unavailable}")
+
+def sctp_or_skip() -> None:
+    """Skips the test, naming the missing kernel module, where the kernel makes no SCTP sockets
+    (modules are the kernel's, shared by every namespace: asking here answers for the pods)."""
+    unavailable = sctp_unavailable()
+    if unavailable:
+        pytest.skip(f"SCTP probes need SCTP in the kernel: {unavailable}")
 
 
 @contextlib.contextmanager

@@ -89,11 +89,11 @@ def test_deny_all_ingress_on_net1_closes_x_a_there_and_leaves_its_replies_net2_a
 
 
 def test_an_established_connection_survives_a_replacement_that_still_allows_it(node: Node) -> None:
-    xb, xc = node.pods["x/b"].addresses["net1"], node.pods["x/c"].addresses["net1"]
+    xa, xb, xc = (node.pods[p].addresses["net1"] for p in ("x/a", "x/b", "x/c"))
     node.apply("x/a", ingress("net1", allowed=[xb]))
     with node.connection("x/b", "x/a") as round_trip:
         assert round_trip()
-        assert not node.reach("x/c", node.pods["x/a"].addresses["net1"], TCP80)
+        assert node.reach("x/c", [xa], [TCP80]) == {(xa, TCP80): False}
 
         node.apply("x/a", ingress("net1", allowed=[xb, xc]))
 
