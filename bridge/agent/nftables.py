@@ -53,7 +53,8 @@ MAX_OUTPUT_BYTES = 64 * 1024
 #: libnftables JSON commands a ruleset may hold (a bare object means "add").
 ALLOWED_COMMANDS = frozenset({"add", "create", "insert", "replace", "delete", "flush"})
 #: Object types that live in a table.
-TABLE_OBJECTS = frozenset({"table", "chain", "rule", "set", "map", "element", "counter", "quota", "limit", "ct helper"})
+TABLE_OBJECTS = frozenset(
+    {"table", "chain", "rule", "set", "map", "element", "counter", "quota", "limit", "ct helper"})
 
 _NS_GET_NSTYPE = 0xB703  # ioctl on a namespace file: its CLONE_NEW* type (Linux >= 4.11)
 _CLONE_NEWNET = 0x40000000
@@ -83,7 +84,8 @@ def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
     """
     items = ruleset.get("nftables") if isinstance(ruleset, Mapping) else None
     if not isinstance(items, list):
-        raise ValueError(f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
+        raise ValueError(
+            f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
     for index, item in enumerate(items):
         problem = _refusal(item)
         if problem:
@@ -133,7 +135,8 @@ async def apply(netns: str, ruleset: Mapping[str, Any], *, timeout: float = DEFA
     await _nft(netns, "apply our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
-async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft", nsenter: str = "nsenter") -> None:
+async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+                 nsenter: str = "nsenter") -> None:
     """Deletes our table from the namespace at path `netns`, if both exist (idempotent).
 
     An empty `netns` (a CNI DEL may carry none) or a namespace that is gone is no error:
@@ -147,14 +150,16 @@ async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nf
         await _nft(netns, "remove our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
-async def exists(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft", nsenter: str = "nsenter") -> bool:
+async def exists(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+                 nsenter: str = "nsenter") -> bool:
     """Whether our table is in the namespace at path `netns` (NetnsGone if the namespace is not)."""
-    out = await _nft(netns, "list nftables tables", ["-j", "list", "tables", FAMILY], b"", timeout, nft, nsenter)
+    action = "list nftables tables"
+    out = await _nft(netns, action, ["-j", "list", "tables", FAMILY], b"", timeout, nft, nsenter)
     try:
         items = json.loads(out)["nftables"]
         return any(isinstance(i, dict) and i.get("table", {}).get("name") == TABLE for i in items)
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise NftablesError(netns, "list nftables tables", f"nft answered what is not its JSON: {_cut(out)}") from None
+        raise NftablesError(netns, action, f"nft answered what is not its JSON: {_cut(out)}") from None
 
 
 async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeout: float, nft: str,
@@ -162,7 +167,8 @@ async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeo
     """Runs `nft ARGS` in the namespace at path `netns`; its stdout (at most MAX_OUTPUT_BYTES)."""
     program = shutil.which(nft)
     if program is None:
-        raise NftablesError(netns, action, f"the nft program ({nft}) is not installed: install the nftables package")
+        raise NftablesError(netns, action,
+                            f"the nft program ({nft}) is not installed: install the nftables package")
     fd = _open_netns(netns, action)
     try:
         try:

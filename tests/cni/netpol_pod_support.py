@@ -22,6 +22,7 @@ It exits when stdin closes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -66,10 +67,8 @@ def echo_stream(conn: socket.socket) -> None:
 def serve_datagram(sock: socket.socket) -> None:
     while True:
         data, peer = sock.recvfrom(4096)
-        try:
+        with contextlib.suppress(OSError):
             sock.sendto(data, peer)
-        except OSError:
-            pass
 
 
 def listen(sctp: bool) -> None:
@@ -132,7 +131,7 @@ def ping(dst: str, timeout: float) -> bool:
 def checksum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     total = (total >> 16) + (total & 0xFFFF)
     total += total >> 16
     return ~total & 0xFFFF

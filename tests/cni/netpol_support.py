@@ -256,7 +256,7 @@ class Node:
             self.pods = {f"{ns}/{name}": self.pods[f"{ns}/{name}"] for ns, name in keys}
             for key in self.pods:
                 self._start_program(key)
-            for key, program in self._programs.items():
+            for program in self._programs.values():
                 ready = program.receive()
                 self.sctp_unavailable = ready["sctp"]
             self.assert_sealed()
