@@ -28,13 +28,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The real CNI plugins and `ip` (the CNI tier, the demo), and Graphviz's `dot` (`podnetwork graph
+# The real CNI plugins and `ip` (the CNI tier, the demo), `nft` (the agent's MultiNetworkPolicy
+# tables in pods, bridge/agent/nftables.py, and their CNI tests), and Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
 	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	if [ -z "$$missing" ]; then \
 		:; \
