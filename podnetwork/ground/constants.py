@@ -99,6 +99,23 @@ NPWG_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 #: Pod annotation reporting the result of each attachment (5).
 NPWG_NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 
+# --- MultiNetworkPolicy (the NPWG multi-networkpolicy API; KEP-3698 Phase III req 22) --------
+
+#: API group, version and names of MultiNetworkPolicy, as the multi-networkpolicy project
+#: defines them (its spec is NetworkPolicy's): docs/network-policy.md.
+POLICY_GROUP = NAD_GROUP
+POLICY_VERSION = "v1beta1"
+POLICY_API_VERSION = f"{POLICY_GROUP}/{POLICY_VERSION}"
+POLICY_KIND = "MultiNetworkPolicy"
+POLICY_PLURAL = "multi-networkpolicies"
+POLICY_SINGULAR = "multi-networkpolicy"
+POLICY_SHORT = "multi-policy"
+#: Policy annotation naming the NetworkAttachmentDefinitions a MultiNetworkPolicy applies to
+#: (`name` in the policy's namespace or `namespace/name`, comma-separated), as the ecosystem spells it.
+POLICY_FOR_NAD_ANNOTATION = "k8s.v1.cni.cncf.io/policy-for"
+#: Policy annotation naming the PodNetworks a MultiNetworkPolicy applies to (comma-separated).
+POLICY_FOR_PODNETWORK_ANNOTATION = f"{GROUP}/policy-for"
+
 #: Feature gate name (KEP "Feature gate").
 FEATURE_GATE = "MultiNetwork"
 

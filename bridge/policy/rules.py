@@ -1,0 +1,334 @@
+"""The rule compiler: one pod's nftables ruleset, enforcing the evaluator's semantics. Pure.
+
+`compile_pod(world, pod)` returns the commands of libnftables' JSON (`nft -j`, see
+libnftables-json(5)) for the pod's network namespace, as one transaction that replaces the
+whole table: `add table`, `delete table` (so that it exists to delete), then the full
+content. The kernel applies a transaction atomically, so a reader never sees half a ruleset,
+and conntrack entries outlive it: established connections survive every update.
+
+The table, `inet podnetwork_policy`:
+
+- base chains `input` and `output` (filter hooks, priority 0, policy accept); each starts
+  with `ct state established,related accept` (replies of allowed connections, and their
+  ICMP errors, pass), then jumps, by `iifname`/`oifname`, to the chain of each interface
+  whose network isolates the pod in that direction;
+- a chain per isolated interface and direction (`ingress_<n>`, `egress_<n>`, `n` the
+  interface's place in the pod): `ct state invalid drop`; IPv6 neighbour discovery accepted
+  (without it no address on the link resolves: a deviation documented in
+  docs/network-policy.md); one `accept` per allowed (peers, protocol, port) of every applying
+  policy; then `drop`;
+- named sets of peer addresses per rule and family (`ipv4_addr`/`ipv6_addr`, `flags
+  interval`): the selected pods' addresses on that network, and `ipBlock` CIDRs with their
+  `except` cut out (`ipaddress.address_exclude`), merged.
+
+Interfaces of other networks, of networks no policy isolates the pod on, the cluster default
+network's (`eth0`) and `lo` meet no rule of ours. A pod that no policy isolates anywhere gets
+no table: `Ruleset.document` is None and the applier deletes the table (`removal()`).
+Named ports resolve as the evaluator resolves them: for ingress against the pod itself, for
+egress against each peer pod (one set per resolved port number).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.policy.evaluate import isolating, peer_selects_pod
+from bridge.policy.model import IPNetwork, MultiNetworkPolicy, PolicyPeer, PolicyPort, PolicyType, Rule
+from bridge.policy.scope import Scope, scopes
+from bridge.policy.world import PodInfo, PodInterface, World
+
+FAMILY = "inet"
+TABLE = "podnetwork_policy"
+#: libnftables JSON schema version this module writes (libnftables-json(5), METAINFO).
+JSON_SCHEMA_VERSION = 1
+#: ICMPv6 types of neighbour and router discovery (RFC 4861), accepted on isolated interfaces.
+ND_TYPES = ("nd-neighbor-solicit", "nd-neighbor-advert", "nd-router-solicit", "nd-router-advert")
+
+Command = dict[str, Any]
+Expression = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    """What one pod's namespace should hold: `commands` (empty: no table) and the interfaces that
+    could not be enforced (`unenforced`: a network with no interface name in the pod's status)."""
+
+    pod: str
+    commands: tuple[Command, ...]
+    unenforced: tuple[str, ...] = ()
+
+    @property
+    def document(self) -> dict[str, Any] | None:
+        """The transaction for `nft -j -f -`, or None when no table should exist."""
+        return transaction(self.commands) if self.commands else None
+
+
+def transaction(commands: Iterable[Command]) -> dict[str, Any]:
+    return {"nftables": [{"metainfo": {"json_schema_version": JSON_SCHEMA_VERSION}}, *commands]}
+
+
+def _table() -> dict[str, Any]:
+    return {"family": FAMILY, "name": TABLE}
+
+
+def _in_table() -> dict[str, Any]:
+    """How a chain, a set or a rule names its table."""
+    return {"family": FAMILY, "table": TABLE}
+
+
+def removal() -> dict[str, Any]:
+    """The transaction that deletes the table, whether it exists or not."""
+    return transaction([{"add": {"table": _table()}}, {"delete": {"table": _table()}}])
+
+
+def _match(left: Expression, right: Any, op: str = "==") -> Expression:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _meta(key: str) -> Expression:
+    return {"meta": {"key": key}}
+
+
+def _ct_state(*states: str) -> Expression:
+    return _match({"ct": {"key": "state"}}, list(states) if len(states) > 1 else states[0], "in")
+
+
+def _element(net: IPNetwork) -> Any:
+    if net.prefixlen == net.max_prefixlen:
+        return str(net.network_address)
+    return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
+
+
+def _block_networks(peer: PolicyPeer) -> list[IPNetwork]:
+    """An ipBlock as disjoint networks: its CIDR with every `except` cut out."""
+    assert peer.ip_block is not None
+    remaining: list[IPNetwork] = [peer.ip_block.network()]
+    for cut in peer.ip_block.excepted():
+        next_remaining: list[IPNetwork] = []
+        for net in remaining:
+            if net.version == cut.version and cut.subnet_of(net):  # type: ignore[arg-type]
+                next_remaining.extend(net.address_exclude(cut))  # type: ignore[arg-type]
+            elif net.version == cut.version and net.subnet_of(cut):  # type: ignore[arg-type]
+                continue
+            else:
+                next_remaining.append(net)
+        remaining = next_remaining
+    return remaining
+
+
+def _collapse(nets: Iterable[IPNetwork]) -> dict[int, list[IPNetwork]]:
+    by_family: dict[int, list[IPNetwork]] = {4: [], 6: []}
+    for net in nets:
+        by_family[net.version].append(net)
+    return {
+        v: list(ipaddress.collapse_addresses(n))  # type: ignore[type-var]
+        for v, n in by_family.items()
+        if n
+    }
+
+
+def _host(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> IPNetwork:
+    return ipaddress.ip_network(address)
+
+
+class _Builder:
+    """Collects sets and rules of one pod's table, naming sets in order."""
+
+    def __init__(self) -> None:
+        self.sets: list[Command] = []
+        self.count = 0
+
+    def address_set(self, nets: list[IPNetwork], version: int) -> str:
+        name = f"peers_{self.count}_v{version}"
+        self.count += 1
+        self.sets.append(
+            {
+                "add": {
+                    "set": {
+                        **_in_table(),
+                        "name": name,
+                        "type": "ipv4_addr" if version == 4 else "ipv6_addr",
+                        "flags": ["interval"],
+                        "elem": [_element(n) for n in nets],
+                    }
+                }
+            }
+        )
+        return name
+
+
+def _port_matches(port: PolicyPort, number: int | None) -> list[Expression]:
+    """Expressions for one policy port; `number` is a named port's resolved number."""
+    out = [_match(_meta("l4proto"), port.protocol.value.lower())]
+    dport = {"payload": {"protocol": "th", "field": "dport"}}
+    if number is not None:
+        out.append(_match(dport, number))
+    elif (numeric := port.numeric_range()) is not None:
+        first, last = numeric
+        out.append(_match(dport, first if first == last else {"range": [first, last]}))
+    return out
+
+
+def _peer_nets(world: World, policy: MultiNetworkPolicy, rule: Rule, network: str) -> list[IPNetwork]:
+    nets: list[IPNetwork] = []
+    for peer in rule.peers:
+        if peer.ip_block is not None:
+            nets.extend(_block_networks(peer))
+        else:
+            for pod in world.pods.values():
+                if peer_selects_pod(world, policy, peer, pod):
+                    nets.extend(_host(a) for a in pod.addresses_on(network))
+    return nets
+
+
+def _address_matches(
+    builder: _Builder, nets: list[IPNetwork] | None, field: str
+) -> list[list[Expression]]:
+    """One list of expressions per family the peers cover; `[[]]` for any peer (None)."""
+    if nets is None:
+        return [[]]
+    out = []
+    for version, merged in sorted(_collapse(nets).items()):
+        name = builder.address_set(merged, version)
+        address = {"payload": {"protocol": "ip" if version == 4 else "ip6", "field": field}}
+        out.append([_match(address, f"@{name}")])
+    return out
+
+
+def _egress_named(
+    world: World, policy: MultiNetworkPolicy, rule: Rule, port: PolicyPort, network: str
+) -> dict[int, list[IPNetwork]]:
+    """For an egress named port: the peer addresses grouped by the number the name has on each peer pod."""
+    assert isinstance(port.port, str)
+    groups: dict[int, list[IPNetwork]] = {}
+    for pod in world.pods.values():
+        number = pod.named_port(port.port, port.protocol)
+        if number is None:
+            continue
+        for address in pod.addresses_on(network):
+            if not rule.peers or any(
+                p.ip_block.contains(address)
+                if p.ip_block is not None
+                else peer_selects_pod(world, policy, p, pod)
+                for p in rule.peers
+            ):
+                groups.setdefault(number, []).append(_host(address))
+    return groups
+
+
+def _rule_bodies(
+    world: World, builder: _Builder, policy: MultiNetworkPolicy, rule: Rule, direction: PolicyType,
+    pod: PodInfo, network: str,
+) -> list[list[Expression]]:
+    """The match expressions of each nftables rule that accepts what `rule` allows."""
+    field = "saddr" if direction is PolicyType.INGRESS else "daddr"
+    peers = _peer_nets(world, policy, rule, network) if rule.peers else None
+    if not rule.ports:
+        return _address_matches(builder, peers, field)
+    bodies: list[list[Expression]] = []
+    for port in rule.ports:
+        if isinstance(port.port, str) and direction is PolicyType.EGRESS:
+            for number, nets in sorted(_egress_named(world, policy, rule, port, network).items()):
+                for addr in _address_matches(builder, nets, field):
+                    bodies.append(addr + _port_matches(port, number))
+            continue
+        named: int | None = None
+        if isinstance(port.port, str):
+            named = pod.named_port(port.port, port.protocol)
+            if named is None:
+                continue  # the pod has no such port: this entry allows nothing
+        for addr in _address_matches(builder, peers, field):
+            bodies.append(addr + _port_matches(port, named))
+    return bodies
+
+
+def _chain_rules(chain: str, bodies: Iterable[list[Expression]]) -> list[Command]:
+    return [{"add": {"rule": {**_in_table(), "chain": chain, "expr": body}}} for body in bodies]
+
+
+def _interface_chain(
+    world: World, builder: _Builder, policies: list[MultiNetworkPolicy], direction: PolicyType,
+    pod: PodInfo, itf: PodInterface, chain: str,
+) -> list[Command]:
+    bodies: list[list[Expression]] = [
+        [_ct_state("invalid"), {"drop": None}],
+        [
+            _match(_meta("l4proto"), "ipv6-icmp"),
+            _match({"payload": {"protocol": "icmpv6", "field": "type"}}, {"set": list(ND_TYPES)}),
+            {"accept": None},
+        ],
+    ]
+    for policy in policies:
+        for rule in policy.rules(direction):
+            allowing = _rule_bodies(world, builder, policy, rule, direction, pod, itf.network)
+            bodies.extend([*b, {"accept": None}] for b in allowing)
+    bodies.append([{"drop": None}])
+    comment = f"{direction.value.lower()} on {itf.interface} ({itf.network})"
+    declaration = {"add": {"chain": {**_in_table(), "name": chain, "comment": comment[:128]}}}
+    return [declaration, *_chain_rules(chain, bodies)]
+
+
+_DIRECTIONS = ((PolicyType.INGRESS, "input", "iifname"), (PolicyType.EGRESS, "output", "oifname"))
+
+
+def compile_pod(world: World, pod_key: str, scope_of: Mapping[str, Scope] | None = None) -> Ruleset:
+    """The ruleset of the pod `namespace/name` (which must be in `world.pods`)."""
+    scope_of = scopes(world) if scope_of is None else scope_of
+    pod = world.pods[pod_key]
+    builder = _Builder()
+    chains: list[Command] = []
+    jumps: dict[str, list[Command]] = {"input": [], "output": []}
+    unenforced: list[str] = []
+    for n, itf in enumerate(pod.interfaces):
+        for direction, base, key in _DIRECTIONS:
+            policies = isolating(world, scope_of, pod, itf.network, direction)
+            if not policies:
+                continue
+            if not itf.interface:
+                unenforced.append(
+                    f"network {itf.network}: the pod's status names no interface, so "
+                    f"{direction.value.lower()} policies {', '.join(p.key for p in policies)} "
+                    "cannot be enforced"
+                )
+                continue
+            chain = f"{direction.value.lower()}_{n}"
+            chains.extend(_interface_chain(world, builder, policies, direction, pod, itf, chain))
+            jump = [_match(_meta(key), itf.interface), {"jump": {"target": chain}}]
+            jumps[base].extend(_chain_rules(base, [jump]))
+    if not chains:
+        return Ruleset(pod_key, (), tuple(unenforced))
+    # Adding before deleting makes the delete succeed on a namespace without the table.
+    commands: list[Command] = [
+        {"add": {"table": _table()}},
+        {"delete": {"table": _table()}},
+        {"add": {"table": _table()}},
+    ]
+    for base in ("input", "output"):
+        hooked = {"type": "filter", "hook": base, "prio": 0, "policy": "accept"}
+        commands.append({"add": {"chain": {**_in_table(), "name": base, **hooked}}})
+        commands.extend(_chain_rules(base, [[_ct_state("established", "related"), {"accept": None}]]))
+    commands.extend(builder.sets)
+    commands.extend(chains)
+    commands.extend(jumps["input"] + jumps["output"])
+    return Ruleset(pod_key, tuple(commands), tuple(unenforced))
+
+
+def local_pods(world: World, node: str) -> list[str]:
+    """The keys of the pods on `node`, sorted: those whose namespaces an agent there writes to."""
+    return sorted(p.key for p in world.pods.values() if p.node == node)
+
+
+__all__ = [
+    "FAMILY",
+    "JSON_SCHEMA_VERSION",
+    "ND_TYPES",
+    "TABLE",
+    "Ruleset",
+    "compile_pod",
+    "local_pods",
+    "removal",
+    "transaction",
+]
