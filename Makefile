@@ -53,13 +53,15 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # Benchmarks report ratios against a baseline measured in the same run
-# (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins.
+# (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins,
+# bench_nftables also nftables.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
+	$(PY) benchmarks/bench_nftables.py
 	$(PY) benchmarks/bench_addresswatch.py
 	$(PY) benchmarks/bench_lite.py
 

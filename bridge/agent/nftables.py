@@ -91,7 +91,10 @@ def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
         if problem:
             raise ValueError(f"ruleset item {index} ({_quote(item)}): {problem}")
     table = {"table": dict(OUR_TABLE)}
-    return {"nftables": [{"add": table}, {"delete": table}, *items]}
+    # A metainfo (the schema version nft checks) stays first, where nft itself writes it.
+    meta = [i for i in items if "metainfo" in i]
+    rest = [i for i in items if "metainfo" not in i]
+    return {"nftables": [*meta, {"add": table}, {"delete": table}, *rest]}
 
 
 def _refusal(item: Any) -> str:

@@ -343,7 +343,7 @@ class Node:
 
     def probe(self, probes: Sequence[Probe] = DEFAULT_PROBES, network: str = "net1", *,
               sources: Iterable[str] | None = None, destinations: Iterable[str] | None = None,
-              timeout: float = 0.4, confirm_timeout: float = 1.5) -> Matrix:
+              timeout: float = 0.3, confirm_timeout: float = 1.0) -> Matrix:
         """Every source pod to every destination pod's address on `network`, each probe, with real sockets.
 
         A probe is connected when the server's echo came back (TCP, UDP, SCTP: a byte
@@ -408,10 +408,17 @@ class Node:
     def exists(self, pod: str) -> bool:
         return asyncio.run(nftables.exists(self.pods[pod].path))
 
+    def enforce(self, documents: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Pod -> its ruleset (applied) or None (our table removed), every pod at once."""
+        async def all_pods() -> None:
+            await asyncio.gather(*(
+                nftables.apply(self.pods[pod].path, doc) if doc is not None else nftables.remove(self.pods[pod].path)
+                for pod, doc in documents.items()))
+        asyncio.run(all_pods())
+
     def remove_all(self) -> None:
         """Our table out of every pod: what a test sharing the node leaves for the next."""
-        for key in self.pods:
-            self.remove(key)
+        self.enforce(dict.fromkeys(self.pods))
 
 
 def sctp_or_skip() -> None:

@@ -53,6 +53,13 @@ def test_apply_sends_one_document_that_replaces_our_table(fake: dict[str, Any]) 
     assert sent == {"nftables": [{"add": table}, {"delete": table}, *ruleset["nftables"]]}
 
 
+def test_a_rulesets_metainfo_stays_first() -> None:
+    meta = {"metainfo": {"json_schema_version": 1}}
+    rule = {"add": {"rule": {**OURS, "chain": "input", "expr": [{"accept": None}]}}}
+    table = {"table": {"family": "inet", "name": "podnetwork_policy"}}
+    assert nftables.document({"nftables": [meta, rule]}) == {"nftables": [meta, {"add": table}, {"delete": table}, rule]}
+
+
 @pytest.mark.parametrize(("ruleset", "said"), [
     ([], 'a ruleset is a libnftables JSON object {"nftables": [...]}'),
     ({"nftables": {}}, 'a ruleset is a libnftables JSON object {"nftables": [...]}'),
