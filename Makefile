@@ -28,15 +28,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The real CNI plugins, `ip` and `nft` (the CNI tier, the demo, policy rules), and Graphviz's `dot` (`podnetwork graph
+# The real CNI plugins and `ip` (the CNI tier, the demo), `nft` (the agent's MultiNetworkPolicy
+# tables in pods, bridge/agent/nftables.py, and their CNI tests), and Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
 	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
-	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v nft >/dev/null || missing="$$missing nftables"; \
+	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	if [ -z "$$missing" ]; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \
@@ -52,13 +53,15 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # Benchmarks report ratios against a baseline measured in the same run
-# (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins.
+# (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins,
+# bench_nftables also nftables.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
+	$(PY) benchmarks/bench_nftables.py
 	$(PY) benchmarks/bench_addresswatch.py
 	$(PY) benchmarks/bench_lite.py
 

@@ -1,0 +1,256 @@
+"""Our one nftables table inside a pod's network namespace: apply, remove, read back.
+
+The table (`inet podnetwork_policy`) holds a pod's MultiNetworkPolicy rules. It is
+written with the `nft` program fed libnftables JSON on stdin (`nft -j -f -`), entered
+into the namespace by `nsenter --net=…`:
+
+- One `nft` run is one netlink batch, which the kernel commits or refuses as a whole.
+  `apply` puts "create our table if missing, delete it" in front of the ruleset in the
+  same document, so the old table is replaced by the new one in one transaction: a
+  connection never sees no table or half a table, and a ruleset the kernel (or nft's
+  parser) refuses leaves the previous table exactly as it was.
+- `nsenter` rather than setns(2) in a `preexec_fn`: `preexec_fn` runs Python between
+  fork and exec, which CPython documents as unsafe in a process with threads (the agent
+  has them: bridge.agent.routes, addresswatch), and on Python 3.11 setns needs ctypes
+  there. nsenter costs one more exec (docs/benchmarks.md, "nftables": about 1 ms of a
+  ~10-20 ms apply). The in-process alternative, libnftables through ctypes in a thread
+  that entered the namespace, saves the fork but cannot be killed on a time-out and
+  puts a C library's crash into the agent.
+- The namespace is opened here first and handed to nsenter as an inherited descriptor
+  (`/proc/self/fd/N`): nft runs in the namespace we checked even if the path is
+  unmounted meanwhile, and a namespace that is gone is told apart (`NetnsGone`) from
+  nft refusing the ruleset.
+
+Every run has a time-out (the process group is killed) and reads at most
+`MAX_OUTPUT_BYTES` of each of stdout and stderr (the rest is drained and dropped).
+Errors name the namespace, what we asked and what nft said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FAMILY = "inet"
+TABLE = "podnetwork_policy"
+#: The only table these functions touch: the family and name of every object in a ruleset.
+OUR_TABLE = {"family": FAMILY, "name": TABLE}
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds for one nft run, from the start of nsenter to nft's exit."""
+
+MAX_OUTPUT_BYTES = 64 * 1024
+"""What is kept of nft's stdout and of its stderr; an error quotes at most this much."""
+
+#: libnftables JSON commands a ruleset may hold (a bare object means "add").
+ALLOWED_COMMANDS = frozenset({"add", "create", "insert", "replace", "delete", "flush"})
+#: Object types that live in a table.
+TABLE_OBJECTS = frozenset(
+    {"table", "chain", "rule", "set", "map", "element", "counter", "quota", "limit", "ct helper"})
+
+_NS_GET_NSTYPE = 0xB703  # ioctl on a namespace file: its CLONE_NEW* type (Linux >= 4.11)
+_CLONE_NEWNET = 0x40000000
+
+
+class NftablesError(Exception):
+    """nft could not do what we asked in one network namespace; nothing of that request was applied."""
+
+    def __init__(self, netns: str, action: str, detail: str) -> None:
+        self.netns = netns
+        self.action = action
+        self.detail = detail
+        super().__init__(f"{action} in network namespace {netns} failed: {detail}")
+
+
+class NetnsGone(NftablesError):
+    """The network namespace does not exist (any more): its path is missing, or the process is gone."""
+
+
+def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
+    """The transaction `apply` sends: our table created if missing and deleted, then `ruleset`.
+
+    `ruleset` is a libnftables JSON document (`{"nftables": [...]}`) that builds our table
+    from nothing (commands or bare objects, optionally `metainfo`). Anything that is not
+    in our table (another table, `flush ruleset`, `list`) is refused with ValueError
+    naming the item, before nft runs: this code owns one table and never another's.
+    """
+    items = ruleset.get("nftables") if isinstance(ruleset, Mapping) else None
+    if not isinstance(items, list):
+        raise ValueError(
+            f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
+    for index, item in enumerate(items):
+        problem = _refusal(item)
+        if problem:
+            raise ValueError(f"ruleset item {index} ({_quote(item)}): {problem}")
+    table = {"table": dict(OUR_TABLE)}
+    # A metainfo (the schema version nft checks) stays first, where nft itself writes it.
+    meta = [i for i in items if "metainfo" in i]
+    rest = [i for i in items if "metainfo" not in i]
+    return {"nftables": [*meta, {"add": table}, {"delete": table}, *rest]}
+
+
+def _refusal(item: Any) -> str:
+    """Why `item` may not be in a ruleset of ours, or ''."""
+    if not isinstance(item, dict) or len(item) != 1:
+        return "each item is an object with one key (a command such as add, or an object such as rule)"
+    (key, value), = item.items()
+    if key == "metainfo":
+        return ""
+    if key in ALLOWED_COMMANDS:
+        if not isinstance(value, dict) or len(value) != 1:
+            return f"the {key} command takes one object, e.g. {{{key!r}: {{'rule': {{...}}}}}}"
+        (key, value), = value.items()
+    elif key not in TABLE_OBJECTS:
+        return f"{key!r} is not a command this code sends (one of {', '.join(sorted(ALLOWED_COMMANDS))})"
+    if key not in TABLE_OBJECTS:
+        return f"{key!r} is not an object of a table (one of {', '.join(sorted(TABLE_OBJECTS))})"
+    if not isinstance(value, dict):
+        return f"the {key} is an object"
+    name = value.get("name") if key == "table" else value.get("table")
+    if value.get("family") != FAMILY or name != TABLE:
+        return f"only table {FAMILY} {TABLE} is ours to change, not {value.get('family')} {name}"
+    return ""
+
+
+def _quote(value: Any) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+async def apply(netns: str, ruleset: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+                nsenter: str = "nsenter") -> None:
+    """Makes our table in the namespace at path `netns` exactly `ruleset`, in one transaction.
+
+    Raises ValueError for a ruleset that reaches outside our table (nothing runs),
+    NetnsGone when the namespace does not exist, NftablesError when nft refuses the
+    ruleset or does not finish within `timeout` seconds. In every failure the table is
+    as it was before: the kernel applies a batch whole or not at all.
+    """
+    body = json.dumps(document(ruleset)).encode()
+    await _nft(netns, "apply our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
+
+
+async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+                 nsenter: str = "nsenter") -> None:
+    """Deletes our table from the namespace at path `netns`, if both exist (idempotent).
+
+    An empty `netns` (a CNI DEL may carry none) or a namespace that is gone is no error:
+    its tables went with it. Raises NftablesError when nft fails or times out.
+    """
+    if not netns:
+        return
+    table = {"table": dict(OUR_TABLE)}
+    body = json.dumps({"nftables": [{"add": table}, {"delete": table}]}).encode()
+    with contextlib.suppress(NetnsGone):
+        await _nft(netns, "remove our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
+
+
+async def exists(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+                 nsenter: str = "nsenter") -> bool:
+    """Whether our table is in the namespace at path `netns` (NetnsGone if the namespace is not)."""
+    action = "list nftables tables"
+    out = await _nft(netns, action, ["-j", "list", "tables", FAMILY], b"", timeout, nft, nsenter)
+    try:
+        items = json.loads(out)["nftables"]
+        return any(isinstance(i, dict) and i.get("table", {}).get("name") == TABLE for i in items)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise NftablesError(netns, action, f"nft answered what is not its JSON: {_cut(out)}") from None
+
+
+async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeout: float, nft: str,
+               nsenter: str) -> bytes:
+    """Runs `nft ARGS` in the namespace at path `netns`; its stdout (at most MAX_OUTPUT_BYTES)."""
+    program = shutil.which(nft)
+    if program is None:
+        raise NftablesError(netns, action,
+                            f"the nft program ({nft}) is not installed: install the nftables package")
+    fd = _open_netns(netns, action)
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                nsenter, f"--net=/proc/self/fd/{fd}", program, *args,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                pass_fds=(fd,), start_new_session=True,  # a time-out kills whatever it started
+            )
+        except OSError as exc:
+            raise NftablesError(netns, action, f"cannot execute {nsenter}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        out, err = await asyncio.wait_for(_communicate(proc, stdin), timeout)
+    except TimeoutError:
+        await _kill(proc)
+        raise NftablesError(netns, action, f"nft did not finish within {timeout:g} s; it was killed, "
+                                           "and a transaction it had not committed is not applied") from None
+    except BaseException:
+        await _kill(proc)
+        raise
+    if proc.returncode != 0:
+        said = _cut(err or out) or f"no message, exit code {proc.returncode}"
+        raise NftablesError(netns, action, f"nft said: {said}")
+    return out
+
+
+def _open_netns(netns: str, action: str) -> int:
+    """An O_RDONLY descriptor of the namespace file, checked to be a network namespace."""
+    try:
+        fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESRCH):
+            raise NetnsGone(netns, action, "the network namespace does not exist (any more)") from None
+        raise NftablesError(netns, action, f"cannot open it: {exc.strerror}") from None
+    try:
+        nstype = fcntl.ioctl(fd, _NS_GET_NSTYPE)
+    except OSError:
+        nstype = None
+    if nstype != _CLONE_NEWNET:
+        os.close(fd)
+        raise NftablesError(netns, action, "it is not a network namespace (a CNI_NETNS path such as "
+                                           "/var/run/netns/NAME or /proc/PID/ns/net)")
+    return fd
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes) -> tuple[bytes, bytes]:
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    async def feed() -> None:
+        assert proc.stdin is not None
+        # nft may exit before reading everything (an early error): its message matters, not the pipe.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    _, out, err = await asyncio.gather(feed(), _read_bounded(proc.stdout), _read_bounded(proc.stderr))
+    await proc.wait()
+    return out, err
+
+
+async def _read_bounded(stream: asyncio.StreamReader) -> bytes:
+    """At most MAX_OUTPUT_BYTES of `stream`; the rest is read and dropped, so the writer never blocks."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < MAX_OUTPUT_BYTES:
+            kept += chunk[: MAX_OUTPUT_BYTES - len(kept)]
+    return bytes(kept)
+
+
+def _cut(data: bytes) -> str:
+    text = data.decode(errors="replace").strip()
+    return text if len(data) < MAX_OUTPUT_BYTES else text + " [...] (cut)"
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()
