@@ -1,8 +1,8 @@
 """`podnetwork demo`: every component's real code, on this machine, narrated and checked.
 
 The API server is `demo.store` (Kubernetes semantics, in process). On it run
-the PodNetwork controller's decisions (`demo.control`), the NPWG bridge's
-(`demo.bridging`), admission, the scheduler extender over HTTP on loopback
+the PodNetwork controller and the NPWG bridge (their own orchestration, fed by the
+store's watches: `demo.controlplane`), admission, the scheduler extender over HTTP on loopback
 with a kube-scheduler stand-in (`demo.scheduling`), and one CNI agent per
 node on its unix socket, reached through the real shim executable by a kubelet
 stand-in (`demo.kubelet`) that gives each pod a network namespace. The
@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
 from bridge.agent.running import Running
+from bridge.operator import pods
 from bridge.translate.params import ParamsReason
 from demo import host as host_mod
 from demo import store as store_mod
-from demo.bridging import Bridge
-from demo.control import Controller
+from demo.controlplane import ControlPlane
 from demo.report import Report
 from demo.scheduling import Decision, Extender, Scheduler
 from demo.store import Store
@@ -185,8 +185,7 @@ class Demo:
         self.footprint = host_mod.Footprint(options.tag or str(os.getpid()))
         self.api = Store()
         self.notes: list[str] = []
-        self.controller = Controller(self.api, on_note=lambda text: self._note(f"controller: {text}"))
-        self.bridge = Bridge(self.api, on_note=self._note)
+        self.control = ControlPlane(self.api, on_note=self._note)
         self.extender = Extender(self.api)
         self.scheduler: Scheduler | None = None
         self.kubelets: dict[str, Kubelet] = {}
@@ -304,8 +303,7 @@ class Demo:
         from demo import admission as admission_mod
 
         admission_mod.register(self.api)
-        self.controller.start()
-        self.bridge.start()
+        self.control.start()
         url = await self.extender.start()
         self.scheduler = Scheduler(self.api, url, on_decision=self._decision)
         await self.scheduler.start()
@@ -414,13 +412,13 @@ class Demo:
             cond = condition(obj, "DefaultPodNetworkReady")
             r.say(f"  Node {node}: DefaultPodNetworkReady={cond.get('status')} ({cond.get('message')})")
             r.check(cond.get("status") == "True", f"node {node} reports DefaultPodNetworkReady=True", cond)
-        writes = self.controller.writes
+        writes = self.control.controller_writes
         api.patch(*NODE, NODE_A, {"metadata": {"labels": {"demo/touched": "yes"}}})
         api.patch(*PN, BLUE.name, {"metadata": {"labels": {"demo/touched": "yes"}}})
         r.check(
-            self.controller.writes == writes,
+            self.control.controller_writes == writes,
             "a steady cluster makes no controller writes (unrelated changes cause none)",
-            self.controller.writes - writes,
+            self.control.controller_writes - writes,
         )
         self.notes.clear()
 
@@ -644,9 +642,14 @@ class Demo:
                 else f"{pod} gets no selection: the default network is never selected (NPWG 4, 6)"
             )
             r.check(got == want, what, got)
-            for warning in getattr(self.bridge.translations.get(f"{NS}/{pod}"), "warnings", []):
+            for warning in self._events(pod, pods.TRANSLATION_WARNING_REASON):
                 r.say(f"  warning: {warning}")
         self.notes.clear()
+
+    def _events(self, pod: str, reason: str) -> list[str]:
+        """The messages of the Events of `reason` about a pod of the demo (the bridge posts them)."""
+        return [event.get("message", "") for event in self.api.list("v1", "Event", NS)
+                if event.get("reason") == reason and (event.get("involvedObject") or {}).get("name") == pod]
 
     # -- 4 ------------------------------------------------------------------------------
 
@@ -921,8 +924,7 @@ class Demo:
         if self.scheduler is not None:
             await self.scheduler.stop()
         await self.extender.stop()
-        self.controller.stop()
-        self.bridge.stop()
+        self.control.stop()
 
     def _after_cleanup(self) -> None:
         r = self.report
