@@ -80,11 +80,13 @@ class Feed:
         for watch in self.watches:
             self._cancel.append(self.store.subscribe(self._watcher(watch), watch.api_version, watch.kind))
         self._listing = None
-        for watch, event in listing:
-            if watch.index is not None:
-                watch.index(event.object)
-        for watch, event in listing:
-            self._deliver(watch, None, event.object)
+        # The operator's writes for what it listed are watch events too: delivered after it.
+        with self.store.batch():
+            for watch, event in listing:
+                if watch.index is not None:
+                    watch.index(event.object)
+            for watch, event in listing:
+                self._deliver(watch, None, event.object)
 
     def stop(self) -> None:
         for cancel in self._cancel:
@@ -119,15 +121,20 @@ class ControlPlane:
     """The PodNetwork controller and the NPWG bridge, as the operators run them, on the store."""
 
     def __init__(self, store: Store, *, create_default: bool = True,
+                 settings: kep_controller.ControllerSettings | None = None,
+                 bridge_settings: bridge_plans.BridgeSettings | None = None,
                  on_note: Callable[[str], None] | None = None) -> None:
+        """`settings` and `bridge_settings` as `podnetwork controller` and `podnetwork bridge` take
+        them (default: their defaults, `create_default` as given)."""
         self.store = store
         self._note = on_note or (lambda text: log.info("%s", text))
         controller_api, bridge_api = StoreApi(store), StoreApi(store)
         controller_api.on_write = self._count
         self.controller = kep_controller.Controller(
-            config=kep_controller.ControllerSettings(create_default=create_default),
+            config=settings or kep_controller.ControllerSettings(create_default=create_default),
             api=controller_api, report=self._controller_did)
-        self.bridge = bridge_controller.Bridge(api=bridge_api, report=self._bridge_did)
+        self.bridge = bridge_controller.Bridge(config=bridge_settings or bridge_plans.BridgeSettings(),
+                                               api=bridge_api, report=self._bridge_did)
         self.feeds = [Feed(store, self.controller.watches(), after=self.controller.tick, seen=self._seen),
                       Feed(store, self.bridge.watches())]
         self.controller_writes = 0
@@ -137,7 +144,8 @@ class ControlPlane:
         """Watch the store, as the operators start watching, and create the `default` PodNetwork."""
         for feed in self.feeds:
             feed.start()
-        run_now(self.controller.setup())
+        with self.store.batch():
+            run_now(self.controller.setup())
 
     def stop(self) -> None:
         for feed in self.feeds:

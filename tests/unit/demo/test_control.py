@@ -3,13 +3,14 @@ own orchestration to a steady state, settled when each write returns."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from demo.controlplane import ControlPlane
+from demo.controlplane import ControlPlane, run_now
 from demo.store import Store
 from podnetwork.ground import constants
 
@@ -204,3 +205,31 @@ def test_a_steady_cluster_makes_no_writes(api: Store, controller: ControlPlane) 
     api.patch("v1", "Pod", "a", {"metadata": {"labels": {"x": "y"}}}, "demo")
     assert controller.controller_writes == before
     assert int(api.resource_version) == int(version) + 3  # only our three patches
+
+
+def test_objects_stored_before_the_control_plane_starts_are_reconciled_as_kopf_lists_them(api: Store) -> None:
+    # kopf indexes its initial listing whole before any event handler runs; the operators'
+    # writes for listed objects are then delivered as watch events, after the listing.
+    api.create(pn("blue"))
+    api.create(pna("port", "blue"))
+    api.create(pod("a", [{"podNetworkAttachmentName": "port"}], node="n1"))
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    ctl = ControlPlane(api)
+    ctl.start()
+    ctl.stop()
+    assert api.callback_errors == []
+    assert cond(api.get(*PN, "blue"), "InUse")["message"] == "in use by 1 attachment: pna demo/port"
+    assert FIN in api.get(*PNA, "port", "demo")["metadata"]["finalizers"]
+    assert cond(api.get("v1", "Node", "n1"), "DefaultPodNetworkReady")["status"] == "True"
+
+
+def test_an_operator_call_that_would_wait_is_an_error_not_an_event_half_handled() -> None:
+    async def waits() -> None:
+        await asyncio.sleep(0)
+
+    async def ends() -> str:
+        return "done"
+
+    assert run_now(ends()) == "done"
+    with pytest.raises(RuntimeError, match="waited: over the demo's store an operator's call ends at once"):
+        run_now(waits())

@@ -399,6 +399,20 @@ def test_a_watcher_that_writes_gets_its_own_event_after_the_current_one(api: Sto
     assert order == ["ADDED gen=-", "patched", "MODIFIED gen=1"]
 
 
+def test_writes_in_a_batch_deliver_their_events_after_it_as_a_callback_s_writes_do(api: Store) -> None:
+    order: list[str] = []
+    api.subscribe(lambda e: order.append(f"{e.type} {e.object['metadata']['name']}"), *PN, replay=False)
+    with api.batch():
+        api.create(podnetwork("one"))
+        api.create(podnetwork("two"))
+        order.append("end of batch")
+        with api.batch():  # nested: still delivered after the outer one
+            api.create(podnetwork("three"))
+    assert order == ["end of batch", "ADDED one", "ADDED two", "ADDED three"]
+    api.create(podnetwork("four"))
+    assert order[-1] == "ADDED four"  # after the batch, writes deliver at once again
+
+
 def test_unsubscribe_stops_events(api: Store) -> None:
     seen: list[Event] = []
     cancel = api.subscribe(seen.append, *PN)
