@@ -36,7 +36,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -594,13 +594,3 @@ def _matches(obj: Mapping[str, Any], api_version: str | None, kind: str | None) 
 def _sort_key(key: Key) -> tuple[str, str, str, str]:
     av, k, ns, name = key
     return (av, k, ns or "", name)
-
-
-def names(objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """`ns/name` (or `name`) of each object, for messages."""
-    out = []
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace")
-        out.append(f"{ns}/{meta.get('name')}" if ns else str(meta.get("name")))
-    return out

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demo import store as store_mod
 from demo.store import (
     AlreadyExists,
     BadRequest,
@@ -444,10 +443,6 @@ def test_concurrent_patches_from_threads_lose_no_write(api: Store) -> None:
     for t in threads:
         t.join()
     assert len(api.get(*PN, "blue")["metadata"]["annotations"]) == 80
-
-
-def test_names_formats_namespaced_and_cluster_objects() -> None:
-    assert store_mod.names([pod("a", "ns"), podnetwork("blue")]) == ["ns/a", "blue"]
 
 
 def test_an_empty_finalizer_list_also_completes_the_delete(api: Store) -> None:
