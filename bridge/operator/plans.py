@@ -18,7 +18,7 @@ A pod meets the bridge twice:
 - after the agent attached it, `reverse_status`: `multinetwork.x-k8s.io/pod-ips` and the
   attachment data `multinetwork.x-k8s.io/attachments` from `network-status`.
 
-`params` plans ParamsReady on the bridge's PodNetworks and attachments.
+`params_action` plans ParamsReady on the bridge's PodNetworks and attachments.
 """
 
 from __future__ import annotations
