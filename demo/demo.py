@@ -1,8 +1,8 @@
 """`podnetwork demo`: every component's real code, on this machine, narrated and checked.
 
 The API server is `demo.store` (Kubernetes semantics, in process). On it run
-the PodNetwork controller's decisions (`demo.control`), the NPWG bridge's
-(`demo.bridging`), admission, the scheduler extender over HTTP on loopback
+the PodNetwork controller and the NPWG bridge (their own orchestration, fed by the
+store's watches: `demo.controlplane`), admission, the scheduler extender over HTTP on loopback
 with a kube-scheduler stand-in (`demo.scheduling`), and one CNI agent per
 node on its unix socket, reached through the real shim executable by a kubelet
 stand-in (`demo.kubelet`) that gives each pod a network namespace. The
@@ -13,6 +13,9 @@ for the network's layer 2 across nodes, and the macvlan network's parent is one
 dummy link. Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking), which no
 real network routes, and nothing is routed to or from the host: every ping stays
 inside the demo's own namespaces.
+
+`Demo` runs the stages in order: 1 to 3 (the control plane's part) are `demo.controlstory`,
+hot-plug is `demo.hotplug`, and the namespace, nodes and networks they share are `demo.world`.
 """
 
 from __future__ import annotations
@@ -25,75 +28,40 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
 from bridge.agent.running import Running
-from bridge.translate.params import ParamsReason
 from demo import host as host_mod
-from demo import store as store_mod
-from demo.bridging import Bridge
-from demo.control import Controller
+from demo.controlplane import ControlPlane
+from demo.controlstory import ControlStory
 from demo.report import Report
 from demo.scheduling import Decision, Extender, Scheduler
 from demo.store import Store
+from demo.world import (
+    BLUE,
+    DEFAULT,
+    GREEN,
+    NODE_A,
+    NODE_B,
+    NS,
+    PN,
+    PNA,
+    POD,
+    RED,
+    SECONDARY,
+    Net,
+    condition,
+    condition_summary,
+)
 from podnetwork.ground import constants
-from podnetwork.ground.constants import ConditionType, ReadyReason
+from podnetwork.ground.constants import ConditionType
 from podnetwork.kep import networks
 
 if TYPE_CHECKING:
     from demo.kubelet import Kubelet
-
-NS = "demo"
-PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
-PNA: tuple[str, str] = (constants.API_VERSION, constants.ATTACHMENT_KIND)
-NAD = (npwg.NAD_API_VERSION, npwg.NAD_KIND)
-POD = ("v1", "Pod")
-NODE = ("v1", "Node")
-NODE_A, NODE_B = "node-a", "node-b"
-
-
-@dataclass(frozen=True)
-class Net:
-    """One network of the demo and the CNI configuration behind it."""
-
-    name: str
-    plugin: str
-    """`bridge` or `macvlan`."""
-    link: str
-    """Suffix of the Linux bridge (or macvlan parent) name."""
-    subnet: str
-    gateway: str | None = None
-    """Named in the IPAM range, so the bridge's translation can give `default-route` a gateway."""
-
-    def config(self, link_name: str, ipam_dir: Path) -> dict[str, Any]:
-        subnet: dict[str, Any] = {"subnet": self.subnet}
-        if self.gateway:
-            subnet["gateway"] = self.gateway
-        ipam = {"type": "host-local", "ranges": [[subnet]], "dataDir": str(ipam_dir)}
-        if self.plugin == "bridge":
-            # No gateway and no masquerade: the network is a plain L2 segment between pods,
-            # nothing is added to the host's routing table.
-            plugin = {
-                "type": "bridge",
-                "bridge": link_name,
-                "isGateway": False,
-                "ipMasq": False,
-                "ipam": ipam,
-            }
-        else:
-            plugin = {"type": "macvlan", "master": link_name, "mode": "bridge", "ipam": ipam}
-        return {"cniVersion": "1.0.0", "name": f"demo-{self.name}", "plugins": [plugin]}
-
-
-DEFAULT = Net("default", "bridge", "d", "198.18.0.0/24")
-BLUE = Net("blue", "bridge", "b", "198.18.1.0/24", gateway="198.18.1.1")
-GREEN = Net("green", "macvlan", "m", "198.18.2.0/24")
-RED = Net("red", "bridge", "r", "198.18.3.0/24")
-SECONDARY = (BLUE, GREEN, RED)
 
 
 @dataclass
@@ -124,31 +92,6 @@ def main(options: Options, report: Report) -> int:
     return 1 if report.failures else 0
 
 
-def pod_manifest(name: str, nets: list[dict[str, Any]] | None, node: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": {"app": "demo"}}
-    if nets is not None:
-        meta["annotations"] = {constants.NETWORKS_ANNOTATION: json.dumps(nets)}
-    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
-    if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-def podnetwork_manifest(net: Net) -> dict[str, Any]:
-    return {
-        "apiVersion": constants.API_VERSION,
-        "kind": constants.PODNETWORK_KIND,
-        "metadata": {"name": net.name},
-        "spec": {
-            "enabled": True,
-            "provider": constants.BRIDGE_PROVIDER,
-            "parametersRefs": [
-                {"group": npwg.NAD_GROUP, "kind": npwg.NAD_PLURAL, "name": net.name, "namespace": NS}
-            ],
-        },
-    }
-
-
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -157,36 +100,14 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def condition_summary(obj: dict[str, Any] | None) -> str:
-    if obj is None:
-        return "(gone)"
-    parts = []
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        text = f"{cond['type']}={cond['status']}"
-        if cond["status"] != "True" or cond["type"] == ConditionType.IN_USE:
-            text += f" ({cond.get('reason')}: {cond.get('message')})"
-        parts.append(text)
-    if obj["metadata"].get("deletionTimestamp"):
-        parts.append("deleting, finalizers " + ",".join(obj["metadata"].get("finalizers") or []))
-    return ", ".join(parts) or "(no conditions yet)"
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
-
-
-class Demo:
+class Demo(ControlStory):
     def __init__(self, options: Options, report: Report) -> None:
         self.options = options
         self.report = report
         self.footprint = host_mod.Footprint(options.tag or str(os.getpid()))
         self.api = Store()
         self.notes: list[str] = []
-        self.controller = Controller(self.api, on_note=lambda text: self._note(f"controller: {text}"))
-        self.bridge = Bridge(self.api, on_note=self._note)
+        self.control = ControlPlane(self.api, on_note=self._note)
         self.extender = Extender(self.api)
         self.scheduler: Scheduler | None = None
         self.kubelets: dict[str, Kubelet] = {}
@@ -304,349 +225,12 @@ class Demo:
         from demo import admission as admission_mod
 
         admission_mod.register(self.api)
-        self.controller.start()
-        self.bridge.start()
+        self.control.start()
         url = await self.extender.start()
         self.scheduler = Scheduler(self.api, url, on_decision=self._decision)
         await self.scheduler.start()
         self.report.say(f"scheduler extender listening on {url}")
         self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-
-    # -- 1 ------------------------------------------------------------------------------
-
-    def _nad(self, net: Net) -> dict[str, Any]:
-        ipam_dir = self.ipam_dirs.setdefault(net.name, self.host.tempdir(f"ipam-{net.name}"))
-        link = self.footprint.link(net.link)
-        config = net.config(link, ipam_dir)
-        return {
-            "apiVersion": npwg.NAD_API_VERSION,
-            "kind": npwg.NAD_KIND,
-            "metadata": {"name": net.name, "namespace": NS},
-            "spec": {"config": json.dumps(config)},
-        }
-
-    def _networks(self) -> None:
-        r, api = self.report, self.api
-        r.section("1. Networks: PodNetworks, NetworkAttachmentDefinitions, conditions")
-        self._flush_notes()
-        default = api.get(*PN, constants.DEFAULT_PODNETWORK)
-        r.check(
-            condition(default, ConditionType.READY).get("status") == "True",
-            'the controller created the "default" PodNetwork and it is Ready',
-            condition_summary(default),
-        )
-        if self.data_plane:
-            link, kind = self.host.parent_link(GREEN.link)
-            r.say(
-                f"created {kind} link {link} as the macvlan parent of 'green'"
-                + (" (this kernel has no dummy driver)" if kind != "dummy" else "")
-            )
-        for net in (BLUE, GREEN):
-            api.create(self._nad(net))
-            api.create(podnetwork_manifest(net))
-            r.say(
-                f"created NetworkAttachmentDefinition {NS}/{net.name} ({net.plugin}, {net.subnet}) "
-                f"and PodNetwork {net.name} (provider {constants.BRIDGE_PROVIDER})"
-            )
-        api.create(
-            {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.ATTACHMENT_KIND,
-                "metadata": {"name": "green-port", "namespace": NS},
-                "spec": {"podNetworkName": GREEN.name},
-            }
-        )
-        r.say(f"created PodNetworkAttachment {NS}/green-port -> PodNetwork green")
-        api.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": NODE_A, "labels": {"kubernetes.io/hostname": NODE_A}},
-            }
-        )
-        api.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": NODE_B,
-                    "labels": {"kubernetes.io/hostname": NODE_B},
-                    "annotations": {constants.NODE_PODNETWORKS_ANNOTATION: '["blue","green"]'},
-                },
-            }
-        )
-        r.say(
-            f"created nodes {NODE_A} (offers every network) and {NODE_B} "
-            f'({constants.NODE_PODNETWORKS_ANNOTATION}: ["blue","green"])'
-        )
-        self._flush_notes()
-        r.say("steady state:")
-        for name in (constants.DEFAULT_PODNETWORK, BLUE.name, GREEN.name):
-            obj = api.get(*PN, name)
-            r.say(f"  PodNetwork {name}: {condition_summary(obj)}")
-            r.check(
-                condition(obj, ConditionType.READY).get("status") == "True",
-                f"PodNetwork {name} is Ready",
-                condition_summary(obj),
-            )
-        for name in (BLUE.name, GREEN.name):
-            obj = api.get(*PN, name)
-            r.check(
-                condition(obj, ConditionType.PARAMS_READY).get("status") == "True",
-                f"the bridge set ParamsReady=True on PodNetwork {name}",
-                condition_summary(obj),
-            )
-        pna = api.get(*PNA, "green-port", NS)
-        r.say(f"  PodNetworkAttachment {NS}/green-port: {condition_summary(pna)}")
-        r.check(
-            condition(pna, ConditionType.READY).get("status") == "True",
-            "PodNetworkAttachment green-port is Ready",
-            condition_summary(pna),
-        )
-        green = api.get(*PN, GREEN.name)
-        r.check(
-            constants.IN_USE_FINALIZER in (green["metadata"].get("finalizers") or []),
-            "PodNetwork green carries the in-use finalizer (the attachment references it)",
-            green["metadata"].get("finalizers"),
-        )
-        for node in (NODE_A, NODE_B):
-            obj = api.get(*NODE, node)
-            cond = condition(obj, "DefaultPodNetworkReady")
-            r.say(f"  Node {node}: DefaultPodNetworkReady={cond.get('status')} ({cond.get('message')})")
-            r.check(cond.get("status") == "True", f"node {node} reports DefaultPodNetworkReady=True", cond)
-        writes = self.controller.writes
-        api.patch(*NODE, NODE_A, {"metadata": {"labels": {"demo/touched": "yes"}}})
-        api.patch(*PN, BLUE.name, {"metadata": {"labels": {"demo/touched": "yes"}}})
-        r.check(
-            self.controller.writes == writes,
-            "a steady cluster makes no controller writes (unrelated changes cause none)",
-            self.controller.writes - writes,
-        )
-        self.notes.clear()
-
-    # -- 2 ------------------------------------------------------------------------------
-
-    async def _create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        nets = networks.annotations_of(manifest).get(
-            constants.NETWORKS_ANNOTATION, "(no networks annotation)"
-        )
-        where = manifest["spec"].get("nodeSelector")
-        self.report.say(
-            f"create pod {NS}/{manifest['metadata']['name']}: {nets}"
-            + (f", nodeSelector {json.dumps(where)}" if where else "")
-        )
-        created = self.api.create(manifest)
-        assert self.scheduler is not None
-        await self.scheduler.settle()
-        self._flush_notes()
-        return created
-
-    async def _pods(self) -> None:
-        r, api = self.report, self.api
-        assert self.scheduler is not None
-        r.section("2. Pods: admission, static validation, scheduling through the extender")
-        plain = await self._create_pod(pod_manifest("plain", None, NODE_B))
-        got = networks.annotations_of(plain).get(constants.NETWORKS_ANNOTATION)
-        r.say(f"  admission auto-populated {constants.NETWORKS_ANNOTATION}: {got}")
-        r.check(
-            got is not None and json.loads(got) == [{"podNetworkName": "default"}],
-            'admission auto-populated [{"podNetworkName": "default"}]',
-            got,
-        )
-
-        bad = pod_manifest(
-            "bad",
-            [
-                {"podNetworkName": "blue", "interfaceName": "net1"},
-                {"podNetworkAttachmentName": "green-port", "interfaceName": "net1"},
-            ],
-        )
-        try:
-            api.create(bad)
-        except store_mod.Invalid as exc:
-            r.say("pod demo/bad (two networks on interface net1) was rejected:")
-            for line in str(exc).splitlines():
-                r.say(f"  {line}")
-            r.check(
-                "interfaceName" in str(exc) and "Duplicate" in str(exc),
-                "static validation rejected the duplicate interfaceName with a field error",
-                str(exc),
-            )
-        else:
-            r.check(False, "static validation rejected pod demo/bad", "it was admitted")
-        r.check(api.find(*POD, "bad", NS) is None, "the rejected pod was not stored")
-
-        web: list[dict[str, Any]] = [
-            {"podNetworkName": "default"},
-            {"podNetworkName": "blue", "interfaceName": "blue0", "isDefaultGW4": True},
-            {"podNetworkAttachmentName": "green-port"},
-        ]
-        await self._create_pod(pod_manifest("web-a", web, NODE_A))
-        await self._create_pod(pod_manifest("web-b", web, NODE_B))
-        for pod, node in (("web-a", NODE_A), ("web-b", NODE_B)):
-            got_node = api.get(*POD, pod, NS)["spec"].get("nodeName")
-            r.check(got_node == node, f"pod {pod} was scheduled on {node}", got_node)
-
-        r.say("")
-        r.say("pods db-1 and db-2 want PodNetwork red, which does not exist yet:")
-        db = [{"podNetworkName": "default"}, {"podNetworkName": "red", "interfaceName": "red0"}]
-        await self._create_pod(pod_manifest("db-1", db))
-        await self._create_pod(pod_manifest("db-2", db))
-        self._check_pending("db-1", 'podnetwork "red" not found', unresolvable=True)
-
-        r.say("")
-        r.say("create PodNetwork red, but not yet its NetworkAttachmentDefinition:")
-        api.create(podnetwork_manifest(RED))
-        self._flush_notes()
-        red = api.get(*PN, RED.name)
-        r.say(f"  PodNetwork red: {condition_summary(red)}")
-        r.check(
-            condition(red, ConditionType.PARAMS_READY).get("reason") == ParamsReason.NOT_FOUND
-            and condition(red, ConditionType.READY).get("reason") == ReadyReason.PARAMS_NOT_READY,
-            "red is not Ready: ParamsReady=False (ParametersNotFound) -> Ready=False (ParamsNotReady)",
-            condition_summary(red),
-        )
-        # The pods wait; a pod update (here a label) makes the scheduler retry, and the
-        # extender now gives the new reason.
-        r.say("label pod db-1 (any pod update makes kube-scheduler retry it):")
-        api.patch(*POD, "db-1", {"metadata": {"labels": {"tier": "db"}}}, NS)
-        await self.scheduler.settle()
-        self._flush_notes()
-        self._check_pending("db-1", 'podnetwork "red" is not Ready: ParamsNotReady', unresolvable=True)
-        self._explain("pod", f"{NS}/db-1", expect="PodNetwork red", root=f"{NS}/red")
-
-        r.say("")
-        r.say(f"create NetworkAttachmentDefinition {NS}/red:")
-        api.create(self._nad(RED))
-        await self.scheduler.settle()
-        self._flush_notes()
-        red = api.get(*PN, RED.name)
-        r.say(f"  PodNetwork red: {condition_summary(red)}")
-        r.check(condition(red, ConditionType.READY).get("status") == "True", "red turned Ready",
-                condition_summary(red))
-        for pod in ("db-1", "db-2"):
-            obj = api.get(*POD, pod, NS)
-            r.check(
-                obj["spec"].get("nodeName") == NODE_A,
-                f"{pod} was retried after the controller's requeue nudge and scheduled on {NODE_A} "
-                f"({NODE_B} does not offer red)",
-                obj["spec"].get("nodeName"),
-            )
-        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/db-2")
-        r.check(
-            last.reply.get("FailedNodes", {}).get(NODE_B) == 'podnetwork "red" is not available on this node',
-            f'the extender answered FailedNodes[{NODE_B}] = podnetwork "red" is not available on this node',
-            last.reply,
-        )
-        await self._disable_and_enable()
-
-    async def _disable_and_enable(self) -> None:
-        """KEP "Enabled": a disabled PodNetwork takes no new pods; the pods it has keep running."""
-        r, api = self.report, self.api
-        assert self.scheduler is not None
-        r.say("")
-        r.say("disable PodNetwork blue (spec.enabled: false):")
-        api.patch(*PN, BLUE.name, {"spec": {"enabled": False}})
-        self._flush_notes()
-        blue = api.get(*PN, BLUE.name)
-        r.say(f"  PodNetwork blue: {condition_summary(blue)}")
-        r.check(
-            condition(blue, ConditionType.READY).get("reason") == ReadyReason.ADMINISTRATIVELY_DISABLED,
-            "blue is not Ready: AdministrativelyDisabled",
-            condition_summary(blue),
-        )
-        r.check(
-            api.get(*POD, "web-a", NS)["spec"].get("nodeName") == NODE_A,
-            "pods already on blue keep their place (disabling stops new attachments only)",
-        )
-        await self._create_pod(
-            pod_manifest("late", [{"podNetworkName": "default"}, {"podNetworkName": "blue"}], NODE_B)
-        )
-        self._check_pending(
-            "late",
-            'podnetwork "blue" is not Ready: AdministrativelyDisabled',
-            unresolvable=True,
-            nodes={NODE_B},
-        )
-        r.say("enable it again:")
-        api.patch(*PN, BLUE.name, {"spec": {"enabled": True}})
-        await self.scheduler.settle()
-        self._flush_notes()
-        late = api.get(*POD, "late", NS)["spec"].get("nodeName")
-        r.check(late == NODE_B, f"late was nudged, retried and scheduled on {NODE_B}", late)
-
-    def _explain(self, kind: str, name: str, *, expect: str, root: str) -> None:
-        """`podnetwork explain`, over the store's objects: the chain and its first broken link."""
-        from podnetwork.kep import explain, graph
-
-        objects = [obj for res in self.api.resources() for obj in self.api.list(res.api_version, res.kind)]
-        result = explain.explain(graph.build(objects), explain.subject_key(kind, name))
-        self.report.say(f"podnetwork explain {kind} {name}:")
-        for line in result.render().strip().splitlines():
-            self.report.say(f"  | {line}")
-        broken, cause = result.first_broken, result.root_cause
-        self.report.check(
-            broken is not None and expect in str(broken) and root in str(cause),
-            f"explain finds the first broken link of {name} at {expect}, and the root cause at {root}",
-            {"first broken": str(broken), "root cause": str(cause)},
-        )
-
-    def _check_pending(
-        self, pod: str, reason: str, *, unresolvable: bool,
-        nodes: Collection[str] = frozenset({NODE_A, NODE_B}),
-    ) -> None:
-        assert self.scheduler is not None
-        obj = self.api.get(*POD, pod, NS)
-        last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/{pod}")
-        field_name = "FailedAndUnresolvableNodes" if unresolvable else "FailedNodes"
-        answers = last.reply.get(field_name) or {}
-        self.report.check(
-            not obj["spec"].get("nodeName")
-            and set(answers) == set(nodes)
-            and all(reason in msg for msg in answers.values()),
-            f"{pod} stays Pending; the extender put every candidate node in {field_name}: {reason}",
-            last.reply,
-        )
-        cond = condition(obj, "PodScheduled")
-        self.report.say(
-            f"  pod {pod}: PodScheduled={cond.get('status')} {cond.get('reason')}: {cond.get('message')}"
-        )
-
-    # -- 3 ------------------------------------------------------------------------------
-
-    def _translation(self) -> None:
-        r, api = self.report, self.api
-        r.section(f"3. Translation to NPWG: {npwg.NETWORKS_ANNOTATION}")
-        expected = {
-            "web-a": [
-                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
-                {"name": "green", "namespace": NS},
-            ],
-            "web-b": [
-                {"name": "blue", "namespace": NS, "interface": "blue0", "default-route": [BLUE.gateway]},
-                {"name": "green", "namespace": NS},
-            ],
-            "late": [{"name": "blue", "namespace": NS}],
-            "db-1": [{"name": "red", "namespace": NS, "interface": "red0"}],
-            "db-2": [{"name": "red", "namespace": NS, "interface": "red0"}],
-            "plain": None,
-        }
-        for pod, want in expected.items():
-            obj = api.get(*POD, pod, NS)
-            text = networks.annotations_of(obj).get(npwg.NETWORKS_ANNOTATION)
-            kep = networks.annotations_of(obj).get(constants.NETWORKS_ANNOTATION)
-            r.say(f"{pod}: {kep}")
-            r.say(f"  -> {npwg.NETWORKS_ANNOTATION}: {text if text is not None else '(none)'}")
-            got = json.loads(text) if text else None
-            what = (
-                f"{pod}'s selection names the NADs of its PodNetworks"
-                if want
-                else f"{pod} gets no selection: the default network is never selected (NPWG 4, 6)"
-            )
-            r.check(got == want, what, got)
-            for warning in getattr(self.bridge.translations.get(f"{NS}/{pod}"), "warnings", []):
-                r.say(f"  warning: {warning}")
-        self.notes.clear()
 
     # -- 4 ------------------------------------------------------------------------------
 
@@ -921,8 +505,7 @@ class Demo:
         if self.scheduler is not None:
             await self.scheduler.stop()
         await self.extender.stop()
-        self.controller.stop()
-        self.bridge.stop()
+        self.control.stop()
 
     def _after_cleanup(self) -> None:
         r = self.report

@@ -26,13 +26,12 @@ from demo import host as host_mod
 from demo import store as store_mod
 from demo.report import Report
 from demo.store import Event, EventType, Store
+from demo.world import PN, POD
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
 from podnetwork.ground.core import Pod
 from podnetwork.kep import networks
 
-POD = ("v1", "Pod")
-PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
 #: Seconds the demo waits for an agent to apply a change (the plugins run in milliseconds).
 SETTLE_SECONDS = 30.0
 

@@ -23,11 +23,12 @@ against a naive fake fails here):
   the API server calls webhooks;
 - watches: subscribers get ADDED / MODIFIED / DELETED events in write order,
   after the write, never re-entrantly (a subscriber that writes in its callback
-  has its own events delivered after the current ones).
+  has its own events delivered after the current ones; so do writes in `batch`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import itertools
@@ -35,7 +36,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -420,6 +421,22 @@ class Store:
 
         return cancel
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Writes made inside the block deliver their events after it, as the writes of a watch
+        callback are delivered after the callback returns (a watcher that handles what it
+        listed before watching works as it would in its own callback)."""
+        with self._lock:
+            outer = self._dispatching
+            self._dispatching = True
+        try:
+            yield
+        finally:
+            if not outer:
+                with self._lock:
+                    self._dispatching = False
+                self._dispatch()
+
     # -- internals ------------------------------------------------------------------
 
     def _key(self, res: Resource, name: str, namespace: str | None) -> Key:
@@ -577,13 +594,3 @@ def _matches(obj: Mapping[str, Any], api_version: str | None, kind: str | None) 
 def _sort_key(key: Key) -> tuple[str, str, str, str]:
     av, k, ns, name = key
     return (av, k, ns or "", name)
-
-
-def names(objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """`ns/name` (or `name`) of each object, for messages."""
-    out = []
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace")
-        out.append(f"{ns}/{meta.get('name')}" if ns else str(meta.get("name")))
-    return out

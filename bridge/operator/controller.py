@@ -1,26 +1,27 @@
-"""The bridge controller: thin kopf handlers around the bridge's pure decisions.
+"""The bridge controller: its memory, and the applier of its plans (`bridge.operator.plans`).
 
-- ParamsReady (`bridge.translate.params`) on PodNetworks whose provider is the bridge's and
+- ParamsReady (`plans.params_action`) on PodNetworks whose provider is the bridge's and
   on their attachments; NetworkAttachmentDefinition and NetworkSelectionOptions
   events re-evaluate exactly the objects that name them (an in-memory index of
   references), so ParamsReady follows NAD changes and deletions.
-- The NPWG selection (`bridge.operator.pods.selection`): `k8s.v1.cni.cncf.io/networks` on
-  pods carrying `multinetwork.x-k8s.io/networks`, once every object they name is
-  Ready. Pods waiting for that are kept in memory and retried when a PodNetwork,
-  attachment, NAD or options object changes. A hand-written selection that
-  disagrees gets a Warning Event, once.
-- The scheduling gate `multinetwork.x-k8s.io/npwg-selection` (added at pod
-  creation by the bridge's webhook, `bridge.operator.admission`): removed in the same
-  merge patch that writes the selection, or alone when the bridge will write
-  none (`bridge.operator.pods.release_patch`), so the pod is scheduled only with it.
-- Reverse status (`bridge.operator.pods.reverse_status_patch`): `multinetwork.x-k8s.io/pod-ips`
+- Before a pod is scheduled (`plans.selection`): its NPWG selection
+  `k8s.v1.cni.cncf.io/networks` once every object it names is Ready, and the removal of
+  the scheduling gate `multinetwork.x-k8s.io/npwg-selection` (added at pod creation by
+  the bridge's webhook, `bridge.operator.admission`) in the same write, or alone when
+  the bridge will write none; the Events that say why a gated pod waits, what NPWG
+  cannot express, and a hand-written selection that disagrees (once each). Pods waiting
+  for their networks are kept in memory and planned again when a PodNetwork,
+  attachment, NAD or options object changes.
+- After the agent attached it (`plans.reverse_status`): `multinetwork.x-k8s.io/pod-ips`
   and `multinetwork.x-k8s.io/attachments` from `k8s.v1.cni.cncf.io/network-status`, in one write.
 
-Pods are watched with `kopf.on.event` only, filtered on the KEP annotation:
-kopf's change-detecting handlers (on.create/on.update) would store their state
-in an annotation of every pod. The other kinds are fed through `kopf.index`
-handlers first, because kopf runs no event handler before every index has seen
-its initial listing: the first pod decision already sees every NAD.
+`Bridge.watches` lists its entry points; `register` wires them to kopf's handlers and the
+demo calls them from its store's watches: one orchestration for both. Pods are watched
+with `kopf.on.event` only, filtered on the KEP annotation: kopf's change-detecting
+handlers (on.create/on.update) would store their state in an annotation of every pod.
+The other kinds are remembered by `kopf.index` handlers only, which kopf runs for every
+object before any event handler, and the first pod decision waits until every index
+has its initial listing: it already sees every NAD.
 
 `register(registry, bridge)` adds the handlers to any kopf registry, so the
 bridge runs alone (`podnetwork bridge`) or beside the PodNetwork controller in
@@ -31,139 +32,134 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import kopf
-import pydantic
 
 from bridge import npwg, translate
-from bridge.operator import pods
-from bridge.translate import params
+from bridge.operator import plans, pods
+from bridge.operator.memory import Key, Memory, key_of, read
+from bridge.operator.plans import BridgeSettings, Ref
 from podnetwork.cli import handlers
+from podnetwork.cli.handlers import Watch
 from podnetwork.ground import constants
 from podnetwork.ground import core as kube_core
-from podnetwork.ground.fielderrors import InvalidObject
+from podnetwork.ground.actions import Patch
 from podnetwork.kep import conditions
 from podnetwork.kube import client as kube
+from podnetwork.kube import writes
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[str, str]
-#: (kind, namespace, name) of a PodNetwork ("" namespace) or attachment.
-Ref = tuple[str, str, str]
+#: What the bridge reports when it applied an action (`Bridge.report`), with the object's `ns/name`.
+Applied = plans.Release | plans.WriteSelection | plans.PostEvent | plans.ReverseStatus | plans.WriteParams
 
 
 @dataclass
-class BridgeSettings:
-    """What `podnetwork bridge` was asked to do."""
-
-    params_ready: bool = True
-    """Write ParamsReady on the bridge's PodNetworks and attachments. Default on."""
-    write_selection: bool = True
-    """Write `k8s.v1.cni.cncf.io/networks` on pods. Off when a mutating webhook or the
-    CNI agent translates on its own and nothing else needs the annotation."""
-    write_pod_ips: bool = True
-    """Write `multinetwork.x-k8s.io/pod-ips` from `network-status`. Default on."""
-    write_attachments: bool = True
-    """Write `multinetwork.x-k8s.io/attachments` (the attachment data for the workload, KEP
-    Phase II requirement 17) from `network-status`, in the same write. Default on."""
-
-
-@dataclass
-class Bridge:
-    """The bridge's memory: the objects translations read, and pods waiting for readiness."""
+class Bridge(Memory):
+    """The bridge's memory (`Memory`: the objects translations read; the pods waiting) and its applier."""
 
     config: BridgeSettings = field(default_factory=BridgeSettings)
-    podnetworks: dict[str, translate.PodNetwork] = field(default_factory=dict)
-    attachments: dict[Key, translate.PodNetworkAttachment] = field(default_factory=dict)
-    nads: dict[Key, npwg.NetworkAttachmentDefinition] = field(default_factory=dict)
-    options: dict[Key, translate.NetworkSelectionOptions] = field(default_factory=dict)
-    nad_users: dict[Key, set[Ref]] = field(default_factory=dict)
-    """NAD key -> the PodNetworks and attachments whose parametersRefs name it."""
-    options_users: dict[Key, set[Ref]] = field(default_factory=dict)
     waiting: dict[Key, kube_core.Pod] = field(default_factory=dict)
     """Pods whose selection waits for objects to exist or turn Ready, by (namespace, name)."""
     posted: dict[Key, set[str]] = field(default_factory=dict)
     """Per pod, the names of the Events already posted (each cause is reported once); forgotten
     with the pod."""
-    reverse_written: dict[Key, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    reverse_written: dict[Key, plans.Digests] = field(default_factory=dict)
     """Per pod, digests of the network-status the bridge last wrote the reverse status from and
     of what it wrote: a copy of the pod older than that write (a watch replaying kopf's listing, a
     reconnect) then writes nothing again. The next change of the status decides anew."""
     locks: dict[Any, asyncio.Lock] = field(default_factory=dict)
-    api: kube.AsyncApi | None = None
-    """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with."""
+    api: writes.Api | None = None
+    """The bridge's own API client (`podnetwork.kube`), from the credentials kopf logs in with;
+    in the demo, its store (`demo.storeapi`)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
+    report: Callable[[str, Applied], None] | None = None
+    """Told of every action once it was applied, with the `ns/name` it was applied to (the demo
+    narrates them); the log says them anyway."""
 
-    # --- memory ----------------------------------------------------------------------------
+    # --- entry points: what kopf's handlers and the demo's store feed call ---------------------
 
-    def objects(self) -> translate.Objects:
-        # The memory holds only objects that fit their models (`_read`): nothing is invalid.
-        return translate.Objects(self.podnetworks, self.attachments, self.nads, self.options)
+    def watches(self) -> list[Watch]:
+        """The kinds the bridge watches and its entry points for each (`register` wires them)."""
+        return [
+            Watch(constants.PODNETWORK_PLURAL, constants.API_VERSION, constants.PODNETWORK_KIND,
+                  self.index_podnetwork, "bridge_podnetworks",
+                  self.podnetwork_event, "bridge_podnetwork_event"),
+            Watch(constants.ATTACHMENT_PLURAL, constants.API_VERSION, constants.ATTACHMENT_KIND,
+                  self.index_attachment, "bridge_attachments",
+                  self.attachment_event, "bridge_attachment_event"),
+            Watch(npwg.NAD_PLURAL, npwg.NAD_API_VERSION, npwg.NAD_KIND,
+                  self.index_nad, "bridge_nads", self.nad_event, "bridge_nad_event"),
+            Watch(translate.OPTIONS_PLURAL, translate.OPTIONS_API_VERSION, translate.OPTIONS_KIND,
+                  self.index_options, "bridge_options", self.options_event, "bridge_options_event"),
+            Watch("pods", "v1", "Pod", event=self.pod_event, event_handler="bridge_pod_event",
+                  annotation=constants.NETWORKS_ANNOTATION),
+        ]
 
-    def _index_refs(
-        self, ref: Ref, obj: translate.PodNetwork | translate.PodNetworkAttachment | None
-    ) -> None:
-        for users in (*self.nad_users.values(), *self.options_users.values()):
-            users.discard(ref)
-        if obj is None:
+    def index_podnetwork(self, body: Mapping[str, Any]) -> None:
+        self.remember_podnetwork(body)
+
+    def index_attachment(self, body: Mapping[str, Any]) -> None:
+        self.remember_attachment(body)
+
+    def index_nad(self, body: Mapping[str, Any]) -> None:
+        self.remember_nad(body)
+
+    def index_options(self, body: Mapping[str, Any]) -> None:
+        self.remember_options(body)
+
+    async def podnetwork_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        ref: Ref = (constants.PODNETWORK_KIND, "", key_of(body)[1])
+        if type == "DELETED":
+            self.forget(ref)
+        elif not self.holds(constants.PODNETWORK_KIND, body):
             return
-        nad_keys, option_keys = translate.references(obj)
-        for key in nad_keys:
-            self.nad_users.setdefault(key, set()).add(ref)
-        for key in option_keys:
-            self.options_users.setdefault(key, set()).add(ref)
+        await self.reconcile_params(ref)
+        await self.reconcile_users(self.attachments_of(ref[2]))
+        await self.retry_waiting()
 
-    def remember_podnetwork(self, body: Mapping[str, Any]) -> Ref | None:
-        """Caches a PodNetwork body; None (logged) when it does not fit the model."""
-        obj = _read(translate.PodNetwork, body)
-        if obj is None:
-            return None
-        name = obj.metadata.name or ""
-        obj = _newest(self.podnetworks.get(name), obj)
-        self.podnetworks[name] = obj
-        ref = (constants.PODNETWORK_KIND, "", name)
-        self._index_refs(ref, obj)
-        return ref
+    async def attachment_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        ref: Ref = (constants.ATTACHMENT_KIND, *key_of(body))
+        if type == "DELETED":
+            self.forget(ref)
+        elif not self.holds(constants.ATTACHMENT_KIND, body):
+            return
+        await self.reconcile_params(ref)
+        await self.retry_waiting()
 
-    def remember_attachment(self, body: Mapping[str, Any]) -> Ref | None:
-        """Caches a PodNetworkAttachment body; None (logged) when it does not fit the model."""
-        obj = _read(translate.PodNetworkAttachment, body)
-        if obj is None:
-            return None
-        key = _key_of(obj)
-        obj = _newest(self.attachments.get(key), obj)
-        self.attachments[key] = obj
-        ref = (constants.ATTACHMENT_KIND, *key)
-        self._index_refs(ref, obj)
-        return ref
+    async def nad_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        if type == "DELETED":
+            self.nads.pop(key, None)
+        elif not self.holds(constants.NAD_KIND, body):
+            return
+        await self.reconcile_users(set(self.nad_users.get(key, ())))
+        await self.retry_waiting()
 
-    def remember_nad(self, body: Mapping[str, Any]) -> Key | None:
-        obj = _read(npwg.NetworkAttachmentDefinition, body)
-        if obj is None:
-            return None
-        key = _key_of(obj)
-        self.nads[key] = _newest(self.nads.get(key), obj)
-        return key
+    async def options_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        if type == "DELETED":
+            self.options.pop(key, None)
+        elif not self.holds(constants.OPTIONS_KIND, body):
+            return
+        await self.reconcile_users(set(self.options_users.get(key, ())))
+        await self.retry_waiting()
 
-    def remember_options(self, body: Mapping[str, Any]) -> Key | None:
-        obj = _read(translate.NetworkSelectionOptions, body)
-        if obj is None:
-            return None
-        key = _key_of(obj)
-        self.options[key] = _newest(self.options.get(key), obj)
-        return key
+    async def pod_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        if type == "DELETED":
+            self.waiting.pop(key, None)
+            self.locks.pop(("Pod", *key), None)
+            self.reverse_written.pop(key, None)
+            self.posted.pop(key, None)
+            return
+        await self.reconcile_pod(body)
 
-    def forget(self, ref: Ref) -> None:
-        kind, namespace, name = ref
-        if kind == constants.PODNETWORK_KIND:
-            self.podnetworks.pop(name, None)
-        else:
-            self.attachments.pop((namespace, name), None)
-        self._index_refs(ref, None)
+    # --- the applier: the Kubernetes API through podnetwork.kube.writes ------------------------
 
     def lock(self, key: Any) -> asyncio.Lock:
         lock = self.locks.get(key)
@@ -171,23 +167,18 @@ class Bridge:
             lock = self.locks[key] = asyncio.Lock()
         return lock
 
-    # --- the API, through podnetwork.kube ------------------------------------------------------
-
-    def _api(self) -> kube.AsyncApi:
-        assert self.api is not None, "Bridge.api is not set: give it a podnetwork.kube.AsyncApi"
+    def _api(self) -> writes.Api:
+        assert self.api is not None, "Bridge.api is not set: give it a podnetwork.kube.writes.Api"
         return self.api
 
-    async def patch(self, target: Ref, payload: Mapping[str, Any], *, status: bool = False) -> Any:
-        """A merge patch of a pod, or of a PodNetwork's or attachment's status (the operators'
-        shared write policy); None when it did not apply (the next event retries)."""
-        kind, namespace, name = target
-        resource = _RESOURCES[kind]
-        api = self._api()
-        what = f"patch {kube.path_of(resource, namespace, name)}{'/status' if status else ''}"
-        written = await api.write(
-            what, lambda: api.patch(resource, name, payload, namespace=namespace or None, status=status),
-            then="the next event retries")
-        return written.body
+    async def apply(self, patch: Patch) -> dict[str, Any] | None:
+        """A planned patch (the operators' shared write policy); None when it did not apply (the
+        next event retries)."""
+        return (await writes.apply(self._api(), patch, then="the next event retries")).body
+
+    def _report(self, key: Key | str, action: Applied) -> None:
+        if self.report is not None:
+            self.report(key if isinstance(key, str) else "/".join(key), action)
 
     async def post_event(self, pod: kube_core.Pod, reason: str, message: str) -> None:
         body = pods.event(pod, reason, message, now=conditions.now())
@@ -199,6 +190,7 @@ class Bridge:
         posted.add(name)
         try:
             await self._api().create(kube.Event, body)
+            self._report(f"{namespace}/{pod.metadata.name}", plans.PostEvent(reason, message))
         except kube.Conflict:
             logger.debug("event %s was posted before this process started", name)
         except kube.ApiError as exc:
@@ -207,252 +199,115 @@ class Bridge:
 
     # --- ParamsReady -----------------------------------------------------------------------
 
-    def params_decision(
-        self, ref: Ref
-    ) -> tuple[translate.PodNetwork | translate.PodNetworkAttachment | None, conditions.Desired | None]:
-        kind, namespace, name = ref
-        if kind == constants.PODNETWORK_KIND:
-            pn = self.podnetworks.get(name)
-            return pn, None if pn is None else params.podnetwork_params(pn, self.objects())
-        pna = self.attachments.get((namespace, name))
-        if pna is None:
-            return None, None
-        podnetwork = self.podnetworks.get(pna.spec.pod_network_name)
-        return pna, params.attachment_params(pna, podnetwork, self.objects())
-
     async def reconcile_params(self, ref: Ref) -> None:
         if not self.config.params_ready:
             return
         async with self.lock(ref):
-            body, desired = self.params_decision(ref)
-            if body is None or desired is None:
+            action = plans.params_action(ref, self.objects(), now=conditions.now())
+            if action is None:
                 return
-            new = params.conditions_after(body, desired, now=conditions.now())
-            if new is None:
-                return
-            fresh = await self.patch(ref, conditions.status_patch(body, new), status=True)
+            fresh = await self.apply(action.patch)
             if fresh:
                 if ref[0] == constants.PODNETWORK_KIND:
                     self.remember_podnetwork(fresh)
                 else:
                     self.remember_attachment(fresh)
-                logger.info("%s %s: ParamsReady=%s (%s)", ref[0], _show(ref), desired.status, desired.reason)
+                logger.info("%s %s: ParamsReady=%s (%s)", ref[0], action.patch.key, action.desired.status,
+                            action.desired.reason)
+                self._report(action.patch.key, action)
 
     async def reconcile_users(self, refs: set[Ref]) -> None:
         for ref in sorted(refs):
             await self.reconcile_params(ref)
 
-    def attachments_of(self, podnetwork: str) -> set[Ref]:
-        return {
-            (constants.ATTACHMENT_KIND, ns, name)
-            for (ns, name), pna in self.attachments.items()
-            if pna.spec.pod_network_name == podnetwork
-        }
-
     # --- pods ------------------------------------------------------------------------------
 
     async def reconcile_pod(self, body: Mapping[str, Any]) -> None:
-        key = _key(body)
+        key = key_of(body)
         async with self.lock(("Pod", *key)):
-            pod = _read(kube_core.Pod, body)
+            pod = read(kube_core.Pod, body)
             if pod is None:  # the pod holds no network, as one whose annotation cannot be parsed
                 self.waiting.pop(key, None)
                 return
             await self._reconcile_pod(key, pod)
 
     async def _reconcile_pod(self, key: Key, pod: kube_core.Pod) -> None:
-        if (
-            pod.status.phase in ("Succeeded", "Failed")
-            or pod.metadata.deletion_timestamp
-            or pod.spec.host_network
-        ):
+        """Apply the pod's plans: the selection before scheduling, then the reverse status."""
+        actions = plans.selection(pod, self.objects(), self.config)
+        if actions.ignored is not None:
+            logger.debug("pod %s/%s: networks annotation is invalid (admission reports it): %s",
+                         *key, actions.ignored)
+        if actions.waits is not None:
             self.waiting.pop(key, None)
-            return
-        try:
-            nets = pods.declared(pod)
-        except InvalidObject as exc:
-            logger.debug("pod %s/%s: networks annotation is invalid (admission reports it): %s", *key, exc)
-            self.waiting.pop(key, None)
-            await self.release(key, pod, "its networks annotation is invalid")
-            return
-        if nets is None:
-            self.waiting.pop(key, None)
-            await self.release(key, pod, "it names no networks")
-            return
-        objects = self.objects()
-        try:
-            translation = pods.translation(pod, nets, key[0], objects)
-        except translate.TranslationError as exc:
-            logger.info("pod %s/%s waits: %s", *key, exc)
-            if exc.reason is translate.Reason.NOT_BRIDGE_PROVIDER:
-                # Providers do not change: the bridge will never write this pod's selection.
-                pod = await self.release(key, pod, str(exc))
+        for step in actions.steps:
+            pod = await self._step(key, pod, step)
+        if actions.waits:
             self.waiting[key] = pod
-            await self.say_why_gated(pod, nets, key[0], objects, exc)
-            return
-        if not self.config.write_selection:
-            await self.release(key, pod, "the bridge runs with --no-selection")
-        else:
-            if pods.ours_to_write(pod):
-                # What NPWG cannot express, and a refusal, while it still matters: once
-                # attached, the selection was read. Each is posted (and logged) once.
-                for reason, message in pods.notices(translation):
-                    await self.post_event(pod, reason, message)
-            blockers = pods.not_ready(nets, key[0], objects)
-            # An attached pod waits too: a network added to it (hot-plug) is selected once Ready.
-            if blockers:
-                logger.info("pod %s/%s waits: %s", *key, "; ".join(blockers))
-                self.waiting[key] = pod
-                await self.say_why_gated(pod, nets, key[0], objects)
-            else:
-                self.waiting.pop(key, None)
-                decision = pods.selection(pod, translation)
-                if decision.patch is not None:
-                    fresh = await self.patch(_pod(key), decision.patch)
-                    if fresh:
-                        pod = _read(kube_core.Pod, fresh) or pod
-                        wrote = "annotations" in decision.patch.get("metadata", {})
-                        logger.info("pod %s/%s: %s%s", *key,
-                                    f"wrote {npwg.NETWORKS_ANNOTATION}" if wrote else "nothing to write",
-                                    f", removed scheduling gate {pods.SCHEDULING_GATE}"
-                                    if "spec" in decision.patch else "")
-                if decision.refused is not None:
-                    # A change of the NAD (a gateway named) re-evaluates the pod.
-                    self.waiting[key] = pod
-                if decision.conflict is not None:
-                    await self.post_event(pod, pods.CONFLICT_REASON, decision.conflict)
-        if self.config.write_pod_ips or self.config.write_attachments:
-            try:
-                patch = pods.reverse_status_patch(pod, translation, pod_ips=self.config.write_pod_ips,
-                                                  attachment_data=self.config.write_attachments)
-            except ValueError as exc:
-                logger.warning("pod %s/%s: %s", *key, exc)
-                return
-            if patch is None:
-                return
-            # Digests, not texts: one entry per pod stays small whatever the status holds.
-            status = pods.digest(pod.metadata.annotation(npwg.NETWORK_STATUS_ANNOTATION) or "")
-            changes: dict[str, str] = patch["metadata"]["annotations"]
-            digests = {k: pods.digest(v) for k, v in changes.items()}
-            last = self.reverse_written.get(key)
-            if last is not None and last[0] == status and digests.items() <= last[1].items():
-                return  # an older copy of the pod: this was written already
-            if await self.patch(_pod(key), patch):
-                before = last[1] if last is not None and last[0] == status else {}
-                self.reverse_written[key] = (status, {**before, **digests})
-                logger.info("pod %s/%s: wrote %s", *key, ", ".join(changes))
+        if actions.translation is not None:
+            await self._reverse_status(key, pod, actions.translation)
 
-    async def say_why_gated(
-        self, pod: kube_core.Pod, nets: list[translate.Network], namespace: str, objects: translate.Objects,
-        error: translate.TranslationError | None = None,
-    ) -> None:
-        """An Event per cause on a pod the bridge holds behind its gate (`pods.gate_notices`): it
-        never reaches kube-scheduler, so no FailedScheduling says why it is Pending."""
-        for message in pods.gate_notices(pod, nets, namespace, objects, error):
-            await self.post_event(pod, pods.GATED_REASON, message)
-
-    async def release(self, key: Key, pod: kube_core.Pod, why: str) -> kube_core.Pod:
-        """Remove the bridge's scheduling gate from a pod it will write no selection for.
-
-        Returns the pod as it is now (the API's answer when a patch was made).
-        """
-        patch = pods.release_patch(pod)
-        fresh = None if patch is None else await self.patch(_pod(key), patch)
+    async def _step(self, key: Key, pod: kube_core.Pod, step: plans.PodStep) -> kube_core.Pod:
+        """One step of a pod's plan; returns the pod as it is now (the API's answer to a write)."""
+        if isinstance(step, plans.Wait):
+            logger.info("pod %s/%s waits: %s", *key, step.reason)
+            return pod
+        if isinstance(step, plans.PostEvent):
+            if not step.while_gated or pods.gated(pod):
+                await self.post_event(pod, step.reason, step.message)
+            return pod
+        fresh = await self.apply(step.patch)
         if not fresh:
             return pod
-        logger.warning("pod %s/%s: removed scheduling gate %s without a selection: %s",
-                       *key, pods.SCHEDULING_GATE, why)
-        return _read(kube_core.Pod, fresh) or pod
+        if isinstance(step, plans.Release):
+            logger.warning("pod %s/%s: removed scheduling gate %s without a selection: %s",
+                           *key, pods.SCHEDULING_GATE, step.why)
+        else:
+            logger.info("pod %s/%s: %s%s", *key,
+                        f"wrote {npwg.NETWORKS_ANNOTATION}" if step.writes_selection else "nothing to write",
+                        f", removed scheduling gate {pods.SCHEDULING_GATE}" if step.removes_gate else "")
+        self._report(key, step)
+        return read(kube_core.Pod, fresh) or pod
+
+    async def _reverse_status(self, key: Key, pod: kube_core.Pod, translation: translate.Translation) -> None:
+        action = plans.reverse_status(pod, translation, self.config, self.reverse_written.get(key))
+        if action.problem is not None:
+            logger.warning("pod %s/%s: %s", *key, action.problem)
+            return
+        if action.patch is None or action.written is None:
+            return
+        if await self.apply(action.patch):
+            self.reverse_written[key] = action.written
+            logger.info("pod %s/%s: wrote %s", *key, ", ".join(action.keys))
+            self._report(key, action)
 
     async def retry_waiting(self) -> None:
-        """Re-evaluate the pods waiting for objects; called when one of those objects changes."""
+        """Re-plan the pods waiting for objects; called when one of those objects changes."""
         for key in sorted(self.waiting):
             pod = self.waiting.get(key)
             if pod is not None:
                 async with self.lock(("Pod", *key)):
                     await self._reconcile_pod(key, pod)
 
-    # --- follow-ups of object events ----------------------------------------------------------
+    # --- kopf's stop --------------------------------------------------------------------------
 
-    async def podnetwork_changed(self, ref: Ref) -> None:
-        await self.reconcile_params(ref)
-        await self.reconcile_users(self.attachments_of(ref[2]))
-        await self.retry_waiting()
-
-    async def attachment_changed(self, ref: Ref) -> None:
-        await self.reconcile_params(ref)
-        await self.retry_waiting()
-
-    async def nad_changed(self, key: Key) -> None:
-        await self.reconcile_users(set(self.nad_users.get(key, ())))
-        await self.retry_waiting()
-
-    async def options_changed(self, key: Key) -> None:
-        await self.reconcile_users(set(self.options_users.get(key, ())))
-        await self.retry_waiting()
-
-
-_T = TypeVar("_T", bound=kube_core.HasMetadata)
-_M = TypeVar("_M", bound=pydantic.BaseModel)
-
-
-def _newest(cached: _T | None, obj: _T) -> _T:
-    """The newer of a cached object and an incoming one (resourceVersion is etcd's revision)."""
-    if cached is not None:
-        a = obj.metadata.resource_version or ""
-        b = cached.metadata.resource_version or ""
-        if a.isdigit() and b.isdigit() and int(a) < int(b):
-            return cached
-    return obj
-
-
-def _read(model: type[_M], body: Mapping[str, Any]) -> _M | None:
-    """`body` read into its model or view; None (logged) when it does not fit.
-
-    As `podnetwork.kep.controller` does: an API server serving the CRDs never sends
-    one; a mismatched CRD or an emulator can. The last good object stays cached.
-    """
-    try:
-        return model.model_validate(body)
-    except pydantic.ValidationError as exc:
-        logger.warning("ignored %s %s: it does not fit its model: %s", model.__name__, _show_key(body),
-                       translate.field_errors(exc))
-        return None
-
-
-def _key_of(obj: kube_core.HasMetadata) -> Key:
-    return (obj.metadata.namespace or "", obj.metadata.name or "")
-
-
-def _show_key(body: Mapping[str, Any]) -> str:
-    meta = body.get("metadata")
-    return f"{meta.get('namespace') or ''}/{meta.get('name')}" if isinstance(meta, Mapping) else "?"
-
-
-def _key(body: Mapping[str, Any]) -> Key:
-    meta = body.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name") or "")
-
-
-def _show(ref: Ref) -> str:
-    return f"{ref[1]}/{ref[2]}" if ref[1] else ref[2]
-
-
-_RESOURCES: dict[str, kube.Resource] = {
-    constants.PODNETWORK_KIND: kube.PodNetwork,
-    constants.ATTACHMENT_KIND: kube.PodNetworkAttachment,
-    "Pod": kube.Pod,
-}
-
-
-def _pod(key: Key) -> Ref:
-    return ("Pod", *key)
+    async def stop_tasks(self) -> None:
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
+        self.background.clear()
+        if self.api is not None:
+            await self.api.close()
 
 
 def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Meter | None = None) -> None:
-    """Register the bridge's handlers in `registry`. Handler ids start with `bridge_`;
-    `meter` counts the watching handlers' runs and failures (`podnetwork bridge --metrics-port`)."""
+    """Wire the bridge's entry points (`Bridge.watches`) to kopf's handlers in `registry`. Handler
+    ids start with `bridge_`; `meter` counts the watching handlers' runs and failures
+    (`podnetwork bridge --metrics-port`)."""
     on = handlers.Handlers(meter)
+    nad = (npwg.NAD_GROUP, npwg.NAD_VERSION, npwg.NAD_PLURAL)
+    opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)
+    pn = (constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL)
+    pna = (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL)
 
     @kopf.on.startup(registry=registry, id="bridge_startup")
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -461,86 +316,45 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
 
     @kopf.on.cleanup(registry=registry, id="bridge_cleanup")
     async def bridge_cleanup(**_: Any) -> None:
-        for task in bridge.background:
-            task.cancel()
-        await asyncio.gather(*bridge.background, return_exceptions=True)
-        bridge.background.clear()
-        if bridge.api is not None:
-            await bridge.api.close()
-
-    nad = (npwg.NAD_GROUP, npwg.NAD_VERSION, npwg.NAD_PLURAL)
-    opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)
-    pn = (constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL)
-    pna = (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL)
+        await bridge.stop_tasks()
 
     # Indexes first: kopf runs no event handler before every index has its initial listing.
     @on.index(*pn, registry=registry, id="bridge_podnetworks")
     def bridge_podnetworks(body: kopf.Body, **_: Any) -> None:
-        bridge.remember_podnetwork(body)
+        bridge.index_podnetwork(body)
 
     @on.index(*pna, registry=registry, id="bridge_attachments")
     def bridge_attachments(body: kopf.Body, **_: Any) -> None:
-        bridge.remember_attachment(body)
+        bridge.index_attachment(body)
 
     @on.index(*nad, registry=registry, id="bridge_nads")
     def bridge_nads(body: kopf.Body, **_: Any) -> None:
-        bridge.remember_nad(body)
+        bridge.index_nad(body)
 
     @on.index(*opts, registry=registry, id="bridge_options")
     def bridge_options(body: kopf.Body, **_: Any) -> None:
-        bridge.remember_options(body)
+        bridge.index_options(body)
 
     @on.event(*pn, registry=registry, id="bridge_podnetwork_event")
-    async def bridge_podnetwork_event(type: str, body: kopf.Body, **_: Any) -> None:
-        ref: Ref = (constants.PODNETWORK_KIND, "", _key(body)[1])
-        if type == "DELETED":
-            bridge.forget(ref)
-        elif bridge.remember_podnetwork(body) is None:
-            return
-        await bridge.podnetwork_changed(ref)
+    async def bridge_podnetwork_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.podnetwork_event(type, body)
 
     @on.event(*pna, registry=registry, id="bridge_attachment_event")
-    async def bridge_attachment_event(type: str, body: kopf.Body, **_: Any) -> None:
-        ref: Ref = (constants.ATTACHMENT_KIND, *_key(body))
-        if type == "DELETED":
-            bridge.forget(ref)
-        elif bridge.remember_attachment(body) is None:
-            return
-        await bridge.attachment_changed(ref)
+    async def bridge_attachment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.attachment_event(type, body)
 
     @on.event(*nad, registry=registry, id="bridge_nad_event")
-    async def bridge_nad_event(type: str, body: kopf.Body, **_: Any) -> None:
-        key = _key(body)
-        if type == "DELETED":
-            bridge.nads.pop(key, None)
-        elif bridge.remember_nad(body) is None:
-            return
-        await bridge.nad_changed(key)
+    async def bridge_nad_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.nad_event(type, body)
 
     @on.event(*opts, registry=registry, id="bridge_options_event")
-    async def bridge_options_event(type: str, body: kopf.Body, **_: Any) -> None:
-        key = _key(body)
-        if type == "DELETED":
-            bridge.options.pop(key, None)
-        elif bridge.remember_options(body) is None:
-            return
-        await bridge.options_changed(key)
+    async def bridge_options_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.options_event(type, body)
 
-    @on.event(
-        "pods",
-        registry=registry,
-        id="bridge_pod_event",
-        annotations={constants.NETWORKS_ANNOTATION: kopf.PRESENT},
-    )
-    async def bridge_pod_event(type: str, body: kopf.Body, **_: Any) -> None:
-        key = _key(body)
-        if type == "DELETED":
-            bridge.waiting.pop(key, None)
-            bridge.locks.pop(("Pod", *key), None)
-            bridge.reverse_written.pop(key, None)
-            bridge.posted.pop(key, None)
-            return
-        await bridge.reconcile_pod(body)
+    @on.event("pods", registry=registry, id="bridge_pod_event",
+              annotations={constants.NETWORKS_ANNOTATION: kopf.PRESENT})
+    async def bridge_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.pod_event(type, body)
 
 
-__all__ = ["Bridge", "BridgeSettings", "register"]
+__all__ = ["Applied", "Bridge", "BridgeSettings", "register"]

@@ -130,16 +130,24 @@ def gate_notices(
     objects: translate.Objects,
     error: translate.TranslationError | None = None,
 ) -> list[str]:
-    """Why a pod the bridge holds behind its scheduling gate waits: one message per cause.
+    """Why a pod the bridge holds behind its scheduling gate waits (`gate_messages`); nothing for
+    a pod without the gate: kube-scheduler and the extender speak for it."""
+    return gate_messages(networks, pod_namespace, objects, error) if gated(pod) else []
+
+
+def gate_messages(
+    networks: Sequence[Network],
+    pod_namespace: str,
+    objects: translate.Objects,
+    error: translate.TranslationError | None = None,
+) -> list[str]:
+    """Why a pod behind the bridge's scheduling gate waits: one message per cause.
 
     Worded as the scheduler extender words its FailedScheduling (`podnetwork.kep.activevalidation`):
     a PodNetwork or attachment missing or not Ready, a PodNetwork reached twice. When those
     checks pass but the translation still fails (`error`: an attachment replaced since
-    admission, parameters that cannot be read), its message. Nothing for a pod without the
-    gate: kube-scheduler and the extender speak for it.
+    admission, parameters that cannot be read), its message.
     """
-    if not gated(pod):
-        return []
     podnetworks: dict[str, activevalidation.Readiness] = {}
     attachments: dict[tuple[str, str], activevalidation.AttachmentState] = {}
     for net in networks:
@@ -473,6 +481,7 @@ __all__ = [
     "declared",
     "digest",
     "event",
+    "gate_messages",
     "gate_notices",
     "gated",
     "may_be_bridged",

@@ -1,4 +1,5 @@
-"""kopf's `index` and `on.event` decorators for the operators, each handler's runs counted.
+"""kopf's `index` and `on.event` decorators for the operators, each handler's runs counted; and
+`Watch`, what an operator watches, for whoever feeds it events other than kopf (the demo).
 
 kopf has no public hook around a handler run, so the count wraps the function before
 kopf registers it. The wrapper keeps the function's name and qualified name, so the
@@ -8,12 +9,36 @@ when the handler is one (kopf runs plain functions in a thread).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import kopf
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Watch:
+    """One kind an operator watches, and the entry points of its orchestration for it.
+
+    kopf's handlers (each operator's `register`) call exactly these, and so does the
+    demo's store feed, the same way: `index` with every object that is not deleted,
+    before any `event` (kopf runs no event handler before every index has seen its
+    initial listing), then `event` with the watch event's type (None for an object of
+    the initial listing) and the object.
+    """
+
+    plural: str
+    api_version: str
+    kind: str
+    index: Callable[[Mapping[str, Any]], None] | None = None
+    index_handler: str = ""
+    """The name of the kopf handler that calls `index` (its metrics label)."""
+    event: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
+    event_handler: str = ""
+    annotation: str | None = None
+    """`event` sees only objects carrying this annotation (kopf's `annotations={...: PRESENT}`)."""
 
 
 class Meter(Protocol):

@@ -22,8 +22,8 @@ This module is what callers import: it re-exports its parts, the resources
 (`podnetwork.kube.resources`), the errors (`apierrors`) and the clients with our
 transport (`transport`).
 - `AsyncApi` retries what may pass (no answer, 429, 5xx) with `BACKOFFS`,
-  the operators' shared policy, and `AsyncApi.write` is the operators' one way
-  to write: a 404 or 409 is an answer, not an error.
+  the operators' shared policy; `podnetwork.kube.writes.write` is the operators'
+  one way to write: a 404 or 409 is an answer, not an error.
 """
 
 from __future__ import annotations
@@ -251,27 +251,6 @@ def _list_version(pages: Any) -> str:
         return ""
 
 
-@dataclass(frozen=True)
-class Written:
-    """What `AsyncApi.write` got: the object as written, or why not."""
-
-    body: dict[str, Any] | None
-    failure: ApiError | None = None
-
-    @property
-    def conflict(self) -> bool:
-        return isinstance(self.failure, Conflict)
-
-    @property
-    def gone(self) -> bool:
-        return isinstance(self.failure, NotFound)
-
-    @property
-    def retry(self) -> bool:
-        """Worth writing again later: a conflict (with fresh data) or a failure that is not a 404."""
-        return self.failure is not None and not self.gone
-
-
 class AsyncApi:
     """asyncio calls over one lightkube client, made when first used (in the loop that uses it).
 
@@ -393,27 +372,6 @@ class AsyncApi:
 
         return await self.call(what, run)
 
-    async def write(self, what: str, request: Callable[[], Awaitable[dict[str, Any]]], *,
-                    then: str = "") -> Written:
-        """The operators' writes: `request()` (its retries included), with 404 and 409 as answers.
-
-        Logged once here, the same way for both operators: a 404 at debug (the object
-        is gone, nothing to retry), a conflict at info, a failure as a warning; `then`
-        says what the caller does about it (e.g. "retrying in 10s").
-        """
-        suffix = f"; {then}" if then else ""
-        try:
-            return Written(await request())
-        except NotFound as exc:
-            logger.debug("%s: the object is gone", what)
-            return Written(None, exc)
-        except Conflict as exc:
-            logger.info("%s conflicted with a newer change%s", what, suffix)
-            return Written(None, exc)
-        except ApiError as exc:
-            logger.warning("%s failed (%s)%s", what, exc, suffix)
-            return Written(None, exc)
-
 
 # --- list+watch ------------------------------------------------------------------------------------
 
@@ -526,7 +484,6 @@ __all__ = [
     "SubjectAccessReview",
     "Unreachable",
     "ValidatingWebhookConfiguration",
-    "Written",
     "api_version_of",
     "async_client",
     "error_of",

@@ -19,8 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from podnetwork.ground import constants
+from podnetwork.ground.actions import Patch
 from podnetwork.kube import client as kube
-from podnetwork.kube import credentials
+from podnetwork.kube import credentials, writes
 from tests.api.kube_emulator import PN, Emulator, declare_resources, eventually, requests_to
 
 BLUE = {"apiVersion": constants.API_VERSION, "kind": constants.PODNETWORK_KIND,
@@ -38,7 +39,7 @@ async def test_a_write_that_fails_for_now_is_retried_with_the_backoffs(kmock: Em
     kmock.failures["/podnetworks/blue"] = 2  # two 503s, then the API server recovers
     api = api_for(kmock, [0, 0, 0])
     try:
-        written = await api.write("patch blue", lambda: api.patch(kube.PodNetwork, "blue", {"spec": {"x": 1}}))
+        written = await writes.apply(api, Patch("PodNetwork", "blue", None, {"spec": {"x": 1}}))
     finally:
         await api.close()
     assert written.failure is None and written.body is not None and written.body["spec"]["x"] == 1
@@ -52,7 +53,7 @@ async def test_a_write_that_keeps_failing_is_a_failure_to_retry_later(kmock: Emu
     kmock.failures["/podnetworks/blue"] = 10
     api = api_for(kmock, [0, 0])
     try:
-        written = await api.write("patch blue", lambda: api.patch(kube.PodNetwork, "blue", {"spec": {"x": 1}}))
+        written = await writes.apply(api, Patch("PodNetwork", "blue", None, {"spec": {"x": 1}}))
     finally:
         await api.close()
     assert written.body is None and written.retry and not written.gone
@@ -67,8 +68,8 @@ async def test_a_conflict_and_a_missing_object_are_answers_not_retried(kmock: Em
     api = api_for(kmock, [0, 0])
     try:
         stale = {"metadata": {"resourceVersion": "6"}, "spec": {"x": 1}}
-        conflict = await api.write("patch blue", lambda: api.patch(kube.PodNetwork, "blue", stale))
-        gone = await api.write("patch red", lambda: api.patch(kube.PodNetwork, "red", {"spec": {"x": 1}}))
+        conflict = await writes.apply(api, Patch("PodNetwork", "blue", None, stale))
+        gone = await writes.apply(api, Patch("PodNetwork", "red", None, {"spec": {"x": 1}}))
     finally:
         await api.close()
     assert conflict.conflict and conflict.retry and conflict.body is None

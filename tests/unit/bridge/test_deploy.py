@@ -103,11 +103,18 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     source = (ROOT / "bridge" / "operator" / "controller.py").read_text()
-    # The writes of the controller: merge patches (pods, status subresources) and Event creation.
+    planned = (ROOT / "bridge" / "operator" / "plans.py").read_text()
+    # The writes of the controller: Event creation, and the patches its planners return, which
+    # it applies as they are: merge patches of pods (selection, gate, reverse status) and of the
+    # status of its PodNetworks and attachments (ParamsReady).
     assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event"]
-    assert set(controller._RESOURCES.values()) == {kube.Pod, kube.PodNetwork, kube.PodNetworkAttachment}
-    assert set(re.findall(r"self\.patch\((_pod\(key\)|ref), ", source)) == {"_pod(key)", "ref"}
-    assert re.findall(r"self\.patch\(ref, [^\n]*", source) == ["self.patch(ref, conditions.status_patch(body, new), status=True)"]
+    assert re.findall(r"self\.apply\(([^)]*)\)", source) == ["action.patch", "step.patch", "action.patch"]
+    assert re.findall(r"Patch\(([^,]+),", planned) == ['"Pod"', "kind"]
+    assert re.findall(r"Patch\(kind, [^\n]*", planned) == [
+        "Patch(kind, name, namespace or None, conditions.status_patch(body, new), status=True)"]
+    assert re.findall(r"kind == constants\.(\w+)", planned) == ["PODNETWORK_KIND"]  # else an attachment
+    assert {controller.writes.resource_of(kind) for kind in ("Pod", "PodNetwork", "PodNetworkAttachment")} == {
+        kube.Pod, kube.PodNetwork, kube.PodNetworkAttachment}
     # --manage-webhooks (podnetwork.kube.registration): its configuration, by name where RBAC can.
     webhook = {("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "create"),
                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from podnetwork.ground import constants
-from podnetwork.kep import api, controller, inuse
+from podnetwork.kep import api, controller, inuse, plans
 
 FIN = constants.IN_USE_FINALIZER
 
@@ -39,9 +39,11 @@ def test_an_attachment_created_after_its_podnetwork_was_deleted_is_not_ready():
     pna = {"apiVersion": constants.API_VERSION, "kind": constants.ATTACHMENT_KIND,
            "metadata": {"name": "a", "namespace": "ns", "generation": 1, "resourceVersion": "7"},
            "spec": {"podNetworkName": "blue"}}
-    new = ctl.desired_conditions(inuse.attachment_ref("ns", "a"), api.parse(pna))
-    assert new is not None
-    ready = next((c for c in new if c["type"] == "Ready"), None)
+    ref = inuse.attachment_ref("ns", "a")
+    obj = api.parse(pna)
+    action = plans.object_action(ref, obj, ctl.index, ctl.network_of(obj), urgent=True, now="2026-01-01T00:00:02Z")
+    assert isinstance(action, plans.WriteConditions)
+    ready = next((c for c in action.conditions if c["type"] == "Ready"), None)
     assert ready is not None
     assert (ready["status"], ready["reason"]) == ("False", "PodNetworkNotReady")
     assert 'PodNetwork "blue" not found' in ready["message"]

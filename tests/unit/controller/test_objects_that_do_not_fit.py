@@ -16,7 +16,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from demo.control import Controller as DemoController
+from demo.controlplane import ControlPlane
 from demo.store import Store
 from podnetwork.ground import constants
 from podnetwork.ground.core import Condition, Node, Pod
@@ -164,14 +164,14 @@ def test_an_object_whose_name_is_not_a_string_is_left_out_of_the_graph(caplog):
     assert "left out of the graph: its metadata cannot be read: metadata.name" in caplog.text
 
 
-# --- the demo's controller ---------------------------------------------------------------------
+# --- the controller on the demo's store ---------------------------------------------------------
 
 def test_the_demo_controller_ignores_an_object_that_does_not_fit_and_reconciles_the_others(caplog):
     api_ = Store()
-    ctl = DemoController(api_)
+    ctl = ControlPlane(api_)
     ctl.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="demo.control"):
+        with caplog.at_level(logging.WARNING, logger="podnetwork.kep.controller"):
             api_.create({**podnetwork("odd", colour="red"), "status": {}})
         api_.create({**podnetwork("blue"), "status": {}})
         pod = a_pod([{"podNetworkName": "blue"}, {"podNetworkName": "odd", "interfaceName": "net1"}])

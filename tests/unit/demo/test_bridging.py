@@ -1,4 +1,5 @@
-"""The demo's bridge wiring: ParamsReady, translation once Ready, and pod IPs from network-status."""
+"""The bridge on the demo's store (`demo.controlplane`): ParamsReady, translation once Ready, and pod IPs
+from network-status, by the operator's own orchestration."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from typing import Any
 import pytest
 
 from bridge import npwg
-from demo.bridging import Bridge
-from demo.control import Controller
+from demo.controlplane import ControlPlane
 from demo.store import Store
 from podnetwork.ground import constants
 
@@ -64,12 +64,10 @@ def cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 @pytest.fixture
 def api() -> Iterator[Store]:
     api = Store()
-    ctl, bridge = Controller(api), Bridge(api)
-    ctl.start()
-    bridge.start()
+    control = ControlPlane(api)
+    control.start()
     yield api
-    bridge.stop()
-    ctl.stop()
+    control.stop()
 
 
 def test_params_ready_follows_the_nad_appearing_and_breaking(api: Store) -> None:

@@ -1,14 +1,16 @@
-"""The demo's controller wiring: store events drive the controller's pure decisions to a steady state."""
+"""The PodNetwork controller on the demo's store (`demo.controlplane`): store events drive the operator's
+own orchestration to a steady state, settled when each write returns."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from demo.control import Controller
+from demo.controlplane import ControlPlane, run_now
 from demo.store import Store
 from podnetwork.ground import constants
 
@@ -52,27 +54,27 @@ def api() -> Store:
 
 
 @pytest.fixture
-def controller(api: Store) -> Iterator[Controller]:
-    ctl = Controller(api)
+def controller(api: Store) -> Iterator[ControlPlane]:
+    ctl = ControlPlane(api)
     ctl.start()
     yield ctl
     ctl.stop()
 
 
-def test_start_creates_the_default_podnetwork_and_it_turns_ready(api: Store, controller: Controller) -> None:
+def test_start_creates_the_default_podnetwork_and_it_turns_ready(api: Store, controller: ControlPlane) -> None:
     default = api.get(*PN, constants.DEFAULT_PODNETWORK)
     assert cond(default, "Ready")["status"] == "True"
     assert cond(default, "Ready")["observedGeneration"] == 1
 
 
 def test_default_creation_can_be_disabled(api: Store) -> None:
-    ctl = Controller(api, create_default=False)
+    ctl = ControlPlane(api, create_default=False)
     ctl.start()
     assert api.find(*PN, constants.DEFAULT_PODNETWORK) is None
 
 
 def test_a_disabled_podnetwork_is_not_ready_and_recovers_when_enabled(
-    api: Store, controller: Controller
+    api: Store, controller: ControlPlane
 ) -> None:
     api.create(pn("blue", enabled=False))
     assert cond(api.get(*PN, "blue"), "Ready")["reason"] == "AdministrativelyDisabled"
@@ -81,7 +83,7 @@ def test_a_disabled_podnetwork_is_not_ready_and_recovers_when_enabled(
     assert ready["status"] == "True" and ready["observedGeneration"] == 2
 
 
-def test_params_without_params_ready_keep_a_podnetwork_not_ready(api: Store, controller: Controller) -> None:
+def test_params_without_params_ready_keep_a_podnetwork_not_ready(api: Store, controller: ControlPlane) -> None:
     api.create(pn("blue", parametersRefs=[{"group": "g", "kind": "k", "name": "n"}]))
     assert cond(api.get(*PN, "blue"), "Ready")["reason"] == "ParamsNotReady"
     # The provider reports ParamsReady; the controller follows without any other event.
@@ -107,7 +109,7 @@ def test_params_without_params_ready_keep_a_podnetwork_not_ready(api: Store, con
     assert cond(api.get(*PN, "blue"), "Ready")["status"] == "True"
 
 
-def test_attachment_follows_its_podnetwork(api: Store, controller: Controller) -> None:
+def test_attachment_follows_its_podnetwork(api: Store, controller: ControlPlane) -> None:
     api.create(pna("port", "blue"))
     assert "not found" in cond(api.get(*PNA, "port", "demo"), "Ready")["message"]
     api.create(pn("blue"))
@@ -117,7 +119,7 @@ def test_attachment_follows_its_podnetwork(api: Store, controller: Controller) -
 
 
 def test_finalizer_holds_a_deleted_podnetwork_until_its_last_pod_goes(
-    api: Store, controller: Controller
+    api: Store, controller: ControlPlane
 ) -> None:
     api.create(pn("blue"))
     api.create(pod("a", [{"podNetworkName": "blue"}], node="n1"))
@@ -132,7 +134,7 @@ def test_finalizer_holds_a_deleted_podnetwork_until_its_last_pod_goes(
     assert api.find(*PN, "blue") is None
 
 
-def test_terminal_pods_release_their_networks(api: Store, controller: Controller) -> None:
+def test_terminal_pods_release_their_networks(api: Store, controller: ControlPlane) -> None:
     api.create(pn("blue"))
     api.create(pod("a", [{"podNetworkName": "blue"}], node="n1"))
     api.patch("v1", "Pod", "a", {"status": {"phase": "Succeeded"}}, "demo", subresource="status")
@@ -142,7 +144,7 @@ def test_terminal_pods_release_their_networks(api: Store, controller: Controller
 
 
 def test_attachment_keeps_its_podnetwork_and_pods_keep_the_attachment(
-    api: Store, controller: Controller
+    api: Store, controller: ControlPlane
 ) -> None:
     api.create(pn("blue"))
     api.create(pna("port", "blue"))
@@ -155,7 +157,7 @@ def test_attachment_keeps_its_podnetwork_and_pods_keep_the_attachment(
     assert FIN not in (api.get(*PN, "blue")["metadata"].get("finalizers") or [])
 
 
-def test_turning_ready_nudges_unscheduled_pods_only(api: Store, controller: Controller) -> None:
+def test_turning_ready_nudges_unscheduled_pods_only(api: Store, controller: ControlPlane) -> None:
     api.create(pod("waiting", [{"podNetworkName": "red"}]))
     api.create(pod("placed", [{"podNetworkName": "red"}], node="n1"))
     api.create(pn("red"))
@@ -166,7 +168,7 @@ def test_turning_ready_nudges_unscheduled_pods_only(api: Store, controller: Cont
 
 
 def test_nodes_report_default_network_readiness_and_keep_other_conditions(
-    api: Store, controller: Controller
+    api: Store, controller: ControlPlane
 ) -> None:
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
     api.patch(
@@ -184,22 +186,50 @@ def test_nodes_report_default_network_readiness_and_keep_other_conditions(
     assert cond(api.get("v1", "Node", "n1"), "Ready")["status"] == "True"
 
 
-def test_the_default_podnetwork_is_recreated_after_a_delete(api: Store, controller: Controller) -> None:
+def test_the_default_podnetwork_is_recreated_after_a_delete(api: Store, controller: ControlPlane) -> None:
     api.delete(*PN, constants.DEFAULT_PODNETWORK)
     again = api.get(*PN, constants.DEFAULT_PODNETWORK)
     assert not again["metadata"].get("deletionTimestamp")
     assert cond(again, "Ready")["status"] == "True"
 
 
-def test_a_steady_cluster_makes_no_writes(api: Store, controller: Controller) -> None:
+def test_a_steady_cluster_makes_no_writes(api: Store, controller: ControlPlane) -> None:
     api.create(pn("blue"))
     api.create(pna("port", "blue"))
     api.create(pod("a", [{"podNetworkName": "blue"}], node="n1"))
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
-    before = controller.writes
+    before = controller.controller_writes
     version = api.resource_version
     api.patch("v1", "Node", "n1", {"metadata": {"labels": {"x": "y"}}})
     api.patch(*PN, "blue", {"metadata": {"labels": {"x": "y"}}})
     api.patch("v1", "Pod", "a", {"metadata": {"labels": {"x": "y"}}}, "demo")
-    assert controller.writes == before
+    assert controller.controller_writes == before
     assert int(api.resource_version) == int(version) + 3  # only our three patches
+
+
+def test_objects_stored_before_the_control_plane_starts_are_reconciled_as_kopf_lists_them(api: Store) -> None:
+    # kopf indexes its initial listing whole before any event handler runs; the operators'
+    # writes for listed objects are then delivered as watch events, after the listing.
+    api.create(pn("blue"))
+    api.create(pna("port", "blue"))
+    api.create(pod("a", [{"podNetworkAttachmentName": "port"}], node="n1"))
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    ctl = ControlPlane(api)
+    ctl.start()
+    ctl.stop()
+    assert api.callback_errors == []
+    assert cond(api.get(*PN, "blue"), "InUse")["message"] == "in use by 1 attachment: pna demo/port"
+    assert FIN in api.get(*PNA, "port", "demo")["metadata"]["finalizers"]
+    assert cond(api.get("v1", "Node", "n1"), "DefaultPodNetworkReady")["status"] == "True"
+
+
+def test_an_operator_call_that_would_wait_is_an_error_not_an_event_half_handled() -> None:
+    async def waits() -> None:
+        await asyncio.sleep(0)
+
+    async def ends() -> str:
+        return "done"
+
+    assert run_now(ends()) == "done"
+    with pytest.raises(RuntimeError, match="waited: over the demo's store an operator's call ends at once"):
+        run_now(waits())

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from demo.control import Controller
+from demo.controlplane import ControlPlane
 from demo.scheduling import Extender, Scheduler, unschedulable_message
 from demo.store import Store
 from podnetwork.ground import constants
@@ -51,7 +51,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     Tests drive it with `asyncio.run`, so each has its own event loop and closes it.
     """
     api = Store()
-    ctl = Controller(api)
+    ctl = ControlPlane(api)
     ctl.start()
     api.create(node("n1"))
     api.create(node("n2", ["blue"]))

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demo import store as store_mod
 from demo.store import (
     AlreadyExists,
     BadRequest,
@@ -399,6 +398,20 @@ def test_a_watcher_that_writes_gets_its_own_event_after_the_current_one(api: Sto
     assert order == ["ADDED gen=-", "patched", "MODIFIED gen=1"]
 
 
+def test_writes_in_a_batch_deliver_their_events_after_it_as_a_callback_s_writes_do(api: Store) -> None:
+    order: list[str] = []
+    api.subscribe(lambda e: order.append(f"{e.type} {e.object['metadata']['name']}"), *PN, replay=False)
+    with api.batch():
+        api.create(podnetwork("one"))
+        api.create(podnetwork("two"))
+        order.append("end of batch")
+        with api.batch():  # nested: still delivered after the outer one
+            api.create(podnetwork("three"))
+    assert order == ["end of batch", "ADDED one", "ADDED two", "ADDED three"]
+    api.create(podnetwork("four"))
+    assert order[-1] == "ADDED four"  # after the batch, writes deliver at once again
+
+
 def test_unsubscribe_stops_events(api: Store) -> None:
     seen: list[Event] = []
     cancel = api.subscribe(seen.append, *PN)
@@ -430,10 +443,6 @@ def test_concurrent_patches_from_threads_lose_no_write(api: Store) -> None:
     for t in threads:
         t.join()
     assert len(api.get(*PN, "blue")["metadata"]["annotations"]) == 80
-
-
-def test_names_formats_namespaced_and_cluster_objects() -> None:
-    assert store_mod.names([pod("a", "ns"), podnetwork("blue")]) == ["ns/a", "blue"]
 
 
 def test_an_empty_finalizer_list_also_completes_the_delete(api: Store) -> None:
