@@ -234,9 +234,10 @@ class World:
         self.lists = [conflist.load(n) for n in self.nets]
         self.socket = self.root / "agent.sock"
         self.cache_dir = self.root / "cache"
-        self.shim = command.install_shim(self.root / "bin", self.shim_python, compiled=self.compiled_shim)
+        self.shim = command.install_shim(self.root / "bin", self.shim_python,
+                                        shim="compiled" if self.compiled_shim else "python")
         self.python_shim = command.install_shim(self.root / "pybin", self.shim_python)
-        self.compiled = (command.install_shim(self.root / "cbin", self.shim_python, compiled=True)
+        self.compiled = (command.install_shim(self.root / "cbin", self.shim_python, shim="compiled")
                          if self.compare_shims else None)
         self.runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                         "socketPath": str(self.socket)}).encode()
