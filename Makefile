@@ -69,8 +69,8 @@ conformance-report: setup
 # The CNI agent against the plugins executed directly (docs/benchmarks.md, "CNI agent"):
 # ADD and DEL, 1-3 attachments, 10 pods at once, per-phase breakdown, RSS over 1,000 pods.
 # Root and the CNI plugins; ~5 minutes on 2 cores.
-# First as the DaemonSet installs it (the Python shim) with the two shims compared, then with
-# the compiled shim (`--compiled-shim`, which needs cc).
+# First the Python shim (the fallback) with the two shims compared, then the compiled shim
+# (`--compiled-shim`, which needs cc): what `cni-agent --install` and the DaemonSet install.
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py --compare-shims
 	$(PY) benchmarks/bench_agent.py --compiled-shim --rss-pods 0
