@@ -28,14 +28,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-# The real CNI plugins and `ip` (the CNI tier, the demo), and Graphviz's `dot` (`podnetwork graph
-# -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
+# The real CNI plugins and `ip` (the CNI tier, the demo), Graphviz's `dot` (`podnetwork graph
+# -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
+# shim, which `cni-agent --install` builds and its tests run). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
 	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	[ -f "$$(cc -print-file-name=libc.a 2>/dev/null)" ] || missing="$$missing libc6-dev"; \
 	if [ -z "$$missing" ]; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \

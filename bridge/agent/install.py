@@ -90,7 +90,8 @@ class NoCompiledShim(Exception):
 @dataclass(frozen=True)
 class InstalledShim:
     """What `install` put in the bin dir: the shim's path, whether it is the compiled one, and how
-    it came: "prebuilt <path>", "built with <compiler>", or why the Python shim was installed."""
+    it came: "prebuilt <path>", "built with <compiler>", "as asked" or "the fallback: see the
+    warning" (the one line `install` logs with the reasons)."""
 
     path: Path
     compiled: bool
@@ -138,7 +139,7 @@ def install(
     bin_dir.mkdir(parents=True, exist_ok=True)
     if shim == "python":
         path = _write_executable(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
-        return InstalledShim(path, False, "the Python shim, as asked")
+        return InstalledShim(path, False, "as asked")
     reasons: list[str] = []
     with _staged(bin_dir, name) as staged:
         how = _compiled_shim(staged, prebuilt, compiler_path, reasons)
@@ -157,7 +158,7 @@ def install(
     path = _write_executable(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
     log.warning("installed the Python shim as %s, not the compiled one (~5 ms more per CNI call, "
                 "docs/benchmarks.md): %s", path, why)
-    return InstalledShim(path, False, f"the Python shim: {why}")
+    return InstalledShim(path, False, "the fallback: see the warning")
 
 
 def _compiled_shim(output: str, prebuilt: Path | None, compiler_path: str | None,
