@@ -191,3 +191,9 @@ def test_the_default_network_cannot_be_removed_from_or_added_to_a_running_pod() 
         hotplug.decide(record(("team/blue", "net1")), selection("blue"), explicit=True)
     with pytest.raises(hotplug.Refused, match=r"the cluster default network cannot be added"):
         hotplug.decide(explicit_record(), selection("blue"), explicit=False)
+
+
+def test_a_refusal_in_an_explicit_list_names_the_element_by_its_place_in_the_pods_list() -> None:
+    with pytest.raises(hotplug.Refused, match=r"selection element 2 \(team/green\) asks for the pod's default route"):
+        hotplug.decide(explicit_record(), selection('[{"name":"blue"},{"name":"red"},{"name":"green",'
+                                                    '"default-route":[]}]'), explicit=True)
