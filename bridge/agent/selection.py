@@ -42,6 +42,10 @@ class Selected:
     explicit: bool = False
     """The pod's KEP networks leave out `default`: `elements[0]` takes the runtime's interface
     in place of the cluster default network, which is not attached (never with no element)."""
+    sources: list[translate.Source] = field(default_factory=list)
+    """For KEP networks, where each element came from (same index): its PodNetwork, attachment
+    and place in the pod's list; empty for an NPWG selection, which names no PodNetwork. What a
+    per-PodNetwork choice of the agent (such as a path from the node) is keyed by."""
 
 
 def fetchable(key: tuple[str, str]) -> bool:
@@ -144,7 +148,7 @@ async def translated(source: ObjectSource, namespace: str, annotations: Mapping[
         log.warning("%s lists no network; attaching the cluster default network alone, as for a pod "
                     "without the annotation", what)
     explicit = not translation.includes_default and bool(translation.elements)
-    return Selected(translation.elements, explicit=explicit)
+    return Selected(translation.elements, explicit=explicit, sources=translation.sources)
 
 
 async def of(source: ObjectSource, pod: Pod) -> Selected:

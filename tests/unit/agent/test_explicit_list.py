@@ -133,3 +133,15 @@ async def test_an_explicit_list_needs_no_usable_cluster_default_network(tmp_path
                   default={"cniVersion": "1.0.0", "name": "kubenet", "type": "no-such-plugin"})
     await add(a)
     assert rec.adds() == [("eth0", "blue")]
+
+
+async def test_the_selection_says_which_podnetwork_each_network_comes_from(tmp_path: Path) -> None:
+    a, _ = make(tmp_path, [pod(kep("blue", "red")), nad("blue"), nad("red"), podnetwork("blue", "blue"),
+                           podnetwork("red", "red")], default=KUBENET)
+    selected = await a.planner.selection(await a.objects.get_pod("ns", "p"))
+    assert selected.explicit and [e.ref for e in selected.elements] == ["ns/blue", "ns/red"]
+    assert [(s.pod_network, s.index) for s in selected.sources] == [("blue", 0), ("red", 1)]
+    (tmp_path / "npwg").mkdir()
+    npwg_only, _ = make(tmp_path / "npwg", [pod({NPWG: "blue"}), nad("blue")], default=KUBENET)
+    selected = await npwg_only.planner.selection(await npwg_only.objects.get_pod("ns", "p"))
+    assert not selected.explicit and selected.sources == []
