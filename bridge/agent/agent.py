@@ -14,10 +14,11 @@ made of parts that call each other's public methods only:
 - `reports.Reports`: network-status after the answer, live address changes, Events;
 - `install`: the conflist this agent writes once its default network is usable (6.1).
 
-On ADD the agent reads the pod, attaches the cluster default network first (6.2), then each
-selected network in order (4.2), rolls back on the first failure (7.2), records every
-attachment on disk before executing it, moves the default route when a selection asks for it
-(4.1.2.1.9), returns the default network's result to the runtime, then writes
+On ADD the agent reads the pod, attaches the cluster default network first (6.2; for a pod
+whose KEP networks leave out `default`, the first of them in its place: the KEP's explicit
+list), then each selected network in order (4.2), rolls back on the first failure (7.2),
+records every attachment on disk before executing it, moves the default route when a selection
+asks for it (4.1.2.1.9), returns the first attachment's result to the runtime, then writes
 `k8s.v1.cni.cncf.io/network-status` (5) in the background. DEL needs only the cache; before
 it tears down a record an earlier agent process wrote, it stops the delegates that process
 may have left running (`bridge.agent.orphans`). Operations for one container are serialized;

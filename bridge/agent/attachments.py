@@ -2,9 +2,10 @@
 hot-plug (`bridge.agent.hotplug`).
 
 ADD reads the pod, plans every attachment before the first plugin runs (`planner`), attaches
-the default network then each selected network in order, each recorded before its delegate
-runs (`runner.Runner.add`), moves the default route when a selection asks for it (4.1.2.1.9),
-and on the first failure tears down everything it attempted (7.2). DEL needs only the record:
+the default network (or, for a pod's explicit list, its first network) then each selected
+network in order, each recorded before its delegate runs (`runner.Runner.add`), moves the
+default route when a selection asks for it (4.1.2.1.9), and on the first failure tears down
+everything it attempted (7.2). DEL needs only the record:
 every recorded attachment is DELed in reverse with its cached result, a failure not stopping
 the others. CHECK asks each recorded attachment's delegates with its cached result. Callers
 hold the container's lock (`records.Records.lock`).
@@ -119,7 +120,8 @@ class Attachments:
     # --- ADD ---
 
     async def add(self, request: Request) -> dict[str, Any] | None:
-        """CNI ADD (module docstring); the default network's result, for the runtime."""
+        """CNI ADD (module docstring); the result of the attachment on the runtime's interface (the
+        default network's, or the first listed network's), for the runtime."""
         args = request.args
         record = self.records.load(args.container_id)
         if record is not None and record.complete:
@@ -136,7 +138,7 @@ class Attachments:
             await self.teardown(record, args.netns)
         pod = await self._pod(request)
         with request.phases.timed("plan"):
-            planned = await self.planner.attachments(request, pod)
+            planned, explicit = await self.planner.attachments(request, pod)
         record = Record(
             container_id=args.container_id,
             netns=args.netns,
@@ -146,6 +148,7 @@ class Attachments:
             pod_name=request.pod_name or "",
             # The runtime's word first: the sandbox is that pod's, whatever the API holds by now.
             pod_uid=args.arg("K8S_POD_UID") or pod.metadata.uid or "",
+            explicit=explicit,
         )
         await self._set_up(record, planned, request)
         return self._complete(record, request)
