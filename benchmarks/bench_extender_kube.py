@@ -332,7 +332,7 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
     cache.replace("Node", node_items(nodes))
     cache.mark_synced()
     snap = cache.snapshot()
-    parsed = [wire.ExtenderArgs.model_validate_json(b) for b in calls]
+    parsed = [wire.parse_args(b) for b in calls]
     names = [a.candidate_names() for a in parsed]
 
     def decide() -> None:
@@ -341,7 +341,7 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
 
     def handle() -> None:
         for body in calls:
-            args = wire.ExtenderArgs.model_validate_json(body)
+            args = wire.parse_args(body)
             result = decision.filter_nodes(args.pod, args.candidate_names(), snap)
             app_mod._reply(args, result).to_json()
 
