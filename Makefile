@@ -62,6 +62,7 @@ bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
+	$(PY) benchmarks/bench_extender_kube.py
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_nftables.py
