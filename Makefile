@@ -60,6 +60,7 @@ lint: setup
 # bench_nftables also nftables.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
+	$(PY) benchmarks/bench_service_slices.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
 	$(PY) benchmarks/bench_extender_kube.py

@@ -34,6 +34,8 @@ Pod = create_namespaced_resource("", "v1", "Pod", "pods")
 Node = create_global_resource("", "v1", "Node", "nodes")
 Namespace = create_global_resource("", "v1", "Namespace", "namespaces")
 Event = create_namespaced_resource("", "v1", "Event", "events")
+#: Services on PodNetworks (`bridge.operator.serviceslices`): read, and given EndpointSlices.
+Service = create_namespaced_resource("", "v1", "Service", "services")
 Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
 StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
 DaemonSet = create_namespaced_resource("apps", "v1", "DaemonSet", "daemonsets")
@@ -65,7 +67,7 @@ BY_KIND: dict[str, Resource] = {
         PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
         ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
         Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Secret, EndpointSlice,
-        ClusterRole)
+        ClusterRole, Service)
 }
 
 
@@ -119,6 +121,7 @@ __all__ = [
     "Role",
     "RoleBinding",
     "Secret",
+    "Service",
     "StatefulSet",
     "SubjectAccessReview",
     "ValidatingWebhookConfiguration",
