@@ -1,10 +1,12 @@
 """The rule compiler: one pod's nftables ruleset, enforcing the evaluator's semantics. Pure.
 
 `compile_pod(world, pod)` returns the commands of libnftables' JSON (`nft -j`, see
-libnftables-json(5)) for the pod's network namespace, as one transaction that replaces the
-whole table: `add table`, `delete table` (so that it exists to delete), then the full
-content. The kernel applies a transaction atomically, so a reader never sees half a ruleset,
-and conntrack entries outlive it: established connections survive every update.
+libnftables-json(5)) for the pod's network namespace that build the whole table from nothing.
+The applier (`bridge.agent.nftables.apply`) puts "create the table if missing, delete it" in
+front, so the document replaces the table in one transaction: the kernel applies it
+atomically, a reader never sees half a ruleset, and conntrack entries outlive it:
+established connections survive every update. `FAMILY` and `TABLE` name the table here, once;
+the applier imports them.
 
 The table, `inet podnetwork_policy`:
 
@@ -23,7 +25,8 @@ The table, `inet podnetwork_policy`:
 
 Interfaces of other networks, of networks no policy isolates the pod on, the cluster default
 network's (`eth0`) and `lo` meet no rule of ours. A pod that no policy isolates anywhere gets
-no table: `Ruleset.document` is None and the applier deletes the table (`removal()`).
+no table: `Ruleset.document` is None and the applier deletes the table
+(`bridge.agent.nftables.remove`).
 Named ports resolve as the evaluator resolves them: for ingress against the pod itself, for
 egress against each peer pod (one set per resolved port number).
 """
@@ -62,7 +65,7 @@ class Ruleset:
 
     @property
     def document(self) -> dict[str, Any] | None:
-        """The transaction for `nft -j -f -`, or None when no table should exist."""
+        """The table's content for `bridge.agent.nftables.apply`, or None when no table should exist."""
         return transaction(self.commands) if self.commands else None
 
 
@@ -77,11 +80,6 @@ def _table() -> dict[str, Any]:
 def _in_table() -> dict[str, Any]:
     """How a chain, a set or a rule names its table."""
     return {"family": FAMILY, "table": TABLE}
-
-
-def removal() -> dict[str, Any]:
-    """The transaction that deletes the table, whether it exists or not."""
-    return transaction([{"add": {"table": _table()}}, {"delete": {"table": _table()}}])
 
 
 def _match(left: Expression, right: Any, op: str = "==") -> Expression:
@@ -300,12 +298,8 @@ def compile_pod(world: World, pod_key: str, scope_of: Mapping[str, Scope] | None
             jumps[base].extend(_chain_rules(base, [jump]))
     if not chains:
         return Ruleset(pod_key, (), tuple(unenforced))
-    # Adding before deleting makes the delete succeed on a namespace without the table.
-    commands: list[Command] = [
-        {"add": {"table": _table()}},
-        {"delete": {"table": _table()}},
-        {"add": {"table": _table()}},
-    ]
+    # The applier prepends "add, delete" (replacing the old table in the same transaction).
+    commands: list[Command] = [{"add": {"table": _table()}}]
     for base in ("input", "output"):
         hooked = {"type": "filter", "hook": base, "prio": 0, "policy": "accept"}
         commands.append({"add": {"chain": {**_in_table(), "name": base, **hooked}}})
@@ -329,6 +323,5 @@ __all__ = [
     "Ruleset",
     "compile_pod",
     "local_pods",
-    "removal",
     "transaction",
 ]
