@@ -114,12 +114,13 @@ def decide(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local]
     """A step for each local container whose table differs from what was last written there
     (`applied`, by container ID; a container missing from it counts as `UNKNOWN`)."""
     compiled: dict[str, tuple[Document | None, tuple[str, ...]]] = {}
+    memo = rules.Memo(world)
     steps = []
     for local in locals_:
         if local.pod not in world.pods:
             continue
         if local.pod not in compiled:
-            ruleset = rules.compile_pod(world, local.pod, scope_of)
+            ruleset = rules.compile_pod(world, local.pod, scope_of, memo)
             compiled[local.pod] = (ruleset.document, ruleset.unenforced)
         document, unenforced = compiled[local.pod]
         if applied.get(local.container_id, UNKNOWN) != document:
