@@ -187,6 +187,15 @@ def _node_flags(p: argparse.ArgumentParser) -> None:
         "default: $NODE_NAME; without it, or with --objects, hot-plug is off",
     )
     p.add_argument(
+        "--policies",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="enforce MultiNetworkPolicy (k8s.cni.cncf.io) in this node's pods: the agent lists and watches "
+        "policies, pods, namespaces, NADs and PodNetworks cluster-wide and writes an nftables table into "
+        "each selected pod's namespace, before its ADD answers (docs/network-policy.md; default: on, "
+        "with a cluster)",
+    )
+    p.add_argument(
         "--netns-dir",
         type=Path,
         default=node.DEFAULT_NETNS_DIR,
@@ -395,6 +404,25 @@ def object_source(args: argparse.Namespace) -> Any:
     return objects
 
 
+def policy_enforcer(args: argparse.Namespace, objects: Any, api: Any) -> Any:
+    """MultiNetworkPolicy enforcement (`bridge.agent.enforcer`) fed by list + watch: the watch
+    cache's NAD and PodNetwork watches when it has them (one watch per kind), its own otherwise."""
+    if not args.policies:
+        log.info("policies: not enforced (--no-policies)")
+        return None
+    from bridge.agent import watchcache
+    from bridge.agent.enforcer import Enforcer
+    from bridge.agent.policystate import KINDS, PolicyState
+
+    enforcer = Enforcer(PolicyState(node=args.node_name))
+    mirrors = objects.mirrors if isinstance(objects, watchcache.CachedObjects) else {}
+    for kind in KINDS:
+        if kind.name in mirrors:
+            mirrors[kind.name].listeners.append(enforcer.state)
+    enforcer.follow(api, [kind for kind in KINDS if kind.name not in mirrors])
+    return enforcer
+
+
 def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentConfig) -> tuple[agent_mod.Agent,
                                                                                                Beside | None]:
     """The agent, with Events about its pods and its node when it has a cluster; and hot-plug's
@@ -407,7 +435,8 @@ def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentCon
 
     # Warning Events about pods (the address watch's cap), with the object source's client.
     kube = objects if isinstance(objects, KubernetesObjects) else objects.source
-    agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api))
+    agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api),
+                            enforcer=policy_enforcer(args, objects, kube.api))
     if not args.node_name:
         log.info("hot-plug is off: no --node-name")
         return agent, None

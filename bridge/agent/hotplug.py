@@ -431,6 +431,9 @@ class HotPlug:
             return outcome
         problems = await agent.attachments.detach(record, outcome.change.remove, rollback=False)
         agent.records.save(record)
+        if agent.enforcer is not None:
+            # The table follows the interfaces now (a failure is retried by the enforcer's loop).
+            await agent.enforcer.added(record, pod, fail_closed=False)
         if agent.config.patch_status:
             agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).

@@ -39,8 +39,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-FAMILY = "inet"
-TABLE = "podnetwork_policy"
+from bridge.policy.rules import FAMILY, TABLE
+
 #: The only table these functions touch: the family and name of every object in a ruleset.
 OUR_TABLE = {"family": FAMILY, "name": TABLE}
 
