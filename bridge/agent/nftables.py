@@ -199,14 +199,16 @@ async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeo
     if program is None:
         raise NftablesError(netns, action,
                             f"the nft program ({nft}) is not installed: install the nftables package")
-    return await run_in(netns, action, [program, *args], stdin, timeout=timeout, nsenter=nsenter)
+    return await run_in(netns, action, [program, *args], stdin, timeout=timeout, nsenter=nsenter,
+                        said_by="nft")
 
 
 async def run_in(netns: str, action: str, argv: Sequence[str], stdin: bytes = b"", *,
-                 timeout: float = DEFAULT_TIMEOUT, nsenter: str = "nsenter") -> bytes:
+                 timeout: float = DEFAULT_TIMEOUT, nsenter: str = "nsenter", said_by: str = "") -> bytes:
     """Runs `argv` (a program's path and its arguments) in the namespace at path `netns`; its stdout
-    (at most MAX_OUTPUT_BYTES). NetnsGone, or NftablesError naming `action` and what the program said."""
-    said_by = os.path.basename(argv[0])
+    (at most MAX_OUTPUT_BYTES). NetnsGone, or NftablesError naming `action` and what the program
+    (`said_by`, its file name by default) said."""
+    said_by = said_by or os.path.basename(argv[0])
     fd = _open_netns(netns, action)
     try:
         try:
