@@ -197,11 +197,12 @@ def slice_endpoints(obj: Mapping[str, Any],
         return None
     if managed_by is not None and labels.get(MANAGED_BY_LABEL) != managed_by:
         return None
-    family = {"IPv4": 4, "IPv6": 6}.get(obj.get("addressType"))  # type: ignore[arg-type]
+    address_type = obj.get("addressType")
+    family = {"IPv4": 4, "IPv6": 6}.get(address_type) if isinstance(address_type, str) else None
     if family is None:
-        if obj.get("addressType") != "FQDN":
+        if address_type != "FQDN":
             logger.warning("EndpointSlice %s: addressType %r is not IPv4, IPv6 or FQDN; skipped",
-                           key, obj.get("addressType"))
+                           key, address_type)
         return None
     ports = tuple(_slice_ports(key, obj.get("ports")))
     endpoints: list[Endpoint] = []
