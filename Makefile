@@ -57,7 +57,7 @@ lint: setup
 
 # Benchmarks report ratios against a baseline measured in the same run
 # (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins,
-# bench_nftables also nftables.
+# bench_nftables and bench_services also nftables.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
 	$(PY) benchmarks/bench_service_slices.py
@@ -67,6 +67,7 @@ bench: setup
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_nftables.py
+	$(PY) benchmarks/bench_services.py
 	$(PY) benchmarks/bench_addresswatch.py
 	$(PY) benchmarks/bench_lite.py
 

@@ -353,7 +353,7 @@ class Node:
     def _start_program(self, key: str) -> None:
         pod = self.pods[key]
         proc = subprocess.Popen(
-            ["nsenter", f"--net={pod.path}", sys.executable, "-S", str(POD_PROGRAM)],
+            ["nsenter", f"--net={pod.path}", sys.executable, "-S", str(POD_PROGRAM), key],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self._programs[key] = _Program(proc)
@@ -414,6 +414,16 @@ class Node:
         answer = self._programs[source].ask({"op": "probe", "timeout": timeout, "probes": [
             {"dst": address, "protocol": probe.protocol, "port": probe.port} for address, probe in keys]})
         return dict(zip(keys, answer["results"], strict=True))
+
+    def who(self, source: str, address: str, port: int, protocol: str = "TCP", *, count: int = 1,
+            timeout: float = 1.0) -> list[dict[str, Any]]:
+        """`count` new connections at once from `source` to `address:port`, each asking the "who" server
+        it reaches (port `WHO_PORT` of a pod, maybe through a Service) which pod it is and whom it saw:
+        `{"pod": "ns/name", "peer": "<source address seen>"}` or `{"error": "..."}` per connection."""
+        answers: list[dict[str, Any]] = self._programs[source].ask(
+            {"op": "who", "dst": address, "protocol": protocol, "port": port, "count": count,
+             "timeout": timeout})["answers"]
+        return answers
 
     @contextlib.contextmanager
     def connection(self, source: str, destination: str, port: int = 80, network: str = "net1",
@@ -480,11 +490,12 @@ def sctp_or_skip() -> None:
 
 
 @contextlib.contextmanager
-def standing(bin_dirs: Sequence[Path], networks: tuple[str, ...] = ("eth0", "net1")) -> Iterator[Node]:
+def standing(bin_dirs: Sequence[Path], networks: tuple[str, ...] = ("eth0", "net1"), *,
+             namespaces: tuple[str, ...] = NAMESPACES, pod_names: tuple[str, ...] = POD_NAMES) -> Iterator[Node]:
     """A started `Node`, sealed before and after, closed and checked to leave nothing, even on failure."""
     nft_or_skip()
     bin_dir = next(d for d in bin_dirs if (d / "bridge").is_file())
-    node = Node(bin_dir, networks=networks).start()
+    node = Node(bin_dir, networks=networks, namespaces=namespaces, pod_names=pod_names).start()
     try:
         yield node
         node.assert_sealed()
