@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podnetwork.cli import Command, arguments, logs, operatorshell
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
+
+if TYPE_CHECKING:
+    from bridge.operator.serviceslices import Services
+    from podnetwork.cli.metrics import OperatorMetrics
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -233,13 +237,18 @@ def _run(args: argparse.Namespace) -> int:
 
         slices = serviceslices.Services(api=api)
         serviceslices.register(registry, slices, measured)
-        measured.gauge("service_memory", "What the Services controller holds: pods, Services, our "
-                       "EndpointSlices.", lambda: {
-                           ("pods",): sum(map(len, slices.pods.values())),
-                           ("services",): len(slices.served),
-                           ("endpointslices",): sum(map(len, slices.slices.values()))}, ["what"])
+        service_metrics(measured, slices)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
     return asyncio.run(_serve(args, registry, bridge, measured))
+
+
+def service_metrics(measured: OperatorMetrics, slices: Services) -> None:
+    """The Services controller's gauge (docs/metrics.md), on the bridge's registry."""
+    measured.gauge("service_memory", "What the Services controller holds: pods, Services, our "
+                   "EndpointSlices.", lambda: {
+                       ("pods",): sum(map(len, slices.pods.values())),
+                       ("services",): len(slices.served),
+                       ("endpointslices",): sum(map(len, slices.slices.values()))}, ["what"])
 
 
 command = Command(

@@ -38,8 +38,8 @@ from podnetwork.ground import constants
 logger = logging.getLogger(__name__)
 
 #: The EndpointSlice labels of Kubernetes' conventions (discovery.k8s.io/v1).
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+SERVICE_NAME_LABEL = constants.ENDPOINTSLICE_SERVICE_NAME_LABEL
+MANAGED_BY_LABEL = constants.ENDPOINTSLICE_MANAGED_BY_LABEL
 #: The Service types served on a PodNetwork; others are the slice controller's to refuse.
 SERVED_TYPES = ("ClusterIP",)
 MAX_PORT = 65535

@@ -67,10 +67,6 @@ REQUEUED_AT_ANNOTATION = f"{GROUP}/requeued-at"
 #: "Permission to use a PodNetwork").
 USE_VERB = "use"
 
-#: Service annotation: the PodNetwork (or PodNetworkAttachment) a Service is served on (KEP
-#: Phase III requirement 22; docs/services.md).
-SERVICE_PODNETWORK_ANNOTATION = f"{GROUP}/podnetwork"
-
 #: Finalizer that blocks deletion of a PodNetwork or attachment while in use.
 IN_USE_FINALIZER = f"{GROUP}/in-use"
 
