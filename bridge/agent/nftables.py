@@ -1,6 +1,9 @@
-"""Our one nftables table inside a pod's network namespace: apply, remove, read back.
+"""Our nftables tables: apply, remove, read back, one table of ours in one network namespace.
 
-The table (`inet podnetwork_policy`) holds a pod's MultiNetworkPolicy rules. It is
+Two tables, each the only one its caller touches: `inet podnetwork_policy` (`TABLE`, the
+default) holds a pod's MultiNetworkPolicy rules in the pod's namespace; `inet
+podnetwork_access` (`constants.NODE_ACCESS_TABLE`) scopes the node's paths to PodNetworks
+in the node's namespace (`bridge.agent.nodeaccess`). A table is
 written with the `nft` program fed libnftables JSON on stdin (`nft -j -f -`), entered
 into the namespace by `nsenter --net=…`:
 
@@ -39,10 +42,15 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from podnetwork.ground import constants
+
 FAMILY = "inet"
-TABLE = "podnetwork_policy"
-#: The only table these functions touch: the family and name of every object in a ruleset.
+TABLE = constants.POLICY_TABLE
+#: The table these functions touch unless told another of ours (`table=`): the family and name
+#: of every object in a ruleset.
 OUR_TABLE = {"family": FAMILY, "name": TABLE}
+#: The tables of ours a caller may name.
+OUR_TABLES = frozenset({constants.POLICY_TABLE, constants.NODE_ACCESS_TABLE})
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds for one nft run, from the start of nsenter to nft's exit."""
@@ -74,7 +82,7 @@ class NetnsGone(NftablesError):
     """The network namespace does not exist (any more): its path is missing, or the process is gone."""
 
 
-def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
+def document(ruleset: Mapping[str, Any], table: str = TABLE) -> dict[str, Any]:
     """The transaction `apply` sends: our table created if missing and deleted, then `ruleset`.
 
     `ruleset` is a libnftables JSON document (`{"nftables": [...]}`) that builds our table
@@ -87,17 +95,23 @@ def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
     for index, item in enumerate(items):
-        problem = _refusal(item)
+        problem = _refusal(item, table)
         if problem:
             raise ValueError(f"ruleset item {index} ({_quote(item)}): {problem}")
-    table = {"table": dict(OUR_TABLE)}
+    ours = {"table": _table(table)}
     # A metainfo (the schema version nft checks) stays first, where nft itself writes it.
     meta = [i for i in items if "metainfo" in i]
     rest = [i for i in items if "metainfo" not in i]
-    return {"nftables": [*meta, {"add": table}, {"delete": table}, *rest]}
+    return {"nftables": [*meta, {"add": ours}, {"delete": ours}, *rest]}
 
 
-def _refusal(item: Any) -> str:
+def _table(table: str) -> dict[str, str]:
+    if table not in OUR_TABLES:
+        raise ValueError(f"table {FAMILY} {table} is not ours (one of {', '.join(sorted(OUR_TABLES))})")
+    return {"family": FAMILY, "name": table}
+
+
+def _refusal(item: Any, table: str = TABLE) -> str:
     """Why `item` may not be in a ruleset of ours, or ''."""
     if not isinstance(item, dict) or len(item) != 1:
         return "each item is an object with one key (a command such as add, or an object such as rule)"
@@ -115,8 +129,8 @@ def _refusal(item: Any) -> str:
     if not isinstance(value, dict):
         return f"the {key} is an object"
     name = value.get("name") if key == "table" else value.get("table")
-    if value.get("family") != FAMILY or name != TABLE:
-        return f"only table {FAMILY} {TABLE} is ours to change, not {value.get('family')} {name}"
+    if value.get("family") != FAMILY or name != table:
+        return f"only table {FAMILY} {table} is ours to change, not {value.get('family')} {name}"
     return ""
 
 
@@ -126,7 +140,7 @@ def _quote(value: Any) -> str:
 
 
 async def apply(netns: str, ruleset: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
-                nsenter: str = "nsenter") -> None:
+                nsenter: str = "nsenter", table: str = TABLE) -> None:
     """Makes our table in the namespace at path `netns` exactly `ruleset`, in one transaction.
 
     Raises ValueError for a ruleset that reaches outside our table (nothing runs),
@@ -134,12 +148,12 @@ async def apply(netns: str, ruleset: Mapping[str, Any], *, timeout: float = DEFA
     ruleset or does not finish within `timeout` seconds. In every failure the table is
     as it was before: the kernel applies a batch whole or not at all.
     """
-    body = json.dumps(document(ruleset)).encode()
+    body = json.dumps(document(ruleset, table)).encode()
     await _nft(netns, "apply our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
 async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
-                 nsenter: str = "nsenter") -> None:
+                 nsenter: str = "nsenter", table: str = TABLE) -> None:
     """Deletes our table from the namespace at path `netns`, if both exist (idempotent).
 
     An empty `netns` (a CNI DEL may carry none) or a namespace that is gone is no error:
@@ -147,20 +161,21 @@ async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nf
     """
     if not netns:
         return
-    table = {"table": dict(OUR_TABLE)}
-    body = json.dumps({"nftables": [{"add": table}, {"delete": table}]}).encode()
+    ours = {"table": _table(table)}
+    body = json.dumps({"nftables": [{"add": ours}, {"delete": ours}]}).encode()
     with contextlib.suppress(NetnsGone):
         await _nft(netns, "remove our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
 async def exists(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
-                 nsenter: str = "nsenter") -> bool:
+                 nsenter: str = "nsenter", table: str = TABLE) -> bool:
     """Whether our table is in the namespace at path `netns` (NetnsGone if the namespace is not)."""
     action = "list nftables tables"
     out = await _nft(netns, action, ["-j", "list", "tables", FAMILY], b"", timeout, nft, nsenter)
     try:
         items = json.loads(out)["nftables"]
-        return any(isinstance(i, dict) and i.get("table", {}).get("name") == TABLE for i in items)
+        name = _table(table)["name"]
+        return any(isinstance(i, dict) and i.get("table", {}).get("name") == name for i in items)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise NftablesError(netns, action, f"nft answered what is not its JSON: {_cut(out)}") from None
 
