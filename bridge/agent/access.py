@@ -98,12 +98,16 @@ class Path:
     ipam: Mapping[str, Any] = field(default_factory=dict)
     """The IPAM configuration a sub-interface's address is reserved with (the NAD's own)."""
     cni_version: str = "1.0.0"
+    network_name: str = ""
+    """The CNI network's name: host-local keeps each network's reservations under it, so the
+    node's is taken from the pods' pool."""
 
     def key(self) -> dict[str, Any]:
         """What identifies the path: a change of it replaces the node's path."""
         return {"kind": self.kind, "interface": self.interface, "subnets": list(self.subnets),
                 "addresses": list(self.addresses), "by_plugin": self.by_plugin, "master": self.master,
-                "mode": self.mode, "mtu": self.mtu, "ipam": dict(self.ipam)}
+                "mode": self.mode, "mtu": self.mtu, "ipam": dict(self.ipam),
+                "network_name": self.network_name}
 
 
 def node_link_name(podnetwork: str) -> str:
@@ -178,7 +182,7 @@ def path_for(podnetwork: str, config: Mapping[str, Any]) -> Path:
         mtu = first.get("mtu")
         return Path(podnetwork, kind, node_link_name(podnetwork), subnets, master=master, mode=mode,
                     mtu=mtu if isinstance(mtu, int) and mtu > 0 else None, ipam=dict(ipam),
-                    cni_version=version)
+                    cni_version=version, network_name=str(config.get("name") or podnetwork))
     raise Refusal(f"the node reaches a network's pods only for NAD types {BRIDGE}, {MACVLAN} and {IPVLAN}; "
                   f"this one's is {str(kind)[:64]!r}, so its pods stay isolated from the node ({DOC})")
 
