@@ -239,10 +239,11 @@ class Attachments:
         record = await self._record_to_delete(container_id, request.args.netns)
         if record is None:
             return  # CRI: tear-down of a torn-down pod succeeds
+        concerns = self.node_access is not None and self.node_access.concerns(record)
         try:
-            await self.teardown(record, request.args.netns)
+            await self.teardown(record, request.args.netns)  # empties the record's attachments
         finally:
-            if self.node_access is not None and self.node_access.concerns(record):
+            if concerns and self.node_access is not None:
                 await self.node_access.settle(f"DEL of container {container_id}")
 
     async def _record_to_delete(self, container_id: str, netns: str) -> Record | None:
