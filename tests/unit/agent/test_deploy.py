@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from bridge.agent import command, watchcache
+from podnetwork.ground import constants
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
 
@@ -44,7 +45,9 @@ def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_a
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     cached = {(kind.group, kind.plural, verb) for kind in watchcache.KINDS for verb in ("get", "list", "watch")}
     hot_plug = {("", "pods", "list"), ("", "pods", "watch"), ("", "events", "create")}
-    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached}
+    # Node access with API access: the default/kubernetes Service and its EndpointSlices.
+    api = {("", "services", "get"), (constants.ENDPOINTSLICE_GROUP, constants.ENDPOINTSLICE_PLURAL, "list")}
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *api}
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"
