@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import hotplug, nftables
+from bridge.agent import access, hotplug, nftables
 from bridge.agent.nodeaccess import STATE_FILE
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
@@ -325,4 +325,36 @@ async def test_hot_plug_gives_the_node_a_path_to_an_added_network_and_takes_it_b
     assert deleted.returncode == 0, deleted.stdout
     deleted = await world.cni("DEL", "ctr-solo", netns, "solo")
     assert deleted.returncode == 0, deleted.stdout
+    assert await nothing_left(node) == EMPTY
+
+
+async def test_a_macvlan_network_gets_a_node_side_sub_interface_with_an_ipam_address_and_del_releases_it(
+    node: Node, servers: list[subprocess.Popen[str]],
+) -> None:
+    world = node.world
+    # The master: one end of a veth pair of the test, both ends in the node namespace (this kernel
+    # may lack the dummy driver); bridge-mode macvlans on it talk to each other inside the kernel,
+    # and what goes out of the master comes back into the node namespace only.
+    run("ip", "-n", node.name, "link", "add", "pnmaster0", "type", "veth", "peer", "name", "pnmaster1")
+    for end in ("pnmaster0", "pnmaster1"):
+        run("ip", "-n", node.name, "link", "set", end, "up")
+    world.nad("green", {"cniVersion": "1.0.0", "name": "green", "type": "macvlan", "master": "pnmaster0",
+                        "mode": "bridge", "ipam": {"type": "host-local", "subnet": world.subnet(4),
+                                                   "dataDir": str(world.ipam_dir)}})
+    bridge_podnetwork(world, "green", "green")
+    set_switches(world, "green", node_access="true")
+    netns, pod_ip = await add(world, "solo", "green")
+    serve(servers, netns, pod_ip, POD_PORT, "solo")
+
+    link = access.node_link_name("green")
+    (made,) = node.addresses(link)
+    assert made.startswith(world.subnet(4).rsplit(".", 1)[0]) and made.split("/")[0] != pod_ip
+    assert sorted(p.split("/")[1] for p in world.reservations()) == sorted([pod_ip, made.split("/")[0]]), \
+        "the node's address is reserved in the pods' pool"
+    ok, body = reach(node.path, "http", pod_ip, POD_PORT)
+    assert ok and body == f"solo saw {made.split('/')[0]}", body
+
+    deleted = await world.cni("DEL", "ctr-solo", netns, "solo")
+    assert deleted.returncode == 0, deleted.stdout
+    assert node.addresses(link) == [], "the sub-interface went with the last pod"
     assert await nothing_left(node) == EMPTY
