@@ -60,6 +60,21 @@ class StoreObjects:
         opts: translate.NetworkSelectionOptions = self._get(constants.OPTIONS_KIND, namespace, name)
         return opts
 
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return dict(self._api.get("v1", cni_objects.SERVICE, name, namespace))
+        except store_mod.NotFound:  # also when the demo's store knows no Services at all
+            raise cni_objects.NotFound(cni_objects.SERVICE, namespace, name) from None
+
+    async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        try:
+            slices = self._api.list(f"{constants.ENDPOINTSLICE_GROUP}/{constants.ENDPOINTSLICE_VERSION}",
+                                    cni_objects.ENDPOINT_SLICE, namespace)
+        except store_mod.NotFound:  # the kind is not registered in the demo's store
+            return []
+        return [dict(s) for s in slices
+                if (s.get("metadata", {}).get("labels") or {}).get(constants.SERVICE_NAME_LABEL) == service]
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:

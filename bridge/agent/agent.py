@@ -45,6 +45,7 @@ from bridge.agent.collector import Collector
 from bridge.agent.defaultnet import DefaultNetwork
 from bridge.agent.enforcer import Enforcer
 from bridge.agent.invoke import CNIError, Command
+from bridge.agent.nodeaccess import NodeAccess
 from bridge.agent.objects import EventSink, ObjectSource
 from bridge.agent.planner import Planner
 from bridge.agent.publisher import StatusPublisher
@@ -73,12 +74,16 @@ class Agent:
         self.config = config
         self.cache = cache.Cache(config.cache_dir, durable=config.durable_cache)
         self.records = Records(self.cache)
-        self.runner = Runner(executor or invoke.SubprocessExec(), config.bin_dirs, config.plugin_timeout,
-                             self.records)
+        node_netns = str(config.node_netns) if config.node_netns is not None else None
+        self.runner = Runner(executor or invoke.SubprocessExec(node_netns), config.bin_dirs,
+                             config.plugin_timeout, self.records)
         self.default_network = DefaultNetwork(objects, config, self.runner)
         self.planner = Planner(objects, config, self.runner, self.default_network)
         self.reports = Reports(objects, config, self.records, events)
         self.attachments = Attachments(objects, config, self.records, self.runner, self.planner, self.reports)
+        self.node_access = NodeAccess(objects, config, self.records, self.runner, events=lambda: self.events)
+        """The node's paths to the PodNetworks that ask for one (docs/node-access.md)."""
+        self.attachments.node_access = self.node_access
         self.collector = Collector(self.records, self.runner, self.attachments)
         self.enforcer = enforcer
         """MultiNetworkPolicy on this node's pods (`bridge.agent.enforcer`); None: not enforced."""
@@ -90,6 +95,7 @@ class Agent:
         self.conf_written = asyncio.Event()
         """Set once the agent's own conflist is in place (6.1)."""
         self._announcing: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
         self._finishing: set[asyncio.Task[None]] = set()
         """Roll-backs of hot-plugs an earlier agent process left unfinished (`start`)."""
 
@@ -129,6 +135,12 @@ class Agent:
         if self.enforcer is not None:
             # Every recorded pod's table is reconciled once the policies are read.
             self.enforcer.start(self.records.readable())
+
+    async def _reconcile_node_access(self) -> None:
+        """Node access at start, then every `recheck_interval` (a PodNetwork's switch changed)."""
+        while True:
+            await self.node_access.settle("reconcile")
+            await asyncio.sleep(self.config.recheck_interval)
 
     def _roll_back_unfinished(self) -> None:
         """For each complete record with an attachment not attached (an earlier agent process was
@@ -173,8 +185,11 @@ class Agent:
         self.reports.watch(record)
 
     def announce(self) -> None:
-        """When `conf_file` is set, start waiting for the default network, then write the
-        agent's conflist (6.1): only once something serves the socket it names."""
+        """Start reconciling node access (`nodeaccess`: now, then every `recheck_interval`), and,
+        when `conf_file` is set, waiting for the default network, then writing the agent's
+        conflist (6.1): only once something serves the socket it names."""
+        if self._reconciling is None:  # once the socket is served: node access reconciled
+            self._reconciling = asyncio.create_task(self._reconcile_node_access(), name="node-access")
         if self.config.conf_file is not None and self._announcing is None:
             self._announcing = asyncio.create_task(self._install_conf_when_ready(),
                                                    name="cni-agent-readiness")
@@ -182,6 +197,11 @@ class Agent:
     async def stop(self) -> None:
         """Removes the agent's conflist: without the agent, the node is not ready. Stops
         publishing: a write still pending is recorded, and the next agent makes it."""
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciling
+            self._reconciling = None
         for task in list(self._finishing):
             task.cancel()
         if self._finishing:

@@ -21,6 +21,7 @@ from bridge.agent import cache, invoke, plan, routes
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.enforcer import Enforcer
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent.nodeaccess import NodeAccess
 from bridge.agent.objects import NotFound, ObjectSource
 from bridge.agent.planner import Planner
 from bridge.agent.records import Records, unfinished
@@ -46,6 +47,8 @@ class Attachments:
         self.reports = reports
         self.enforcer: Enforcer | None = None
         """MultiNetworkPolicy on this node (`bridge.agent.enforcer`); None: no policies enforced."""
+        self.node_access: NodeAccess | None = None
+        """The node's paths to PodNetworks (`bridge.agent.nodeaccess`), settled after each ADD and DEL."""
 
     # --- attach and detach, one container ---
 
@@ -61,6 +64,7 @@ class Attachments:
                 config=p.config,
                 default=p.default,
                 default_route=list(p.default_route) if p.default_route is not None else None,
+                podnetwork=p.podnetwork,
             )
             try:
                 await self.runner.add(record, attachment, args, timed)
@@ -156,6 +160,10 @@ class Attachments:
             explicit=explicit,
         )
         await self._set_up(record, planned, request, pod)
+        if self.node_access is not None and self.node_access.concerns(record):
+            with request.phases.timed("node-access"):
+                await self.node_access.settle(f"ADD of container {record.container_id}")
+                await self.node_access.pod_routes(record)
         return self._complete(record, request)
 
     async def _pod(self, request: Request) -> Pod:
@@ -240,7 +248,12 @@ class Attachments:
         record = await self._record_to_delete(container_id, request.args.netns)
         if record is None:
             return  # CRI: tear-down of a torn-down pod succeeds
-        await self.teardown(record, request.args.netns)
+        concerns = self.node_access is not None and self.node_access.concerns(record)
+        try:
+            await self.teardown(record, request.args.netns)  # empties the record's attachments
+        finally:
+            if concerns and self.node_access is not None:
+                await self.node_access.settle(f"DEL of container {container_id}")
 
     async def _record_to_delete(self, container_id: str, netns: str) -> Record | None:
         """The container's record; an unreadable one is moved aside, with CNI error 5."""

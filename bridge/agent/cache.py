@@ -68,9 +68,13 @@ class Attachment:
     default_route: list[str] | None = None
     state: State = State.INTENT
     result: dict[str, Any] | None = None
+    podnetwork: str | None = None
+    """The PodNetwork it attaches (`selection.Selected.sources`); None for an NPWG selection and
+    the cluster default network. What node access is decided by (`bridge.agent.nodeaccess`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "podnetwork": self.podnetwork,
             "name": self.name,
             "ifname": self.ifname,
             "config": self.config,
@@ -92,6 +96,7 @@ class Attachment:
             default_route=data.get("default_route"),
             state=State(data.get("state", State.INTENT)),
             result=data.get("result"),
+            podnetwork=data.get("podnetwork") if isinstance(data.get("podnetwork"), str) else None,
         )
 
 

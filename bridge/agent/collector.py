@@ -96,6 +96,10 @@ class Collector:
                 if entry not in keep.setdefault(cl.name, []):
                     keep[cl.name].append(entry)
                 configs.setdefault(cl.name, {})[json.dumps(cl.to_json(), sort_keys=True)] = cl
+        if self.attachments.node_access is not None:
+            # The node's own addresses on macvlan/ipvlan networks are reserved in the pods' pools.
+            for name, entries in self.attachments.node_access.reservations().items():
+                keep.setdefault(name, []).extend(e for e in entries if e not in keep[name])
         problems: list[str] = []
         for name, variants in configs.items():
             for cl in variants.values():

@@ -196,6 +196,15 @@ def _node_flags(p: argparse.ArgumentParser) -> None:
         "with a cluster)",
     )
     p.add_argument(
+        "--node-netns",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the node's network namespace: where delegate plugins run and where node access "
+        "(docs/node-access.md) gives the node its paths and nftables table; default: the agent's own "
+        "(the DaemonSet runs with hostNetwork). For a node standing in a namespace (tests)",
+    )
+    p.add_argument(
         "--netns-dir",
         type=Path,
         default=node.DEFAULT_NETNS_DIR,
@@ -357,6 +366,7 @@ def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
         durable_cache=args.durable_cache,
         watch_addresses=args.watch_addresses,
         netns_dir=args.netns_dir,
+        node_netns=args.node_netns,
     )
 
 

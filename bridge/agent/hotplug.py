@@ -43,7 +43,7 @@ import logging
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,6 +82,8 @@ class Refused(ValueError):
 class Add:
     element: npwg.NetworkSelectionElement
     ifname: str
+    podnetwork: str | None = None
+    """The PodNetwork it attaches (KEP networks), for node access."""
 
 
 @dataclass(frozen=True)
@@ -409,7 +411,11 @@ class HotPlug:
                          "(every network Ready)", pod.metadata.namespace, pod.metadata.name,
                          npwg.NETWORKS_ANNOTATION)
                 return None
-            outcome.change = decide(record, wanted.elements, explicit=wanted.explicit)
+            change = decide(record, wanted.elements, explicit=wanted.explicit)
+            podnetworks = {id(e): s.pod_network
+                           for e, s in zip(wanted.elements, wanted.sources, strict=False)}
+            adds = tuple(replace(a, podnetwork=podnetworks.get(id(a.element))) for a in change.add)
+            outcome.change = Change(adds, change.remove)
         except (Refused, CNIError) as exc:
             outcome.error = f"the pod's networks cannot be changed: {exc}"
             outcome.events.append((REASON_FAILED, f"{outcome.error}; the pod keeps its networks", "Warning"))
@@ -434,6 +440,9 @@ class HotPlug:
         if agent.enforcer is not None:
             # The table follows the interfaces now (a failure is retried by the enforcer's loop).
             await agent.enforcer.added(record, pod, fail_closed=False)
+        if any(a.podnetwork for a in outcome.change.add) or any(r.podnetwork for r in outcome.change.remove):
+            # A network added may want a node path, one removed may have been its last pod's.
+            await agent.node_access.settle(f"hot-plug of container {container_id}")
         if agent.config.patch_status:
             agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).
@@ -454,7 +463,7 @@ class HotPlug:
         agent = self.agent
         planned = []
         for add in adds:
-            p = await agent.planner.selected(add.element, add.ifname)
+            p = await agent.planner.selected(add.element, add.ifname, podnetwork=add.podnetwork)
             agent.planner.check(p)
             planned.append(p)
         cni_args = tuple((str(k), str(v)) for k, v in record.cni_args)

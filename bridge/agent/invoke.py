@@ -328,13 +328,20 @@ class Exec(Protocol):
 
 
 class SubprocessExec:
-    """Executes plugins as child processes: argv is the plugin path alone, no shell."""
+    """Executes plugins as child processes: argv is the plugin path alone, no shell; with `netns`
+    (`AgentConfig.node_netns`), in that network namespace, entered by `nsenter --net=` (which
+    execs the plugin: the same process, killed as one on a time-out)."""
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
 
     async def run(
         self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float
     ) -> tuple[int, bytes, bytes]:
+        prefix = ["nsenter", f"--net={self.netns}"] if self.netns else []
         try:
             proc = await asyncio.create_subprocess_exec(
+                *prefix,
                 str(plugin),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

@@ -1,10 +1,11 @@
-"""Our nftables tables inside a pod's network namespace: apply, remove, read back.
+"""Our nftables tables in a network namespace: apply, remove, read back.
 
 Each function owns one table, its `table` argument: `POLICY` (`inet podnetwork_policy`, a
-pod's MultiNetworkPolicy rules, the default) or `SERVICES` (`inet podnetwork_services`,
-the ClusterIPs of Services on the pod's networks, bridge.services). A ruleset may touch
-its own table only, so the policy applier can never change the Services' table nor the
-reverse. A table is written with the `nft` program fed libnftables JSON on stdin
+pod's MultiNetworkPolicy rules, the default), `SERVICES` (`inet podnetwork_services`, the
+ClusterIPs of Services on the pod's networks, bridge.services) or `ACCESS` (`inet
+podnetwork_access`, in the node's namespace: the node's paths to PodNetworks,
+`bridge.agent.nodeaccess`). A ruleset may touch its own table only, so one applier can
+never change another's table. A table is written with the `nft` program fed libnftables JSON on stdin
 (`nft -j -f -`), entered into the namespace by `nsenter --net=…`:
 
 - One `nft` run is one netlink batch, which the kernel commits or refuses as a whole.
@@ -45,6 +46,7 @@ from typing import Any
 
 from bridge.policy.rules import FAMILY, TABLE
 from bridge.services import dnat
+from podnetwork.ground import constants
 
 #: The policy table's family and name, as a table object names them (the default of every function).
 OUR_TABLE = {"family": FAMILY, "name": TABLE}
@@ -69,6 +71,8 @@ class Table:
 POLICY = Table(FAMILY, TABLE)
 #: The table of Services' ClusterIPs (bridge.services.dnat).
 SERVICES = Table(dnat.FAMILY, dnat.TABLE)
+#: The node's table scoping its paths to PodNetworks (bridge.agent.nodeaccess).
+ACCESS = Table(FAMILY, constants.NODE_ACCESS_TABLE)
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds for one nft run, from the start of nsenter to nft's exit."""

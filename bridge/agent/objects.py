@@ -19,6 +19,7 @@ not fit fails the call with a `CNIError` naming the fields (INVALID_CONFIG).
 from __future__ import annotations
 
 import copy
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -31,7 +32,9 @@ from podnetwork.ground.core import Pod
 
 #: The kinds the agent reads, by the names on the wire (podnetwork.ground.constants).
 POD = "Pod"
-_NAMESPACED = {POD, constants.NAD_KIND, constants.ATTACHMENT_KIND, constants.OPTIONS_KIND}
+SERVICE, ENDPOINT_SLICE = "Service", "EndpointSlice"
+_NAMESPACED = {POD, constants.NAD_KIND, constants.ATTACHMENT_KIND, constants.OPTIONS_KIND, SERVICE,
+               ENDPOINT_SLICE}
 #: Where each of them is served: (group, version, plural).
 _RESOURCES = {
     POD: ("", "v1", "pods"),
@@ -113,6 +116,14 @@ class ObjectSource(Protocol):
 
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions: ...
 
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
+        """A core/v1 Service as the API serves it (node access reads `default/kubernetes`)."""
+        ...
+
+    async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        """The EndpointSlices (discovery.k8s.io/v1) labelled as the Service's; [] when none."""
+        ...
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
@@ -184,6 +195,14 @@ class MemoryObjects:
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
         opts: translate.NetworkSelectionOptions = self._read(constants.OPTIONS_KIND, namespace, name)
         return opts
+
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(SERVICE, namespace, name)
+
+    async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(obj) for (kind, ns, _), obj in sorted(self._store.items())
+                if kind == ENDPOINT_SLICE and ns == namespace
+                and (obj["metadata"].get("labels") or {}).get(constants.SERVICE_NAME_LABEL) == service]
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
@@ -301,6 +320,20 @@ class KubernetesObjects:
     async def get_selection_options(self, namespace: str, name: str) -> translate.NetworkSelectionOptions:
         opts: translate.NetworkSelectionOptions = await self._read(constants.OPTIONS_KIND, namespace, name)
         return opts
+
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
+        path = self._lite.object_path("", "v1", "services", name, namespace)
+        obj: dict[str, Any] = await self._call(SERVICE, namespace, name, self._api.get(path))
+        return obj
+
+    async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        selector = urllib.parse.quote(f"{constants.SERVICE_NAME_LABEL}={service}", safe="")
+        collection = self._lite.object_path(constants.ENDPOINTSLICE_GROUP, constants.ENDPOINTSLICE_VERSION,
+                                            constants.ENDPOINTSLICE_PLURAL, "", namespace).rstrip("/")
+        path = f"{collection}?labelSelector={selector}"
+        listed = await self._call(ENDPOINT_SLICE, namespace, service, self._api.get(path))
+        items = listed.get("items") if isinstance(listed, dict) else None
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None

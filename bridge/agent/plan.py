@@ -41,6 +41,8 @@ class Planned:
     default_route_families: tuple[int, ...] | None = None
     """The IP versions whose default route moves here (the selection's families extension);
     None: the families of `default_route`, or of the result's gateways when that is ()."""
+    podnetwork: str | None = None
+    """The PodNetwork it attaches, for KEP networks (`selection.Selected.sources`)."""
 
 
 def interface_names(primary: str, requested: Sequence[str | None]) -> list[str]:

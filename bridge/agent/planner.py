@@ -50,24 +50,27 @@ class Planner:
         placements = plan.placements(request.args.ifname, [e.interface for e in elements],
                                      explicit=selected.explicit)
         planned: list[plan.Planned] = []
+        podnetworks: list[str | None] = [s.pod_network for s in selected.sources] or [None] * len(elements)
         for index, ifname in placements:
             if index is None:
                 default_name, default_config = await self.default.resolve(request.runtime_config)
                 planned.append(plan.Planned(default_name, ifname, default_config, default=True))
             elif selected.explicit and index == 0:
-                planned.append(await self.selected(elements[0], ifname, primary=request.runtime_config))
+                planned.append(await self.selected(elements[0], ifname, primary=request.runtime_config,
+                                                   podnetwork=podnetworks[0]))
                 if elements[0].interface not in (None, ifname):
                     log.warning("pod %s/%s: %s is its first network, on the runtime's interface %s; its "
                                 "interface name %r is not applied", pod.metadata.namespace, pod.metadata.name,
                                 elements[0].ref, ifname, elements[0].interface)
             else:
-                planned.append(await self.selected(elements[index], ifname))
+                planned.append(await self.selected(elements[index], ifname, podnetwork=podnetworks[index]))
         for p in planned:  # all configs valid and all plugins present, before the first exec
             self.check(p)
         return planned, selected.explicit
 
     async def selected(self, element: npwg.NetworkSelectionElement, ifname: str, *,
-                       primary: Mapping[str, Any] | None = None) -> plan.Planned:
+                       primary: Mapping[str, Any] | None = None,
+                       podnetwork: str | None = None) -> plan.Planned:
         """One selected network's attachment as `ifname`, resolved from its NAD (4.1.2.1, 3.4).
 
         `primary`: this network takes the runtime's interface (the first of an explicit list),
@@ -103,6 +106,7 @@ class Planner:
             default=primary is not None,
             default_route=route,
             default_route_families=families,
+            podnetwork=podnetwork,
         )
 
     def check(self, p: plan.Planned) -> None:

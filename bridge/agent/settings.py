@@ -55,6 +55,11 @@ class AgentConfig:
     netns_dir: Path | None = None
     """Where the runtime makes pods' network namespaces; checked at start for mounts propagating
     into the agent's container (`bridge.agent.node.netns_problem`). None: not checked."""
+    node_netns: Path | None = None
+    """The node's network namespace, where delegate plugins run (so where the bridge plugin makes
+    its bridges) and where node access (docs/node-access.md) gives the node its paths and its
+    nftables table. None: the agent's own, the node's when it runs with hostNetwork as the
+    DaemonSet does; a test stands a node in a namespace of its own (`--node-netns`)."""
     patch_status: bool = True
     """Write `k8s.v1.cni.cncf.io/network-status` on the pod after ADD (spec 5), in the
     background once the runtime has its answer (`bridge.agent.publisher`)."""

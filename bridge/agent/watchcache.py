@@ -285,6 +285,12 @@ class CachedObjects:
             constants.OPTIONS_KIND, namespace, name)
         return opts if opts is not None else await self.source.get_selection_options(namespace, name)
 
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self.source.get_service(namespace, name)  # read when node access reconciles: rare
+
+    async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        return await self.source.list_endpoint_slices(namespace, service)
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:

@@ -42,9 +42,10 @@ from bridge.policy.evaluate import isolating, peer_selects_pod
 from bridge.policy.model import IPNetwork, MultiNetworkPolicy, PolicyPeer, PolicyPort, PolicyType, Rule
 from bridge.policy.scope import Scope, scopes
 from bridge.policy.world import Address, PodInfo, PodInterface, World
+from podnetwork.ground import constants
 
 FAMILY = "inet"
-TABLE = "podnetwork_policy"
+TABLE = constants.POLICY_TABLE
 #: libnftables JSON schema version this module writes (libnftables-json(5), METAINFO).
 JSON_SCHEMA_VERSION = 1
 #: ICMPv6 types of neighbour and router discovery (RFC 4861), accepted on isolated interfaces.

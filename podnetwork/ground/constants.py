@@ -67,6 +67,35 @@ REQUEUED_AT_ANNOTATION = f"{GROUP}/requeued-at"
 #: "Permission to use a PodNetwork").
 USE_VERB = "use"
 
+#: PodNetwork annotation: `"true"` asks each node's agent to give its node a path to the network's
+#: pods on that node (KEP-3698 Phase II requirements 19 and 21: kubelet probes, the API server
+#: reaching the pod). An annotation, not a spec field: the KEP keeps implementation details out
+#: of PodNetwork's spec. docs/node-access.md.
+NODE_ACCESS_ANNOTATION = f"{GROUP}/node-access"
+#: PodNetwork annotation: `"true"` (with `NODE_ACCESS_ANNOTATION`) routes the Kubernetes API
+#: from a pod whose first network it is, through its node (requirement 20): docs/node-access.md.
+API_ACCESS_ANNOTATION = f"{GROUP}/api-access"
+#: The value that turns either switch on; absent or `"false"` is off, anything else refused.
+SWITCH_ON, SWITCH_OFF = "true", "false"
+#: The Service whose ClusterIPs and endpoints are the Kubernetes API.
+API_SERVICE_NAMESPACE, API_SERVICE_NAME = "default", "kubernetes"
+#: EndpointSlice label naming the Service the slice belongs to (discovery.k8s.io/v1).
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+#: Where EndpointSlices are served: (group, version, plural).
+ENDPOINTSLICE_GROUP, ENDPOINTSLICE_VERSION, ENDPOINTSLICE_PLURAL = "discovery.k8s.io", "v1", "endpointslices"
+#: The agent's nftables table (family inet) in the node's network namespace: the scope of each
+#: node path and the source NAT of API access (docs/node-access.md).
+NODE_ACCESS_TABLE = "podnetwork_access"
+#: The table (family inet) of a pod's MultiNetworkPolicy rules, in the pod's namespace.
+POLICY_TABLE = "podnetwork_policy"
+#: Event reasons on a PodNetwork, from a node's agent: the node path is made / refused / removed.
+NODE_ACCESS_READY_REASON = "NodeAccessReady"
+NODE_ACCESS_REFUSED_REASON = "NodeAccessRefused"
+NODE_ACCESS_REMOVED_REASON = "NodeAccessRemoved"
+#: Prefix of the node-side sub-interface of a macvlan/ipvlan network (then 8 hex of a digest of
+#: the PodNetwork's name: 11 characters, within Linux's 15).
+NODE_LINK_PREFIX = "pnode"
+
 #: Finalizer that blocks deletion of a PodNetwork or attachment while in use.
 IN_USE_FINALIZER = f"{GROUP}/in-use"
 

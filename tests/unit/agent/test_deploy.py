@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from bridge.agent import command, policystate, watchcache
+from podnetwork.ground import constants
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
 
@@ -47,7 +48,9 @@ def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_h
     # MultiNetworkPolicy: every kind the enforcer follows, listed and watched.
     policies = {(kind.group, kind.plural, verb) for kind in policystate.KINDS for verb in ("list", "watch")}
     assert {("", "namespaces", "list"), ("k8s.cni.cncf.io", "multi-networkpolicies", "watch")} <= policies
-    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies}
+    # Node access with API access: the default/kubernetes Service and its EndpointSlices.
+    api = {("", "services", "get"), (constants.ENDPOINTSLICE_GROUP, constants.ENDPOINTSLICE_PLURAL, "list")}
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies, *api}
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"
