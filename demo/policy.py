@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -131,6 +132,10 @@ async def run(demo: Demo, *, ns: str) -> None:
     """Stage 4d: web-b reaches web-a over TCP on blue; a policy isolating blue for ingress refuses
     it (green stays open); a second policy allowing pods labelled role=client lets it through."""
     r, api = demo.report, demo.api
+    absent = [tool for tool in ("nft", "nsenter") if shutil.which(tool) is None]
+    if absent:
+        r.skip(f"4d. network policy: needs {' and '.join(absent)} (apt-get install nftables util-linux)")
+        return
     r.section("4d. Network policy: a MultiNetworkPolicy isolates blue (KEP Phase III, Req 22)")
     nodes = [NodePolicies(api, node, kubelet.sandboxes) for node, kubelet in demo.kubelets.items()]
     server, client = demo._sandbox("web-a").netns, demo._sandbox("web-b").netns
