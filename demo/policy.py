@@ -20,23 +20,38 @@ import contextlib
 import shutil
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bridge import npwg, translate
 from bridge.agent import nftables
 from bridge.policy import PolicyError, World, parse_policy, rules, views
+from demo.kubelet import Kubelet, Sandbox
+from demo.report import Report
+from demo.store import Store
 from demo.world import BLUE, GREEN, NAD, PN, POD
 from podnetwork.ground import constants
 from podnetwork.ground.core import Namespace
-
-if TYPE_CHECKING:
-    from demo.demo import Demo
-    from demo.kubelet import Sandbox
 
 POLICY = (constants.POLICY_API_VERSION, constants.POLICY_KIND)
 PORT = 8080
 #: Seconds a probe waits to connect: a dropped SYN is not answered at all.
 PROBE_TIMEOUT = 1.0
+
+
+class Demo(Protocol):
+    """What the stage uses of `demo.demo.Demo` (which imports this module, not the reverse)."""
+
+    report: Report
+    api: Store
+    kubelets: dict[str, Kubelet]
+
+    def _flush_notes(self) -> None: ...
+
+    def _sandbox(self, pod: str) -> Any: ...
+
+    def _ip_on(self, pod: str, network: str) -> str | None: ...
+
+    def _pod_ips(self, pod: str) -> list[dict[str, Any]]: ...
 
 
 def world(api: Any) -> World:
