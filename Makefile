@@ -29,8 +29,9 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The real CNI plugins and `ip` (the CNI tier, the demo), `nft` (the agent's MultiNetworkPolicy
-# tables in pods, bridge/agent/nftables.py, and their CNI tests), and Graphviz's `dot` (`podnetwork graph
-# -o graph.svg`, as the README shows it). Only what is missing is installed; without root we
+# tables in pods, bridge/agent/nftables.py, and their CNI tests), Graphviz's `dot` (`podnetwork graph
+# -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
+# shim, which `cni-agent --install` builds and its tests run). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
@@ -38,6 +39,8 @@ system-deps:
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v nft >/dev/null || missing="$$missing nftables"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	[ -f "$$(cc -print-file-name=libc.a 2>/dev/null)" ] || missing="$$missing libc6-dev"; \
 	if [ -z "$$missing" ]; then \
 		:; \
 	elif [ "$$(id -u)" = "0" ]; then \
@@ -54,14 +57,17 @@ lint: setup
 
 # Benchmarks report ratios against a baseline measured in the same run
 # (docs/benchmarks.md). The agent benchmarks need root, bench_agent also the CNI plugins,
-# bench_nftables also nftables.
+# bench_nftables and bench_services also nftables.
 bench: setup
 	$(PY) benchmarks/bench_controller_inuse.py
+	$(PY) benchmarks/bench_service_slices.py
 	$(PY) benchmarks/bench_extender.py --repeats 3
 	$(PY) benchmarks/bench_extender_throughput.py --variants --prioritize
+	$(PY) benchmarks/bench_extender_kube.py
 	$(MAKE) bench-agent
 	$(PY) benchmarks/bench_routes.py
 	$(PY) benchmarks/bench_nftables.py
+	$(PY) benchmarks/bench_services.py
 	$(PY) benchmarks/bench_addresswatch.py
 	$(PY) benchmarks/bench_lite.py
 
@@ -73,8 +79,8 @@ conformance-report: setup
 # The CNI agent against the plugins executed directly (docs/benchmarks.md, "CNI agent"):
 # ADD and DEL, 1-3 attachments, 10 pods at once, per-phase breakdown, RSS over 1,000 pods.
 # Root and the CNI plugins; ~5 minutes on 2 cores.
-# First as the DaemonSet installs it (the Python shim) with the two shims compared, then with
-# the compiled shim (`--compiled-shim`, which needs cc).
+# First the Python shim (the fallback) with the two shims compared, then the compiled shim
+# (`--compiled-shim`, which needs cc): what `cni-agent --install` and the DaemonSet install.
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py --compare-shims
 	$(PY) benchmarks/bench_agent.py --compiled-shim --rss-pods 0

@@ -34,8 +34,8 @@ agent's readiness check, answer, exit).
 Last, the agent's RSS (VmRSS) before any pod and after 100, 250, 500 and 1,000 pods
 (3 attachments each, ADD then DEL, 10 at a time).
 
-`--compiled-shim` has the runtime run the compiled shim (`podnetwork cni-agent
---compiled-shim`) instead of the Python one; `--compare-shims` adds ADD/DEL of one
+`--compiled-shim` has the runtime run the compiled shim (what `podnetwork cni-agent
+--install` installs by default, and the DaemonSet) instead of the Python one (the fallback); `--compare-shims` adds ADD/DEL of one
 attachment through each, interleaved.
 
 Needs root and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_agent.py  (or `make bench-agent`)
@@ -234,9 +234,10 @@ class World:
         self.lists = [conflist.load(n) for n in self.nets]
         self.socket = self.root / "agent.sock"
         self.cache_dir = self.root / "cache"
-        self.shim = command.install_shim(self.root / "bin", self.shim_python, compiled=self.compiled_shim)
+        self.shim = command.install_shim(self.root / "bin", self.shim_python,
+                                        shim="compiled" if self.compiled_shim else "python")
         self.python_shim = command.install_shim(self.root / "pybin", self.shim_python)
-        self.compiled = (command.install_shim(self.root / "cbin", self.shim_python, compiled=True)
+        self.compiled = (command.install_shim(self.root / "cbin", self.shim_python, shim="compiled")
                          if self.compare_shims else None)
         self.runtime_conf = json.dumps({"cniVersion": "1.0.0", "name": "multinetwork", "type": "multinetwork",
                                         "socketPath": str(self.socket)}).encode()
@@ -692,7 +693,8 @@ def main() -> int:
         "emulator (~5 ms per request here)")
     parser.add_argument("--compiled-shim", action="store_true",
                         help="the runtime runs the compiled shim (`podnetwork cni-agent --compiled-shim`); "
-                        "default: the Python shim, as the DaemonSet installs it")
+                        "default: the Python shim, which `--install` installs only where the compiled one "
+                        "cannot be had")
     parser.add_argument("--compare-shims", action="store_true",
                         help="also time ADD/DEL of one attachment through the Python and the compiled shim")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from podnetwork.ground.constants import NETWORKS_ANNOTATION, NODE_PODNETWORKS_ANNOTATION
 from scheduler_plugin import app as app_mod
 from scheduler_plugin import cache as cache_mod
 from scheduler_plugin import decision, wire
@@ -58,7 +59,7 @@ def build_cache(nodes: int, some_fail: bool = True) -> cache_mod.Cache:
     items = []
     for i in range(nodes):
         offer = offers[i % len(offers)]
-        annotations = {} if offer is None else {"multinetwork.x-k8s.io/podnetworks": offer}
+        annotations = {} if offer is None else {NODE_PODNETWORKS_ANNOTATION: offer}
         items.append({"metadata": {"name": f"node-{i:05d}", "annotations": annotations}})
     c.replace("Node", items)
     c.mark_synced()
@@ -74,7 +75,7 @@ def build_body(nodes: int, rotation: int = 0) -> bytes:
     ]
     pod = {
         "metadata": {"name": "bench-0", "namespace": "bench",
-                     "annotations": {"multinetwork.x-k8s.io/networks": json.dumps(networks)}},
+                     "annotations": {NETWORKS_ANNOTATION: json.dumps(networks)}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}], "schedulerName": "default-scheduler"},
         "status": {"phase": "Pending"},
     }

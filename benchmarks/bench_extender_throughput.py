@@ -46,10 +46,12 @@ import time
 import timeit
 from typing import Any
 
+from podnetwork.ground.constants import NETWORKS_ANNOTATION, NODE_PODNETWORKS_ANNOTATION
+
 NODES = 5000
 CANDIDATES = 500
 NETWORKS = ["blue", "green", "red", "yellow"]
-NODE_ANNOTATION = "multinetwork.x-k8s.io/podnetworks"
+NODE_ANNOTATION = NODE_PODNETWORKS_ANNOTATION
 
 
 def build_cache(nodes: int) -> Any:
@@ -82,7 +84,7 @@ def build_bodies(nodes: int, candidates: int, count: int = 40) -> list[bytes]:
             nets.append({"podNetworkName": NETWORKS[(p + 1) % 4], "interfaceName": "net2"})
         pod = {
             "metadata": {"name": f"bench-{p}", "namespace": "bench", "uid": f"uid-{p}",
-                         "annotations": {"multinetwork.x-k8s.io/networks": json.dumps(nets)}},
+                         "annotations": {NETWORKS_ANNOTATION: json.dumps(nets)}},
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {}}],
                      "schedulerName": "podnetwork-scheduler", "nodeName": ""},
             "status": {"phase": "Pending"},

@@ -95,7 +95,7 @@ class NodePolicies:
                 self.tables[key] = document
                 chains = sorted(c["add"]["chain"]["name"] for c in ruleset.commands
                                 if "chain" in c.get("add", {}) and "hook" not in c["add"]["chain"])
-                done.append(f"{self.node}'s agent: {key}: table {nftables.FAMILY} {nftables.TABLE} "
+                done.append(f"{self.node}'s agent: {key}: table {rules.FAMILY} {rules.TABLE} "
                             f"applied in {sandbox.netns} (chains {', '.join(chains)})")
             elif key in self.tables:
                 await nftables.remove(sandbox.netns_path)

@@ -79,7 +79,7 @@ class ExtenderArgs(BaseModel):
 
     @pydantic.field_validator("pod", mode="before")
     @classmethod
-    def _pod_shape(cls, pod: Any) -> Any:
+    def pod_shape(cls, pod: Any) -> Any:
         # What the decision reads, with messages of our own before the view's checks;
         # the view ignores the rest of the pod, which is kube-scheduler's.
         if not isinstance(pod, dict):
@@ -154,6 +154,47 @@ class ExtenderArgs(BaseModel):
             annotations = meta.get("annotations")  # a map or absent: `candidate_names` checked
             found.setdefault(meta["name"], annotations.get(key) if annotations else None)
         return found
+
+
+#: The keys of the bodies kube-scheduler writes with `nodeCacheCapable: true`.
+_SCHEDULER_KEYS = frozenset({"Pod", "Nodes", "NodeNames"})
+#: pydantic's JSON parser refuses nesting deeper than 200 levels (docs/limits.md). A body
+#: holding at most this many `[` and `{` bytes cannot nest deeper, whatever parser reads it.
+_FAST_OPENERS = 200
+
+
+def parse_args(body: bytes | bytearray) -> ExtenderArgs:
+    """A request body read into `ExtenderArgs`: the same result, and the same errors, as
+    `ExtenderArgs.model_validate_json(body)`.
+
+    kube-scheduler's own bodies (`Pod` and `NodeNames`, `"Nodes":null`) take a shorter way:
+    orjson reads the JSON (about twice as fast as pydantic's parser building the pod and
+    every name), a C-level pass checks that every name is a string, and only the pod goes
+    through its models. Anything else, or anything that way refuses, is read the long way,
+    so a bad body gets the message it always got (tests/unit/extender/test_wire.py compares
+    the two ways on generated bodies).
+    """
+    fast = _scheduler_args(body)
+    return fast if fast is not None else ExtenderArgs.model_validate_json(body)
+
+
+def _scheduler_args(body: bytes | bytearray) -> ExtenderArgs | None:
+    if body.count(b"[") + body.count(b"{") > _FAST_OPENERS:
+        return None  # maybe deeper than the long way allows: let it decide
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or not data.keys() <= _SCHEDULER_KEYS or data.get("Nodes") is not None:
+        return None
+    pod, names = data.get("Pod"), data.get("NodeNames")
+    if type(pod) is not dict or type(names) is not list or not set(map(type, names)) <= {str}:
+        return None
+    try:
+        view = Pod.model_validate(ExtenderArgs.pod_shape(pod))
+    except (ValueError, pydantic.ValidationError):  # the long way words the message
+        return None
+    return ExtenderArgs.model_construct(pod=view, nodes=None, node_names=names)
 
 
 class ExtenderFilterResult(BaseModel):

@@ -14,10 +14,11 @@ made of parts that call each other's public methods only:
 - `reports.Reports`: network-status after the answer, live address changes, Events;
 - `install`: the conflist this agent writes once its default network is usable (6.1).
 
-On ADD the agent reads the pod, attaches the cluster default network first (6.2), then each
-selected network in order (4.2), rolls back on the first failure (7.2), records every
-attachment on disk before executing it, moves the default route when a selection asks for it
-(4.1.2.1.9), returns the default network's result to the runtime, then writes
+On ADD the agent reads the pod, attaches the cluster default network first (6.2; for a pod
+whose KEP networks leave out `default`, the first of them in its place: the KEP's explicit
+list), then each selected network in order (4.2), rolls back on the first failure (7.2),
+records every attachment on disk before executing it, moves the default route when a selection
+asks for it (4.1.2.1.9), returns the first attachment's result to the runtime, then writes
 `k8s.v1.cni.cncf.io/network-status` (5) in the background. DEL needs only the cache; before
 it tears down a record an earlier agent process wrote, it stops the delegates that process
 may have left running (`bridge.agent.orphans`). Operations for one container are serialized;
@@ -42,6 +43,7 @@ from bridge.agent.addresswatch import AddressWatch
 from bridge.agent.attachments import Attachments
 from bridge.agent.collector import Collector
 from bridge.agent.defaultnet import DefaultNetwork
+from bridge.agent.enforcer import Enforcer
 from bridge.agent.invoke import CNIError, Command
 from bridge.agent.objects import EventSink, ObjectSource
 from bridge.agent.planner import Planner
@@ -65,6 +67,7 @@ class Agent:
         *,
         executor: invoke.Exec | None = None,
         events: EventSink | None = None,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self.objects = objects
         self.config = config
@@ -77,6 +80,9 @@ class Agent:
         self.reports = Reports(objects, config, self.records, events)
         self.attachments = Attachments(objects, config, self.records, self.runner, self.planner, self.reports)
         self.collector = Collector(self.records, self.runner, self.attachments)
+        self.enforcer = enforcer
+        """MultiNetworkPolicy on this node's pods (`bridge.agent.enforcer`); None: not enforced."""
+        self.attachments.enforcer = enforcer
         self.readiness = readiness.Reporter()
         """Logs each change of readiness (and, given a node and a sink, posts a Node Event)."""
         self.host_problem: str | None = None
@@ -120,6 +126,9 @@ class Agent:
         if self.config.patch_status:
             self.reports.republish_pending()
         self.reports.watch_recorded()
+        if self.enforcer is not None:
+            # Every recorded pod's table is reconciled once the policies are read.
+            self.enforcer.start(self.records.readable())
 
     def _roll_back_unfinished(self) -> None:
         """For each complete record with an attachment not attached (an earlier agent process was
@@ -178,6 +187,8 @@ class Agent:
         if self._finishing:
             await asyncio.wait(set(self._finishing))
         await self.reports.close()
+        if self.enforcer is not None:
+            await self.enforcer.stop()
         if self._announcing is not None:
             self._announcing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -2,9 +2,10 @@
 hot-plug (`bridge.agent.hotplug`).
 
 ADD reads the pod, plans every attachment before the first plugin runs (`planner`), attaches
-the default network then each selected network in order, each recorded before its delegate
-runs (`runner.Runner.add`), moves the default route when a selection asks for it (4.1.2.1.9),
-and on the first failure tears down everything it attempted (7.2). DEL needs only the record:
+the default network (or, for a pod's explicit list, its first network) then each selected
+network in order, each recorded before its delegate runs (`runner.Runner.add`), moves the
+default route when a selection asks for it (4.1.2.1.9), and on the first failure tears down
+everything it attempted (7.2). DEL needs only the record:
 every recorded attachment is DELed in reverse with its cached result, a failure not stopping
 the others. CHECK asks each recorded attachment's delegates with its cached result. Callers
 hold the container's lock (`records.Records.lock`).
@@ -18,6 +19,7 @@ from typing import Any
 
 from bridge.agent import cache, invoke, plan, routes
 from bridge.agent.cache import Attachment, Record, State
+from bridge.agent.enforcer import Enforcer
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
 from bridge.agent.objects import NotFound, ObjectSource
 from bridge.agent.planner import Planner
@@ -42,6 +44,8 @@ class Attachments:
         self.runner = runner
         self.planner = planner
         self.reports = reports
+        self.enforcer: Enforcer | None = None
+        """MultiNetworkPolicy on this node (`bridge.agent.enforcer`); None: no policies enforced."""
 
     # --- attach and detach, one container ---
 
@@ -99,6 +103,8 @@ class Attachments:
         retries it; a record left with nothing is removed."""
         # Before the interfaces go: their removal is not a change of the pod's addresses.
         await self.reports.unwatch(record.container_id)
+        if self.enforcer is not None:
+            await self.enforcer.deleted(record.container_id, netns or record.netns)
         await self.runner.stop_orphans(record.container_id)
         # A status not yet written would report interfaces this DEL removes.
         self.reports.cancel(record)
@@ -119,7 +125,8 @@ class Attachments:
     # --- ADD ---
 
     async def add(self, request: Request) -> dict[str, Any] | None:
-        """CNI ADD (module docstring); the default network's result, for the runtime."""
+        """CNI ADD (module docstring); the result of the attachment on the runtime's interface (the
+        default network's, or the first listed network's), for the runtime."""
         args = request.args
         record = self.records.load(args.container_id)
         if record is not None and record.complete:
@@ -136,7 +143,7 @@ class Attachments:
             await self.teardown(record, args.netns)
         pod = await self._pod(request)
         with request.phases.timed("plan"):
-            planned = await self.planner.attachments(request, pod)
+            planned, explicit = await self.planner.attachments(request, pod)
         record = Record(
             container_id=args.container_id,
             netns=args.netns,
@@ -146,8 +153,9 @@ class Attachments:
             pod_name=request.pod_name or "",
             # The runtime's word first: the sandbox is that pod's, whatever the API holds by now.
             pod_uid=args.arg("K8S_POD_UID") or pod.metadata.uid or "",
+            explicit=explicit,
         )
-        await self._set_up(record, planned, request)
+        await self._set_up(record, planned, request, pod)
         return self._complete(record, request)
 
     async def _pod(self, request: Request) -> Pod:
@@ -162,9 +170,10 @@ class Attachments:
                 "the agent reads the pod's networks from the API before attaching them",
             ) from None
 
-    async def _set_up(self, record: Record, planned: list[plan.Planned], request: Request) -> None:
-        """Attaches every planned network and moves the default route, or none: any failure
-        tears down everything attempted, and the error says at which stage."""
+    async def _set_up(self, record: Record, planned: list[plan.Planned], request: Request, pod: Pod) -> None:
+        """Attaches every planned network, moves the default route and writes the pod's policy
+        table, or none: any failure tears down everything attempted, and the error says at which
+        stage. The table is written before the answer: a pod a policy isolates never runs open."""
         try:
             await self.attach(record, planned, request.args, request.phases.timed)
             try:
@@ -173,6 +182,9 @@ class Attachments:
             except CNIError as exc:
                 exc.msg = f"moving the default route failed: {exc.msg}"
                 raise
+            if self.enforcer is not None:
+                with request.phases.timed("policy"):
+                    await self.enforcer.added(record, pod)
         except BaseException as exc:
             problems = await self.teardown(record, request.args.netns, raise_errors=False)
             if isinstance(exc, CNIError) and problems:

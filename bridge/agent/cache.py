@@ -62,6 +62,8 @@ class Attachment:
     config: dict[str, Any]
     """The effective CNI configuration (single or list) executed for this attachment."""
     default: bool = False
+    """The attachment on the runtime's interface (`plan.Planned.default`): the cluster default
+    network, or the first network of an explicit list (`Record.explicit`)."""
     runtime_config: dict[str, Any] | None = None
     default_route: list[str] | None = None
     state: State = State.INTENT
@@ -114,6 +116,10 @@ class Record:
     pod_uid: str = ""
     """The pod's UID (the runtime's K8S_POD_UID, else the pod's as read at ADD): status writes
     land on that pod only, never on a pod re-created under the same name."""
+    explicit: bool = False
+    """The pod's KEP networks left out `default` (KEP-3698: the list is explicit): its first
+    attachment is the first listed network, and no cluster default network was attached.
+    Records of earlier agents lack the key: they always attached the default network."""
 
     def to_json(self) -> dict[str, Any]:
         # By hand rather than dataclasses.asdict: that deep-copies every config and result,
@@ -130,6 +136,7 @@ class Record:
             "result": self.result,
             "attachments": [a.to_json() for a in self.attachments],
             "status_published": self.status_published,
+            "explicit": self.explicit,
             "format": FORMAT_VERSION,
         }
 
@@ -148,6 +155,7 @@ class Record:
             result=data.get("result"),
             attachments=[Attachment.from_json(a) for a in data.get("attachments", [])],
             status_published=bool(data.get("status_published", True)),
+            explicit=bool(data.get("explicit", False)),
         )
 
 

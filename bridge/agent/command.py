@@ -128,8 +128,8 @@ def _install_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--install",
         action="store_true",
-        help="copy the shim into the CNI bin dir as `multinetwork`, and write the agent's "
-        "conflist once the default network is usable (NPWG 6.1)",
+        help="install the shim into the CNI bin dir as `multinetwork` (the compiled one by default, see "
+        "--compiled-shim), and write the agent's conflist once the default network is usable (NPWG 6.1)",
     )
     p.add_argument(
         "--install-bin-dir",
@@ -142,11 +142,32 @@ def _install_flags(p: argparse.ArgumentParser) -> None:
         help="where --install writes the agent's conflist (default: --cni-conf-dir; NPWG 6.1.1 "
         "recommends a separate directory given to the kubelet)",
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--compiled-shim",
-        action="store_true",
-        help="with --install, build the shim from C with the node's cc (~5 ms less per CNI call, "
-        "docs/benchmarks.md); without a compiler the Python shim is installed",
+        action="store_const",
+        dest="shim",
+        const="compiled",
+        default="auto",
+        help="with --install, install only the compiled shim (bridge/agent/shim.c) and fail, saying why, "
+        "when it can be neither taken prebuilt nor built. Default: the compiled shim where it can be had "
+        "(--prebuilt-shim, else built with cc or gcc from PATH, statically; ~5 ms less per CNI call, "
+        "docs/benchmarks.md), else the Python shim, with one warning saying why",
+    )
+    which.add_argument(
+        "--python-shim",
+        action="store_const",
+        dest="shim",
+        const="python",
+        help="with --install, install the Python shim (bridge/agent/shim.py, run by --shim-python)",
+    )
+    p.add_argument(
+        "--prebuilt-shim",
+        type=Path,
+        metavar="FILE",
+        help="the compiled shim to install, taken only if it is the build of this agent's shim.c and "
+        f"protocol (default: {install.DEFAULT_PREBUILT_SHIM} if it exists, which the image's build stage "
+        "makes; else it is built here)",
     )
     p.add_argument(
         "--shim-python",
@@ -164,6 +185,15 @@ def _node_flags(p: argparse.ArgumentParser) -> None:
         help="this node's name: the agent then watches the pods bound to it and attaches or detaches "
         "the networks added to or removed from a running pod (hot-plug, docs/hotplug.md); "
         "default: $NODE_NAME; without it, or with --objects, hot-plug is off",
+    )
+    p.add_argument(
+        "--policies",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="enforce MultiNetworkPolicy (k8s.cni.cncf.io) in this node's pods: the agent lists and watches "
+        "policies, pods, namespaces, NADs and PodNetworks cluster-wide and writes an nftables table into "
+        "each selected pod's namespace, before its ADD answers (docs/network-policy.md; default: on, "
+        "with a cluster)",
     )
     p.add_argument(
         "--netns-dir",
@@ -335,11 +365,22 @@ def install_step(args: argparse.Namespace, config: settings.AgentConfig) -> Path
     once its default network is usable (NPWG 6.1)."""
     bin_dir = args.install_bin_dir or config.bin_dirs[0]
     try:
-        shim = install.install_shim(bin_dir, args.shim_python, compiled=args.compiled_shim)
+        shim = install.install(bin_dir, args.shim_python, shim=args.shim, prebuilt=prebuilt_shim(args))
+    except install.NoCompiledShim as exc:
+        raise Refused(f"--compiled-shim: {exc}; install a C compiler (cc) where the agent runs, or give "
+                      "--prebuilt-shim, or drop --compiled-shim to accept the Python shim") from None
     except (OSError, ValueError) as exc:
         raise Refused(f"cannot install the shim into {bin_dir}: {exc}") from None
-    print(f"installed {shim}", file=sys.stderr)
+    kind = "the compiled shim" if shim.compiled else "the Python shim"
+    print(f"installed {shim.path}: {kind} ({shim.how})", file=sys.stderr)
     return Path(args.agent_conf_dir or config.conf_dir) / settings.DEFAULT_CONF_FILE_NAME
+
+
+def prebuilt_shim(args: argparse.Namespace) -> Path | None:
+    """The compiled shim to take prebuilt: --prebuilt-shim, else the image's if it is there."""
+    if args.prebuilt_shim is not None:
+        return Path(args.prebuilt_shim)
+    return install.DEFAULT_PREBUILT_SHIM if install.DEFAULT_PREBUILT_SHIM.exists() else None
 
 
 def object_source(args: argparse.Namespace) -> Any:
@@ -363,6 +404,25 @@ def object_source(args: argparse.Namespace) -> Any:
     return objects
 
 
+def policy_enforcer(args: argparse.Namespace, objects: Any, api: Any) -> Any:
+    """MultiNetworkPolicy enforcement (`bridge.agent.enforcer`) fed by list + watch: the watch
+    cache's NAD and PodNetwork watches when it has them (one watch per kind), its own otherwise."""
+    if not args.policies:
+        log.info("policies: not enforced (--no-policies)")
+        return None
+    from bridge.agent import watchcache
+    from bridge.agent.enforcer import Enforcer
+    from bridge.agent.policystate import KINDS, PolicyState
+
+    enforcer = Enforcer(PolicyState(node=args.node_name))
+    mirrors = objects.mirrors if isinstance(objects, watchcache.CachedObjects) else {}
+    for kind in KINDS:
+        if kind.name in mirrors:
+            mirrors[kind.name].listeners.append(enforcer.state)
+    enforcer.follow(api, [kind for kind in KINDS if kind.name not in mirrors])
+    return enforcer
+
+
 def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentConfig) -> tuple[agent_mod.Agent,
                                                                                                Beside | None]:
     """The agent, with Events about its pods and its node when it has a cluster; and hot-plug's
@@ -375,7 +435,8 @@ def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentCon
 
     # Warning Events about pods (the address watch's cap), with the object source's client.
     kube = objects if isinstance(objects, KubernetesObjects) else objects.source
-    agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api))
+    agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api),
+                            enforcer=policy_enforcer(args, objects, kube.api))
     if not args.node_name:
         log.info("hot-plug is off: no --node-name")
         return agent, None
@@ -453,8 +514,10 @@ command = Command(
         "Run the CNI agent: the runtime executes the `multinetwork` shim, which forwards each CNI\n"
         "request over --socket to this agent. The agent attaches the cluster default network, then\n"
         "each network the pod selects, by executing the delegate plugins from --cni-bin-dir.\n\n"
-        "With --install it first copies the shim into the CNI bin dir and, once the default network\n"
-        "is usable, writes its conflist so the runtime starts using it (NPWG multi-net spec 6.1).\n\n"
+        "With --install it first installs the shim into the CNI bin dir (the compiled shim: the image's\n"
+        "prebuilt one, else built with the node's cc; without either the Python shim, with a warning\n"
+        "saying why) and, once the default network is usable, writes its conflist so the runtime starts\n"
+        "using it (NPWG multi-net spec 6.1).\n\n"
         "example:\n"
         "  podnetwork cni-agent --install --default-network-conf /etc/cni/net.d/10-default.conflist \\\n"
         "      --agent-conf-dir /etc/cni/multinetwork.d"

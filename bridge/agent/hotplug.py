@@ -10,6 +10,8 @@ selection. The agent of the pod's node watches its own pods (field selector
 2. translates the pod's networks as an ADD does (`planner.Planner.selection`: the KEP networks
    through `bridge.translate`, else the NPWG selection), and for KEP networks waits
    until the bridge's NPWG selection agrees (`settled`: every network Ready);
+   the attachment on the pod's CNI_IFNAME (the cluster default network, or the first
+   network of the KEP's explicit list) is never removed or replaced;
 3. decides, purely (`decide`), which selected networks are not attached yet and which
    attachments are no longer selected. An attachment is the NPWG 4.2.1 tuple
    [container ID, network, CNI_IFNAME]: a kept network keeps its interface, an added
@@ -98,32 +100,70 @@ class Change:
         return "; ".join(parts) or "nothing to do"
 
 
-def decide(record: Record, wanted: Sequence[npwg.NetworkSelectionElement]) -> Change:
+def keep_primary(record: Record, wanted: Sequence[npwg.NetworkSelectionElement], *,
+                 explicit: bool) -> None:
+    """Raises `Refused` when `wanted` would remove or replace the attachment on the pod's runtime
+    interface (KEP Story #8; see `decide`)."""
+    primary = next((a for a in record.attachments if a.default), None)
+    if explicit and not record.explicit:
+        raise Refused(
+            "the pod's networks no longer list the default PodNetwork, but the cluster default network "
+            f"holds the pod's {record.ifname} and cannot be removed from a running pod; keep "
+            f"{{\"podNetworkName\": \"default\"}} in its networks ({DOC})"
+        )
+    if record.explicit and not explicit:
+        raise Refused(
+            "the cluster default network cannot be added to a running pod that was started without it "
+            f"(its networks list is explicit); remove the default PodNetwork from its networks ({DOC})"
+        )
+    if explicit:
+        holder = primary.name if primary is not None else "its first network"
+        if not wanted or wanted[0].ref != holder:
+            first = wanted[0].ref if wanted else "nothing"
+            raise Refused(
+                f"{holder} holds the pod's {record.ifname} (the first of its networks) and cannot be removed "
+                f"or replaced on a running pod (KEP Story #8), but its networks now start with {first}; keep "
+                f"it as the first entry ({DOC})"
+            )
+
+
+def decide(record: Record, wanted: Sequence[npwg.NetworkSelectionElement], *,
+           explicit: bool = False) -> Change:
     """The attachments to add and remove so that `record` carries the selection `wanted`.
 
-    `wanted` is the pod's secondary networks as an ADD would attach them. Each
-    attachment of the record (its default network aside, which hot-plug never
-    touches) is matched with at most one element: one naming its interface, or
-    else one of the same network that names none (duplicates, NPWG 4.2, match in
-    order). Unmatched elements are added; unmatched attachments removed.
+    `wanted` is the pod's selected networks as an ADD would attach them, `explicit` whether
+    they are all the pod gets (`selection.Selected`: its KEP networks leave out `default`,
+    and `wanted[0]` is on the runtime's interface). The attachment on the runtime's
+    interface (the cluster default network, or the first network of an explicit list) is
+    never touched. Each other attachment of the record is matched with at most one
+    element: one naming its interface, or else one of the same network that names none
+    (duplicates, NPWG 4.2, match in order). Unmatched elements are added; unmatched
+    attachments removed.
 
-    Raises `Refused` when an added element cannot be attached to a running pod: it
-    asks for the default route (4.1.2.1.9: moving a running pod's default route
-    would cut its connections), or for an interface name already in the pod.
+    Raises `Refused` when the change would touch the attachment on the runtime's interface
+    (KEP Story #8: hot-plug is "not applicable for the Primary PodNetwork"): the first
+    network of an explicit list removed or replaced, the cluster default network removed
+    (the list became explicit) or added (it stopped being); or when an added element
+    cannot be attached to a running pod: it asks for the default route (4.1.2.1.9:
+    moving a running pod's default route would cut its connections), or for an interface
+    name already in the pod.
     """
+    keep_primary(record, wanted, explicit=explicit)
+    offset = 1 if explicit else 0  # the first element of an explicit list is the primary's
+    wanted = wanted[offset:]
     current = [a for a in record.attachments if not a.default]
     matched: dict[int, Attachment] = {}
     free = list(current)
-    for explicit in (True, False):
+    for named in (True, False):
         for i, element in enumerate(wanted):
-            if i in matched or (element.interface is not None) != explicit:
+            if i in matched or (element.interface is not None) != named:
                 continue
             fits = [a for a in free if a.name == element.ref]
-            found = next((a for a in fits if not explicit or a.ifname == element.interface), None)
+            found = next((a for a in fits if not named or a.ifname == element.interface), None)
             if found is not None:
                 matched[i] = found
                 free.remove(found)
-    added = [(i, e) for i, e in enumerate(wanted) if i not in matched]
+    added = [(i + offset, e) for i, e in enumerate(wanted) if i not in matched]
     taken = {record.ifname, *(a.ifname for a in record.attachments)}
     for i, element in added:
         if element.default_route is not None:
@@ -364,12 +404,12 @@ class HotPlug:
         try:
             check_selection(pod)
             wanted = await agent.planner.selection(pod)
-            if not settled(pod, wanted):
+            if not settled(pod, wanted.elements):
                 log.info("hot-plug: pod %s/%s: waiting for the bridge's %s to agree with its networks "
                          "(every network Ready)", pod.metadata.namespace, pod.metadata.name,
                          npwg.NETWORKS_ANNOTATION)
                 return None
-            outcome.change = decide(record, wanted)
+            outcome.change = decide(record, wanted.elements, explicit=wanted.explicit)
         except (Refused, CNIError) as exc:
             outcome.error = f"the pod's networks cannot be changed: {exc}"
             outcome.events.append((REASON_FAILED, f"{outcome.error}; the pod keeps its networks", "Warning"))
@@ -391,6 +431,9 @@ class HotPlug:
             return outcome
         problems = await agent.attachments.detach(record, outcome.change.remove, rollback=False)
         agent.records.save(record)
+        if agent.enforcer is not None:
+            # The table follows the interfaces now (a failure is retried by the enforcer's loop).
+            await agent.enforcer.added(record, pod, fail_closed=False)
         if agent.config.patch_status:
             agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).
@@ -507,6 +550,7 @@ __all__ = [
     "decide",
     "event",
     "follow_node",
+    "keep_primary",
     "networks_of",
     "node_api",
     "settled",

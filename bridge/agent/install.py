@@ -1,15 +1,17 @@
 """Installing the agent on a node: its shim into the CNI bin dir, its conflist into the conf dir.
 
 A step of its own, apart from running the agent (as Multus ships an installer beside its
-daemon): `podnetwork cni-agent --install` runs `install_shim` before the agent starts, and the
+daemon): `podnetwork cni-agent --install` runs `install` before the agent starts, and the
 running agent writes `own_conflist` through `write_conflist` once its default network is usable
 (NPWG 6.1), because only then may the runtime use it.
 
 The shim is one file. `bridge/agent/shim.py` imports its protocol (`bridge.agent.protocol`),
 which a node's `python3 -IS` cannot import; the installed shim carries the protocol's text in
 place of that import, so the shim and the agent read one definition and the shim still starts
-without importing anything of this project. The compiled shim (`shim.c`) is built with the
-protocol's constants as `-D` flags (`compile_flags`).
+without importing anything of this project. The compiled shim (`shim.c`), installed by default,
+is the image's prebuilt binary or is built here (`bridge.agent.shimbuild`: the protocol's
+constants as `-D` flags, a build id that says a prebuilt binary matches); without either, the
+Python shim is installed, with one warning saying why.
 """
 
 from __future__ import annotations
@@ -20,21 +22,20 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bridge import npwg
-from bridge.agent import conflist, invoke, protocol
+from bridge.agent import conflist, invoke, protocol, shimbuild
 from bridge.agent.invoke import CNIError
 from bridge.agent.settings import NETWORK_NAME, PLUGIN_TYPE
 
 log = logging.getLogger(__name__)
 
 SHIM_SOURCE = Path(__file__).with_name("shim.py")
-SHIM_C_SOURCE = Path(__file__).with_name("shim.c")
 PROTOCOL_SOURCE = Path(protocol.__file__)
 DEFAULT_SHIM_PYTHON = "/usr/bin/python3"
 #: The lines of `shim.py` around its import of the protocol, which the installed shim replaces
@@ -43,9 +44,9 @@ PROTOCOL_BEGIN = "# --- the protocol: begin"
 PROTOCOL_END = "# --- the protocol: end"
 #: The line of `protocol.py` after which comes what only the agent needs (not inlined).
 AGENT_SIDE = "# --- the agent's side"
-#: The protocol's constants the compiled shim is built with (`#error` in shim.c without them).
-COMPILED_CONSTANTS = ("MAX_STDIN_BYTES", "TIMEOUT_SECONDS", "CONNECT_TIMEOUT_SECONDS", "AGENT_UNAVAILABLE",
-                      "IO_FAILURE", "API_PATH", "HOST", "CONTENT_TYPE")
+#: Where the image keeps the compiled shim its build stage made (deploy/agent/Dockerfile):
+#: `--install` takes it when it is there and is the build of this shim.c and protocol.
+DEFAULT_PREBUILT_SHIM = Path("/opt/podnetwork/shim/multinetwork")
 
 
 def shim_script(python: str, source: Path = SHIM_SOURCE) -> str:
@@ -76,64 +77,119 @@ def shims_side() -> str:
     return "".join(lines[:cut])
 
 
+#: Which shim `--install` installs: the compiled one where it can be had, else the Python one
+#: ("auto", the default); only the compiled one ("compiled"); only the Python one ("python").
+ShimChoice = Literal["auto", "compiled", "python"]
+SHIM_CHOICES: tuple[ShimChoice, ...] = ("auto", "compiled", "python")
+
+
+class NoCompiledShim(Exception):
+    """The compiled shim was required and cannot be had; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class InstalledShim:
+    """What `install` put in the bin dir: the shim's path, whether it is the compiled one, and how
+    it came: "prebuilt <path>", "built with <compiler>", "as asked" or "the fallback: see the
+    warning" (the one line `install` logs with the reasons)."""
+
+    path: Path
+    compiled: bool
+    how: str
+
+
 def install_shim(
     bin_dir: Path,
     python: str = DEFAULT_SHIM_PYTHON,
     name: str = PLUGIN_TYPE,
     *,
-    compiled: bool = False,
+    shim: ShimChoice = "python",
+    prebuilt: Path | None = None,
+    compiler_path: str | None = None,
 ) -> Path:
-    """Copies the shim into `bin_dir` as an executable named `name`, atomically.
+    """`install`, returning the installed shim's path. The Python shim unless `shim` says otherwise
+    (embedders and tests exec it directly); `podnetwork cni-agent --install` defaults to "auto"."""
+    return install(bin_dir, python, name, shim=shim, prebuilt=prebuilt, compiler_path=compiler_path).path
 
-    Its first line becomes `#!<python> -IS`: the node's interpreter, isolated and
-    without site packages (fast start, nothing from the environment). With `compiled`,
-    `name` is `shim.c` built by the node's `cc`, which forwards ordinary requests itself
-    and hands everything else to the Python shim, installed beside it as `.<name>.py`;
-    without a compiler (or if the build fails) `name` is the Python shim, as without it.
+
+def install(
+    bin_dir: Path,
+    python: str = DEFAULT_SHIM_PYTHON,
+    name: str = PLUGIN_TYPE,
+    *,
+    shim: ShimChoice = "auto",
+    prebuilt: Path | None = None,
+    compiler_path: str | None = None,
+) -> InstalledShim:
+    """Puts the shim into `bin_dir` as an executable named `name`, atomically.
+
+    The Python shim starts `#!<python> -IS`: the node's interpreter, isolated and without site
+    packages (fast start, nothing from the environment). The compiled shim (`shim.c`) forwards
+    ordinary requests itself and hands everything else to the Python shim, installed beside it as
+    `.<name>.py`. It is, in order: `prebuilt` (the image's; `shimbuild.prebuilt_problem` checks it
+    is the build of this `shim.c` and protocol), else built here with the C compiler found on
+    `compiler_path` (default: $PATH). "auto" then falls back to the Python shim with one warning
+    saying why; "compiled" raises `NoCompiledShim` instead; "python" installs the Python shim.
     """
     if not os.path.isabs(python):
         raise ValueError(f"--shim-python must be an absolute path, got {python!r}")
+    if shim not in SHIM_CHOICES:
+        raise ValueError(f"shim must be one of {', '.join(SHIM_CHOICES)}, got {shim!r}")
     script = shim_script(python).encode()
     bin_dir.mkdir(parents=True, exist_ok=True)
-    target = bin_dir / name
-    if compiled:
-        python_shim = _write_executable(bin_dir, f".{name}.py", lambda tmp: Path(tmp).write_bytes(script))
-        try:
-            return _write_executable(bin_dir, name, lambda tmp: compile_shim(python_shim, tmp))
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            log.warning("the compiled shim was not built (%s); installing the Python shim as %s", exc, target)
-    return _write_executable(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
+    if shim == "python":
+        path = _write_executable(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
+        return InstalledShim(path, False, "as asked")
+    reasons: list[str] = []
+    with _staged(bin_dir, name) as staged:
+        how = _compiled_shim(staged, prebuilt, compiler_path, reasons)
+        if how is not None:
+            # The Python shim first: the compiled one never runs without it to hand over to.
+            _write_executable(bin_dir, f".{name}.py", lambda tmp: Path(tmp).write_bytes(script))
+            os.chmod(staged, 0o755)
+            os.replace(staged, bin_dir / name)
+            if reasons:  # the prebuilt binary could not be used; one was built here instead
+                log.warning("installed the compiled shim %s %s: %s", bin_dir / name, how, "; ".join(reasons))
+            return InstalledShim(bin_dir / name, True, how)
+    why = "; ".join(reasons)
+    if shim == "compiled":
+        raise NoCompiledShim(f"the compiled shim cannot be installed: {why}")
+    # Nothing written before this point when the compiled shim was required and cannot be had.
+    path = _write_executable(bin_dir, name, lambda tmp: Path(tmp).write_bytes(script))
+    log.warning("installed the Python shim as %s, not the compiled one (~5 ms more per CNI call, "
+                "docs/benchmarks.md): %s", path, why)
+    return InstalledShim(path, False, "the fallback: see the warning")
 
 
-def _c_value(value: object) -> str:
-    """A constant of the protocol as C source: a number, or a string literal."""
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    if any(c in text for c in '"\\\n') or not text.isprintable():
-        raise ValueError(f"{text!r} cannot be written into C source")
-    return f'"{text}"'
+def _compiled_shim(output: str, prebuilt: Path | None, compiler_path: str | None,
+                   reasons: list[str]) -> str | None:
+    """The compiled shim into `output`: `prebuilt` if it matches, else built here. How it came,
+    or None with why not appended to `reasons`."""
+    if prebuilt is not None:
+        problem = shimbuild.prebuilt_problem(prebuilt)
+        if problem is None:
+            shutil.copyfile(prebuilt, output)
+            return f"prebuilt {prebuilt}"
+        reasons.append(problem)
+    try:
+        compiler = shimbuild.find_compiler(compiler_path)
+        shimbuild.build(output, path=compiler_path)
+    except shimbuild.BuildError as exc:
+        reasons.append(str(exc))
+        return None
+    return f"built with {compiler}"
 
 
-def compile_flags(python_shim: Path) -> list[str]:
-    """The `-D` flags `shim.c` is built with: the Python shim to defer to, and the protocol's
-    constants (`COMPILED_CONSTANTS`), so that both shims speak, wait and refuse alike."""
-    values: dict[str, object] = {"PYTHON_SHIM": str(python_shim)}
-    values.update((name, getattr(protocol, name)) for name in COMPILED_CONSTANTS)
-    return [f"-D{name}={_c_value(value)}" for name, value in values.items()]
-
-
-def compile_shim(python_shim: Path, output: str) -> None:
-    """`shim.c` -> `output`, deferring to `python_shim`; raises when there is no compiler or it fails."""
-    flags = compile_flags(python_shim)
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise FileNotFoundError("no C compiler (cc) on this node")
-    subprocess.run(
-        # Static: built in the agent's container, it runs on the node, whose libc may differ.
-        [compiler, "-O2", "-static", "-s", *flags, "-o", output, str(SHIM_C_SOURCE)],
-        check=True, capture_output=True, timeout=120,
-    )
+@contextlib.contextmanager
+def _staged(bin_dir: Path, name: str) -> Iterator[str]:
+    """A temporary file in `bin_dir`, to be renamed onto `name`; removed unless it was."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=bin_dir)
+    os.close(fd)
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _write_executable(bin_dir: Path, name: str, write: Callable[[str], Any]) -> Path:
@@ -208,10 +264,14 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 __all__ = [
+    "DEFAULT_PREBUILT_SHIM",
     "DEFAULT_SHIM_PYTHON",
-    "compile_flags",
-    "compile_shim",
+    "SHIM_CHOICES",
+    "InstalledShim",
+    "NoCompiledShim",
+    "ShimChoice",
     "default_version",
+    "install",
     "install_shim",
     "own_conflist",
     "remove_conflist",

@@ -80,6 +80,9 @@ class ErrorCode(IntEnum):
     """A selected network cannot be turned into a delegate configuration."""
     ATTACHMENT_INCOMPLETE = 106
     """CHECK of a container whose attachments are partly set up or torn down: DEL it."""
+    POLICY_NOT_ENFORCED = 107
+    """ADD of a pod that MultiNetworkPolicies select, whose rules could not be written (the
+    agent fails closed: the ADD is rolled back)."""
 
 
 class CNIError(Exception):

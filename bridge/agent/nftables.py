@@ -1,8 +1,11 @@
-"""Our one nftables table inside a pod's network namespace: apply, remove, read back.
+"""Our nftables tables inside a pod's network namespace: apply, remove, read back.
 
-The table (`inet podnetwork_policy`) holds a pod's MultiNetworkPolicy rules. It is
-written with the `nft` program fed libnftables JSON on stdin (`nft -j -f -`), entered
-into the namespace by `nsenter --net=…`:
+Each function owns one table, its `table` argument: `POLICY` (`inet podnetwork_policy`, a
+pod's MultiNetworkPolicy rules, the default) or `SERVICES` (`inet podnetwork_services`,
+the ClusterIPs of Services on the pod's networks, bridge.services). A ruleset may touch
+its own table only, so the policy applier can never change the Services' table nor the
+reverse. A table is written with the `nft` program fed libnftables JSON on stdin
+(`nft -j -f -`), entered into the namespace by `nsenter --net=…`:
 
 - One `nft` run is one netlink batch, which the kernel commits or refuses as a whole.
   `apply` puts "create our table if missing, delete it" in front of the ruleset in the
@@ -37,12 +40,35 @@ import os
 import shutil
 import signal
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-FAMILY = "inet"
-TABLE = "podnetwork_policy"
-#: The only table these functions touch: the family and name of every object in a ruleset.
+from bridge.policy.rules import FAMILY, TABLE
+from bridge.services import dnat
+
+#: The policy table's family and name, as a table object names them (the default of every function).
 OUR_TABLE = {"family": FAMILY, "name": TABLE}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One nftables table of ours: a call given it touches that table and no other."""
+
+    family: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.family} {self.name}"
+
+    def ref(self) -> dict[str, str]:
+        """How a table object names itself: `{"family", "name"}`."""
+        return {"family": self.family, "name": self.name}
+
+
+#: The MultiNetworkPolicy table (bridge.policy.rules).
+POLICY = Table(FAMILY, TABLE)
+#: The table of Services' ClusterIPs (bridge.services.dnat).
+SERVICES = Table(dnat.FAMILY, dnat.TABLE)
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds for one nft run, from the start of nsenter to nft's exit."""
@@ -74,30 +100,30 @@ class NetnsGone(NftablesError):
     """The network namespace does not exist (any more): its path is missing, or the process is gone."""
 
 
-def document(ruleset: Mapping[str, Any]) -> dict[str, Any]:
-    """The transaction `apply` sends: our table created if missing and deleted, then `ruleset`.
+def document(ruleset: Mapping[str, Any], table: Table = POLICY) -> dict[str, Any]:
+    """The transaction `apply` sends: `table` created if missing and deleted, then `ruleset`.
 
-    `ruleset` is a libnftables JSON document (`{"nftables": [...]}`) that builds our table
+    `ruleset` is a libnftables JSON document (`{"nftables": [...]}`) that builds `table`
     from nothing (commands or bare objects, optionally `metainfo`). Anything that is not
-    in our table (another table, `flush ruleset`, `list`) is refused with ValueError
-    naming the item, before nft runs: this code owns one table and never another's.
+    in `table` (another table, ours or not, `flush ruleset`, `list`) is refused with
+    ValueError naming the item, before nft runs: each call owns one table and never another's.
     """
     items = ruleset.get("nftables") if isinstance(ruleset, Mapping) else None
     if not isinstance(items, list):
         raise ValueError(
             f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
     for index, item in enumerate(items):
-        problem = _refusal(item)
+        problem = _refusal(item, table)
         if problem:
             raise ValueError(f"ruleset item {index} ({_quote(item)}): {problem}")
-    table = {"table": dict(OUR_TABLE)}
+    ours = {"table": table.ref()}
     # A metainfo (the schema version nft checks) stays first, where nft itself writes it.
     meta = [i for i in items if "metainfo" in i]
     rest = [i for i in items if "metainfo" not in i]
-    return {"nftables": [*meta, {"add": table}, {"delete": table}, *rest]}
+    return {"nftables": [*meta, {"add": ours}, {"delete": ours}, *rest]}
 
 
-def _refusal(item: Any) -> str:
+def _refusal(item: Any, table: Table) -> str:
     """Why `item` may not be in a ruleset of ours, or ''."""
     if not isinstance(item, dict) or len(item) != 1:
         return "each item is an object with one key (a command such as add, or an object such as rule)"
@@ -115,8 +141,8 @@ def _refusal(item: Any) -> str:
     if not isinstance(value, dict):
         return f"the {key} is an object"
     name = value.get("name") if key == "table" else value.get("table")
-    if value.get("family") != FAMILY or name != TABLE:
-        return f"only table {FAMILY} {TABLE} is ours to change, not {value.get('family')} {name}"
+    if value.get("family") != table.family or name != table.name:
+        return f"only table {table} is ours to change, not {value.get('family')} {name}"
     return ""
 
 
@@ -125,42 +151,42 @@ def _quote(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-async def apply(netns: str, ruleset: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
-                nsenter: str = "nsenter") -> None:
-    """Makes our table in the namespace at path `netns` exactly `ruleset`, in one transaction.
+async def apply(netns: str, ruleset: Mapping[str, Any], *, table: Table = POLICY,
+                timeout: float = DEFAULT_TIMEOUT, nft: str = "nft", nsenter: str = "nsenter") -> None:
+    """Makes `table` in the namespace at path `netns` exactly `ruleset`, in one transaction.
 
     Raises ValueError for a ruleset that reaches outside our table (nothing runs),
     NetnsGone when the namespace does not exist, NftablesError when nft refuses the
     ruleset or does not finish within `timeout` seconds. In every failure the table is
     as it was before: the kernel applies a batch whole or not at all.
     """
-    body = json.dumps(document(ruleset)).encode()
-    await _nft(netns, "apply our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
+    body = json.dumps(document(ruleset, table)).encode()
+    await _nft(netns, f"apply nftables table {table}", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
-async def remove(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+async def remove(netns: str, *, table: Table = POLICY, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
                  nsenter: str = "nsenter") -> None:
-    """Deletes our table from the namespace at path `netns`, if both exist (idempotent).
+    """Deletes `table` from the namespace at path `netns`, if both exist (idempotent).
 
     An empty `netns` (a CNI DEL may carry none) or a namespace that is gone is no error:
     its tables went with it. Raises NftablesError when nft fails or times out.
     """
     if not netns:
         return
-    table = {"table": dict(OUR_TABLE)}
-    body = json.dumps({"nftables": [{"add": table}, {"delete": table}]}).encode()
+    ours = {"table": table.ref()}
+    body = json.dumps({"nftables": [{"add": ours}, {"delete": ours}]}).encode()
     with contextlib.suppress(NetnsGone):
-        await _nft(netns, "remove our nftables table", ["-j", "-f", "-"], body, timeout, nft, nsenter)
+        await _nft(netns, f"remove nftables table {table}", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
-async def exists(netns: str, *, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
+async def exists(netns: str, *, table: Table = POLICY, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",
                  nsenter: str = "nsenter") -> bool:
-    """Whether our table is in the namespace at path `netns` (NetnsGone if the namespace is not)."""
+    """Whether `table` is in the namespace at path `netns` (NetnsGone if the namespace is not)."""
     action = "list nftables tables"
-    out = await _nft(netns, action, ["-j", "list", "tables", FAMILY], b"", timeout, nft, nsenter)
+    out = await _nft(netns, action, ["-j", "list", "tables", table.family], b"", timeout, nft, nsenter)
     try:
         items = json.loads(out)["nftables"]
-        return any(isinstance(i, dict) and i.get("table", {}).get("name") == TABLE for i in items)
+        return any(isinstance(i, dict) and i.get("table", {}).get("name") == table.name for i in items)
     except (ValueError, KeyError, TypeError, AttributeError):
         raise NftablesError(netns, action, f"nft answered what is not its JSON: {_cut(out)}") from None
 
@@ -172,11 +198,21 @@ async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeo
     if program is None:
         raise NftablesError(netns, action,
                             f"the nft program ({nft}) is not installed: install the nftables package")
+    return await run_in(netns, action, [program, *args], stdin, timeout=timeout, nsenter=nsenter,
+                        said_by="nft")
+
+
+async def run_in(netns: str, action: str, argv: Sequence[str], stdin: bytes = b"", *,
+                 timeout: float = DEFAULT_TIMEOUT, nsenter: str = "nsenter", said_by: str = "") -> bytes:
+    """Runs `argv` (a program's path and its arguments) in the namespace at path `netns`; its stdout
+    (at most MAX_OUTPUT_BYTES). NetnsGone, or NftablesError naming `action` and what the program
+    (`said_by`, its file name by default) said."""
+    said_by = said_by or os.path.basename(argv[0])
     fd = _open_netns(netns, action)
     try:
         try:
             proc = await asyncio.create_subprocess_exec(
-                nsenter, f"--net=/proc/self/fd/{fd}", program, *args,
+                nsenter, f"--net=/proc/self/fd/{fd}", *argv,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 pass_fds=(fd,), start_new_session=True,  # a time-out kills whatever it started
             )
@@ -188,14 +224,14 @@ async def _nft(netns: str, action: str, args: Sequence[str], stdin: bytes, timeo
         out, err = await asyncio.wait_for(_communicate(proc, stdin), timeout)
     except TimeoutError:
         await _kill(proc)
-        raise NftablesError(netns, action, f"nft did not finish within {timeout:g} s; it was killed, "
+        raise NftablesError(netns, action, f"{said_by} did not finish within {timeout:g} s; it was killed, "
                                            "and a transaction it had not committed is not applied") from None
     except BaseException:
         await _kill(proc)
         raise
     if proc.returncode != 0:
         said = _cut(err or out) or f"no message, exit code {proc.returncode}"
-        raise NftablesError(netns, action, f"nft said: {said}")
+        raise NftablesError(netns, action, f"{said_by} said: {said}")
     return out
 
 

@@ -1,4 +1,8 @@
-"""Pure decisions of an ADD: which interface each attachment gets, and its default routes.
+"""Pure decisions of an ADD: which network goes on which interface, and the default routes.
+
+`placements`: the cluster default network first on the runtime's interface (NPWG 6.2), or, for a
+pod whose KEP networks leave `default` out (KEP-3698: "only the listed PodNetworks will be
+attached"), the first listed network there instead; the other networks after it, in order.
 
 NPWG spec 4.2.1: an attachment is the tuple [container ID, network name, CNI_IFNAME];
 a selection that names no interface gets one generated, unique in the pod
@@ -29,6 +33,9 @@ class Planned:
     config: dict[str, Any]
     """The delegate CNI configuration (single or list), as `bridge.npwg.delegate_config` made it."""
     default: bool = False
+    """On the runtime's interface, its result the runtime's answer, its network-status entry
+    `"default": true` (NPWG 5.3.5): the cluster default network, or the first network of an
+    explicit list (`placements`)."""
     default_route: tuple[str, ...] | None = None
     """Gateways for the pod's default route; () means "from this attachment's result"."""
     default_route_families: tuple[int, ...] | None = None
@@ -65,6 +72,27 @@ def interface_names(primary: str, requested: Sequence[str | None]) -> list[str]:
         taken.add(generated)
         out.append(generated)
     return out
+
+
+def placements(
+    primary: str, requested: Sequence[str | None], *, explicit: bool
+) -> list[tuple[int | None, str]]:
+    """Where each network of an ADD goes, in the order they are attached: (index of the selected
+    network in `requested`, or None for the cluster default network; its CNI_IFNAME).
+
+    `requested` holds each selected network's own interface name (None: generated, 4.2.1).
+    Without `explicit`, the cluster default network comes first on `primary` (the runtime's
+    CNI_IFNAME, NPWG 6.2), then each selected network. With it (the pod's KEP networks leave
+    out `default`), the first selected network takes `primary` in its place: the runtime reads
+    the pod's IPs from that interface (CRI), so the network's own name is not applied; the
+    rest are named as they would be after the default network.
+    """
+    if not explicit:
+        return [(None, primary), *enumerate(interface_names(primary, requested))]
+    if not requested:
+        raise ValueError("an explicit list of networks holds at least one network")
+    rest = interface_names(primary, requested[1:])
+    return [(0, primary), *((i, name) for i, name in enumerate(rest, start=1))]
 
 
 def result_gateways(result: Mapping[str, Any] | None) -> list[str]:

@@ -3,10 +3,17 @@
 The cluster default network first (NPWG 6.2, `defaultnet`), then each selected network
 (`selection`) on its interface (`plan.interface_names`, 4.2.1), its delegate configuration made
 from its NAD (`bridge.npwg.delegate_config`: 3.4, 4.1.2.1, 7.5), and every plugin it names
-present in a bin dir. The pure decisions are `bridge.agent.plan`'s.
+present in a bin dir. A pod whose KEP networks leave out `default` gets exactly those (KEP-3698:
+the list is explicit): the first on the runtime's interface, with the runtime's `runtimeConfig`,
+in place of the cluster default network (`plan.placements`). The pure decisions are
+`bridge.agent.plan`'s.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
 
 from bridge import npwg, translate
 from bridge.agent import conflist, plan, selection
@@ -17,6 +24,8 @@ from bridge.agent.request import Request
 from bridge.agent.runner import Runner
 from bridge.agent.settings import PLUGIN_TYPE, AgentConfig
 from podnetwork.ground.core import Pod
+
+log = logging.getLogger(__name__)
 
 
 class Planner:
@@ -29,24 +38,41 @@ class Planner:
         self.runner = runner
         self.default = default
 
-    async def selection(self, pod: Pod) -> list[npwg.NetworkSelectionElement]:
-        """The pod's secondary networks in order (`bridge.agent.selection`)."""
+    async def selection(self, pod: Pod) -> selection.Selected:
+        """The pod's selected networks in order, and whether they are explicit (`bridge.agent.selection`)."""
         return await selection.of(self.objects, pod)
 
-    async def attachments(self, request: Request, pod: Pod) -> list[plan.Planned]:
-        """Every attachment of this ADD, resolved and validated before anything executes."""
-        default_name, default_config = await self.default.resolve(request.runtime_config)
-        elements = await self.selection(pod)
-        ifnames = plan.interface_names(request.args.ifname, [e.interface for e in elements])
-        planned = [plan.Planned(default_name, request.args.ifname, default_config, default=True)]
-        for element, ifname in zip(elements, ifnames, strict=True):
-            planned.append(await self.selected(element, ifname))
+    async def attachments(self, request: Request, pod: Pod) -> tuple[list[plan.Planned], bool]:
+        """Every attachment of this ADD, resolved and validated before anything executes, and
+        whether the pod's list is explicit (no cluster default network)."""
+        selected = await self.selection(pod)
+        elements = selected.elements
+        placements = plan.placements(request.args.ifname, [e.interface for e in elements],
+                                     explicit=selected.explicit)
+        planned: list[plan.Planned] = []
+        for index, ifname in placements:
+            if index is None:
+                default_name, default_config = await self.default.resolve(request.runtime_config)
+                planned.append(plan.Planned(default_name, ifname, default_config, default=True))
+            elif selected.explicit and index == 0:
+                planned.append(await self.selected(elements[0], ifname, primary=request.runtime_config))
+                if elements[0].interface not in (None, ifname):
+                    log.warning("pod %s/%s: %s is its first network, on the runtime's interface %s; its "
+                                "interface name %r is not applied", pod.metadata.namespace, pod.metadata.name,
+                                elements[0].ref, ifname, elements[0].interface)
+            else:
+                planned.append(await self.selected(elements[index], ifname))
         for p in planned:  # all configs valid and all plugins present, before the first exec
             self.check(p)
-        return planned
+        return planned, selected.explicit
 
-    async def selected(self, element: npwg.NetworkSelectionElement, ifname: str) -> plan.Planned:
-        """One selected network's attachment as `ifname`, resolved from its NAD (4.1.2.1, 3.4)."""
+    async def selected(self, element: npwg.NetworkSelectionElement, ifname: str, *,
+                       primary: Mapping[str, Any] | None = None) -> plan.Planned:
+        """One selected network's attachment as `ifname`, resolved from its NAD (4.1.2.1, 3.4).
+
+        `primary`: this network takes the runtime's interface (the first of an explicit list),
+        and gets what the runtime passed in `runtimeConfig` (portMappings, ...; 7.5 gives it to
+        the network holding the pod's interface) for the capabilities its plugins declare."""
         try:
             nad = await self.objects.get_nad(element.namespace, element.name)
         except NotFound:
@@ -57,7 +83,8 @@ class Planner:
             ) from None
         try:
             config = npwg.delegate_config(
-                element, element.name, element.namespace, nad.spec.config, self.config.conf_dir
+                element, element.name, element.namespace, nad.spec.config, self.config.conf_dir,
+                is_default=primary is not None, k8s_runtime_config=primary,
             )
         except npwg.DelegationError as exc:
             raise CNIError(
@@ -73,7 +100,7 @@ class Planner:
             element.ref,
             ifname,
             config,
-            default=False,
+            default=primary is not None,
             default_route=route,
             default_route_families=families,
         )

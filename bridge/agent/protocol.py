@@ -26,7 +26,7 @@ for one of this project (`answer_status`), and the transport's own (404, 405, 40
 Who uses it: `shim.py` (the installed shim carries the text of the shim's side inlined, up to
 "the agent's side" below: `bridge.agent.install.install_shim`), `server.py`, `probe.py`,
 `invoke.py` (its error codes and versions), and `shim.c`, compiled with these constants as `-D`
-flags (`bridge.agent.install.compile_flags`) and run against one table with the Python shim
+flags (`bridge.agent.shimbuild.compile_flags`) and run against one table with the Python shim
 (tests/unit/agent/test_compiled_shim.py). So this module imports nothing, not even from the
 standard library: the shim runs under `python3 -IS` on every CNI call and every import is
 start time; and what the shim does not need is kept apart, since a script's every line is

@@ -1,4 +1,5 @@
-"""A pod's secondary networks, as the agent attaches them: the NPWG selection elements, in order.
+"""A pod's selected networks, as the agent attaches them: the NPWG selection elements, in order
+(`Selected`).
 
 In this order of authority:
 
@@ -7,9 +8,12 @@ In this order of authority:
   PodNetworks, `.importlinter`): `parse_networks` (the one parser of that annotation, as
   admission's), `admitted_networks`, `translate`, and `refusal`; the agent fetches exactly
   the PodNetworks, PodNetworkAttachments, NADs and NetworkSelectionOptions they reference
-  (`Found`);
+  (`Found`). When they leave out `default`, the selection is explicit (KEP-3698: "only the
+  listed PodNetworks will be attached"): no cluster default network, the first element on
+  the runtime's interface (`plan.placements`);
 - else the NPWG selection `k8s.v1.cni.cncf.io/networks` (`bridge.npwg.parse_selection`); an
-  invalid one is ignored with a warning, as NPWG 4.1.2.1.x says.
+  invalid one is ignored with a warning, as NPWG 4.1.2.1.x says. Never explicit: the cluster
+  default network comes first (NPWG 6.2).
 """
 
 from __future__ import annotations
@@ -27,6 +31,21 @@ from podnetwork.ground.core import Pod
 from podnetwork.ground.fielderrors import InvalidObject
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A pod's selected networks: the selection elements, and whether they are all it gets."""
+
+    elements: list[npwg.NetworkSelectionElement] = field(default_factory=list)
+    """In the pod's order; the same list the bridge writes as the NPWG selection."""
+    explicit: bool = False
+    """The pod's KEP networks leave out `default`: `elements[0]` takes the runtime's interface
+    in place of the cluster default network, which is not attached (never with no element)."""
+    sources: list[translate.Source] = field(default_factory=list)
+    """For KEP networks, where each element came from (same index): its PodNetwork, attachment
+    and place in the pod's list; empty for an NPWG selection, which names no PodNetwork. What a
+    per-PodNetwork choice of the agent (such as a path from the node) is keyed by."""
 
 
 def fetchable(key: tuple[str, str]) -> bool:
@@ -90,9 +109,7 @@ class Found:
                 await self.follow_refs(podnetwork)
 
 
-async def translated(
-    source: ObjectSource, namespace: str, annotations: Mapping[str, str]
-) -> list[npwg.NetworkSelectionElement]:
+async def translated(source: ObjectSource, namespace: str, annotations: Mapping[str, str]) -> Selected:
     """The selection of a pod with spec-style networks, decided as the bridge decides it; a
     CNIError (7 for an annotation that cannot be read, 105 for a refused translation) otherwise."""
     what = f"pod annotation {constants.NETWORKS_ANNOTATION}"
@@ -122,17 +139,31 @@ async def translated(
             f"{refused}. The bridge writes no {npwg.NETWORKS_ANNOTATION} for such a pod either",
         )
     for warning in translation.warnings:
+        if not translation.includes_default and warning == translate.DEFAULT_LEFT_OUT_WARNING:
+            continue  # true of Multus; this agent honours the list
         log.info("%s: %s", what, warning)
-    return translation.elements
+    if not translation.includes_default and not translation.elements:
+        # Admission refuses an empty list; the bridge writes no selection for it, so an NPWG
+        # implementation attaches the default network alone, and so does this agent.
+        log.warning("%s lists no network; attaching the cluster default network alone, as for a pod "
+                    "without the annotation", what)
+    explicit = not translation.includes_default and bool(translation.elements)
+    return Selected(translation.elements, explicit=explicit, sources=translation.sources)
 
 
-async def of(source: ObjectSource, pod: Pod) -> list[npwg.NetworkSelectionElement]:
-    """The pod's secondary networks in order (module docstring)."""
+async def of(source: ObjectSource, pod: Pod) -> Selected:
+    """The pod's selected networks in order (module docstring)."""
     namespace = pod.metadata.namespace or "default"
     annotations = pod.metadata.annotations or {}
     if constants.NETWORKS_ANNOTATION in annotations:
         return await translated(source, namespace, annotations)
-    annotation = annotations.get(npwg.NETWORKS_ANNOTATION)
+    return Selected(npwg_selection(pod))
+
+
+def npwg_selection(pod: Pod) -> list[npwg.NetworkSelectionElement]:
+    """The pod's NPWG selection annotation, read as NPWG 4.1.2.1 says (invalid: ignored)."""
+    namespace = pod.metadata.namespace or "default"
+    annotation = (pod.metadata.annotations or {}).get(npwg.NETWORKS_ANNOTATION)
     if not annotation:
         return []
     try:
@@ -146,4 +177,4 @@ async def of(source: ObjectSource, pod: Pod) -> list[npwg.NetworkSelectionElemen
     return elements
 
 
-__all__ = ["Found", "fetchable", "of", "translated"]
+__all__ = ["Found", "Selected", "fetchable", "npwg_selection", "of", "translated"]

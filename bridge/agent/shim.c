@@ -1,27 +1,31 @@
-/* multinetwork, compiled: the fast path of the CNI shim (bridge/agent/shim.py), for nodes with a C compiler.
+/* multinetwork, compiled: the fast path of the CNI shim (bridge/agent/shim.py), the shim installed by default.
  *
  * A Python start costs ~6 ms of every CNI call (docs/benchmarks.md); this program costs ~1. It forwards a
  * request exactly as the Python shim does (POST /v1/cni with the CNI_* variables byte for byte, an empty
  * line, then stdin verbatim) when the request is ordinary: a top-level "socketPath" that is a plain string,
  * no CNI_* entry with a newline or given twice, stdin within MAX_FAST_STDIN, the agent's socket there.
  * Anything else (VERSION, errors before the agent is reached, unusual configurations) goes to the Python
- * shim, exec'd with the same arguments and the same stdin (a memfd), so every error and edge case stays
- * one implementation. Once the request is sent it is answered here, and every answer is printed as the
- * Python shim prints it, byte for byte (tests/unit/agent/test_compiled_shim.py runs one table through both):
- * its error JSON escapes what it quotes the same way (Python's UTF-8 decoding with U+FFFD for what is not
- * UTF-8, its repr() of bytes), and it reads the agent's status line by the same rule.
+ * shim, installed beside this program as `.<its name>.py` and exec'd with the same arguments and the same
+ * stdin (a memfd), so every error and edge case stays one implementation. Once the request is sent it is
+ * answered here, and every answer is printed as the Python shim prints it, byte for byte
+ * (tests/unit/agent/test_compiled_shim.py runs one table through both): its error JSON escapes what it
+ * quotes the same way (Python's UTF-8 decoding with U+FFFD for what is not UTF-8, its repr() of bytes), and
+ * it reads the agent's status line by the same rule.
  *
- * Built by `podnetwork cni-agent --install --compiled-shim` where a C compiler is present (statically: it
- * is built in the agent's container and runs on the node), else the Python shim is installed. The protocol
- * with the agent is defined once, in bridge/agent/protocol.py: the install passes its constants as -D flags
- * (bridge/agent/install.py compile_flags), so that both shims speak, wait and refuse alike:
- *     cc -O2 -static -s -DPYTHON_SHIM='"/opt/cni/bin/.multinetwork.py"' -DMAX_STDIN_BYTES=8388608 \
- *        -DTIMEOUT_SECONDS=300 -DCONNECT_TIMEOUT_SECONDS=10 -DAGENT_UNAVAILABLE=102 -DIO_FAILURE=5 \
- *        -DAPI_PATH='"/v1/cni"' -DHOST='"multinetwork-agent"' -DCONTENT_TYPE='"application/x-cni-request"' \
- *        -o multinetwork shim.c
+ * `podnetwork cni-agent --install` installs the binary the image's build stage made, or builds it with the
+ * node's C compiler (statically: it is built in a container and runs on the node), else installs the
+ * Python shim. The protocol with the agent is defined once, in bridge/agent/protocol.py: the build passes
+ * its constants as -D flags, and SHIM_BUILD, a hash of this file and those flags, which the binary carries
+ * as a marker so that the installer takes a prebuilt one only when it matches (bridge/agent/shimbuild.py):
+ *     python3 -m bridge.agent.shimbuild out/multinetwork
+ * which runs
+ *     cc -O2 -static -s -DMAX_STDIN_BYTES=8388608 -DTIMEOUT_SECONDS=300 -DCONNECT_TIMEOUT_SECONDS=10 \
+ *        -DAGENT_UNAVAILABLE=102 -DIO_FAILURE=5 -DAPI_PATH='"/v1/cni"' -DHOST='"multinetwork-agent"' \
+ *        -DCONTENT_TYPE='"application/x-cni-request"' -DSHIM_BUILD='"<sha256>"' -o out/multinetwork shim.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +35,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#ifndef PYTHON_SHIM
-#error "define PYTHON_SHIM, the path of the Python shim to defer to"
-#endif
 #ifndef MAX_STDIN_BYTES
 #error "define MAX_STDIN_BYTES as bridge/agent/protocol.py's"
 #endif
@@ -58,6 +59,13 @@
 #ifndef CONTENT_TYPE
 #error "define CONTENT_TYPE as bridge/agent/protocol.py's"
 #endif
+#ifndef SHIM_BUILD
+#error "define SHIM_BUILD as bridge/agent/shimbuild.py's build_id()"
+#endif
+
+/* Read by the installer (shimbuild.prebuilt_problem): a prebuilt binary is installed only when this is the
+ * build the agent would make. `used`: kept although nothing reads it here. */
+__attribute__((used)) static const char build_marker[] = "multinetwork-shim-build=" SHIM_BUILD;
 
 #define MAX_FAST_STDIN (1 << 20)
 #define NOT_REACHABLE "the multinetwork agent is not reachable"
@@ -68,6 +76,30 @@ extern char **environ;
 
 static char *in;
 static size_t in_len;
+/* The Python shim: `.<name>.py` beside this program (bridge/agent/install.py writes both). */
+static char python_shim[PATH_MAX + 8];
+
+/* Where this program is (argv[0] only without /proc), so one build serves any CNI bin dir. */
+static void find_python_shim(char **argv) {
+    static const char deleted[] = " (deleted)";  /* replaced by a newer install while running */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        n = argv[0] ? (ssize_t)strlen(argv[0]) : 0;
+        if (n <= 0 || n >= (ssize_t)sizeof self) n = 0;
+        else memcpy(self, argv[0], (size_t)n);
+    }
+    self[n] = '\0';
+    size_t len = (size_t)n, dl = sizeof deleted - 1;
+    if (len > dl && strcmp(self + len - dl, deleted) == 0) self[len - dl] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) {
+        *slash = '\0';
+        snprintf(python_shim, sizeof python_shim, "%s/.%s.py", self, slash + 1);
+    } else {
+        snprintf(python_shim, sizeof python_shim, ".%s.py", self);
+    }
+}
 
 /* Out of memory: what the Python shim prints when it is (its MemoryError, caught by its last resort). */
 static int out_of_memory(void) {
@@ -89,11 +121,11 @@ static int defer(char **argv) {
         }
         if (off == in_len && lseek(fd, 0, SEEK_SET) == 0 && dup2(fd, 0) == 0) {
             close(fd);
-            execv(PYTHON_SHIM, argv);
+            execv(python_shim, argv);
         }
     }
     printf("{\"cniVersion\": \"1.1.0\", \"code\": %d, \"msg\": \"internal shim error\", \"details\": "
-           "\"cannot run the Python shim %s: %s\"}\n", IO_FAILURE, PYTHON_SHIM, strerror(errno));
+           "\"cannot run the Python shim %s: %s\"}\n", IO_FAILURE, python_shim, strerror(errno));
     return 1;
 }
 
@@ -263,11 +295,12 @@ static int transfer_encoded(const char *head, size_t n) {
 
 int main(int argc, char **argv) {
     (void)argc;
+    find_python_shim(argv);
     /* As the Python shim's sys.stdin.buffer.read(MAX_STDIN_BYTES + 1): all of it, or one byte more. */
     size_t cap = 65536, most = (size_t)MAX_STDIN_BYTES + 1;
     in = malloc(cap);
     if (!in) {
-        execv(PYTHON_SHIM, argv);  /* nothing read yet: the Python shim reads stdin itself */
+        execv(python_shim, argv);  /* nothing read yet: the Python shim reads stdin itself */
         return out_of_memory();
     }
     for (;;) {

@@ -35,7 +35,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from bridge import npwg, translate
 from bridge.agent.objects import KubernetesObjects, read_object
@@ -66,7 +66,9 @@ class Kind:
 
     @property
     def path(self) -> str:
-        """The collection across namespaces."""
+        """The collection across namespaces (`group` "" for the core group)."""
+        if not self.group:
+            return f"/api/{self.version}/{self.plural}"
         return f"/apis/{self.group}/{self.version}/{self.plural}"
 
 
@@ -78,6 +80,32 @@ ATTACHMENT = Kind(constants.ATTACHMENT_KIND, constants.GROUP, constants.VERSION,
 OPTIONS = Kind(constants.OPTIONS_KIND, constants.OPTIONS_GROUP, constants.OPTIONS_VERSION,
                constants.OPTIONS_PLURAL, True)
 KINDS = (NAD, PODNETWORK, ATTACHMENT, OPTIONS)
+"""The kinds `CachedObjects` keeps whole (bounded)."""
+#: Kinds MultiNetworkPolicy enforcement follows (`bridge.agent.policystate`), beside NAD and
+#: PODNETWORK: never kept whole, only what policies read of them.
+POD = Kind("Pod", "", "v1", "pods", True)
+NAMESPACE = Kind("Namespace", "", "v1", "namespaces", False)
+POLICY = Kind(constants.POLICY_KIND, constants.POLICY_GROUP, constants.POLICY_VERSION,
+              constants.POLICY_PLURAL, True)
+
+
+class Listener(Protocol):
+    """Hears one list + watch: every object after each listing, each event, each failure."""
+
+    def listed(self, kind: Kind, items: list[dict[str, Any]]) -> None: ...
+
+    def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None: ...
+
+    def failed(self, kind: Kind, exc: Exception) -> None: ...
+
+
+async def follow(api: Any, kind: Kind, listener: Listener) -> None:
+    """List and watch `kind` cluster-wide for `listener` until cancelled (`lite.list_and_watch`:
+    a failure is heard, then the kind is listed again after a backoff of up to RETRY_MAX)."""
+    await lite.list_and_watch(
+        api, kind.path, on_list=lambda items: listener.listed(kind, items),
+        on_event=lambda event, obj: listener.changed(kind, event, obj),
+        on_error=lambda exc: listener.failed(kind, exc), retry_first=RETRY_FIRST, retry_max=RETRY_MAX)
 
 _Key = tuple[str | None, str]
 
@@ -118,6 +146,9 @@ class Mirror:
         self.left_out: set[_Key] = set()
         """Objects not kept because a bound was reached (read by GET); at most `max_objects` of
         them are named here, so that the names cannot grow past a bound either."""
+        self.listeners: list[Listener] = []
+        """Others that hear this kind's list and watch (one watch per kind, whoever reads it):
+        added before `run`, they hear every object, kept within the bounds or not."""
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         if not self.synced:
@@ -174,6 +205,8 @@ class Mirror:
                             self.max_bytes, self.max_object_bytes)
             self.relists += 1
             self.synced = True
+            for listener in self.listeners:
+                listener.listed(self.kind, items)
 
         def event(kind: str, obj: dict[str, Any]) -> None:
             if kind in ("ADDED", "MODIFIED"):
@@ -181,11 +214,15 @@ class Mirror:
             elif (key := self._key(obj)) is not None:
                 self._drop(key)
                 self.left_out.discard(key)
+            for listener in self.listeners:
+                listener.changed(self.kind, kind, obj)
 
         def failed(exc: Exception) -> None:
             self.synced = False
             log.info("watch cache: %s watch ended (%s); reading them from the API until listed again",
                      self.kind.name, exc)
+            for listener in self.listeners:
+                listener.failed(self.kind, exc)
 
         try:
             await lite.list_and_watch(self.api, self.kind.path, on_list=listed, on_event=event,
@@ -254,5 +291,5 @@ class CachedObjects:
         await self.source.patch_pod_annotations(namespace, name, annotations, uid=uid)
 
 
-__all__ = ["KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "CachedObjects", "Kind", "Mirror",
-           "held_bytes"]
+__all__ = ["KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "NAMESPACE", "POD", "POLICY",
+           "CachedObjects", "Kind", "Listener", "Mirror", "follow", "held_bytes"]

@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podnetwork.cli import Command, arguments, logs, operatorshell
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
+
+if TYPE_CHECKING:
+    from bridge.operator.serviceslices import Services
+    from podnetwork.cli.metrics import OperatorMetrics
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -93,6 +97,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-attachment-data", dest="write_attachments", action="store_false",
                    help="do not write multinetwork.x-k8s.io/attachments (the data of each attachment, "
                    "for a downward-API volume: docs/attachment-data.md) on pods")
+    p.add_argument("--no-services", dest="services", action="store_false",
+                   help="do not write EndpointSlices for Services annotated "
+                   f"{constants.SERVICE_PODNETWORK_ANNOTATION} (docs/services.md)")
     p.add_argument("--webhook", action="store_true",
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
     # Port 9444: the controller's webhooks take 9443 by default.
@@ -108,7 +115,7 @@ def features(args: argparse.Namespace) -> dict[str, object]:
     """What this bridge does, for its start-up line."""
     return {"params-ready": args.params_ready, "selection": args.write_selection,
             "pod-ips": args.write_pod_ips, "attachment-data": args.write_attachments,
-            "webhook": args.webhook, "namespaces": args.namespace or ["all"],
+            "services": args.services, "webhook": args.webhook, "namespaces": args.namespace or ["all"],
             "peering": args.peering or "standalone"}
 
 
@@ -216,16 +223,32 @@ def _run(args: argparse.Namespace) -> int:
     served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
     logs.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
+    api = kube.AsyncApi(creds)
     bridge = controller.Bridge(config=controller.BridgeSettings(
         params_ready=args.params_ready,
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
         write_attachments=args.write_attachments,
-    ), api=kube.AsyncApi(creds))
+    ), api=api)
     measured = metrics(bridge)
     controller.register(registry, bridge, measured)
+    if args.services:
+        from bridge.operator import serviceslices
+
+        slices = serviceslices.Services(api=api)
+        serviceslices.register(registry, slices, measured)
+        service_metrics(measured, slices)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
     return asyncio.run(_serve(args, registry, bridge, measured))
+
+
+def service_metrics(measured: OperatorMetrics, slices: Services) -> None:
+    """The Services controller's gauge (docs/metrics.md), on the bridge's registry."""
+    measured.gauge("service_memory", "What the Services controller holds: pods, Services, our "
+                   "EndpointSlices.", lambda: {
+                       ("pods",): sum(map(len, slices.pods.values())),
+                       ("services",): len(slices.served),
+                       ("endpointslices",): sum(map(len, slices.slices.values()))}, ["what"])
 
 
 command = Command(

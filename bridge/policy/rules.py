@@ -1,10 +1,12 @@
 """The rule compiler: one pod's nftables ruleset, enforcing the evaluator's semantics. Pure.
 
 `compile_pod(world, pod)` returns the commands of libnftables' JSON (`nft -j`, see
-libnftables-json(5)) for the pod's network namespace, as one transaction that replaces the
-whole table: `add table`, `delete table` (so that it exists to delete), then the full
-content. The kernel applies a transaction atomically, so a reader never sees half a ruleset,
-and conntrack entries outlive it: established connections survive every update.
+libnftables-json(5)) for the pod's network namespace that build the whole table from nothing.
+The applier (`bridge.agent.nftables.apply`) puts "create the table if missing, delete it" in
+front, so the document replaces the table in one transaction: the kernel applies it
+atomically, a reader never sees half a ruleset, and conntrack entries outlive it:
+established connections survive every update. `FAMILY` and `TABLE` name the table here, once;
+the applier imports them.
 
 The table, `inet podnetwork_policy`:
 
@@ -23,7 +25,8 @@ The table, `inet podnetwork_policy`:
 
 Interfaces of other networks, of networks no policy isolates the pod on, the cluster default
 network's (`eth0`) and `lo` meet no rule of ours. A pod that no policy isolates anywhere gets
-no table: `Ruleset.document` is None and the applier deletes the table (`removal()`).
+no table: `Ruleset.document` is None and the applier deletes the table
+(`bridge.agent.nftables.remove`).
 Named ports resolve as the evaluator resolves them: for ingress against the pod itself, for
 egress against each peer pod (one set per resolved port number).
 """
@@ -38,7 +41,7 @@ from typing import Any
 from bridge.policy.evaluate import isolating, peer_selects_pod
 from bridge.policy.model import IPNetwork, MultiNetworkPolicy, PolicyPeer, PolicyPort, PolicyType, Rule
 from bridge.policy.scope import Scope, scopes
-from bridge.policy.world import PodInfo, PodInterface, World
+from bridge.policy.world import Address, PodInfo, PodInterface, World
 
 FAMILY = "inet"
 TABLE = "podnetwork_policy"
@@ -62,7 +65,7 @@ class Ruleset:
 
     @property
     def document(self) -> dict[str, Any] | None:
-        """The transaction for `nft -j -f -`, or None when no table should exist."""
+        """The table's content for `bridge.agent.nftables.apply`, or None when no table should exist."""
         return transaction(self.commands) if self.commands else None
 
 
@@ -77,11 +80,6 @@ def _table() -> dict[str, Any]:
 def _in_table() -> dict[str, Any]:
     """How a chain, a set or a rule names its table."""
     return {"family": FAMILY, "table": TABLE}
-
-
-def removal() -> dict[str, Any]:
-    """The transaction that deletes the table, whether it exists or not."""
-    return transaction([{"add": {"table": _table()}}, {"delete": {"table": _table()}}])
 
 
 def _match(left: Expression, right: Any, op: str = "==") -> Expression:
@@ -123,11 +121,16 @@ def _collapse(nets: Iterable[IPNetwork]) -> dict[int, list[IPNetwork]]:
     by_family: dict[int, list[IPNetwork]] = {4: [], 6: []}
     for net in nets:
         by_family[net.version].append(net)
-    return {
-        v: list(ipaddress.collapse_addresses(n))  # type: ignore[type-var]
-        for v, n in by_family.items()
-        if n
-    }
+    return {v: _merged(n) for v, n in by_family.items() if n}
+
+
+def _merged(nets: list[IPNetwork]) -> list[IPNetwork]:
+    """Disjoint networks covering `nets`, in order. Pods' addresses alone (the usual case) are only
+    sorted and deduplicated: merging hosts into prefixes costs more than the few elements it saves,
+    and an interval set holds single addresses as well."""
+    if all(n.prefixlen == n.max_prefixlen for n in nets):
+        return sorted(set(nets))
+    return list(ipaddress.collapse_addresses(nets))  # type: ignore[type-var]
 
 
 def _host(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> IPNetwork:
@@ -137,9 +140,10 @@ def _host(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> IPNetwork:
 class _Builder:
     """Collects sets and rules of one pod's table, naming sets in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, memo: Memo) -> None:
         self.sets: list[Command] = []
         self.count = 0
+        self.memo = memo
 
     def address_set(self, nets: list[IPNetwork], version: int) -> str:
         name = f"peers_{self.count}_v{version}"
@@ -152,7 +156,7 @@ class _Builder:
                         "name": name,
                         "type": "ipv4_addr" if version == 4 else "ipv6_addr",
                         "flags": ["interval"],
-                        "elem": [_element(n) for n in nets],
+                        "elem": self.memo.elements(nets),
                     }
                 }
             }
@@ -172,26 +176,75 @@ def _port_matches(port: PolicyPort, number: int | None) -> list[Expression]:
     return out
 
 
-def _peer_nets(world: World, policy: MultiNetworkPolicy, rule: Rule, network: str) -> list[IPNetwork]:
-    nets: list[IPNetwork] = []
-    for peer in rule.peers:
-        if peer.ip_block is not None:
-            nets.extend(_block_networks(peer))
-        else:
-            for pod in world.pods.values():
-                if peer_selects_pod(world, policy, peer, pod):
-                    nets.extend(_host(a) for a in pod.addresses_on(network))
-    return nets
+class Memo:
+    """What compiling the pods of one `World` shares: each rule's peer addresses (collapsed per
+    family) are computed once, whichever local pod the rule applies to, and only the pods of the
+    namespaces a selector can select are looked at. Valid for that one world (keys are the
+    identities of its policies and rules)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.by_namespace: dict[str, list[PodInfo]] = {}
+        for pod in world.pods.values():
+            self.by_namespace.setdefault(pod.namespace, []).append(pod)
+        self.peers: dict[tuple[int, int, str], dict[int, list[IPNetwork]]] = {}
+        self.named: dict[tuple[int, int, int, str], dict[int, dict[int, list[IPNetwork]]]] = {}
+        self.hosts: dict[Address, IPNetwork] = {}
+        self.rendered: dict[int, tuple[list[IPNetwork], list[Any]]] = {}
+
+    def host(self, address: Address) -> IPNetwork:
+        """`address` as a one-address network (ipaddress's constructor is slow; addresses repeat)."""
+        net = self.hosts.get(address)
+        if net is None:
+            net = self.hosts[address] = _host(address)
+        return net
+
+    def elements(self, nets: list[IPNetwork]) -> list[Any]:
+        """A set's elements in libnftables JSON, rendered once per list of networks."""
+        found = self.rendered.get(id(nets))
+        if found is None or found[0] is not nets:
+            found = self.rendered[id(nets)] = (nets, [_element(n) for n in nets])
+        return found[1]
+
+    def candidates(self, policy: MultiNetworkPolicy, peer: PolicyPeer) -> Iterable[PodInfo]:
+        """The pods `peer` may select: those of the policy's namespace, or of the namespaces its
+        namespaceSelector selects (each still to be checked with `peer_selects_pod`)."""
+        if peer.namespace_selector is None:
+            return self.by_namespace.get(policy.namespace, ())
+        selector = peer.namespace_selector
+        return [pod for ns, pods in self.by_namespace.items()
+                if selector.matches(self.world.namespace_labels(ns)) for pod in pods]
+
+    def selected(self, policy: MultiNetworkPolicy, peer: PolicyPeer) -> Iterable[PodInfo]:
+        world = self.world
+        return (pod for pod in self.candidates(policy, peer) if peer_selects_pod(world, policy, peer, pod))
+
+
+def _peer_nets(
+    memo: Memo, policy: MultiNetworkPolicy, rule: Rule, network: str
+) -> dict[int, list[IPNetwork]]:
+    """The addresses `rule`'s peers allow on `network`, collapsed per IP version."""
+    key = (id(policy), id(rule), network)
+    if key not in memo.peers:
+        nets: list[IPNetwork] = []
+        for peer in rule.peers:
+            if peer.ip_block is not None:
+                nets.extend(_block_networks(peer))
+            else:
+                for pod in memo.selected(policy, peer):
+                    nets.extend(memo.host(a) for a in pod.addresses_on(network))
+        memo.peers[key] = _collapse(nets)
+    return memo.peers[key]
 
 
 def _address_matches(
-    builder: _Builder, nets: list[IPNetwork] | None, field: str
+    builder: _Builder, collapsed: dict[int, list[IPNetwork]] | None, field: str
 ) -> list[list[Expression]]:
     """One list of expressions per family the peers cover; `[[]]` for any peer (None)."""
-    if nets is None:
+    if collapsed is None:
         return [[]]
     out = []
-    for version, merged in sorted(_collapse(nets).items()):
+    for version, merged in sorted(collapsed.items()):
         name = builder.address_set(merged, version)
         address = {"payload": {"protocol": "ip" if version == 4 else "ip6", "field": field}}
         out.append([_match(address, f"@{name}")])
@@ -199,12 +252,21 @@ def _address_matches(
 
 
 def _egress_named(
-    world: World, policy: MultiNetworkPolicy, rule: Rule, port: PolicyPort, network: str
-) -> dict[int, list[IPNetwork]]:
-    """For an egress named port: the peer addresses grouped by the number the name has on each peer pod."""
+    memo: Memo, policy: MultiNetworkPolicy, rule: Rule, port: PolicyPort, network: str
+) -> dict[int, dict[int, list[IPNetwork]]]:
+    """For an egress named port: the peer addresses grouped by the number the name has on each peer
+    pod, collapsed per IP version."""
     assert isinstance(port.port, str)
+    key = (id(policy), id(rule), id(port), network)
+    if key in memo.named:
+        return memo.named[key]
+    if rule.peers and all(p.ip_block is None for p in rule.peers):
+        candidates = {pod.key: pod for p in rule.peers for pod in memo.candidates(policy, p)}
+        pods: Iterable[PodInfo] = candidates.values()
+    else:
+        pods = memo.world.pods.values()
     groups: dict[int, list[IPNetwork]] = {}
-    for pod in world.pods.values():
+    for pod in pods:
         number = pod.named_port(port.port, port.protocol)
         if number is None:
             continue
@@ -212,26 +274,27 @@ def _egress_named(
             if not rule.peers or any(
                 p.ip_block.contains(address)
                 if p.ip_block is not None
-                else peer_selects_pod(world, policy, p, pod)
+                else peer_selects_pod(memo.world, policy, p, pod)
                 for p in rule.peers
             ):
-                groups.setdefault(number, []).append(_host(address))
-    return groups
+                groups.setdefault(number, []).append(memo.host(address))
+    memo.named[key] = {number: _collapse(nets) for number, nets in groups.items()}
+    return memo.named[key]
 
 
 def _rule_bodies(
-    world: World, builder: _Builder, policy: MultiNetworkPolicy, rule: Rule, direction: PolicyType,
+    memo: Memo, builder: _Builder, policy: MultiNetworkPolicy, rule: Rule, direction: PolicyType,
     pod: PodInfo, network: str,
 ) -> list[list[Expression]]:
     """The match expressions of each nftables rule that accepts what `rule` allows."""
     field = "saddr" if direction is PolicyType.INGRESS else "daddr"
-    peers = _peer_nets(world, policy, rule, network) if rule.peers else None
+    peers = _peer_nets(memo, policy, rule, network) if rule.peers else None
     if not rule.ports:
         return _address_matches(builder, peers, field)
     bodies: list[list[Expression]] = []
     for port in rule.ports:
         if isinstance(port.port, str) and direction is PolicyType.EGRESS:
-            for number, nets in sorted(_egress_named(world, policy, rule, port, network).items()):
+            for number, nets in sorted(_egress_named(memo, policy, rule, port, network).items()):
                 for addr in _address_matches(builder, nets, field):
                     bodies.append(addr + _port_matches(port, number))
             continue
@@ -250,7 +313,7 @@ def _chain_rules(chain: str, bodies: Iterable[list[Expression]]) -> list[Command
 
 
 def _interface_chain(
-    world: World, builder: _Builder, policies: list[MultiNetworkPolicy], direction: PolicyType,
+    memo: Memo, builder: _Builder, policies: list[MultiNetworkPolicy], direction: PolicyType,
     pod: PodInfo, itf: PodInterface, chain: str,
 ) -> list[Command]:
     bodies: list[list[Expression]] = [
@@ -263,7 +326,7 @@ def _interface_chain(
     ]
     for policy in policies:
         for rule in policy.rules(direction):
-            allowing = _rule_bodies(world, builder, policy, rule, direction, pod, itf.network)
+            allowing = _rule_bodies(memo, builder, policy, rule, direction, pod, itf.network)
             bodies.extend([*b, {"accept": None}] for b in allowing)
     bodies.append([{"drop": None}])
     comment = f"{direction.value.lower()} on {itf.interface} ({itf.network})"
@@ -274,11 +337,15 @@ def _interface_chain(
 _DIRECTIONS = ((PolicyType.INGRESS, "input", "iifname"), (PolicyType.EGRESS, "output", "oifname"))
 
 
-def compile_pod(world: World, pod_key: str, scope_of: Mapping[str, Scope] | None = None) -> Ruleset:
-    """The ruleset of the pod `namespace/name` (which must be in `world.pods`)."""
+def compile_pod(
+    world: World, pod_key: str, scope_of: Mapping[str, Scope] | None = None, memo: Memo | None = None
+) -> Ruleset:
+    """The ruleset of the pod `namespace/name` (which must be in `world.pods`). Compiling many pods
+    of one world, pass one `Memo(world)` to them all: what their rules share is computed once."""
     scope_of = scopes(world) if scope_of is None else scope_of
+    memo = Memo(world) if memo is None or memo.world is not world else memo
     pod = world.pods[pod_key]
-    builder = _Builder()
+    builder = _Builder(memo)
     chains: list[Command] = []
     jumps: dict[str, list[Command]] = {"input": [], "output": []}
     unenforced: list[str] = []
@@ -295,17 +362,13 @@ def compile_pod(world: World, pod_key: str, scope_of: Mapping[str, Scope] | None
                 )
                 continue
             chain = f"{direction.value.lower()}_{n}"
-            chains.extend(_interface_chain(world, builder, policies, direction, pod, itf, chain))
+            chains.extend(_interface_chain(memo, builder, policies, direction, pod, itf, chain))
             jump = [_match(_meta(key), itf.interface), {"jump": {"target": chain}}]
             jumps[base].extend(_chain_rules(base, [jump]))
     if not chains:
         return Ruleset(pod_key, (), tuple(unenforced))
-    # Adding before deleting makes the delete succeed on a namespace without the table.
-    commands: list[Command] = [
-        {"add": {"table": _table()}},
-        {"delete": {"table": _table()}},
-        {"add": {"table": _table()}},
-    ]
+    # The applier prepends "add, delete" (replacing the old table in the same transaction).
+    commands: list[Command] = [{"add": {"table": _table()}}]
     for base in ("input", "output"):
         hooked = {"type": "filter", "hook": base, "prio": 0, "policy": "accept"}
         commands.append({"add": {"chain": {**_in_table(), "name": base, **hooked}}})
@@ -326,9 +389,9 @@ __all__ = [
     "JSON_SCHEMA_VERSION",
     "ND_TYPES",
     "TABLE",
+    "Memo",
     "Ruleset",
     "compile_pod",
     "local_pods",
-    "removal",
     "transaction",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from bridge import npwg, translate
@@ -116,6 +116,21 @@ def _pod_ips_interfaces(
             yield network, interface, address
 
 
+class _AsReported(Mapping[str, str]):
+    """Every name is its own network key: networks as the pod's annotations name them."""
+
+    def __getitem__(self, key: str) -> str:
+        if not isinstance(key, str):
+            raise KeyError(key)
+        return key
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
 def pod_interfaces(meta: ObjectMeta, networks: Iterable[NetworkInfo]) -> list[PodInterface]:
     """A pod's secondary interfaces, from its network-status and pod-ips annotations, merged.
 
@@ -124,6 +139,33 @@ def pod_interfaces(meta: ObjectMeta, networks: Iterable[NetworkInfo]) -> list[Po
     nets = list(networks)
     by_nad = {n.nad: n.key for n in nets if n.nad}
     by_podnetwork = {n.podnetwork: n.key for n in nets if n.podnetwork}
+    return _merged(meta, by_nad, by_podnetwork)
+
+
+def reported_interfaces(meta: ObjectMeta) -> list[PodInterface]:
+    """A pod's secondary interfaces as its annotations name their networks, whatever networks
+    exist: a network-status entry's NAD as `namespace/name`, a pod-ips entry's PodNetwork by
+    name (the two never collide: a PodNetwork name has no `/`). For a keeper of many pods whose
+    networks come and go (the agent): `keyed` maps them to `NetworkInfo.key`s later."""
+    same = _AsReported()
+    # The cluster default network is not a policy's (networks_of leaves it out too).
+    return [i for i in _merged(meta, same, same) if i.network != constants.DEFAULT_PODNETWORK]
+
+
+def keyed(interfaces: Iterable[PodInterface], by_nad: Mapping[str, str]) -> tuple[PodInterface, ...]:
+    """`reported_interfaces` with each NAD named by its network's key (`by_nad`: a NAD-backed
+    PodNetwork's name); one interface reported twice (network-status and pod-ips) becomes one."""
+    found: dict[tuple[str, str | None], list[Address]] = {}
+    for itf in interfaces:
+        addresses = found.setdefault((by_nad.get(itf.network, itf.network), itf.interface), [])
+        addresses.extend(a for a in itf.addresses if a not in addresses)
+    return tuple(PodInterface(network, interface, tuple(addrs))
+                 for (network, interface), addrs in found.items())
+
+
+def _merged(
+    meta: ObjectMeta, by_nad: Mapping[str, str], by_podnetwork: Mapping[str, str]
+) -> list[PodInterface]:
     found: dict[tuple[str, str | None], list[Address]] = {}
     for network, interface, address in [
         *_status_interfaces(meta, by_nad),
@@ -187,9 +229,11 @@ def networks_of(
 
 __all__ = [
     "container_ports",
+    "keyed",
     "namespace_from_view",
     "network_of",
     "networks_of",
     "pod_from_object",
     "pod_interfaces",
+    "reported_interfaces",
 ]

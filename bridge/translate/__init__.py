@@ -14,6 +14,7 @@ of the KEP annotation), `admitted_networks`, `translate` and `refusal`.
 from __future__ import annotations
 
 from bridge.translate.networks import (
+    DEFAULT_LEFT_OUT_WARNING,
     DEFAULT_ROUTE_FAMILIES_KEY,
     FAMILY_NAMES,
     GATEWAY_MISSING_REASON,
@@ -66,6 +67,7 @@ from podnetwork.kep.api import Network, PodNetwork, PodNetworkAttachment
 
 __all__ = [
     "ATTACHMENT_NETWORKS_ANNOTATION",
+    "DEFAULT_LEFT_OUT_WARNING",
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
     "GATEWAY_MISSING_REASON",

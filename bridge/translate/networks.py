@@ -23,7 +23,10 @@ The rules (KEP-3698 "PodNetwork", "PodNetworkAttachment"; NPWG multi-net spec v1
 
 - The `default` PodNetwork is the cluster-wide default network (NPWG 2.2, 6): every
   NPWG implementation attaches it, so it is never in the selection. Omitting it, or
-  setting its `interfaceName`/`isDefaultGW*`, is translated with a warning.
+  setting its `interfaceName`/`isDefaultGW*`, is translated with a warning. Omitting it
+  is honoured by this project's CNI agent (KEP-3698: the list is explicit; it reads
+  `includes_default` and attaches the first element in its place), not by Multus
+  (`DEFAULT_LEFT_OUT_WARNING`); the selection is the same for both.
 - A PodNetwork whose provider is `multinetwork.x-k8s.io/npwg-bridge` names exactly
   one NetworkAttachmentDefinition in `parametersRefs` (group `k8s.cni.cncf.io`, kind
   `network-attachment-definitions` as in the KEP's example, or `NetworkAttachmentDefinition`),
@@ -301,12 +304,16 @@ def translate(
         out.elements.append(element)
         out.sources.append(source)
     if not out.includes_default:
-        out.warnings.append(
-            "the pod does not list the default PodNetwork, but NPWG cannot leave it out: every NPWG "
-            "implementation attaches the cluster-wide default network first (NPWG 6, 6.2)"
-        )
+        out.warnings.append(DEFAULT_LEFT_OUT_WARNING)
     return out
 
+
+#: The warning of a translation whose pod leaves out the `default` PodNetwork.
+DEFAULT_LEFT_OUT_WARNING = (
+    "the pod does not list the default PodNetwork, but NPWG cannot leave it out: Multus attaches the "
+    "cluster-wide default network first (NPWG 6.2); this project's CNI agent attaches only the listed "
+    "networks (docs/agent.md \"The explicit list\")"
+)
 
 #: Why a translation is refused (`refusal`): the bridge's Event reason, the agent's error.
 GATEWAY_MISSING_REASON = "DefaultGatewayMissing"
@@ -442,6 +449,7 @@ def _gateways(
 
 
 __all__ = [
+    "DEFAULT_LEFT_OUT_WARNING",
     "DEFAULT_ROUTE_FAMILIES_KEY",
     "FAMILY_NAMES",
     "GATEWAY_MISSING_REASON",

@@ -8,7 +8,13 @@ translation, and keeps at most one IP per family per PodNetwork (KEP "Status").
 
 Matching an entry to a selection element (NPWG 5.3.1, 4.2):
 
-- the entry with `"default": true` is the `default` PodNetwork (NPWG 5.2);
+- the entry with `"default": true` is the `default` PodNetwork (NPWG 5.2), except for a
+  pod whose KEP networks leave out `default` (KEP: the list is explicit): this project's
+  agent then attaches the first listed network on the pod's primary interface and marks
+  its entry default (5.3.5), so that entry is the first network's when its name matches
+  and no other entry of that name does. An NPWG implementation that cannot leave the
+  default network out (Multus, NPWG 6.2) reports it beside the listed ones: it stays the
+  `default` PodNetwork;
 - other entries match an element by `name`, written `namespace/name` (5.3.1) or,
   as some implementations do, a bare name meaning the pod's namespace; when the
   element names its interface, the entry's `interface` must agree (or be absent);
@@ -55,30 +61,40 @@ def match(
     used: set[int] = set()
     pairs: list[tuple[Source, Mapping[str, Any]]] = []
     default_entry = next((i for i, e in enumerate(status) if e.get("default") is True), None)
-    if default_entry is not None:
+    if default_entry is not None and translation.includes_default:
         used.add(default_entry)
-        source = translation.default_source or Source(constants.DEFAULT_PODNETWORK, None, None, -1)
-        pairs.append((source, status[default_entry]))
+        assert translation.default_source is not None
+        pairs.append((translation.default_source, status[default_entry]))
+    # The first element of an explicit list may hold the primary interface (module docstring).
+    primary = translation.elements[0] if translation.elements and not translation.includes_default else None
     # Elements that name their interface pick first, so an element that does not
     # cannot take the entry of a named one (4.2: the same NAD selected twice).
     order = sorted(
         zip(translation.elements, translation.sources, strict=True), key=lambda p: p[0].interface is None
     )
     for element, source in order:
-        candidates = [
+        named = [
             i
             for i, entry in enumerate(status)
             if i not in used
             and isinstance(entry.get("name"), str)
             and _names_match(entry["name"], element, pod_namespace)
         ]
+        candidates = [i for i in named if i != default_entry]
         if element.interface is not None:
             # An entry without "interface" (a pre-0.3.0 result, 5.3.2.1) may still be ours.
             candidates = [i for i in candidates if status[i].get("interface") in (element.interface, None)]
             candidates.sort(key=lambda i: status[i].get("interface") is None)
+        if not candidates and element is primary and default_entry in named:
+            # On the runtime's interface, whatever interfaceName said (the runtime names it).
+            candidates = [default_entry]
         if candidates:
             used.add(candidates[0])
             pairs.append((source, status[candidates[0]]))
+    if default_entry is not None and default_entry not in used:
+        # The cluster default network, attached though the pod does not list it (NPWG 6.2).
+        used.add(default_entry)
+        pairs.append((Source(constants.DEFAULT_PODNETWORK, None, None, -1), status[default_entry]))
     pairs.sort(key=lambda p: p[0].index)
     return pairs
 

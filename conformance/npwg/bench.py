@@ -474,8 +474,13 @@ class Bench:
 
     # --- the runtime ---------------------------------------------------------------------
 
+    @property
+    def netns_prefix(self) -> str:
+        """What every network namespace of this run is named with, so a report can say which were its own."""
+        return f"npwgc-{self.tag}-"
+
     def make_netns(self) -> str:
-        name = f"npwgc-{self.tag}-{len(self._netns)}"
+        name = f"{self.netns_prefix}{len(self._netns)}"
         proc = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BenchError(f"cannot create the network namespace {name}: {proc.stderr.strip()}")

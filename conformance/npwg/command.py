@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
             plugin=str(args.plugin),
             conf=str(args.conf or "built-in podnetwork"),
             cni_version=args.cni_version,
+            netns_prefix=bench.netns_prefix,
         )
         try:
             # Through to what is there (a device or FIFO stays one), as podnetwork.cli.outputs writes.

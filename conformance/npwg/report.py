@@ -41,6 +41,7 @@ def document(
     plugin: str,
     conf: str,
     cni_version: str,
+    netns_prefix: str = "",
     now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
     """The JSON report: what ran against what, and each scenario's verdict with its reasons."""
@@ -54,6 +55,8 @@ def document(
         "plugin": plugin,
         "conf": conf,
         "cniVersion": cni_version,
+        # The run's own namespaces: what to look for when one outlives an interrupted run.
+        "netnsPrefix": netns_prefix,
         "result": "failure" if c["failed"] else "success",
         "summary": c,
         "scenarios": [

@@ -52,4 +52,17 @@ class Create:
         return str(self.body.get("kind") or "")
 
 
-__all__ = ["Create", "Patch"]
+@dataclass(frozen=True)
+class Delete:
+    """The deletion of one object."""
+
+    kind: str
+    name: str
+    namespace: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+__all__ = ["Create", "Delete", "Patch"]

@@ -116,6 +116,34 @@ POLICY_FOR_NAD_ANNOTATION = "k8s.v1.cni.cncf.io/policy-for"
 #: Policy annotation naming the PodNetworks a MultiNetworkPolicy applies to (comma-separated).
 POLICY_FOR_PODNETWORK_ANNOTATION = f"{GROUP}/policy-for"
 
+# --- Services on PodNetworks (KEP-3698 Phase III req 22; docs/services.md) -----------------
+
+#: Service annotation naming the PodNetwork a Service is served on (by its PodNetwork's name; pods
+#: attached through a PodNetworkAttachment of that PodNetwork count).
+SERVICE_PODNETWORK_ANNOTATION = f"{GROUP}/podnetwork"
+#: The Service label (a label, not an annotation) that makes kube-proxy leave a Service alone: its
+#: informers select Services and EndpointSlices without it. Kubernetes' name (KEP-2447's
+#: `service.kubernetes.io/service-proxy-name`).
+SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+#: The value of `SERVICE_PROXY_NAME_LABEL` a Service on a PodNetwork must carry (a label value: no
+#: slash, at most 63 characters): the proxy is this project's node side, not kube-proxy.
+SERVICE_PROXY_NAME = f"podnetwork.{GROUP}"
+#: The EndpointSlice labels of the API's convention (discovery.k8s.io/v1): which controller manages
+#: a slice, and which Service it belongs to; and the label the EndpointSlice controller puts on the
+#: slices of a headless Service (kube-proxy skips those too).
+ENDPOINTSLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+ENDPOINTSLICE_SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SERVICE_HEADLESS_LABEL = "service.kubernetes.io/headless"
+#: Our value of `ENDPOINTSLICE_MANAGED_BY_LABEL` (the upstream controller's is
+#: `endpointslice-controller.k8s.io`): the slices the bridge writes of a network's addresses.
+ENDPOINTSLICE_MANAGED_BY = f"endpointslice-controller.{GROUP}"
+#: EndpointSlice label: the PodNetwork whose addresses a slice of ours holds (the Service's
+#: annotation, under the same key, when the slice was written).
+ENDPOINTSLICE_PODNETWORK_LABEL = SERVICE_PODNETWORK_ANNOTATION
+#: At most this many endpoints in one EndpointSlice (the API's limit is 1000; 100 is the
+#: EndpointSlice controller's default `--max-endpoints-per-slice`).
+MAX_ENDPOINTS_PER_SLICE = 100
+
 #: Feature gate name (KEP "Feature gate").
 FEATURE_GATE = "MultiNetwork"
 

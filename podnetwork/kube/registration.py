@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from podnetwork.ground import constants
 from podnetwork.ground.core import ObjectMeta, PartialObjectMetadata
 from podnetwork.kube import webhooksecret
 
@@ -54,7 +55,7 @@ SELF_CHECK_TIMEOUT = 5.0
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
 
 #: The label EndpointSlices carry of their Service (set by the EndpointSlice controller).
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SERVICE_NAME_LABEL = constants.ENDPOINTSLICE_SERVICE_NAME_LABEL
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ Pod = create_namespaced_resource("", "v1", "Pod", "pods")
 Node = create_global_resource("", "v1", "Node", "nodes")
 Namespace = create_global_resource("", "v1", "Namespace", "namespaces")
 Event = create_namespaced_resource("", "v1", "Event", "events")
+#: Services on PodNetworks (`bridge.operator.serviceslices`): read, and given EndpointSlices.
+Service = create_namespaced_resource("", "v1", "Service", "services")
 Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
 StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
 DaemonSet = create_namespaced_resource("apps", "v1", "DaemonSet", "daemonsets")
@@ -68,7 +70,7 @@ BY_KIND: dict[str, Resource] = {
         PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
         MultiNetworkPolicy, ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet,
         DaemonSet, ReplicaSet, Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-        Secret, EndpointSlice, ClusterRole)
+        Secret, EndpointSlice, ClusterRole, Service)
 }
 
 
@@ -123,6 +125,7 @@ __all__ = [
     "Role",
     "RoleBinding",
     "Secret",
+    "Service",
     "StatefulSet",
     "SubjectAccessReview",
     "ValidatingWebhookConfiguration",

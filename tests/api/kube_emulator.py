@@ -8,7 +8,8 @@ carrying another object's `metadata.uid` (the object was deleted and re-created 
 its name) gets 422 Invalid, the create of an object that exists gets 409 AlreadyExists
 (the reasons and messages of kube-apiserver), a test can make writes to a path answer
 503, and it can hold writes to a path until several are waiting (`hold`), so that
-racing writers really race. `operator` runs a kopf registry in a
+racing writers really race, and Namespaces are served at `/api/v1/namespaces` (kmock reads that
+path as a namespace's prefix). `operator` runs a kopf registry in a
 task of the test's loop, logged in to the emulator over real HTTP (`credentials` and
 `api` give the handlers' own client the same server).
 """
@@ -25,6 +26,7 @@ from typing import Any
 import kmock
 import kopf
 import yaml
+from kmock._internal import parsing as kmock_parsing
 
 from podnetwork.ground import constants
 from podnetwork.kube import client as kube
@@ -38,6 +40,22 @@ EVENTS = "v1/events"
 #: Paths of the review kinds (SubjectAccessReview...) that are answered, never stored.
 REVIEWS = ("/subjectaccessreviews", "/selfsubjectaccessreviews", "/tokenreviews")
 ALL_VERBS = frozenset({"list", "watch", "get", "create", "patch", "delete"})
+
+
+_kmock_parse_path = kmock_parsing.parse_path
+
+
+def _parse_path(path: str) -> kmock_parsing.ParsedPath:
+    """kmock's path parser, except that `/api/v1/namespaces[/NAME]` is the Namespace collection (or
+    one Namespace), as kube-apiserver serves it: kmock reads it as "in the namespace <missing>"
+    and answers every list and watch of Namespaces with a 500."""
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return kmock_parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None)
+    return _kmock_parse_path(path)
+
+
+kmock_parsing.parse_path = _parse_path
 
 
 class Emulator(kmock.KubernetesEmulator):

@@ -177,8 +177,10 @@ class World:
         values.update(overrides)
         return agent_mod.AgentConfig(**values)
 
-    async def start_agent(self, **overrides: Any) -> agent_mod.Agent:
-        self.agent = agent_mod.Agent(self.objects, self.agent_config(**overrides))
+    async def start_agent(self, *, executor: invoke.Exec | None = None, enforcer: Any = None,
+                          **overrides: Any) -> agent_mod.Agent:
+        self.agent = agent_mod.Agent(self.objects, self.agent_config(**overrides), executor=executor,
+                                     enforcer=enforcer)
         self.running = Running(self.agent)
         await self.running.start()
         return self.agent

@@ -1,10 +1,13 @@
 """The program each pod of the netpol harness runs inside its network namespace (stdlib only).
 
 Started by `tests.cni.netpol_support.Node` as `nsenter --net=<pod netns> python3 -S
-netpol_pod_support.py`, it is the pod's servers and its client at once:
+netpol_pod_support.py [POD]`, it is the pod's servers and its client at once:
 
 - servers on 0.0.0.0: TCP and UDP on ports 80 and 81 (SCTP too when the kernel has it),
   echoing what they receive; ICMP echo is the kernel's own;
+- "who" servers on 0.0.0.0 port 8080 (`WHO_PORT`), TCP and UDP (SCTP too): each answers a
+  connection (TCP, SCTP) or a datagram (UDP) with `{"pod": POD, "peer": "<the client's address>"}`,
+  so a client reaching a Service sees which backend it got, and from which of its addresses;
 - a client that reads requests as JSON lines on stdin and answers each with one JSON
   line on stdout:
   - `{"op": "probe", "probes": [{"dst": IP, "protocol": "TCP"|"UDP"|"SCTP"|"ICMP", "port": N}],
@@ -14,7 +17,10 @@ netpol_pod_support.py`, it is the pod's servers and its client at once:
     a TCP connection kept open under the name K;
   - `{"op": "echo", "conn": K, "timeout": S}` -> `{"ok": bool, "error": str}`: one
     round trip over connection K;
-  - `{"op": "close", "conn": K}` -> `{"ok": true}`.
+  - `{"op": "close", "conn": K}` -> `{"ok": true}`;
+  - `{"op": "who", "dst": IP, "protocol": "TCP"|"UDP"|"SCTP", "port": N, "count": C, "timeout": S}` ->
+    `{"answers": [{"pod": ..., "peer": ...} | {"error": "..."}, ...]}`: C new connections at once,
+    each asking the who server there (through a Service's DNAT, if any) who it is.
 
 Its first line is `{"ready": true, "sctp": "" | "why SCTP is unavailable"}` once every server listens.
 It exits when stdin closes.
@@ -35,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 PORTS = (80, 81)
+WHO_PORT = 8080
+POD = sys.argv[1] if len(sys.argv) > 1 else ""
 IPPROTO_SCTP = getattr(socket, "IPPROTO_SCTP", 132)
 ICMP_ECHO_REQUEST = 8
 ICMP_ECHO_REPLY = 0
@@ -71,6 +79,43 @@ def serve_datagram(sock: socket.socket) -> None:
             sock.sendto(data, peer)
 
 
+def serve_who_stream(sock: socket.socket) -> None:
+    while True:
+        conn, peer = sock.accept()
+        with conn, contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"pod": POD, "peer": peer[0]}).encode())
+
+
+def serve_who_datagram(sock: socket.socket) -> None:
+    while True:
+        _, peer = sock.recvfrom(4096)
+        with contextlib.suppress(OSError):
+            sock.sendto(json.dumps({"pod": POD, "peer": peer[0]}).encode(), peer)
+
+
+def who(dst: str, protocol: str, port: int, timeout: float) -> dict[str, Any]:
+    """Asks the who server at dst:port (a new connection); its answer, or the error."""
+    try:
+        if protocol in ("TCP", "SCTP"):
+            proto = IPPROTO_SCTP if protocol == "SCTP" else 0
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto) as sock:
+                sock.settimeout(timeout)
+                sock.connect((dst, port))
+                data = b""
+                while chunk := sock.recv(4096):
+                    data += chunk
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect((dst, port))
+                sock.send(b"?")
+                data = sock.recv(4096)
+        answer: dict[str, Any] = json.loads(data)
+        return answer
+    except (OSError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def listen(sctp: bool) -> None:
     kinds = [(socket.SOCK_STREAM, 0), (socket.SOCK_DGRAM, 0)] + ([(socket.SOCK_STREAM, IPPROTO_SCTP)] if sctp else [])
     for kind, proto in kinds:
@@ -84,6 +129,13 @@ def listen(sctp: bool) -> None:
             else:
                 target = serve_datagram
             threading.Thread(target=target, args=(sock,), daemon=True).start()
+        sock = socket.socket(socket.AF_INET, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", WHO_PORT))
+        if kind == socket.SOCK_STREAM:
+            sock.listen(128)
+        who_target = serve_who_stream if kind == socket.SOCK_STREAM else serve_who_datagram
+        threading.Thread(target=who_target, args=(sock,), daemon=True).start()
 
 
 def probe(dst: str, protocol: str, port: int, timeout: float) -> bool:
@@ -167,6 +219,10 @@ def main() -> None:
                     answer = {"ok": sock.recv(16) == b"e", "error": ""}
                 except OSError as exc:
                     answer = {"ok": False, "error": str(exc)}
+            elif op == "who":
+                futures = [pool.submit(who, request["dst"], request["protocol"], int(request["port"]),
+                                       float(request["timeout"])) for _ in range(int(request["count"]))]
+                answer = {"answers": [f.result() for f in futures]}
             elif op == "close":
                 conn = conns.pop(request["conn"], None)
                 if conn is not None:

@@ -250,7 +250,8 @@ class Node:
                 run("ip", "-n", self._pod_netns(ns, name), "link", "set", "lo", "up")
             # The first pod creates the bridges and their gateway addresses; the plugin does not
             # expect two of itself to create one bridge at once, so the others follow in parallel.
-            self._attach(*keys[0])
+            if keys:
+                self._attach(*keys[0])
             with ThreadPoolExecutor(max_workers=4) as pool:
                 list(pool.map(lambda k: self._attach(*k), keys[1:]))
             self.pods = {f"{ns}/{name}": self.pods[f"{ns}/{name}"] for ns, name in keys}
@@ -281,6 +282,37 @@ class Node:
         left = [n for n in names if n.startswith(f"{PREFIX}{self.tag}-")]
         return left + ([str(self.root)] if self.root.exists() else [])
 
+    # --- pods attached by someone else (the agent, through its shim) ------------------------------
+
+    def new_pod_netns(self, namespace: str, name: str) -> str:
+        """A pod's network namespace (with `lo` up), for an ADD to attach; its CNI_NETNS path."""
+        netns = self._pod_netns(namespace, name)
+        self._add_netns(netns)
+        run("ip", "-n", netns, "link", "set", "lo", "up")
+        return f"/var/run/netns/{netns}"
+
+    def join(self, namespace: str, name: str, addresses: Mapping[str, str]) -> Pod:
+        """A pod attached elsewhere (`addresses`: interface -> IPv4) joins the probes: its servers and
+        client start in its namespace."""
+        key = f"{namespace}/{name}"
+        self.pods[key] = Pod(namespace, name, self._pod_netns(namespace, name), dict(addresses))
+        self._start_program(key)
+        self.sctp_unavailable = self._programs[key].receive()["sctp"]
+        return self.pods[key]
+
+    def plugin_config(self, ifname: str) -> dict[str, Any]:
+        """The bridge + host-local configuration list of one of the node's networks (`NETWORKS`), for
+        an agent: the same network name, so pods it attaches and `attach`'s share one IPAM store."""
+        plugin = self._bridge_config(ifname)
+        return {"cniVersion": plugin.pop("cniVersion"), "name": plugin.pop("name"), "plugins": [plugin]}
+
+    def attach(self, namespace: str, name: str) -> Pod:
+        """A pod attached by the plugins directly (no agent: a pod of another node, as far as an
+        agent knows), joined to the probes."""
+        self.new_pod_netns(namespace, name)
+        self._attach(namespace, name)
+        return self.join(namespace, name, self.pods[f"{namespace}/{name}"].addresses)
+
     def _pod_netns(self, namespace: str, name: str) -> str:
         return f"{PREFIX}{self.tag}-{namespace}-{name}"
 
@@ -297,15 +329,18 @@ class Node:
             addresses[ifname] = result["ips"][0]["address"].split("/")[0]
         self.pods[f"{namespace}/{name}"] = Pod(namespace, name, netns, addresses)
 
-    def _plugin(self, command: str, netns: str, ifname: str) -> dict[str, Any]:
+    def _bridge_config(self, ifname: str) -> dict[str, Any]:
         bridge, subnet = NETWORKS[ifname]
         gateway = str(next(ipaddress.ip_network(subnet).hosts()))
         ipam: dict[str, Any] = {"type": "host-local", "ranges": [[{"subnet": subnet, "gateway": gateway}]],
                                 "dataDir": str(self.root / "ipam")}
         if ifname == "eth0":  # the cluster default network carries the pods' default route
             ipam["routes"] = [{"dst": "0.0.0.0/0"}]
-        config = {"cniVersion": CNI_VERSION, "name": f"pnnp-{ifname}", "type": "bridge", "bridge": bridge,
-                  "isGateway": True, "ipMasq": False, "ipam": ipam}
+        return {"cniVersion": CNI_VERSION, "name": f"pnnp-{ifname}", "type": "bridge", "bridge": bridge,
+                "isGateway": True, "ipMasq": False, "ipam": ipam}
+
+    def _plugin(self, command: str, netns: str, ifname: str) -> dict[str, Any]:
+        config = self._bridge_config(ifname)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CNI_COMMAND": command, "CNI_CONTAINERID": netns,
                "CNI_NETNS": f"/var/run/netns/{netns}", "CNI_IFNAME": ifname, "CNI_PATH": str(self.bin_dir)}
         proc = run("nsenter", f"--net=/var/run/netns/{self.node_netns}", str(self.bin_dir / "bridge"),
@@ -318,7 +353,7 @@ class Node:
     def _start_program(self, key: str) -> None:
         pod = self.pods[key]
         proc = subprocess.Popen(
-            ["nsenter", f"--net={pod.path}", sys.executable, "-S", str(POD_PROGRAM)],
+            ["nsenter", f"--net={pod.path}", sys.executable, "-S", str(POD_PROGRAM), key],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self._programs[key] = _Program(proc)
@@ -380,6 +415,16 @@ class Node:
             {"dst": address, "protocol": probe.protocol, "port": probe.port} for address, probe in keys]})
         return dict(zip(keys, answer["results"], strict=True))
 
+    def who(self, source: str, address: str, port: int, protocol: str = "TCP", *, count: int = 1,
+            timeout: float = 1.0) -> list[dict[str, Any]]:
+        """`count` new connections at once from `source` to `address:port`, each asking the "who" server
+        it reaches (port `WHO_PORT` of a pod, maybe through a Service) which pod it is and whom it saw:
+        `{"pod": "ns/name", "peer": "<source address seen>"}` or `{"error": "..."}` per connection."""
+        answers: list[dict[str, Any]] = self._programs[source].ask(
+            {"op": "who", "dst": address, "protocol": protocol, "port": port, "count": count,
+             "timeout": timeout})["answers"]
+        return answers
+
     @contextlib.contextmanager
     def connection(self, source: str, destination: str, port: int = 80, network: str = "net1",
                    timeout: float = 2.0) -> Iterator[Callable[[], bool]]:
@@ -421,6 +466,21 @@ class Node:
         self.enforce(dict.fromkeys(self.pods))
 
 
+class InNode:
+    """An `Exec` (bridge.agent.invoke) that runs each delegate plugin inside the node namespace: an
+    agent given it makes its bridges and host ends of veths there, where no packet can leave."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        proc = await asyncio.create_subprocess_exec(
+            "nsenter", f"--net=/var/run/netns/{self.node.node_netns}", str(plugin), env=dict(env),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        return proc.returncode or 0, out, err
+
+
 def sctp_or_skip() -> None:
     """Skips the test, naming the missing kernel module, where the kernel makes no SCTP sockets
     (modules are the kernel's, shared by every namespace: asking here answers for the pods)."""
@@ -430,11 +490,12 @@ def sctp_or_skip() -> None:
 
 
 @contextlib.contextmanager
-def standing(bin_dirs: Sequence[Path], networks: tuple[str, ...] = ("eth0", "net1")) -> Iterator[Node]:
+def standing(bin_dirs: Sequence[Path], networks: tuple[str, ...] = ("eth0", "net1"), *,
+             namespaces: tuple[str, ...] = NAMESPACES, pod_names: tuple[str, ...] = POD_NAMES) -> Iterator[Node]:
     """A started `Node`, sealed before and after, closed and checked to leave nothing, even on failure."""
     nft_or_skip()
     bin_dir = next(d for d in bin_dirs if (d / "bridge").is_file())
-    node = Node(bin_dir, networks=networks).start()
+    node = Node(bin_dir, networks=networks, namespaces=namespaces, pod_names=pod_names).start()
     try:
         yield node
         node.assert_sealed()

@@ -1,4 +1,4 @@
-"""The compiled shim (`install_shim(compiled=True)`) as the runtime's plugin: ADD, CHECK and DEL of a
+"""The compiled shim (`install_shim(shim="compiled")`) as the runtime's plugin: ADD, CHECK and DEL of a
 pod with a secondary network, real plugins in a real namespace, and nothing left after DEL."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cni
 async def test_add_check_and_del_through_the_compiled_shim_attach_and_leave_nothing(world: World) -> None:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine: the compiled shim cannot be built")
-    world.shim = command.install_shim(world.root / "cbin", sys.executable, compiled=True)
+    world.shim = command.install_shim(world.root / "cbin", sys.executable, shim="compiled")
     assert world.shim.read_bytes()[:4] == b"\x7fELF"
     world.nad("blue", world.network("blue", 1))
     world.pod("fast", {NPWG_NETWORKS: "blue"})

@@ -1,4 +1,5 @@
-"""`podnetwork cni-agent --install` as a process: shim installed, conflist written, pods attached."""
+"""`podnetwork cni-agent --install` as a process: shim installed (the compiled one, by default),
+conflist written, pods attached through it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ async def test_the_installed_agent_serves_the_runtime_through_its_conflist_and_r
         assert conflist["name"] == "multinetwork" and conflist["cniVersion"] == "1.0.0"
         (plugin,) = conflist["plugins"]
         assert plugin["type"] == "multinetwork" and (bin_dir / "multinetwork").is_file()
+        # The default install where a compiler exists (CI has one): the compiled shim, the Python one beside it.
+        assert (bin_dir / "multinetwork").read_bytes()[:4] == b"\x7fELF"
+        assert (bin_dir / ".multinetwork.py").is_file()
 
         # What a runtime executes for this conflist: the plugin's config with name/cniVersion injected.
         world.shim = bin_dir / "multinetwork"

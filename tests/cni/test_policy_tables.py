@@ -141,7 +141,7 @@ def test_applying_in_a_network_namespace_that_vanished_says_which_and_removing_t
     for path in (f"/var/run/netns/{name}", f"/proc/{sleeper.pid}/ns/net"):
         with pytest.raises(nftables.NetnsGone) as caught:
             asyncio.run(nftables.apply(path, ingress("net1")))
-        assert str(caught.value) == (f"apply our nftables table in network namespace {path} failed: "
+        assert str(caught.value) == (f"apply nftables table inet podnetwork_policy in network namespace {path} failed: "
                                      "the network namespace does not exist (any more)")
         with pytest.raises(nftables.NetnsGone):
             asyncio.run(nftables.exists(path))

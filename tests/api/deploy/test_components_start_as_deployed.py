@@ -283,6 +283,8 @@ async def test_the_agent_as_deployed_installs_its_shim_and_turns_ready_on_the_no
     try:
         await until("the readiness probe passing", kubelet.ready, kubelet)
         assert (bin_dir / "multinetwork").is_file(), "the shim is installed"
+        # The compiled one (built here: this machine has no image's prebuilt binary but has cc).
+        assert (bin_dir / "multinetwork").read_bytes()[:4] == b"\x7fELF", "its flags keep the default shim"
         written = json.loads((conf_dir / "00-multinetwork.conflist").read_text())
         assert written["plugins"][0]["type"] == "multinetwork"
 

@@ -1,10 +1,10 @@
-"""The compiled shim (`bridge/agent/shim.c`, `install_shim(compiled=True)`): what it forwards is
+"""The compiled shim (`bridge/agent/shim.c`, `install_shim(shim="compiled")`): what it forwards is
 byte for byte what the Python shim forwards, what it prints of the agent's answer is the same, and
 everything else (VERSION, a variable with a newline, no agent, an unusual configuration) is the
 Python shim's own answer. One table of inputs (`tests/unit/shim_table_support.py`) and random
 answers of a broken agent run through both, which must answer alike; an agent that accepts no
 connection gets both to answer 102 within their connect bound. Built with this machine's `cc`;
-a real unix-socket peer records requests."""
+a real unix-socket peer records requests. Which shim `--install` picks: test_default_shim.py."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def shims(tmp_path: Path) -> tuple[Path, Path]:
     """(compiled, python) shims, installed as `--install` does."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine: the compiled shim cannot be built (the Python one is used)")
-    compiled = command.install_shim(tmp_path / "cbin", PYTHON, compiled=True)
+    compiled = command.install_shim(tmp_path / "cbin", PYTHON, shim="compiled")
     assert compiled.read_bytes()[:4] == b"\x7fELF", "built, not the fallback"
     return compiled, command.install_shim(tmp_path / "pbin", PYTHON)
 
@@ -121,19 +121,13 @@ def test_a_large_result_is_printed_whole(shims: tuple[Path, Path], tmp_path: Pat
     assert done.returncode == 0 and done.stdout == result
 
 
-def test_without_a_compiler_the_python_shim_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc to be found
-    installed = command.install_shim(tmp_path / "bin", PYTHON, compiled=True)
-    assert installed.read_text().splitlines()[0] == f"#!{PYTHON} -IS"
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(compiled shim, Python shim, launcher), built once for the table and the fuzzing."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine: the compiled shim cannot be built (the Python one is used)")
     root = tmp_path_factory.mktemp("shims")
-    compiled = command.install_shim(root / "cbin", PYTHON, compiled=True)
+    compiled = command.install_shim(root / "cbin", PYTHON, shim="compiled")
     assert compiled.read_bytes()[:4] == b"\x7fELF", "built, not the fallback"
     return compiled, command.install_shim(root / "pbin", PYTHON), table.build_launcher(root)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from bridge.agent import command, watchcache
+from bridge.agent import command, policystate, watchcache
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
 
@@ -38,13 +38,16 @@ def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
-def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_and_for_hot_plug_the_pod_watch_and_events(
+def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_hot_plug_and_policy_watches_and_events(
 ) -> None:
     role = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     cached = {(kind.group, kind.plural, verb) for kind in watchcache.KINDS for verb in ("get", "list", "watch")}
     hot_plug = {("", "pods", "list"), ("", "pods", "watch"), ("", "events", "create")}
-    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached}
+    # MultiNetworkPolicy: every kind the enforcer follows, listed and watched.
+    policies = {(kind.group, kind.plural, verb) for kind in policystate.KINDS for verb in ("list", "watch")}
+    assert {("", "namespaces", "list"), ("k8s.cni.cncf.io", "multi-networkpolicies", "watch")} <= policies
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies}
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"

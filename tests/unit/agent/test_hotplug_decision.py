@@ -174,3 +174,41 @@ def test_a_deleted_pod_that_does_not_fit_the_pod_view_is_ignored(tmp_path) -> No
         hot.pod_deleted(unfit)  # type: ignore[arg-type]
     hot.pod_deleted({"metadata": {"name": "vm", "namespace": "team"}})
     assert hot.idle.is_set()
+
+
+# --- a pod with the KEP's explicit list: its first network is on eth0, in place of the default ---
+
+
+def explicit_record(*attached: tuple[str, str]) -> Record:
+    """A complete record of a pod whose KEP networks leave out `default`: blue on eth0, then the rest."""
+    rec = record(*attached)
+    rec.attachments[0] = Attachment("team/blue", "eth0", {}, default=True, state=State.ATTACHED)
+    rec.explicit = True
+    return rec
+
+
+def test_an_explicit_list_keeps_its_first_network_on_eth0_and_adds_a_second() -> None:
+    change = hotplug.decide(explicit_record(), selection("blue,red"), explicit=True)
+    assert summary(change) == ([("team/red", "net1")], [])
+    change = hotplug.decide(explicit_record(("team/red", "net1")), selection("blue"), explicit=True)
+    assert summary(change) == ([], [("team/red", "net1")])
+    assert not hotplug.decide(explicit_record(("team/red", "net1")), selection("blue,red"), explicit=True)
+
+
+@pytest.mark.parametrize("text", ["red", "red,blue", "green,red"])
+def test_the_first_network_of_an_explicit_list_cannot_be_removed_or_replaced(text: str) -> None:
+    with pytest.raises(hotplug.Refused, match=r"team/blue holds the pod's eth0 .* cannot be removed or replaced"):
+        hotplug.decide(explicit_record(("team/red", "net1")), selection(text), explicit=True)
+
+
+def test_the_default_network_cannot_be_removed_from_or_added_to_a_running_pod() -> None:
+    with pytest.raises(hotplug.Refused, match=r"the cluster default network .* cannot be removed"):
+        hotplug.decide(record(("team/blue", "net1")), selection("blue"), explicit=True)
+    with pytest.raises(hotplug.Refused, match=r"the cluster default network cannot be added"):
+        hotplug.decide(explicit_record(), selection("blue"), explicit=False)
+
+
+def test_a_refusal_in_an_explicit_list_names_the_element_by_its_place_in_the_pods_list() -> None:
+    with pytest.raises(hotplug.Refused, match=r"selection element 2 \(team/green\) asks for the pod's default route"):
+        hotplug.decide(explicit_record(), selection('[{"name":"blue"},{"name":"red"},{"name":"green",'
+                                                    '"default-route":[]}]'), explicit=True)

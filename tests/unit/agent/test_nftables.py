@@ -109,7 +109,7 @@ def test_nft_refusing_names_the_namespace_and_quotes_nft(fake: dict[str, Any]) -
                                          "exit 1\n")
     with pytest.raises(nftables.NftablesError) as caught:
         asyncio.run(nftables.apply(OWN_NETNS, {"nftables": []}, nft=nft, nsenter=fake["nsenter"]))
-    assert str(caught.value) == (f"apply our nftables table in network namespace {OWN_NETNS} failed: "
+    assert str(caught.value) == (f"apply nftables table inet podnetwork_policy in network namespace {OWN_NETNS} failed: "
                                  "nft said: Error: Could not process rule: No such file")
     assert not isinstance(caught.value, nftables.NetnsGone)
 

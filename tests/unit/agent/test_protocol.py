@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import install, invoke, protocol, server, shim
+from bridge.agent import install, invoke, protocol, server, shim, shimbuild
 from bridge.agent.invoke import CNIError, ErrorCode
 
 AGENT = Path(protocol.__file__).parent
@@ -82,9 +82,9 @@ def test_an_answer_carries_400_for_a_spec_code_and_500_for_ours() -> None:
 
 def test_the_compiled_shim_requires_exactly_the_constants_the_install_passes() -> None:
     required = set(re.findall(r"#ifndef (\w+)\n#error", (AGENT / "shim.c").read_text()))
-    flags = install.compile_flags(Path("/opt/cni/bin/.multinetwork.py"))
+    flags = shimbuild.compile_flags()
     passed = {flag[2:].split("=", 1)[0] for flag in flags}
-    assert passed == required
+    assert passed == required == {*shimbuild.COMPILED_CONSTANTS, "SHIM_BUILD"}
     assert f'-DAPI_PATH="{protocol.API_PATH}"' in flags
     assert f"-DAGENT_UNAVAILABLE={protocol.AGENT_UNAVAILABLE}" in flags
 

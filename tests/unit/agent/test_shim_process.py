@@ -56,7 +56,8 @@ class _Recorder:
 
 @pytest.fixture(scope="module")
 def python_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Python shim as `--install` installs it: one file, the protocol inlined."""
+    """The Python shim as `--install` installs it (`--python-shim`, or the fallback): one file, the
+    protocol inlined."""
     return install.install_shim(tmp_path_factory.mktemp("bin"), PYTHON)
 
 

@@ -9,7 +9,10 @@ Over one corpus of pods and objects, valid and hostile (hand-picked below, and g
 hypothesis), this requires: when the bridge writes a selection, the agent attaches exactly the
 networks a reader of that selection attaches, on the same interfaces with the same delegate
 configurations (the agent reading it stands for any NPWG implementation); when the bridge
-writes none, the agent refuses the ADD.
+writes none, the agent refuses the ADD. Where NPWG cannot follow the KEP (a pod whose networks
+leave out `default`: Multus attaches the cluster default network anyway, NPWG 6.2), the
+selection is still the same, and the agent alone knows the list is explicit: it then attaches
+the first network on the runtime's interface instead (tests/unit/agent/test_explicit_list.py).
 
 Every object is Ready: readiness is the controller's and the scheduler extender's gate (a pod
 naming a network that is not Ready is never bound, so no ADD comes), not the translation's. The
@@ -116,20 +119,31 @@ def bridge_selection(case: Case) -> str | None:
 Delegation = tuple[str, str, dict[str, Any], tuple[str, ...] | None, tuple[int, ...] | None]
 
 
-async def delegations(case: Case, annotations: dict[str, str]) -> list[Delegation] | str:
-    """What the agent attaches besides the default network for a pod with `annotations`, or
-    REFUSED (its ADD fails before any plugin runs)."""
+async def delegations(case: Case, annotations: dict[str, str]) -> tuple[list[Delegation], bool] | str:
+    """What the agent selects for a pod with `annotations`, as an NPWG reader of that selection
+    attaches it besides the default network, and whether the agent reads it as the explicit list;
+    or REFUSED (its ADD fails before any plugin runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = objects.MemoryObjects([case.pod(annotations), *case.objects])
         agent = Agent(store, AgentConfig(cache_dir=Path(tmp) / "cache", conf_dir=Path(tmp) / "net.d"))
         pod = await store.get_pod(NS, "p")
         try:
-            elements = await agent.planner.selection(pod)
+            selected = await agent.planner.selection(pod)
+            elements = selected.elements
             ifnames = plan.interface_names("eth0", [e.interface for e in elements])
             planned = [await agent.planner.selected(e, ifname) for e, ifname in zip(elements, ifnames, strict=True)]
         except CNIError:
             return REFUSED
-    return [(p.name, p.ifname, p.config, p.default_route, p.default_route_families) for p in planned]
+    delegated = [(p.name, p.ifname, p.config, p.default_route, p.default_route_families) for p in planned]
+    return delegated, selected.explicit
+
+
+def lists_default(case: Case) -> bool:
+    """The pod's KEP networks name the `default` PodNetwork (directly or by an attachment)."""
+    pod = Pod.model_validate(case.pod())
+    networks = pods.declared(pod)
+    assert networks is not None
+    return translate.translate(networks, NS, translate.Objects.from_objects(case.objects)).includes_default
 
 
 def agree(case: Case) -> None:
@@ -140,8 +154,17 @@ def agree(case: Case) -> None:
         return
     # A selection may still fail where it is executed (a per-pod key its NAD's plugins do not
     # declare as a capability, NPWG 4.1.2.1): then the agent refuses the KEP pod too.
-    from_selection = [] if written is None else asyncio.run(delegations(case, {npwg.NETWORKS_ANNOTATION: written}))
-    assert from_kep == from_selection, f"the bridge wrote {written}"
+    from_selection = ([], False) if written is None else asyncio.run(
+        delegations(case, {npwg.NETWORKS_ANNOTATION: written}))
+    if from_selection == REFUSED:
+        assert from_kep == REFUSED, f"the bridge wrote {written}"
+        return
+    assert from_kep != REFUSED, f"the bridge wrote {written}, the agent refuses"
+    assert from_kep[0] == from_selection[0], f"the bridge wrote {written}"
+    # The same selection; read from the KEP networks it is explicit when they leave out default
+    # and select something, read from the NPWG annotation never (NPWG 6.2).
+    assert from_selection[1] is False
+    assert from_kep[1] == (bool(from_kep[0]) and not lists_default(case)), f"the bridge wrote {written}"
 
 
 # --- hand-picked -----------------------------------------------------------------------------------
@@ -165,6 +188,9 @@ def kep(networks: Any, *objs: dict[str, Any], text: str | None = None,
 DEFAULT = {"podNetworkName": "default"}
 HAND_PICKED = {
     "the default network only": kep([DEFAULT]),
+    "blue and red, without the default network (the explicit list)":
+        kep([{"podNetworkName": "blue", "interfaceName": "blue0"},
+             {"podNetworkAttachmentName": "own"}], ready(attachment("own", "red"))),
     "one network by name": kep([DEFAULT, {"podNetworkName": "blue", "interfaceName": "blue0"}]),
     "the default route on a network whose NAD names both gateways":
         kep([DEFAULT, {"podNetworkName": "blue", "isDefaultGW4": True, "isDefaultGW6": True}]),
@@ -215,6 +241,16 @@ def test_the_hostile_cases_are_refused_by_both() -> None:
         case = HAND_PICKED[name]
         assert bridge_selection(case) == REFUSED, name
         assert asyncio.run(delegations(case, case.annotations)) == REFUSED, name
+
+
+def test_a_pod_leaving_out_default_gets_the_same_selection_and_the_agent_reads_it_as_explicit() -> None:
+    case = HAND_PICKED["blue and red, without the default network (the explicit list)"]
+    written = bridge_selection(case)
+    assert written is not None and written != REFUSED
+    assert [e.ref for e in npwg.parse_selection(written, NS)] == ["nets/blue", "nets/red"]
+    from_kep = asyncio.run(delegations(case, case.annotations))
+    assert from_kep != REFUSED and from_kep[1] is True
+    assert [(name, ifname) for name, ifname, *_ in from_kep[0]] == [("nets/blue", "blue0"), ("nets/red", "net1")]
 
 
 # --- generated -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import kopf
 import yaml
 from kopf._cogs.structs import references
 
-from bridge.operator import admission, controller
+from bridge.operator import admission, controller, serviceslices
 from bridge.operator import command as bridge_command
 from podnetwork.cli import arguments, operatorshell
 from podnetwork.kube import client as kube
@@ -93,9 +93,12 @@ def test_with_cert_manager_the_bridge_reads_the_secret_a_ca_issued_certificate_f
 def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
     registry = kopf.OperatorRegistry()
     controller.register(registry, controller.Bridge())
+    serviceslices.register(registry, serviceslices.Services())
+    assert bridge_args().services  # on in the Deployment, as by default
     selectors = [h.selector for reg in (registry._indexing, registry._watching) for h in reg.get_all_handlers()]
     watched = {(s.group or "", s.any_name) for s in selectors}
     assert ("", "pods") in watched and ("k8s.cni.cncf.io", "network-attachment-definitions") in watched
+    assert ("", "services") in watched and ("discovery.k8s.io", "endpointslices") in watched
     for group, resource in watched:
         for verb in ("list", "watch"):
             assert (group, resource, verb) in allowed(), (group, resource, verb)
@@ -121,7 +124,16 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     webhook = {("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "create"),
                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
                ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "delete")}
-    writes = {("", "pods", "patch"), ("", "events", "create"), ("", "events", "patch"),
+    # The Services controller: EndpointSlices created, patched (the planned patches, applied as they
+    # are) and deleted; Warning Events on Services; Services themselves never written.
+    served = (ROOT / "bridge" / "operator" / "serviceslices.py").read_text()
+    assert re.findall(r"\.create\(([\w.]+),", served) == ["kube.EndpointSlice", "kube.Event"]
+    assert re.findall(r"\.delete\(([\w.]+),", served) == ["kube.EndpointSlice"]
+    assert re.findall(r"writes\.apply\(self\._api\(\), (\w+)", served) == ["patch"]
+    assert re.findall(r"Patch\(([^,]+),", (ROOT / "bridge" / "operator" / "services.py").read_text()) == [
+        "views.ENDPOINTSLICE_KIND"]
+    slices = {("discovery.k8s.io", "endpointslices", verb) for verb in ("create", "patch", "delete")}
+    writes = {("", "pods", "patch"), ("", "events", "create"), ("", "events", "patch"), *slices,
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
               ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook}
     # kopf's own write: this replica's keep-alive in the peering object (--peering).

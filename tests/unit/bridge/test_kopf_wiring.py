@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from bridge.operator import controller
+from bridge.operator import controller, serviceslices
 from podnetwork.ground import constants
 from tests.unit.wiring_support import Recorder, wired
 
@@ -78,3 +78,45 @@ def test_the_pod_watch_sees_only_pods_that_name_their_networks_as_kopf_s_filter_
 def test_policies_are_watched_by_an_event_handler_only_so_a_missing_crd_holds_no_other_handler() -> None:
     (mnp,) = [w for w in controller.Bridge().watches() if w.plural == constants.POLICY_PLURAL]
     assert mnp.index is None and mnp.event is not None and mnp.api_version == constants.POLICY_API_VERSION
+
+
+@dataclasses.dataclass
+class ServicesSpy(serviceslices.Services):
+    """The Services controller, its entry points recording their calls instead of acting."""
+
+    calls: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for watch in serviceslices.Services.watches(self):
+            for entry in (watch.index, watch.event):
+                if entry is not None:
+                    setattr(self, entry.__name__, self._recorder(entry.__name__, entry is watch.event))
+
+    def _recorder(self, name: str, is_event: bool) -> Any:
+        if is_event:
+            async def event(type: str | None, body: Mapping[str, Any]) -> None:
+                self.calls.append((name, (type, body)))
+            event.__name__ = name
+            return event
+
+        def index(body: Mapping[str, Any]) -> None:
+            self.calls.append((name, body))
+        index.__name__ = name
+        return index
+
+
+def test_every_kopf_handler_of_the_services_controller_calls_the_entry_point_its_watch_names() -> None:
+    spy = ServicesSpy()
+    meter = Recorder()
+    serviceslices.register(kopf.OperatorRegistry(), spy, meter)
+    watches = spy.watches()
+    assert {name: plural for name, (plural, _) in meter.handlers.items()} == wired(watches)
+    for watch in watches:
+        body = {"metadata": {"name": f"a-{watch.plural}", "namespace": "ns"}}
+        assert watch.index is not None and watch.event is not None
+        spy.calls.clear()
+        meter.handlers[watch.index_handler][1](body=body)
+        assert spy.calls == [(watch.index.__name__, body)]
+        spy.calls.clear()
+        asyncio.run(meter.handlers[watch.event_handler][1](type="DELETED", body=body))
+        assert spy.calls == [(watch.event.__name__, ("DELETED", body))]

@@ -102,3 +102,37 @@ def test_kep_status_annotation_is_compact_json() -> None:
     ips = [{"ip": "10.0.0.1", "podNetwork": "default", "interfaceName": "eth0"}]
     assert json.loads(podips.format_pod_ips(ips)) == ips
     assert " " not in podips.format_pod_ips(ips)
+
+
+def test_kep_explicit_list_the_default_entry_of_a_pod_without_default_is_its_first_network() -> None:
+    # This project's agent attaches only the listed networks, the first on eth0, marked
+    # "default": true as the network holding the pod's primary interface.
+    translation = tr({"podNetworkName": "dataplane"}, {"podNetworkName": "storage"})
+    status = [{"name": "nets/dataplane", "interface": "eth0", "ips": ["10.1.0.7/24"], "default": True},
+              {"name": "nets/storage", "interface": "net1", "ips": ["10.3.0.4/24"], "default": False}]
+    assert podips.pod_ips(status, translation, NS) == [
+        {"ip": "10.1.0.7", "podNetwork": "dataplane", "interfaceName": "eth0"},
+        {"ip": "10.3.0.4", "podNetwork": "storage", "interfaceName": "net1"},
+    ]
+    assert [d["podNetwork"] for d in podips.attachments(status, translation, NS)] == ["dataplane", "storage"]
+
+
+def test_kep_explicit_list_an_interface_name_on_the_first_network_does_not_hide_its_entry() -> None:
+    translation = tr({"podNetworkName": "dataplane", "interfaceName": "dp0"})
+    status = [{"name": "nets/dataplane", "interface": "eth0", "ips": ["10.1.0.7/24"], "default": True}]
+    assert podips.pod_ips(status, translation, NS) == [
+        {"ip": "10.1.0.7", "podNetwork": "dataplane", "interfaceName": "eth0"}]
+
+
+@pytest.mark.parametrize("default_name", ["cluster-wide-default", "nets/dataplane"])
+def test_kep_explicit_list_attached_by_multus_keeps_the_cluster_default_network_apart(default_name: str) -> None:
+    # Multus cannot leave the default network out (NPWG 6.2): it reports it beside the listed
+    # ones, even when the default network is the same NAD as the first listed network.
+    translation = tr({"podNetworkName": "dataplane"})
+    status = [{**DEFAULT_ENTRY, "name": default_name},
+              {"name": "nets/dataplane", "interface": "net1", "ips": ["10.1.0.7/24"], "default": False}]
+    assert podips.pod_ips(status, translation, NS) == [
+        {"ip": "10.244.1.5", "podNetwork": "default", "interfaceName": "eth0"},
+        {"ip": "fd00:10::5", "podNetwork": "default", "interfaceName": "eth0"},
+        {"ip": "10.1.0.7", "podNetwork": "dataplane", "interfaceName": "net1"},
+    ]

@@ -54,7 +54,8 @@ def test_npwg_6_a_pod_without_the_default_podnetwork_is_translated_with_a_warnin
     result = run([{"podNetworkName": "dataplane"}])
     assert not result.includes_default and result.default_source is None
     assert len(result.elements) == 1
-    assert any("cannot leave it out" in w and "NPWG 6" in w for w in result.warnings)
+    assert any("cannot leave it out" in w and "NPWG 6.2" in w and "only the listed networks" in w
+               for w in result.warnings)
 
 
 @pytest.mark.parametrize(
@@ -213,8 +214,9 @@ def test_kep_attachment_options_default_route_is_used_only_with_is_default_gw() 
     with_gw = run([{"podNetworkAttachmentName": "pna1", "isDefaultGW4": True}], *objs)
     assert with_gw.elements[0].default_route == ["10.1.0.9"]
     assert with_gw.warnings == ["the pod does not list the default PodNetwork, but NPWG cannot leave it out: "
-                                "every NPWG implementation attaches the cluster-wide default network first "
-                                "(NPWG 6, 6.2)"]
+                                "Multus attaches the cluster-wide default network first (NPWG 6.2); this "
+                                "project's CNI agent attaches only the listed networks (docs/agent.md \"The "
+                                "explicit list\")"]
     without = run([{"podNetworkAttachmentName": "pna1"}], *objs)
     assert without.elements[0].default_route is None
     assert [w for w in without.warnings if "default-route is ignored" in w]

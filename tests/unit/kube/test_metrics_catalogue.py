@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from bridge.agent.metrics import AgentMetrics
 from bridge.operator import command as bridge_command
 from bridge.operator import controller as bridge_controller
+from bridge.operator import serviceslices
 from podnetwork.cli import metrics
 from podnetwork.commands import controller as controller_command
 from podnetwork.kep import controller
@@ -28,9 +29,15 @@ def registries() -> dict[str, CollectorRegistry]:
     return {
         "agent": agent.registry,
         "controller": controller_command.metrics(controller.Controller()).registry,
-        "bridge": bridge_command.metrics(bridge_controller.Bridge()).registry,
+        "bridge": bridge_metrics(),
         "extender": app.create_app(cache.Cache(), settings.Settings()).state.metrics.registry,
     }
+
+
+def bridge_metrics() -> CollectorRegistry:
+    measured = bridge_command.metrics(bridge_controller.Bridge())
+    bridge_command.service_metrics(measured, serviceslices.Services())  # as `--services` (the default) adds it
+    return measured.registry
 
 
 def documented() -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bridge import policy as netpol
+from bridge.agent import nftables
 from bridge.policy import evaluate, rules, scope
 from tests import policy_cases
 from tests.policy_cases import DEFAULT_TOPOLOGY as T
@@ -51,20 +52,23 @@ def _commands(document: dict[str, Any] | None) -> list[dict[str, Any]]:
     return document["nftables"]
 
 
-def test_a_pod_no_policy_isolates_gets_no_table_and_removal_deletes_it_idempotently() -> None:
+def test_a_pod_no_policy_isolates_gets_no_table() -> None:
     world = policy_cases.world(T, policy_cases.case("deny-all-ingress").policies(T))
     assert rules.compile_pod(world, "y/a").document is None
     assert rules.compile_pod(world, "x/a").document is not None
-    table = {"family": "inet", "name": "podnetwork_policy"}
-    assert rules.removal()["nftables"][1:] == [{"add": {"table": table}}, {"delete": {"table": table}}]
 
 
-def test_the_document_replaces_the_table_in_one_transaction_and_accepts_replies_first() -> None:
+def test_the_document_builds_the_table_from_nothing_the_applier_replaces_it_and_replies_pass_first() -> None:
     world = policy_cases.world(T, policy_cases.case("deny-all-ingress").policies(T))
-    commands = _commands(rules.compile_pod(world, "x/a").document)
+    document = rules.compile_pod(world, "x/a").document
+    commands = _commands(document)
     table = {"family": "inet", "name": "podnetwork_policy"}
     assert commands[0] == {"metainfo": {"json_schema_version": 1}}
-    assert commands[1:4] == [{"add": {"table": table}}, {"delete": {"table": table}}, {"add": {"table": table}}]
+    assert commands[1] == {"add": {"table": table}}
+    assert all("delete" not in c for c in commands)  # one replacement, the applier's
+    assert document is not None
+    sent = nftables.document(document)["nftables"]
+    assert sent[:4] == [commands[0], {"add": {"table": table}}, {"delete": {"table": table}}, {"add": {"table": table}}]
     firsts: dict[str, Any] = {}
     for command in commands:
         rule = command.get("add", {}).get("rule")

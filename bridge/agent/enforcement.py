@@ -1,0 +1,131 @@
+"""Which of this node's pods need their policy table written or removed now. Pure.
+
+The agent's records know each local container's interfaces: the name in the pod and the
+network (the NAD that attached it) and the addresses its delegate gave. A pod's status may not
+name them yet (it is written after the ADD answers) or at all; the record always does. So the
+rules of a local pod are compiled from its record (`local_of`, `pod_info_of`), and no isolated
+interface is ever left unenforced for want of a name.
+
+`decide` compares what each container's namespace should hold (`rules.compile_pod`) with what
+was last written there (`applied`; `UNKNOWN` after a restart, when a table may be there or
+not) and returns a `Step` for each container whose table must change. Compiling is done once
+per pod (its containers share it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from bridge.agent.cache import Record, State
+from bridge.policy import evaluate, rules, views
+from bridge.policy.scope import Scope
+from bridge.policy.world import Address, PodInfo, PodInterface, World, pod_info
+
+Document = dict[str, Any]
+UNKNOWN: Final = "unknown"
+"""What is in a namespace the agent has not written to since it started: a table, or none."""
+Applied = Document | None | Literal["unknown"]
+
+
+@dataclass(frozen=True)
+class Local:
+    """One container of this node, as its record has it."""
+
+    container_id: str
+    pod: str
+    """`namespace/name`."""
+    netns: str
+    interfaces: tuple[PodInterface, ...]
+    """Its secondary interfaces: network named by its NAD's `namespace/name`, interface name,
+    the addresses of the delegate's result."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """Write `document` as the container's table, or remove the table (`document` None)."""
+
+    container_id: str
+    pod: str
+    netns: str
+    document: Document | None
+    unenforced: tuple[str, ...] = ()
+
+
+def _addresses(result: Mapping[str, Any] | None, ifname: str) -> tuple[Address, ...]:
+    """The IPs of a delegate's result on the container's interface `ifname`."""
+    if not isinstance(result, Mapping):
+        return ()
+    interfaces = result.get("interfaces")
+    interfaces = interfaces if isinstance(interfaces, list) else []
+    out: list[Address] = []
+    for ip in result.get("ips") or ():
+        if not isinstance(ip, Mapping) or not isinstance(ip.get("address"), str):
+            continue
+        index = ip.get("interface")
+        if isinstance(index, int) and 0 <= index < len(interfaces):
+            named = interfaces[index]
+            if isinstance(named, Mapping) and named.get("name") != ifname:
+                continue
+        try:
+            out.append(ipaddress.ip_interface(ip["address"]).ip)
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def local_of(record: Record) -> Local:
+    """The container of `record`: its attached secondary interfaces (the default network's is not
+    a policy's)."""
+    interfaces = tuple(
+        PodInterface(a.name, a.ifname, _addresses(a.result, a.ifname))
+        for a in record.attachments
+        if not a.default and a.state is State.ATTACHED
+    )
+    return Local(record.container_id, f"{record.pod_namespace}/{record.pod_name}", record.netns, interfaces)
+
+
+def pod_info_of(local: Local, watched: PodInfo | None, by_nad: Mapping[str, str]) -> PodInfo:
+    """The local pod as decisions see it: labels and ports as watched (`watched`, None: a pod
+    the watch has not delivered: no labels, no ports), interfaces from the record (keyed by
+    network), each with the addresses its status adds (a live address change)."""
+    names = {i.interface for i in local.interfaces}
+    reported = tuple(i for i in watched.interfaces if i.interface in names) if watched is not None else ()
+    interfaces = views.keyed(local.interfaces + reported, by_nad)
+    # A status entry names its network as reported; the record's name wins (one entry each).
+    interfaces = tuple(i for i in interfaces if i.network in {by_nad.get(n.network, n.network)
+                                                              for n in local.interfaces})
+    if watched is None:
+        namespace, _, name = local.pod.partition("/")
+        return pod_info(namespace, name, interfaces=interfaces)
+    return PodInfo(watched.namespace, watched.name, watched.labels, watched.node, watched.ports, interfaces)
+
+
+def selected(policies: Iterable[Any], pod: PodInfo) -> bool:
+    """Whether any policy's podSelector selects `pod`: if none does, it needs no table, whatever
+    the rest of the world is (the cheap test before compiling)."""
+    return any(evaluate.selects(p, pod) for p in policies)
+
+
+def decide(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local],
+           applied: Mapping[str, Applied]) -> list[Step]:
+    """A step for each local container whose table differs from what was last written there
+    (`applied`, by container ID; a container missing from it counts as `UNKNOWN`)."""
+    compiled: dict[str, tuple[Document | None, tuple[str, ...]]] = {}
+    memo = rules.Memo(world)
+    steps = []
+    for local in locals_:
+        if local.pod not in world.pods:
+            continue
+        if local.pod not in compiled:
+            ruleset = rules.compile_pod(world, local.pod, scope_of, memo)
+            compiled[local.pod] = (ruleset.document, ruleset.unenforced)
+        document, unenforced = compiled[local.pod]
+        if applied.get(local.container_id, UNKNOWN) != document:
+            steps.append(Step(local.container_id, local.pod, local.netns, document, unenforced))
+    return steps
+
+
+__all__ = ["UNKNOWN", "Applied", "Document", "Local", "Step", "decide", "local_of", "pod_info_of", "selected"]

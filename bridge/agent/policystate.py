@@ -1,0 +1,299 @@
+"""What the agent keeps of the cluster for MultiNetworkPolicy, and only that. No I/O.
+
+`PolicyState` is a `watchcache.Listener`: the list + watch of five kinds feeds it (Pods and
+Namespaces, NetworkAttachmentDefinitions and PodNetworks, MultiNetworkPolicies; the NAD and
+PodNetwork watches are the watch cache's own, `watchcache.Mirror.listeners`). Of each object it
+keeps what a policy decision reads (`bridge.policy.world`), so that an agent following every
+pod of a large cluster stays small (docs/benchmarks.md):
+
+- a Pod: namespace, name, labels, node, named container ports, and its secondary interfaces
+  with their addresses as its annotations report them (network-status, pod-ips; networks
+  named as reported, `views.reported_interfaces`, and keyed when a `World` is built, so a
+  PodNetwork created after the pod still finds it). A pod with no secondary address is a peer
+  of nothing: it is kept only if it is on this node or is one of this node's pods
+  (`keep`). Pods that ended (Succeeded, Failed) are dropped: their addresses are reused;
+- a Namespace: its labels; a NAD: its `namespace/name`; a PodNetwork: its name and, for the
+  NPWG bridge's, its NAD (`views.network_of`);
+- a MultiNetworkPolicy: the parsed policy (`parse_policy`). One that does not parse is logged
+  once per change and applies to nothing, except that a policy which was valid and is then
+  changed into one that does not parse stays in force as it last parsed: a typo never opens
+  a pod the policy isolated (docs/network-policy.md, "Enforcement on the node").
+
+A kind whose list answers 404 (its CRD is not installed) counts as listed and empty, said once
+in the log; it is listed again from time to time (the watch's backoff, up to 30 s), and found,
+it is said again. `ready` is true once every kind has been listed (or found missing): before
+that no decision is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from bridge import translate
+from bridge.agent.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY, Kind
+from bridge.policy import views
+from bridge.policy.model import MultiNetworkPolicy, PolicyError, parse_policy
+from bridge.policy.scope import Finding, Scope
+from bridge.policy.world import NamespaceInfo, NetworkInfo, PodInfo, World, namespace_info, pod_info
+from podnetwork.ground import constants
+from podnetwork.ground.core import ObjectMeta
+
+log = logging.getLogger(__name__)
+
+KINDS = (POD, NAMESPACE, NAD, PODNETWORK, POLICY)
+"""What policies read, each listed and watched cluster-wide."""
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _interned(labels: Mapping[str, Any] | None) -> dict[str, str]:
+    """Labels with shared strings: thousands of pods carry the same few keys and values."""
+    return {sys.intern(k): sys.intern(v) for k, v in (labels or {}).items()
+            if isinstance(k, str) and isinstance(v, str)}
+
+
+def _meta(obj: Mapping[str, Any]) -> ObjectMeta | None:
+    raw = obj.get("metadata")
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+        return None
+    try:
+        return ObjectMeta.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def _not_installed(exc: Exception) -> bool:
+    return getattr(exc, "status", None) == 404
+
+
+class PolicyState:
+    """The cluster as policies see it (module docstring). `on_change` is called after each change
+    that can change a decision (not after an event that changes nothing a policy reads)."""
+
+    def __init__(self, node: str | None = None, on_change: Callable[[], None] | None = None) -> None:
+        self.node = node
+        self.on_change = on_change
+        self.pods: dict[str, PodInfo] = {}
+        """By `namespace/name`; interfaces' networks as the pod reports them (module docstring)."""
+        self.namespaces: dict[str, NamespaceInfo] = {}
+        self.nads: set[str] = set()
+        self.podnetworks: dict[str, NetworkInfo] = {}
+        self.policies: dict[str, MultiNetworkPolicy] = {}
+        self.invalid: dict[str, str] = {}
+        """Policy key -> why it does not parse (logged once per change)."""
+        self.findings: dict[str, tuple[Finding, ...]] = {}
+        """Policy key -> what its scope found wrong, as last logged."""
+        self.synced: set[str] = set()
+        """Kinds listed at least once (or found missing)."""
+        self.missing: set[str] = set()
+        """Kinds whose list answered 404 (no CRD) the last time."""
+        self.local: set[str] = set()
+        """Pods of this node's containers: kept even with no secondary address (`keep`)."""
+        self.version = 0
+        """Grows with every change that can change a decision."""
+
+    @property
+    def ready(self) -> bool:
+        return all(kind.name in self.synced for kind in KINDS)
+
+    def keep(self, pod: str, keep: bool = True) -> None:
+        """Whether the pod `namespace/name` is one of this node's (kept whatever it reports)."""
+        if keep:
+            self.local.add(pod)
+        else:
+            self.local.discard(pod)
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    # --- watchcache.Listener ---------------------------------------------------------------------
+
+    def listed(self, kind: Kind, items: list[dict[str, Any]]) -> None:
+        if kind.name in self.missing:
+            self.missing.discard(kind.name)
+            log.warning("policies: the %s kind is served now (%s); following it", kind.name, kind.path)
+        self._clear(kind)
+        for obj in items:
+            self._put(kind, obj)
+        self.synced.add(kind.name)
+        self._changed()
+
+    def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None:
+        changed = self._delete(kind, obj) if event == "DELETED" else self._put(kind, obj)
+        if changed:
+            self._changed()
+
+    def failed(self, kind: Kind, exc: Exception) -> None:
+        if not _not_installed(exc):
+            log.info("policies: the watch of %ss ended (%s); keeping what was read, listing them again",
+                     kind.name, exc)
+            return
+        if kind.name not in self.missing:
+            self.missing.add(kind.name)
+            if kind is POLICY:
+                log.warning("policies: the %s CRD is not installed (%s answered 404): enforcing no "
+                            "policies; looking for it again every 30 s at most", kind.name, kind.path)
+            else:
+                log.warning("policies: %s answered 404 (no %s CRD): there are none; looking again every "
+                            "30 s at most", kind.path, kind.name)
+        had = kind.name not in self.synced or self._clear(kind)
+        self.synced.add(kind.name)
+        if had:
+            self._changed()
+
+    # --- keeping ---------------------------------------------------------------------------------
+
+    def _clear(self, kind: Kind) -> bool:
+        """Forgets every object of `kind`; whether there was any."""
+        stores: dict[str, dict[str, Any] | set[str]] = {
+            POD.name: self.pods, NAMESPACE.name: self.namespaces, NAD.name: self.nads,
+            PODNETWORK.name: self.podnetworks, POLICY.name: self.policies}
+        store = stores[kind.name]
+        had = bool(store)
+        store.clear()
+        if kind is POLICY:
+            self.invalid.clear()
+            self.findings.clear()
+        return had
+
+    def _put(self, kind: Kind, obj: dict[str, Any]) -> bool:
+        meta = _meta(obj)
+        if meta is None:
+            return False
+        if kind is POD:
+            return self._put_pod(meta, obj)
+        if kind is NAMESPACE:
+            return self._set(self.namespaces, meta.name or "",
+                             namespace_info(sys.intern(meta.name or ""), _interned(meta.labels)))
+        if kind is NAD:
+            key = f"{meta.namespace}/{meta.name}"
+            if key in self.nads:
+                return False
+            self.nads.add(key)
+            return True
+        if kind is PODNETWORK:
+            return self._put_podnetwork(meta, obj)
+        return self._put_policy(meta, obj)
+
+    def _delete(self, kind: Kind, obj: dict[str, Any]) -> bool:
+        meta = _meta(obj)
+        if meta is None:
+            return False
+        name = meta.name or ""
+        key = f"{meta.namespace}/{name}"
+        if kind is POD:
+            return self.pods.pop(key, None) is not None
+        if kind is NAMESPACE:
+            return self.namespaces.pop(name, None) is not None
+        if kind is NAD:
+            had = key in self.nads
+            self.nads.discard(key)
+            return had
+        if kind is PODNETWORK:
+            return self.podnetworks.pop(name, None) is not None
+        self.invalid.pop(key, None)
+        self.findings.pop(key, None)
+        return self.policies.pop(key, None) is not None
+
+    @staticmethod
+    def _set(store: dict[str, Any], key: str, value: Any) -> bool:
+        if store.get(key) == value:
+            return False
+        store[key] = value
+        return True
+
+    def _put_pod(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+        key = f"{meta.namespace}/{meta.name}"
+        status, spec = obj.get("status"), obj.get("spec")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        interfaces = views.reported_interfaces(meta)
+        mine = key in self.local or (self.node is not None and node == self.node)
+        if phase in ENDED_PHASES or not (interfaces or mine):
+            return self.pods.pop(key, None) is not None
+        info = pod_info(sys.intern(meta.namespace or ""), meta.name or "", _interned(meta.labels),
+                        node=sys.intern(node) if isinstance(node, str) else None,
+                        ports=views.container_ports(obj), interfaces=interfaces)
+        return self._set(self.pods, key, info)
+
+    def _put_podnetwork(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+        name = meta.name or ""
+        if name == constants.DEFAULT_PODNETWORK:
+            return False  # the cluster default network is not a policy's (views.networks_of)
+        try:
+            network = views.network_of(translate.PodNetwork.model_validate(obj))
+        except (ValidationError, ValueError) as exc:
+            log.warning("policies: PodNetwork %s does not fit its schema (%s); a policy naming it applies "
+                        "to nothing until it is fixed", name, str(exc)[:300])
+            return self.podnetworks.pop(name, None) is not None
+        return self._set(self.podnetworks, name, network)
+
+    def _put_policy(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+        key = f"{meta.namespace}/{meta.name}"
+        try:
+            policy = parse_policy(obj)
+        except PolicyError as exc:
+            message = str(exc)
+            if self.invalid.get(key) != message:
+                self.invalid[key] = message
+                kept = " (its last valid version stays in force until it is fixed or deleted)" \
+                    if key in self.policies else " (it applies to nothing)"
+                log.warning("policies: %s %s is invalid%s: %s", constants.POLICY_KIND, key, kept,
+                            message[:2000])
+            return False
+        if self.invalid.pop(key, None) is not None:
+            log.warning("policies: %s %s is valid again; enforcing it", constants.POLICY_KIND, key)
+        return self._set(self.policies, key, policy)
+
+    # --- what decisions read ---------------------------------------------------------------------
+
+    def networks(self) -> list[NetworkInfo]:
+        """Every network: each PodNetwork (with its NAD if bridge-backed), then each NAD no
+        PodNetwork is backed by (`views.networks_of`)."""
+        out = list(self.podnetworks.values())
+        backing = {n.nad for n in out if n.nad}
+        out.extend(NetworkInfo(nad=key) for key in sorted(self.nads) if key not in backing)
+        return out
+
+    def by_nad(self, networks: Iterable[NetworkInfo] | None = None) -> dict[str, str]:
+        """A NAD's `namespace/name` -> its network's key (a bridge-backed PodNetwork's name)."""
+        return {n.nad: n.key for n in (self.podnetworks.values() if networks is None else networks) if n.nad}
+
+    def world(self, local: Mapping[str, PodInfo] | None = None) -> World:
+        """The `World` of a decision: every kept pod, with `local` (keyed interfaces, from this
+        node's records) in place of the watched pods of the same keys."""
+        local = local or {}
+        networks = self.networks()
+        by_nad = self.by_nad(networks)
+        pods = [local.get(key) or self._keyed(pod, by_nad) for key, pod in self.pods.items()]
+        pods.extend(info for key, info in local.items() if key not in self.pods)
+        return World.build(pods, self.namespaces.values(), networks, self.policies.values())
+
+    @staticmethod
+    def _keyed(pod: PodInfo, by_nad: Mapping[str, str]) -> PodInfo:
+        if not any(i.network in by_nad for i in pod.interfaces):
+            return pod
+        return dataclasses.replace(pod, interfaces=views.keyed(pod.interfaces, by_nad))
+
+    def note(self, scope_of: Mapping[str, Scope]) -> None:
+        """Logs each policy's findings (`scope`) once per change: a policy naming no network, one
+        that does not exist, or garbage. Events on the policy are the bridge operator's."""
+        for key, found in scope_of.items():
+            if self.findings.get(key, ()) == found.findings:
+                continue
+            self.findings[key] = found.findings
+            for finding in found.findings:
+                log.warning("policies: %s %s: %s: %s", constants.POLICY_KIND, key, finding.reason.value,
+                            finding.message)
+        for key in set(self.findings) - set(scope_of):
+            del self.findings[key]
+
+
+__all__ = ["ENDED_PHASES", "KINDS", "PolicyState"]

@@ -1,0 +1,192 @@
+"""A Service's ClusterIP inside a client pod (bridge.services.dnat compiled, bridge.agent.clusterips
+applied), proven with real traffic: the netpol harness's node in a namespace of the test
+(tests/cni/netpol_support.py: real bridge and host-local plugins, sealed so no packet leaves
+the machine), pods x/a (the client), x/b and x/c (the backends), each with eth0 (the cluster
+default network, the pods' default route) and net1 (the Service's network, "blue").
+
+Every backend answers who it is and whom it saw (`Node.who`), so the tests see which backend
+each connection reached and from which of the client's addresses: always net1's, never eth0's.
+The ClusterIP is 10.96.77.10, which no namespace of the test owns: without our rules a packet
+to it follows the client's default route to the node namespace and dies there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge import services
+from bridge.agent import clusterips, nftables
+from bridge.policy import parse_policy, rules
+from bridge.policy import world as policy_world
+from bridge.services import dnat
+from tests.cni.netpol_pod_support import WHO_PORT
+from tests.cni.netpol_support import Node, run, standing
+
+pytestmark = pytest.mark.cni
+
+NETWORK = "blue"
+CLIENT = "x/a"
+BACKENDS = ("x/b", "x/c")
+CLUSTER_IP = "10.96.77.10"
+TRIES = 16
+"""Connections per check: a backend of two is missed by all of them with probability 2**-15."""
+
+HTTP = services.ServicePort(80, services.Protocol.TCP, "who", "who")
+DNS = services.ServicePort(53, services.Protocol.UDP, "who-udp", "who-udp")
+SLICE_PORTS = (services.EndpointPort("who", services.Protocol.TCP, WHO_PORT),
+               services.EndpointPort("who-udp", services.Protocol.UDP, WHO_PORT))
+
+
+def service(affinity: services.SessionAffinity = services.SessionAffinity.NONE) -> services.Service:
+    return services.Service("x", "who", NETWORK, (ipaddress.ip_address(CLUSTER_IP),), (HTTP, DNS), affinity, 60)
+
+
+@pytest.fixture(scope="module")
+def module_node(cni_host: list[Path]) -> Iterator[Node]:
+    with standing(cni_host, namespaces=("x",)) as node:
+        yield node
+
+
+@pytest.fixture
+def node(module_node: Node) -> Iterator[Node]:
+    """The module's node, with no table and no route of ours in the client after each test."""
+    try:
+        yield module_node
+    finally:
+        path = module_node.pods[CLIENT].path
+        asyncio.run(clusterips.remove(path))
+        asyncio.run(nftables.remove(path))
+        assert not asyncio.run(clusterips.routes(path))
+
+
+def client(node: Node) -> services.ClientPod:
+    return services.ClientPod("x", "a", (services.attachment(NETWORK, "net1", node.pods[CLIENT].addresses["net1"]),))
+
+
+def endpoint(node: Node, pod: str, *, ready: bool = True) -> services.Endpoint:
+    return services.Endpoint(ipaddress.ip_address(node.pods[pod].addresses["net1"]), SLICE_PORTS, ready, ready)
+
+
+def serve(node: Node, endpoints: list[services.Endpoint], svc: services.Service | None = None) -> dnat.Ruleset:
+    """The client's ruleset for the Service with `endpoints`, applied in its namespace."""
+    svc = svc or service()
+    ruleset = dnat.compile_pod(client(node), [svc], {svc.key: endpoints})
+    asyncio.run(clusterips.apply(node.pods[CLIENT].path, ruleset))
+    return ruleset
+
+
+def reached(node: Node, port: services.ServicePort = HTTP, tries: int = TRIES) -> list[dict[str, Any]]:
+    return node.who(CLIENT, CLUSTER_IP, port.port, port.protocol.value, count=tries, timeout=1.0)
+
+
+def backends_of(answers: list[dict[str, Any]]) -> set[str]:
+    return {a["pod"] for a in answers if "pod" in a}
+
+
+def test_the_client_reaches_each_backend_through_the_cluster_ip_over_net1_and_nothing_after_removal(
+        node: Node) -> None:
+    before = reached(node, tries=2) + reached(node, DNS, tries=2)
+    assert all("error" in a for a in before), f"the ClusterIP answered before any rule: {before}"
+
+    ruleset = serve(node, [endpoint(node, b) for b in BACKENDS])
+
+    path = node.pods[CLIENT].path
+    assert asyncio.run(clusterips.routes(path)) == list(ruleset.routes)
+    got = json.loads(run("ip", "-n", node.pods[CLIENT].netns, "-j", "route", "get", CLUSTER_IP).stdout)
+    assert got[0]["dev"] == "net1", got
+    net1, eth0 = node.pods[CLIENT].addresses["net1"], node.pods[CLIENT].addresses["eth0"]
+    for port in (HTTP, DNS):
+        answers = reached(node, port)
+        assert all("pod" in a for a in answers), f"{port}: {answers}"
+        assert backends_of(answers) == set(BACKENDS), f"{port}: {answers}"
+        # The backends saw the client's net1 address: the connections went over net1, not eth0.
+        assert {a["peer"] for a in answers} == {net1} != {eth0}, answers
+
+    asyncio.run(clusterips.remove(path))
+    assert not asyncio.run(nftables.exists(path, table=nftables.SERVICES))
+    assert not asyncio.run(clusterips.routes(path))
+    after = reached(node, tries=2) + reached(node, DNS, tries=2)
+    assert all("error" in a for a in after), f"the ClusterIP answered after removal: {after}"
+    node.assert_sealed()
+
+
+def test_traffic_follows_the_endpoints_down_and_up_and_a_not_ready_backend_gets_none(node: Node) -> None:
+    serve(node, [endpoint(node, b) for b in BACKENDS])
+    assert backends_of(reached(node)) == set(BACKENDS)
+
+    serve(node, [endpoint(node, "x/c")])  # scaled down to one
+    answers = reached(node)
+    assert backends_of(answers) == {"x/c"} and all("pod" in a for a in answers), answers
+
+    serve(node, [endpoint(node, "x/b", ready=False), endpoint(node, "x/c")])  # b is back, not ready yet
+    answers = reached(node) + reached(node, DNS)
+    assert backends_of(answers) == {"x/c"} and all("pod" in a for a in answers), answers
+
+    serve(node, [endpoint(node, b) for b in BACKENDS])  # b ready: scaled up again
+    assert backends_of(reached(node)) == set(BACKENDS)
+
+
+def refused(answer: dict[str, Any]) -> bool:
+    """Refused at once, not timed out: TCP meets our reset (ECONNREFUSED); a UDP send is rejected on its
+    way out (EPERM, as kube-proxy's reject does) or its ICMP port unreachable comes back (ECONNREFUSED)."""
+    return answer.get("error", "").startswith(("ConnectionRefusedError", "PermissionError"))
+
+
+def test_with_no_ready_endpoint_and_on_a_port_it_lacks_the_cluster_ip_refuses_at_once(node: Node) -> None:
+    serve(node, [endpoint(node, b, ready=False) for b in BACKENDS])
+    for port in (HTTP, DNS):
+        answers = reached(node, port, tries=2)
+        assert all(refused(a) for a in answers), f"{port}: {answers}"
+    tcp = reached(node, tries=2)
+    assert all(a["error"].startswith("ConnectionRefusedError") for a in tcp), tcp
+
+    serve(node, [endpoint(node, b) for b in BACKENDS])
+    answers = node.who(CLIENT, CLUSTER_IP, 81, count=2)  # a port the Service does not have
+    assert all(refused(a) for a in answers), answers
+    assert backends_of(reached(node)) == set(BACKENDS)
+
+
+def test_client_ip_affinity_keeps_the_client_on_one_backend(node: Node) -> None:
+    serve(node, [endpoint(node, b) for b in BACKENDS], service(services.SessionAffinity.CLIENT_IP))
+    answers = reached(node)
+    assert all("pod" in a for a in answers), answers
+    assert len(backends_of(answers)) == 1, answers
+
+
+def test_an_egress_policy_denying_a_backend_applies_to_the_translated_connections(node: Node) -> None:
+    """The policy table's output chain (filter, priority 0) runs after the DNAT (nat, -100): it sees the
+    backend's address, so a policy keeping the client from b keeps the ClusterIP from sending it there."""
+    serve(node, [endpoint(node, b) for b in BACKENDS])
+    subnet = str(ipaddress.ip_interface(f"{node.pods['x/b'].addresses['net1']}/24").network)
+    policy = parse_policy({
+        "apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
+        "metadata": {"namespace": "x", "name": "not-b",
+                     "annotations": {"multinetwork.x-k8s.io/policy-for": NETWORK}},
+        "spec": {"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+                 "egress": [{"to": [{"ipBlock": {"cidr": subnet,
+                                                 "except": [f"{node.pods['x/b'].addresses['net1']}/32"]}}]}]},
+    })
+    world = policy_world.World.build(
+        pods=[policy_world.pod_info("x", key.split("/")[1], {"pod": key.split("/")[1]},
+                                    interfaces=[policy_world.interface(NETWORK, "net1", pod.addresses["net1"])])
+              for key, pod in node.pods.items()],
+        namespaces=[policy_world.namespace_info("x")],
+        networks=[policy_world.NetworkInfo(podnetwork=NETWORK)],
+        policies=[policy])
+    document = rules.compile_pod(world, CLIENT).document
+    assert document is not None
+    asyncio.run(nftables.apply(node.pods[CLIENT].path, document))
+
+    answers = reached(node, tries=12) + reached(node, DNS, tries=12)
+    assert backends_of(answers) == {"x/c"}, answers
+    assert any("error" in a for a in answers), "no connection was sent to b: the check proves nothing"
+
+    asyncio.run(nftables.remove(node.pods[CLIENT].path))
+    assert backends_of(reached(node)) == set(BACKENDS)
