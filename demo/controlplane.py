@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from bridge import npwg
 from bridge.operator import controller as bridge_controller
 from bridge.operator import plans as bridge_plans
+from bridge.operator import policies as bridge_policies
 from demo.store import Event, EventType, Store
 from demo.storeapi import StoreApi
 from podnetwork.cli.handlers import Watch
@@ -188,6 +189,10 @@ class ControlPlane:
                        f"without a selection: {action.why}")
         elif isinstance(action, bridge_plans.PostEvent):
             self._note(f"bridge: event on pod {key}: {action.message}")
+        elif isinstance(action, bridge_policies.PostPolicyEvent):
+            note = action.note
+            self._note(f"bridge: event on {constants.POLICY_KIND} {key}: {note.type} {note.reason}: "
+                       f"{note.message}")
 
 
 __all__ = ["ControlPlane", "Feed", "run_now"]

@@ -200,6 +200,9 @@ class Demo(ControlStory):
             from demo import hotplug as hotplug_stage
 
             await hotplug_stage.run(self, ns=NS, red=RED)
+            from demo import policy as policy_stage
+
+            await policy_stage.run(self, ns=NS)
         else:
             why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
             self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")

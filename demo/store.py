@@ -140,6 +140,7 @@ BUILTIN_RESOURCES: tuple[Resource, ...] = (
     Resource(constants.API_VERSION, constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL, True, False),
     Resource(constants.NAD_API_VERSION, constants.NAD_KIND, constants.NAD_PLURAL, True, False),
     Resource(constants.OPTIONS_API_VERSION, constants.OPTIONS_KIND, constants.OPTIONS_PLURAL, True, False),
+    Resource(constants.POLICY_API_VERSION, constants.POLICY_KIND, constants.POLICY_PLURAL, True, False),
 )
 
 Key = tuple[str, str, str | None, str]

@@ -14,6 +14,11 @@
   attachment, NAD or options object changes.
 - After the agent attached it (`plans.reverse_status`): `multinetwork.x-k8s.io/pod-ips`
   and `multinetwork.x-k8s.io/attachments` from `k8s.v1.cni.cncf.io/network-status`, in one write.
+- MultiNetworkPolicies (`policies`): Events on a policy that does not parse or names networks
+  that do not exist, and `PolicyApplies` naming the networks it applies on; said again only
+  when it changes, also when a PodNetwork or NAD it names appears or goes. Watched with
+  `kopf.on.event` only (no index), so the bridge runs as before where the CRD is not
+  installed, which it says once at start.
 
 `Bridge.watches` lists its entry points; `register` wires them to kopf's handlers and the
 demo calls them from its store's watches: one orchestration for both. Pods are watched
@@ -39,9 +44,11 @@ from typing import Any
 import kopf
 
 from bridge import npwg, translate
-from bridge.operator import plans, pods
+from bridge.operator import plans, pods, policies
 from bridge.operator.memory import Key, Memory, key_of, read
 from bridge.operator.plans import BridgeSettings, Ref
+from bridge.policy import views as policy_views
+from bridge.policy.world import NetworkInfo
 from podnetwork.cli import handlers
 from podnetwork.cli.handlers import Watch
 from podnetwork.ground import constants
@@ -54,7 +61,11 @@ from podnetwork.kube import writes
 logger = logging.getLogger(__name__)
 
 #: What the bridge reports when it applied an action (`Bridge.report`), with the object's `ns/name`.
-Applied = plans.Release | plans.WriteSelection | plans.PostEvent | plans.ReverseStatus | plans.WriteParams
+Applied = (plans.Release | plans.WriteSelection | plans.PostEvent | plans.ReverseStatus | plans.WriteParams
+           | policies.PostPolicyEvent)
+
+#: Where MultiNetworkPolicy would be served, were its CRD installed (API discovery).
+POLICY_DISCOVERY = f"/apis/{constants.POLICY_GROUP}/{constants.POLICY_VERSION}"
 
 
 @dataclass
@@ -77,6 +88,13 @@ class Bridge(Memory):
     in the demo, its store (`demo.storeapi`)."""
     background: set[asyncio.Task[None]] = field(default_factory=set)
     """Tasks started by the startup handler (kept referenced until the operator stops)."""
+    known_policies: dict[Key, policies.Seen] = field(default_factory=dict)
+    """MultiNetworkPolicies by (namespace, name), as last seen (parsed, or why not)."""
+    said: dict[Key, policies.Said] = field(default_factory=dict)
+    """Per policy, what the bridge last said about it (its Events are posted only on change)."""
+    policy_networks: frozenset[NetworkInfo] | None = None
+    """The networks the policies were last judged against: a PodNetwork or NAD event that changes
+    none of them judges nothing again."""
     report: Callable[[str, Applied], None] | None = None
     """Told of every action once it was applied, with the `ns/name` it was applied to (the demo
     narrates them); the log says them anyway."""
@@ -98,6 +116,8 @@ class Bridge(Memory):
                   self.index_options, "bridge_options", self.options_event, "bridge_options_event"),
             Watch("pods", "v1", "Pod", event=self.pod_event, event_handler="bridge_pod_event",
                   annotation=constants.NETWORKS_ANNOTATION),
+            Watch(constants.POLICY_PLURAL, constants.POLICY_API_VERSION, constants.POLICY_KIND,
+                  event=self.policy_event, event_handler="bridge_policy_event"),
         ]
 
     def index_podnetwork(self, body: Mapping[str, Any]) -> None:
@@ -121,6 +141,7 @@ class Bridge(Memory):
         await self.reconcile_params(ref)
         await self.reconcile_users(self.attachments_of(ref[2]))
         await self.retry_waiting()
+        await self.reconcile_policies()
 
     async def attachment_event(self, type: str | None, body: Mapping[str, Any]) -> None:
         ref: Ref = (constants.ATTACHMENT_KIND, *key_of(body))
@@ -139,6 +160,7 @@ class Bridge(Memory):
             return
         await self.reconcile_users(set(self.nad_users.get(key, ())))
         await self.retry_waiting()
+        await self.reconcile_policies()
 
     async def options_event(self, type: str | None, body: Mapping[str, Any]) -> None:
         key = key_of(body)
@@ -158,6 +180,17 @@ class Bridge(Memory):
             self.posted.pop(key, None)
             return
         await self.reconcile_pod(body)
+
+    async def policy_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        key = key_of(body)
+        if type == "DELETED":
+            self.known_policies.pop(key, None)
+            self.said.pop(key, None)
+            self.locks.pop(("MultiNetworkPolicy", *key), None)
+            return
+        seen = policies.read(body)
+        self.known_policies[key] = seen
+        await self.report_policy(key, self._networks())
 
     # --- the applier: the Kubernetes API through podnetwork.kube.writes ------------------------
 
@@ -288,6 +321,85 @@ class Bridge(Memory):
                 async with self.lock(("Pod", *key)):
                     await self._reconcile_pod(key, pod)
 
+    # --- MultiNetworkPolicies: Events on the policy -----------------------------------------
+
+    def _networks(self) -> dict[str, NetworkInfo]:
+        found = policy_views.networks_of(self.podnetworks.values(), self.nads.values())
+        return {n.key: n for n in found}
+
+    async def reconcile_policies(self) -> None:
+        """Judge every policy again when the networks they may name changed."""
+        networks = self._networks()
+        now = frozenset(networks.values())
+        if now == self.policy_networks:
+            return
+        self.policy_networks = now
+        for key in sorted(self.known_policies):
+            await self.report_policy(key, networks)
+
+    async def report_policy(self, key: Key, networks: Mapping[str, NetworkInfo]) -> None:
+        async with self.lock(("MultiNetworkPolicy", *key)):
+            seen = self.known_policies.get(key)
+            if seen is None:
+                return
+            self.policy_networks = frozenset(networks.values())
+            posts, said = policies.plan(seen, policies.notes(seen, networks), self.said.get(key),
+                                        now=conditions.now())
+            self.said[key] = said
+            for post in posts:
+                await self._post_policy_event(post)
+
+    async def _post_policy_event(self, post: policies.PostPolicyEvent) -> None:
+        note, where = post.note, "/".join(post.key)
+        level = logging.WARNING if note.type == policies.WARNING else logging.INFO
+        logger.log(level, "%s %s: %s: %s", constants.POLICY_KIND, where, note.reason, note.message)
+        name, namespace = post.body["metadata"]["name"], post.body["metadata"]["namespace"]
+        try:
+            await self._api().create(kube.Event, post.body)
+        except kube.Conflict:
+            if not post.renew:
+                logger.debug("event %s was posted before this process started", name)
+                return
+            await self._renew_event(name, namespace)
+        except kube.ApiError as exc:
+            logger.warning("event %s not posted: %s", name, exc)
+            return
+        self._report(where, post)
+
+    async def _renew_event(self, name: str, namespace: str) -> None:
+        """Say an Event again: its count and lastTimestamp bumped, guarded by its resourceVersion."""
+        try:
+            current = await self._api().get(kube.Event, name, namespace)
+            count = current.get("count")
+            patch = {"metadata": {"resourceVersion": current.get("metadata", {}).get("resourceVersion")},
+                     "count": (count if isinstance(count, int) else 1) + 1,
+                     "lastTimestamp": conditions.now()}
+            await self._api().patch(kube.Event, name, patch, namespace=namespace)
+        except kube.ApiError as exc:
+            logger.warning("event %s not renewed: %s", name, exc)
+
+    async def say_if_policies_unserved(self) -> bool:
+        """Whether MultiNetworkPolicy is served (API discovery); when not, says so once, in the log.
+        kopf starts watching it if its CRD is installed later."""
+        get_path = getattr(self.api, "get_path", None)
+        if get_path is None:  # the demo's store serves every kind
+            return True
+        try:
+            found = await get_path(POLICY_DISCOVERY)
+        except kube.NotFound:
+            found = {}
+        except kube.ApiError as exc:
+            logger.warning("cannot tell whether %s is served (%s): policies are reported if it is",
+                           constants.POLICY_KIND, exc)
+            return True
+        served = any(r.get("name") == constants.POLICY_PLURAL for r in (found or {}).get("resources") or ()
+                     if isinstance(r, Mapping))
+        if not served:
+            logger.warning("%s is not served (no %s.%s CRD): the bridge reports on no policy; apply "
+                           "crds/multi-networkpolicy.yaml to enable it (picked up without a restart)",
+                           constants.POLICY_KIND, constants.POLICY_PLURAL, constants.POLICY_GROUP)
+        return served
+
     # --- kopf's stop --------------------------------------------------------------------------
 
     async def stop_tasks(self) -> None:
@@ -308,11 +420,13 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
     opts = (translate.OPTIONS_GROUP, translate.OPTIONS_VERSION, translate.OPTIONS_PLURAL)
     pn = (constants.GROUP, constants.VERSION, constants.PODNETWORK_PLURAL)
     pna = (constants.GROUP, constants.VERSION, constants.ATTACHMENT_PLURAL)
+    mnp = (constants.POLICY_GROUP, constants.POLICY_VERSION, constants.POLICY_PLURAL)
 
     @kopf.on.startup(registry=registry, id="bridge_startup")
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf would post an Event for every warning logged about a handled pod.
         settings.posting.enabled = False
+        await bridge.say_if_policies_unserved()
 
     @kopf.on.cleanup(registry=registry, id="bridge_cleanup")
     async def bridge_cleanup(**_: Any) -> None:
@@ -355,6 +469,11 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
               annotations={constants.NETWORKS_ANNOTATION: kopf.PRESENT})
     async def bridge_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         await bridge.pod_event(type, body)
+
+    # An event handler only: an index on a kind whose CRD is not installed must not hold the others.
+    @on.event(*mnp, registry=registry, id="bridge_policy_event")
+    async def bridge_policy_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await bridge.policy_event(type, body)
 
 
 __all__ = ["Applied", "Bridge", "BridgeSettings", "register"]

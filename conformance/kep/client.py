@@ -28,6 +28,7 @@ Node = kube.Node
 Namespace = kube.Namespace
 Event = kube.Event
 NetworkAttachmentDefinition = kube.NetworkAttachmentDefinition
+MultiNetworkPolicy = kube.MultiNetworkPolicy
 ApiError = kube.ApiError
 NotFound = kube.NotFound
 

@@ -20,6 +20,9 @@ from podnetwork.cli import Command, outputs
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
 
+#: The NetworkPolicy tests' default image: Kubernetes' own e2e busybox, whose nc serves and probes.
+PROBE_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
+
 
 def _feature_lines() -> str:
     lines = []
@@ -73,6 +76,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-name", metavar="NAME", default="",
                         help="spec.schedulerName of the suite's pods (default: the cluster's default "
                              "scheduler)")
+    parser.add_argument("--probe-image", metavar="IMAGE", default=PROBE_IMAGE,
+                        help="the NetworkPolicy tests' client and server pods: a busybox with nc "
+                             f"(default {PROBE_IMAGE})")
+    parser.add_argument("--policy-network", metavar="NAME", default="",
+                        help="the PodNetwork the NetworkPolicy tests run on: Ready, and attached to pods by "
+                             "the cluster (default: none, the tests are skipped saying so)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -134,7 +143,9 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
                   f"{version.get('gitVersion', '?')}; features: {', '.join(requested)}\n")
         to_run = [t for t in chosen if t.name not in excluded]
         results = await suite.run(to_run, client, settings={"NPWG_PROVIDER": args.npwg_provider,
-                                                            "SCHEDULER_NAME": args.scheduler_name},
+                                                            "SCHEDULER_NAME": args.scheduler_name,
+                                                            "PROBE_IMAGE": args.probe_image,
+                                                            "POLICY_NETWORK": args.policy_network},
                                   progress=_progress(out))
     finally:
         await client.close()

@@ -40,6 +40,9 @@ NODE_NETWORKS = ("nodes that list the PodNetworks they offer in the annotation "
                  f"{constants.NODE_PODNETWORKS_ANNOTATION} (absent: all), and permission to patch two nodes' "
                  "annotations for the test")
 CNI_AGENT = "a CNI agent (or runtime) on the nodes that attaches every network a pod names"
+POLICY = (f"an implementation of {constants.POLICY_KIND} ({constants.POLICY_API_VERSION}, its CRD "
+          "installed) for PodNetworks, and a PodNetwork the cluster attaches to pods (--policy-network)")
+PROBE_IMAGE = "the probe image (--probe-image, a busybox with nc) pullable by the nodes"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
 
@@ -83,6 +86,10 @@ FEATURES: tuple[Feature, ...] = (
             "PodNetworks whose parameters are NetworkAttachmentDefinitions: ParamsReady, and the NPWG "
             "selection on pods",
             (CRDS, CONTROLLER, NPWG_BRIDGE)),
+    Feature("NetworkPolicy", Level.EXTENDED,
+            "a MultiNetworkPolicy isolates the pods it selects on a PodNetwork and lets in only what it "
+            "allows (Phase III Req 22)",
+            (SCHEDULER, KUBELET, CNI_AGENT, POLICY, PROBE_IMAGE)),
 )
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}

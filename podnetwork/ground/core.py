@@ -164,7 +164,14 @@ def pod_event(pod: Pod, reason: str, message: str, *, key: str, type_: str, now:
               node: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about `pod`, named `<pod>.<key>` (`key`: a digest the caller picks, so that
     the same report is posted once); `node` for a reporter that runs on one node."""
-    meta = pod.metadata
+    return object_event("v1", "Pod", pod.metadata, reason, message, key=key, type_=type_, now=now,
+                        component=component, node=node)
+
+
+def object_event(api_version: str, kind: str, meta: ObjectMeta, reason: str, message: str, *, key: str,
+                 type_: str, now: str, component: str, node: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event about any namespaced object (`involvedObject` from its kind and metadata),
+    named `<object>.<key>` as `pod_event` names its Events."""
     name = meta.name or ""
     source: dict[str, str] = {"component": component}
     if node is not None:
@@ -174,8 +181,8 @@ def pod_event(pod: Pod, reason: str, message: str, *, key: str, type_: str, now:
         "kind": "Event",
         "metadata": {"name": f"{name[: 253 - len(key) - 1]}.{key}", "namespace": meta.namespace},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": api_version,
+            "kind": kind,
             "name": name,
             "namespace": meta.namespace,
             "uid": meta.uid,
@@ -210,5 +217,6 @@ __all__ = [
     "PodSpec",
     "PodStatus",
     "head_of",
+    "object_event",
     "pod_event",
 ]

@@ -27,6 +27,9 @@ NetworkAttachmentDefinition = create_namespaced_resource(constants.NAD_GROUP, co
                                                          constants.NAD_KIND, constants.NAD_PLURAL)
 NetworkSelectionOptions = create_namespaced_resource(constants.OPTIONS_GROUP, constants.OPTIONS_VERSION,
                                                      constants.OPTIONS_KIND, constants.OPTIONS_PLURAL)
+#: The ecosystem's NetworkPolicy for secondary networks (crds/multi-networkpolicy.yaml).
+MultiNetworkPolicy = create_namespaced_resource(constants.POLICY_GROUP, constants.POLICY_VERSION,
+                                                constants.POLICY_KIND, constants.POLICY_PLURAL)
 #: kopf's peering objects (deploy/peering/), read by the controller's demotion guard.
 ClusterKopfPeering = create_global_resource("kopf.dev", "v1", "ClusterKopfPeering", "clusterkopfpeerings")
 # The core kinds as generic resources too (group ""): bodies stay as sent (see the module doc).
@@ -65,9 +68,9 @@ EndpointSlice = create_namespaced_resource("discovery.k8s.io", "v1", "EndpointSl
 BY_KIND: dict[str, Resource] = {
     api_info(r).resource.kind: r for r in (
         PodNetwork, PodNetworkAttachment, NetworkAttachmentDefinition, NetworkSelectionOptions,
-        ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet, DaemonSet, ReplicaSet,
-        Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration, Secret, EndpointSlice,
-        ClusterRole, Service)
+        MultiNetworkPolicy, ClusterKopfPeering, Pod, Node, Namespace, Event, Deployment, StatefulSet,
+        DaemonSet, ReplicaSet, Job, CronJob, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        Secret, EndpointSlice, ClusterRole, Service)
 }
 
 
@@ -108,6 +111,7 @@ __all__ = [
     "EndpointSlice",
     "Event",
     "Job",
+    "MultiNetworkPolicy",
     "MutatingWebhookConfiguration",
     "Namespace",
     "NetworkAttachmentDefinition",

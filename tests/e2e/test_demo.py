@@ -69,6 +69,13 @@ def test_demo_check_passes_through_every_stage_and_leaves_nothing(cni_host: list
         "ok   the agent detached red0; web-a's other interfaces stayed",
         "ok   host-local released web-a's red address (only db-1's and db-2's remain)",
         "ok   red's InUse is back to db-1 and db-2",
+        # network policy (KEP Phase III, Req 22): real TCP between the pods' namespaces
+        "ok   web-b connects to web-a on blue before any policy",
+        "ok   the bridge posted PolicyApplies on MultiNetworkPolicy demo/isolate-blue",
+        "ok   web-b cannot connect to web-a on blue: isolate-blue denies ingress",
+        "ok   web-b still connects to web-a on green: the policy names blue only",
+        "ok   web-b connects to web-a on blue once allow-clients admits pods labelled role=client",
+        "ok   with the policies deleted no pod's namespace holds a policy table",
         "ok   with the last pod gone the finalizer was removed and red's delete completed",
         "ok   host-local released red's addresses",
         "ok   nothing of the demo is left",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conformance.kep.suite import ConformanceTest
-from conformance.kep.tests import admission, core, extended
+from conformance.kep.tests import admission, core, extended, policy
 
-ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS)
+ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS, *policy.TESTS)
 BY_NAME: dict[str, ConformanceTest] = {t.name: t for t in ALL}

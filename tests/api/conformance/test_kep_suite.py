@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import jsonschema
+import kmock
 import pytest
 
 from conformance.kep import report
@@ -45,6 +46,9 @@ async def test_the_extended_profile_passes_against_our_components_and_the_report
     # There is no kubelet on the emulator: the one test that needs a running pod is skipped, saying so.
     assert found.pop("PodIPsPerNetwork") == ("skipped", "no pod reached Running in 8s: no kubelet runs pods on "
                                                         "the nodes")
+    # Nor a policy implementation: the emulator does not serve MultiNetworkPolicy.
+    assert found.pop("NetworkPolicyDenyThenAllow") == (
+        "skipped", "MultiNetworkPolicy (k8s.cni.cncf.io/v1beta1) is not served: no policy implementation is installed")
     assert {name: outcome for name, (outcome, _) in found.items()} == dict.fromkeys(found, "passed")
     assert [p["result"] for p in document["profiles"]] == ["success", "partial"]
     assert document["kubernetesVersion"] and document["implementation"]["name"] == "podnetwork"
@@ -139,3 +143,26 @@ async def test_a_podnetwork_never_made_ready_fails_the_ready_test(tmp_path: Path
     assert code == 1, out
     assert "PodNetworkReady ... FAILED" in out and "gets Ready=True: not met in 2s (last seen: no Ready condition" in out
     assert "core: failure (0 passed, 1 failed, 2 skipped)" in out
+
+
+async def test_network_policy_is_skipped_saying_which_part_is_missing_the_network_or_a_kubelet(
+    tmp_path: Path
+) -> None:
+    """With MultiNetworkPolicy served (its CRD declared), the test goes on to what else it needs:
+    a PodNetwork to run on (--policy-network), then a kubelet, and says which is missing."""
+    async with cs.cluster(tmp_path / "cluster", extender=False) as the:
+        the.emulator.resources[f"{constants.POLICY_GROUP}/{constants.POLICY_VERSION}/{constants.POLICY_PLURAL}"] = (
+            kmock.ResourceInfo(kind=constants.POLICY_KIND, namespaced=True,
+                                  verbs=set(kube_emulator.ALL_VERBS)))
+        runs = []
+        for extra in ((), ("--policy-network", "blue")):
+            report_file = tmp_path / f"r{len(runs)}.json"
+            code, out = await cs.conformance(the, "--features", "NetworkPolicy", "--report", str(report_file),
+                                             *IMPLEMENTATION, *FAST, *extra)
+            assert code == 0, out
+            runs.append(cs.outcomes(cs.load_report(report_file))["NetworkPolicyDenyThenAllow"])
+    assert runs == [
+        ("skipped", "no PodNetwork to test policies on: pass --policy-network NAME, a Ready PodNetwork the "
+                    "cluster attaches to pods"),
+        ("skipped", "no pod reached Running in 8s: no kubelet runs pods on the nodes"),
+    ]

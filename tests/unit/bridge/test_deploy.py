@@ -107,10 +107,12 @@ def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
 def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     source = (ROOT / "bridge" / "operator" / "controller.py").read_text()
     planned = (ROOT / "bridge" / "operator" / "plans.py").read_text()
-    # The writes of the controller: Event creation, and the patches its planners return, which
+    # The writes of the controller: Event creation (on pods and on MultiNetworkPolicies) and the
+    # renewal of a policy's Event (read, then patched), and the patches its planners return, which
     # it applies as they are: merge patches of pods (selection, gate, reverse status) and of the
     # status of its PodNetworks and attachments (ParamsReady).
-    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event"]
+    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event", "kube.Event"]
+    assert re.findall(r"_api\(\)\.(get|patch)\(([\w.]+),", source) == [("get", "kube.Event"), ("patch", "kube.Event")]
     assert re.findall(r"self\.apply\(([^)]*)\)", source) == ["action.patch", "step.patch", "action.patch"]
     assert re.findall(r"Patch\(([^,]+),", planned) == ['"Pod"', "kind"]
     assert re.findall(r"Patch\(kind, [^\n]*", planned) == [
@@ -131,7 +133,7 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     assert re.findall(r"Patch\(([^,]+),", (ROOT / "bridge" / "operator" / "services.py").read_text()) == [
         "views.ENDPOINTSLICE_KIND"]
     slices = {("discovery.k8s.io", "endpointslices", verb) for verb in ("create", "patch", "delete")}
-    writes = {("", "pods", "patch"), ("", "events", "create"), *slices,
+    writes = {("", "pods", "patch"), ("", "events", "create"), ("", "events", "patch"), *slices,
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
               ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook}
     # kopf's own write: this replica's keep-alive in the peering object (--peering).

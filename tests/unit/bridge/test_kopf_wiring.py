@@ -48,6 +48,9 @@ class Spy(controller.Bridge):
     async def pod_event(self, type: str | None, body: Mapping[str, Any]) -> None:
         self.calls.append(("pod_event", (type, body)))
 
+    async def policy_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        self.calls.append(("policy_event", (type, body)))
+
 
 def test_every_kopf_handler_calls_the_entry_point_its_watch_names_and_no_other() -> None:
     bridge = Spy()
@@ -70,6 +73,11 @@ def test_every_kopf_handler_calls_the_entry_point_its_watch_names_and_no_other()
 def test_the_pod_watch_sees_only_pods_that_name_their_networks_as_kopf_s_filter_does() -> None:
     (pods,) = [w for w in controller.Bridge().watches() if w.plural == "pods"]
     assert pods.annotation == constants.NETWORKS_ANNOTATION and pods.index is None
+
+
+def test_policies_are_watched_by_an_event_handler_only_so_a_missing_crd_holds_no_other_handler() -> None:
+    (mnp,) = [w for w in controller.Bridge().watches() if w.plural == constants.POLICY_PLURAL]
+    assert mnp.index is None and mnp.event is not None and mnp.api_version == constants.POLICY_API_VERSION
 
 
 @dataclasses.dataclass

@@ -9,7 +9,8 @@ import pytest
 from conformance.kep import features, suite
 from conformance.kep.tests import ALL, BY_NAME
 
-VALUES = {"NAME": "n", "NAMESPACE": "ns", "NETWORK": "net", "NETWORKS": "[]", "NAD": "nad",
+VALUES = {"NAME": "n", "NAMESPACE": "ns", "NETWORK": "net", "NETWORKS": "[]", "NAD": "nad", "LABELS": "{}",
+          "COMMAND": "[]", "RESTART": "Never", "PROBE_IMAGE": "busybox", "INGRESS": "[]",
           "NPWG_PROVIDER": "example.com/bridge", "SUFFIX": "abc123"}
 
 
