@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import itertools
 import socket
 import struct
@@ -165,7 +166,9 @@ def parse_address(payload: memoryview) -> AddressEntry | None:
     extended = attrs.get(IFA_FLAGS)
     if extended is not None and len(extended) == 4:
         flags = struct.unpack("=I", extended)[0]
-    return AddressEntry(index, socket.inet_ntop(family, bytes(raw)), prefixlen, flags)
+    # ipaddress's spelling, the one the status's IPs are compared in (`addresswatch`); it differs
+    # from inet_ntop(3)'s for IPv4-mapped IPv6 addresses.
+    return AddressEntry(index, str(ipaddress.ip_address(bytes(raw))), prefixlen, flags)
 
 
 def parse_link(payload: memoryview) -> tuple[int, str] | None:

@@ -30,7 +30,14 @@ from bridge.agent.addresswatch import (
     updated_status,
 )
 from bridge.translate import podips
-from tests.unit.netlink_support import IFA_ADDRESS, IFA_LOCAL, address_payload, flags_attr, ip_attr, link_payload
+from tests.unit.netlink_support import (
+    IFA_ADDRESS,
+    IFA_LOCAL,
+    address_payload,
+    flags_attr,
+    ip_attr,
+    link_payload,
+)
 
 STATUS: list[dict[str, Any]] = [
     {"name": "kubenet", "interface": "eth0", "ips": ["10.1.0.5/24"], "mac": "aa:bb:cc:00:00:01", "default": True},
