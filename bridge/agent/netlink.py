@@ -222,7 +222,11 @@ class _Dump:
 class Reader:
     """One rtnetlink socket, read on the running event loop. Multicast messages (events) go to
     `on_event(type)`; `on_lost()` is called when messages were lost (the socket's buffer
-    overran, ENOBUFS): a change may have been missed, look at everything again."""
+    overran, ENOBUFS): a change may have been missed, look at everything again.
+
+    Slotted and lock-free (one dump at a time is the caller's rule): one per watched pod."""
+
+    __slots__ = ("_dump", "_fd", "_loop", "_on_event", "_on_lost", "_sock")
 
     def __init__(
         self, sock: socket.socket, on_event: Callable[[int], None], on_lost: Callable[[], None]
@@ -231,7 +235,6 @@ class Reader:
         self._on_event = on_event
         self._on_lost = on_lost
         self._dump: _Dump | None = None
-        self._lock = asyncio.Lock()
         self._loop = asyncio.get_running_loop()
         sock.setblocking(False)
         self._fd = sock.fileno()
@@ -308,21 +311,23 @@ class Reader:
     async def dump(self, msg_type: int, parse: Callable[[memoryview], T | None]) -> list[T]:
         """Every entry of a dump (RTM_GETADDR, RTM_GETLINK), each parsed by `parse` as it arrives
         (what it returns None for is skipped). Raises `Lost` when messages were lost (dump again),
-        `Malformed` for a message `parse` refused, OSError for the kernel's refusal or a timeout."""
-        async with self._lock:
-            seq = next(_seqs) & 0xFFFFFFFF or next(_seqs)
-            done: asyncio.Future[list[object]] = self._loop.create_future()
-            self._dump = _Dump(seq, parse, done, [])
-            try:
-                self._sock.send(dump_request(msg_type, seq))
-                async with asyncio.timeout(DUMP_TIMEOUT):
-                    entries = await done
-            except TimeoutError:
-                raise OSError(errno.ETIMEDOUT, f"netlink dump: no answer in {DUMP_TIMEOUT:.0f} s") from None
-            finally:
-                if self._dump is not None and self._dump.seq == seq:
-                    self._dump = None
-            return cast(list[T], entries)  # each entry is what `parse` returned
+        `Malformed` for a message `parse` refused, OSError for the kernel's refusal or a timeout.
+        One dump at a time: RuntimeError while another is under way."""
+        if self._dump is not None:
+            raise RuntimeError("a netlink dump is already under way on this socket")
+        seq = next(_seqs) & 0xFFFFFFFF or next(_seqs)
+        done: asyncio.Future[list[object]] = self._loop.create_future()
+        self._dump = _Dump(seq, parse, done, [])
+        try:
+            self._sock.send(dump_request(msg_type, seq))
+            async with asyncio.timeout(DUMP_TIMEOUT):
+                entries = await done
+        except TimeoutError:
+            raise OSError(errno.ETIMEDOUT, f"netlink dump: no answer in {DUMP_TIMEOUT:.0f} s") from None
+        finally:
+            if self._dump is not None and self._dump.seq == seq:
+                self._dump = None
+        return cast(list[T], entries)  # each entry is what `parse` returned
 
 
 def _interrupted(_payload: memoryview) -> None:
