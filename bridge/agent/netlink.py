@@ -27,6 +27,7 @@ import asyncio
 import errno
 import ipaddress
 import itertools
+import os
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -46,6 +47,14 @@ NLM_F_MULTI = 0x2
 NLM_F_ACK = 0x4
 NLM_F_DUMP_INTR = 0x10
 NLM_F_DUMP = 0x300
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
+#: On an NLMSG_ERROR: the request's payload is not echoed; extended-ack TLVs follow.
+NLM_F_CAPPED = 0x100
+NLM_F_ACK_TLVS = 0x200
+NLMSGERR_ATTR_MSG = 1
+#: Socket option: errors carry the kernel's message (NLMSGERR_ATTR_MSG).
+NETLINK_EXT_ACK = 11
 # linux/rtnetlink.h
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
@@ -53,6 +62,9 @@ RTM_GETLINK = 18
 RTM_NEWADDR = 20
 RTM_DELADDR = 21
 RTM_GETADDR = 22
+RTM_NEWROUTE = 24
+RTM_DELROUTE = 25
+RTM_GETROUTE = 26
 #: Multicast groups as a bind(2) bitmask (the legacy RTMGRP_* values).
 RTMGRP_LINK = 0x1
 RTMGRP_IPV4_IFADDR = 0x10
@@ -68,6 +80,7 @@ HEADER = struct.Struct("=IHHII")  # nlmsghdr: len, type, flags, seq, pid
 IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
 RTATTR = struct.Struct("=HH")  # len, type
+RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
 RTGENMSG = struct.Struct("=Bxxx")  # family (a dump request's body, padded to 4)
 ERRNO = struct.Struct("=i")
 
@@ -87,6 +100,14 @@ _ADDRESS_BYTES = {socket.AF_INET: 4, socket.AF_INET6: 16}
 
 class Malformed(ValueError):
     """Bytes that are not the netlink messages they claim to be."""
+
+
+class NetlinkError(OSError):
+    """The kernel refused a request: its errno, and its own words (the extended ack) when it gave any."""
+
+    def __init__(self, code: int, text: str = "") -> None:
+        super().__init__(code, text or os.strerror(code))
+        self.text = text
 
 
 class Lost(Exception):
@@ -184,15 +205,23 @@ def parse_link(payload: memoryview) -> tuple[int, str] | None:
     return (index, name) if name else None
 
 
+def _dump_body(msg_type: int, family: int) -> bytes:
+    """The body of a dump request: the family, in the header the kernel reads for that type."""
+    if msg_type == RTM_GETLINK:
+        return IFINFOMSG.pack(family, 0, 0, 0, 0)
+    if msg_type == RTM_GETROUTE:
+        return RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+    return RTGENMSG.pack(family)
+
+
 def dump_request(msg_type: int, seq: int, family: int = socket.AF_UNSPEC) -> bytes:
-    """A dump of every address (RTM_GETADDR) or link (RTM_GETLINK) of the namespace."""
-    length = HEADER.size + RTGENMSG.size
-    if msg_type == RTM_GETLINK:  # the kernel reads an ifinfomsg; a shorter body is refused when strict
-        length = HEADER.size + IFINFOMSG.size
-        body = IFINFOMSG.pack(family, 0, 0, 0, 0)
-    else:
-        body = RTGENMSG.pack(family)
-    return HEADER.pack(length, msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    """A dump of every address (RTM_GETADDR), link (RTM_GETLINK) or route (RTM_GETROUTE)."""
+    body = _dump_body(msg_type, family)
+    return HEADER.pack(HEADER.size + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+
+
+def _nothing(_payload: memoryview) -> None:
+    return None
 
 
 def error_of(payload: memoryview) -> int:
@@ -200,6 +229,22 @@ def error_of(payload: memoryview) -> int:
     if len(payload) < ERRNO.size:
         return 0
     return -min(0, int(ERRNO.unpack_from(payload)[0]))
+
+
+def ack_text(flags: int, payload: memoryview) -> str:
+    """The kernel's message in an NLMSG_ERROR (the extended ack's NLMSGERR_ATTR_MSG), or ""."""
+    if not flags & NLM_F_ACK_TLVS or len(payload) < ERRNO.size + HEADER.size:
+        return ""
+    offset = ERRNO.size + HEADER.size
+    if not flags & NLM_F_CAPPED:  # the request's own payload is echoed before the TLVs
+        offset = ERRNO.size + _align(HEADER.unpack_from(payload, ERRNO.size)[0])
+    if offset > len(payload):
+        return ""
+    try:
+        raw = attributes(payload, offset).get(NLMSGERR_ATTR_MSG)
+    except Malformed:
+        return ""
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace") if raw is not None else ""
 
 
 # --- the socket on the event loop ------------------------------------------------------------
@@ -293,7 +338,8 @@ class Reader:
             if dump.done.done():
                 return
             if code:
-                dump.done.set_exception(OSError(code, f"netlink dump: {errno.errorcode.get(code, code)}"))
+                text = ack_text(msg.flags, msg.payload) if msg.type == NLMSG_ERROR else ""
+                dump.done.set_exception(NetlinkError(code, text))
             elif msg.flags & NLM_F_DUMP_INTR:
                 dump.done.set_exception(Lost("the dump was interrupted by a change"))
             else:
@@ -308,22 +354,35 @@ class Reader:
             if entry is not None:
                 dump.entries.append(entry)
 
-    async def dump(self, msg_type: int, parse: Callable[[memoryview], T | None]) -> list[T]:
-        """Every entry of a dump (RTM_GETADDR, RTM_GETLINK), each parsed by `parse` as it arrives
-        (what it returns None for is skipped). Raises `Lost` when messages were lost (dump again),
-        `Malformed` for a message `parse` refused, OSError for the kernel's refusal or a timeout.
-        One dump at a time: RuntimeError while another is under way."""
+    async def dump(self, msg_type: int, parse: Callable[[memoryview], T | None], family: int = 0) -> list[T]:
+        """Every entry of a dump (RTM_GETADDR, RTM_GETLINK, RTM_GETROUTE), each parsed by `parse` as
+        it arrives (what it returns None for is skipped). Raises `Lost` when messages were lost (dump
+        again), `Malformed` for a message `parse` refused, `NetlinkError` for the kernel's refusal,
+        OSError for a timeout. One exchange at a time: RuntimeError while another is under way."""
+        return await self._exchange(msg_type, NLM_F_DUMP, _dump_body(msg_type, family), parse)
+
+    async def request(
+        self, msg_type: int, flags: int, body: bytes, parse: Callable[[memoryview], T | None] = _nothing
+    ) -> list[T]:
+        """Sends one request (NLM_F_REQUEST | NLM_F_ACK | `flags`) and returns its answers, each
+        parsed by `parse`, once the kernel acknowledged it. Raises as `dump`."""
+        return await self._exchange(msg_type, NLM_F_ACK | flags, body, parse)
+
+    async def _exchange(
+        self, msg_type: int, flags: int, body: bytes, parse: Callable[[memoryview], T | None]
+    ) -> list[T]:
         if self._dump is not None:
             raise RuntimeError("a netlink dump is already under way on this socket")
         seq = next(_seqs) & 0xFFFFFFFF or next(_seqs)
         done: asyncio.Future[list[object]] = self._loop.create_future()
         self._dump = _Dump(seq, parse, done, [])
         try:
-            self._sock.send(dump_request(msg_type, seq))
+            head = HEADER.pack(HEADER.size + len(body), msg_type, NLM_F_REQUEST | flags, seq, 0)
+            self._sock.send(head + body)
             async with asyncio.timeout(DUMP_TIMEOUT):
                 entries = await done
         except TimeoutError:
-            raise OSError(errno.ETIMEDOUT, f"netlink dump: no answer in {DUMP_TIMEOUT:.0f} s") from None
+            raise OSError(errno.ETIMEDOUT, f"netlink: no answer in {DUMP_TIMEOUT:.0f} s") from None
         finally:
             if self._dump is not None and self._dump.seq == seq:
                 self._dump = None
@@ -339,7 +398,9 @@ __all__ = [
     "Lost",
     "Malformed",
     "Message",
+    "NetlinkError",
     "Reader",
+    "ack_text",
     "attributes",
     "dump_request",
     "error_of",
