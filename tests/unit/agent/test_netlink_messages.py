@@ -52,8 +52,11 @@ def test_any_bytes_are_messages_or_malformed_and_never_more_messages_than_header
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=512))
-def test_any_payload_is_an_entry_none_or_malformed(payload: bytes) -> None:
+@given(st.binary(max_size=512), st.integers(0, 0xFFFF))
+def test_any_payload_is_an_entry_none_or_malformed(payload: bytes, flags: int) -> None:
+    # An error's text (the extended ack) is read or left out, never a failure of its own.
+    assert isinstance(netlink.ack_text(flags, memoryview(payload)), str)
+    assert netlink.error_of(memoryview(payload)) >= 0
     for parse in (netlink.parse_address, netlink.parse_link):
         with contextlib.suppress(netlink.Malformed):
             parse(memoryview(payload))
