@@ -367,8 +367,6 @@ class World:
             run("ip", "netns", "del", ns, check=False)
         for br in self.bridges:
             run("ip", "link", "del", br, check=False)
-        if os.environ.get("BENCH_KEEP_LOG"):
-            shutil.copy(self.agent_log, os.environ["BENCH_KEEP_LOG"])
         shutil.rmtree(self.root, ignore_errors=True)
 
     # --- the two paths ---
