@@ -1,9 +1,10 @@
-"""rtnetlink over a stdlib `AF_NETLINK` socket: what the address watch reads, nothing more.
+"""rtnetlink over a stdlib `AF_NETLINK` socket: what the address watch and the route moves need.
 
 The agent follows each pod's addresses on a netlink socket opened in the pod's
-namespace (`bridge.agent.addresswatch`). pyroute2 did that for ~6.6 MB of imports and
-~25 kB of Python objects per socket (docs/benchmarks.md); what the watch needs is
-four message shapes, decoded here with `struct` (linux/netlink.h, linux/rtnetlink.h,
+namespace (`bridge.agent.addresswatch`) and moves default routes over another
+(`bridge.agent.routes`). pyroute2 did both for ~6.6 MB of imports and ~25 kB of
+Python objects per watched pod (docs/benchmarks.md); what they need is a few
+message shapes, packed and read with `struct` (linux/netlink.h, linux/rtnetlink.h,
 linux/if_addr.h, linux/if_link.h):
 
 - `nlmsghdr` (length, type, flags, sequence, port), then per type:
@@ -11,8 +12,10 @@ linux/if_addr.h, linux/if_link.h):
   interface index) and the attributes IFA_ADDRESS, IFA_LOCAL, IFA_FLAGS;
 - RTM_NEWLINK / RTM_DELLINK: `ifinfomsg` (family, type, index, flags, change) and
   IFLA_IFNAME;
+- RTM_NEWROUTE / RTM_DELROUTE: `rtmsg` (`bridge.agent.routes` reads and builds them);
 - NLMSG_DONE ends a dump (its payload, when there is one, the dump's error),
-  NLMSG_ERROR answers a request (a negative errno, or 0 for an acknowledgement).
+  NLMSG_ERROR answers a request (a negative errno, or 0 for an acknowledgement, and
+  with NETLINK_EXT_ACK the kernel's own words: `ack_text`).
 
 The parsers are pure and take bytes the kernel wrote; they are still bounded and
 never trust a length: a message or attribute whose length does not fit what is left
