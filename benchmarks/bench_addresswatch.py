@@ -1,13 +1,13 @@
 """The cost of watching pods' addresses (bridge/agent/addresswatch.py) as the number of pods grows.
 
 For N pods (network namespaces, each with a dummy interface holding one address), a fresh
-interpreter imports what `podnetwork cni-agent` imports plus pyroute2, then watches every
-namespace, and reports what that added: RSS, file descriptors and threads. Two designs, in
+interpreter imports what `podnetwork cni-agent` imports, then watches every namespace, and
+reports what that added: RSS, file descriptors and threads. Two designs, in
 separate interpreters, alternated:
 
 - event loop (the agent's): one netlink socket per namespace, opened by a short-lived thread
-  that enters it, then read on the asyncio event loop through pyroute2's asyncio API
-  (`addresswatch.AddressWatch`);
+  that enters it, then read on the asyncio event loop (`loop.add_reader`) by the stdlib reader
+  `bridge.agent.netlink` (`addresswatch.AddressWatch`);
 - thread per pod (the alternative): one netlink socket per namespace and one thread blocked
   in recv(2) on it.
 
@@ -73,10 +73,9 @@ def _usage() -> dict[str, int]:
 
 
 async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
-    from bridge.agent import addresswatch, routes
+    from bridge.agent import addresswatch
     from bridge.agent.cache import Record
 
-    routes.pyroute2_module()
     before = _usage()
     written: set[str] = set()
 
@@ -101,13 +100,12 @@ async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
         await asyncio.sleep(0.05)
     after = _usage()
     await watch.close()
-    return {"before": before, "after": after, "open_seconds": opened}
+    return {"before": before, "after": after, "open_seconds": opened, "pyroute2": "pyroute2" in sys.modules}
 
 
 def _thread_design(paths: list[str], own: int) -> dict[str, Any]:
     from bridge.agent import routes
 
-    routes.pyroute2_module()
     before = _usage()
     seen: set[int] = set()
     lock = threading.Lock()
@@ -191,17 +189,22 @@ def main() -> None:
                         _ip_batch([f"addr del 2001:db8:{i:x}::1/64 dev eth0"], name)
         finally:
             remove_namespaces(prefix)
+    loaded = any(r.get("pyroute2") for runs in results.values() for r in runs)
     print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}; medians of {args.rounds} runs per design\n")
-    print("| pods | design | RSS added | per pod | fds added | threads added | first look of every pod |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          f"load average {os.getloadavg()[0]:.1f}; medians of {args.rounds} runs per design; pyroute2 "
+          f"{'loaded' if loaded else 'not loaded'} by the watch\n")
+    print("| pods | design | RSS before | RSS after | RSS added | per pod | fds added | threads added "
+          "| first look of every pod |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (count, design), runs in sorted(results.items()):
         rss = statistics.median(r["after"]["rss"] - r["before"]["rss"] for r in runs)
         fds = statistics.median(r["after"]["fds"] - r["before"]["fds"] for r in runs)
         threads = statistics.median(r["after"]["threads"] - r["before"]["threads"] for r in runs)
         opened = [r["open_seconds"] for r in runs if "open_seconds" in r]
         look = f"{statistics.median(opened):.2f} s" if opened else "-"
-        print(f"| {count} | {design} | {rss / 1e6:.1f} MB | {rss / count / 1e3:.1f} kB | {fds:.0f} | "
+        before = statistics.median(r["before"]["rss"] for r in runs)
+        print(f"| {count} | {design} | {before / 2**20:.1f} MB | {(before + rss) / 2**20:.1f} MB "
+              f"| {rss / 1e6:.1f} MB | {rss / count / 1e3:.1f} kB | {fds:.0f} | "
               f"{threads:.0f} | {look} |")
 
 

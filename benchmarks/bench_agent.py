@@ -78,6 +78,9 @@ STATUS = "k8s.v1.cni.cncf.io/network-status"
 PARALLEL = 10
 SECONDARY = ("blue", "red")
 RSS_MARKS = (100, 250, 500, 1000)
+#: The node the benchmark's pods are bound to, and the agent's `--node-name` (hot-plug on, as the
+#: DaemonSet runs it with NODE_NAME) unless `--no-hotplug`.
+NODE_NAME = "bench-node"
 
 
 # --- the API server process ------------------------------------------------------------------------
@@ -122,11 +125,22 @@ def _collection(path: str) -> str:
 async def serve_small_api(seed: Path, url_file: Path) -> None:
     """The API as the issue measured it (answers in about 1 ms): GET of one object by name, and
     merge-patch of pod annotations (a None value removes the key), each write bumping
-    `resourceVersion`; 404 as a Kubernetes Status. Nothing else."""
+    `resourceVersion`; 404 as a Kubernetes Status. Collections are listed and watched (the
+    agent's watch cache, and hot-plug's watch of its node's pods with a `spec.nodeName` field
+    selector); a watch hears MODIFIED for each patch, as hot-plug hears the agent's own
+    network-status writes on a real API server. Nothing else."""
     from aiohttp import web
 
     store: dict[str, dict[str, Any]] = {}
+    watchers: dict[str, list[tuple[str | None, asyncio.Queue[dict[str, Any]]]]] = {}
     revision = 1
+
+    def node_of(request: web.Request) -> str | None:
+        selector = request.query.get("fieldSelector", "")
+        return selector.removeprefix("spec.nodeName=") if selector.startswith("spec.nodeName=") else None
+
+    def selected(obj: dict[str, Any], node: str | None) -> bool:
+        return node is None or (obj.get("spec") or {}).get("nodeName") == node
     for resource, obj in json.loads(seed.read_text()):
         obj["metadata"].setdefault("resourceVersion", "1")
         store[object_path(resource, obj)] = obj
@@ -141,7 +155,8 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
             return web.json_response(obj)
         # A collection, across namespaces (the agent's watch cache): its objects, or a watch on
         # it, which stays quiet: nothing changes while the benchmark runs.
-        items = [o for path, o in store.items() if _collection(path) == request.path]
+        node = node_of(request)
+        items = [o for path, o in store.items() if _collection(path) == request.path and selected(o, node)]
         collection = "/namespaces/" not in request.path and request.path.count("/") == (
             3 if request.path.startswith("/api/") else 4)
         if not collection:
@@ -150,7 +165,18 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
             stream = web.StreamResponse(headers={"Content-Type": "application/json"})
             stream.enable_chunked_encoding()
             await stream.prepare(request)
-            await asyncio.sleep(float(request.query.get("timeoutSeconds", "300")))
+            queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            mine = (node, queue)
+            watchers.setdefault(request.path, []).append(mine)
+            try:
+                async with asyncio.timeout(float(request.query.get("timeoutSeconds", "300"))):
+                    while True:
+                        event = await queue.get()
+                        await stream.write(json.dumps(event).encode() + b"\n")
+            except TimeoutError:
+                pass
+            finally:
+                watchers[request.path].remove(mine)
             return stream
         return web.json_response({"kind": "List", "apiVersion": "v1",
                                   "metadata": {"resourceVersion": str(revision)}, "items": items})
@@ -169,6 +195,9 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
                 annotations[key] = value
         revision += 1
         obj["metadata"]["resourceVersion"] = str(revision)
+        for node, queue in watchers.get(_collection(request.path), []):
+            if selected(obj, node):
+                queue.put_nowait({"type": "MODIFIED", "object": obj})
         return web.json_response(obj)
 
     app = web.Application()
@@ -202,7 +231,8 @@ def pod_object(name: str, attachments: int) -> dict[str, Any]:
     annotations = {"k8s.v1.cni.cncf.io/networks": ",".join(SECONDARY[: attachments - 1])} if attachments > 1 else {}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "uid": secrets.token_hex(8),
-                         "annotations": annotations}}
+                         "annotations": annotations},
+            "spec": {"nodeName": NODE_NAME}, "status": {"phase": "Running"}}
 
 
 @dataclass
@@ -214,6 +244,7 @@ class World:
     agent_env: list[str] = field(default_factory=list)
     compiled_shim: bool = False
     compare_shims: bool = False
+    no_hotplug: bool = False
     ipam_dir: Path = field(init=False)
     bridges: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
@@ -285,10 +316,12 @@ class World:
             str(Path(sys.executable).with_name("podnetwork")), "-v", "cni-agent", "--kubeconfig", str(kubeconfig),
             "--socket", str(self.socket), "--cache-dir", str(self.cache_dir),
             "--cni-conf-dir", str(self.root / "net.d"), "--default-network-conf", str(default_conf),
-            "--cni-bin-dir", os.pathsep.join(map(str, BIN_DIRS)), *agent_args,
+            "--cni-bin-dir", os.pathsep.join(map(str, BIN_DIRS)),
+            *([] if self.no_hotplug else ["--node-name", NODE_NAME]), *agent_args,
         ]
         self.agent_log = self.root / "agent.log"
         env = {**os.environ, **dict(e.split("=", 1) for e in self.agent_env)}
+        env.pop("NODE_NAME", None)  # hot-plug on or off as asked, whatever this shell has
         with open(self.agent_log, "wb") as log:
             self.agent = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         self.processes.append(self.agent)
@@ -581,7 +614,7 @@ def phases_from_log(text: str, prefix: str) -> tuple[dict[str, float], float, fl
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     w = World(Path(tempfile.mkdtemp(prefix="pn-bench-agent-")), secrets.token_hex(3), args.shim_python, args.api,
-              args.agent_env, args.compiled_shim, args.compare_shims)
+              args.agent_env, args.compiled_shim, args.compare_shims, args.no_hotplug)
     counts = (1, 2, 3)
     seq_names = {k: [w.pod(f"s{k}-{i}", k) for i in range(args.warmup + args.iterations)] for k in counts}
     par_names = {k: [[w.pod(f"p{k}-{r}-{j}", k) for j in range(PARALLEL)] for r in range(args.rounds)]
@@ -673,7 +706,9 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
                 "| RSS |" + "".join(f" {kib / 1024:.1f} MB |" for _, kib in r["rss_kib"])]
     out += ["", f"Idle RSS after start: {r['rss_idle_kib'] / 1024:.1f} MB. {os.cpu_count()} CPUs, Python "
             f"{platform.python_version()}, {'compiled shim' if args.compiled_shim else 'shim run by ' + args.shim_python}; load average {r['load_before']:.2f} "
-            f"before, {r['load_after']:.2f} after."]
+            f"before, {r['load_after']:.2f} after. Agent: hot-plug {'off' if args.no_hotplug else 'on'}"
+            f"{', ' + ' '.join(args.agent_arg) if args.agent_arg else ''}; address watch, watch cache as the flags say "
+            "(on by default)."]
     return "\n".join(out)
 
 
@@ -702,6 +737,9 @@ def main() -> int:
                         help="one more environment variable for podnetwork cni-agent (e.g. PYTHONPATH=DIR to "
                         "measure an older checkout of the agent)")
     parser.add_argument("--agent-arg", action="append", default=[], help="one more argument for podnetwork cni-agent")
+    parser.add_argument("--no-hotplug", action="store_true",
+                        help=f"run the agent without --node-name (hot-plug off); default: --node-name {NODE_NAME}, "
+                        "as the DaemonSet runs it")
     parser.add_argument(
         "--shim-python",
         default="/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable,

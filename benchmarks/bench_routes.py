@@ -1,4 +1,4 @@
-"""Moving a pod's default route in a real netns: `nsenter` + `ip` (the agent until now) against netlink via pyroute2.
+"""Moving a pod's default route in a real netns: `nsenter` + `ip` (the agent once) against netlink (the agent now).
 
 The namespace looks like a pod after its delegates ran: eth0 (the default network)
 and net1, each with an IPv4 and an IPv6 address and an on-link gateway. Each
@@ -8,15 +8,16 @@ same machine noise:
 
 - nsenter + ip: each `RouteOp.argv()` run as `nsenter --net=<netns> ip …`, one child
   process per step, awaited on the event loop (the agent's code before bridge/agent/routes.py);
-- pyroute2: `bridge.agent.routes.apply` (one netlink socket opened in the namespace by a
-  short-lived thread, then rtnetlink requests on the event loop).
+- netlink: `bridge.agent.routes.apply` (one netlink socket opened in the namespace by a
+  short-lived thread, then rtnetlink requests on the event loop, built and read by the
+  stdlib reader `bridge.agent.netlink`; pyroute2 until issue 24).
 
 Cases: IPv4 alone (flush + add: 2 steps), dual-stack (4 steps), and dual-stack in
 10 namespaces at once (as when pods start together: the child processes run on every
-CPU, while pyroute2's Python work shares the event loop's one). Wall time (median) and
-CPU time per pod (this process, and its children). Then the cost of pyroute2 itself, in fresh interpreters that first import what `podnetwork cni-agent`
-imports: the first `apply` (which imports pyroute2), and the RSS it adds; and, for
-scale, the RSS of an idle `podnetwork cni-agent` process.
+CPU, while the agent's Python work shares the event loop's one). Wall time (median) and
+CPU time per pod (this process, and its children). Then the cost of the first move in
+fresh interpreters that first import what `podnetwork cni-agent` imports, and the RSS it
+adds (it must load no pyroute2); and, for scale, the RSS of an idle `podnetwork cni-agent`.
 
 Needs root. Run:  sudo .venv/bin/python benchmarks/bench_routes.py [-n 200]
 Prints a Markdown table for docs/benchmarks.md. Removes its netns and temp files.
@@ -57,7 +58,7 @@ async def nsenter_ip(netns: str, ops: Sequence[RouteOp], timeout: float) -> None
             raise RuntimeError(f"{' '.join(op.argv())}: {stderr.decode().strip()}")
 
 
-EXECUTORS: dict[str, Executor] = {"nsenter + ip": nsenter_ip, "pyroute2": routes.apply}
+EXECUTORS: dict[str, Executor] = {"nsenter + ip": nsenter_ip, "netlink": routes.apply}
 
 
 def ip(*argv: str) -> None:
@@ -161,12 +162,13 @@ async def main():
     await routes.apply(sys.argv[3], ops, 30)
     return first, time.perf_counter() - start
 first, second = asyncio.run(main())
+assert "pyroute2" not in sys.modules, "a route move loaded pyroute2"
 print(before, rss(), first * 1000, second * 1000)
 """
 
 
 def first_use(runs: int) -> dict[str, float]:
-    """The first move in a fresh agent-like interpreter (pyroute2's import included) and the RSS it adds."""
+    """The first move in a fresh agent-like interpreter and the RSS it adds."""
     name = f"pnbench-rt-{secrets.token_hex(3)}"
     rows = []
     try:
@@ -209,26 +211,25 @@ def idle_agent_rss() -> float:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| move the default route | nsenter + ip | pyroute2 | ratio pyroute2 / nsenter + ip |",
+    lines = ["| move the default route | nsenter + ip | netlink (stdlib) | ratio netlink / nsenter + ip |",
              "| --- | --- | --- | --- |"]
     for case, per in result["moves"].items():
-        old, new = per["nsenter + ip"]["median_ms"], per["pyroute2"]["median_ms"]
+        old, new = per["nsenter + ip"]["median_ms"], per["netlink"]["median_ms"]
         lines.append(f"| {case} | {old:.2f} ms | {new:.2f} ms | **{new / old:.2f}** |")
-    lines += ["", "| CPU per pod's move, mean: agent process / its children | nsenter + ip | pyroute2 |", "| --- | --- | --- |"]
+    lines += ["", "| CPU per pod's move, mean: agent process / its children | nsenter + ip | netlink |", "| --- | --- | --- |"]
     for case, per in result["moves"].items():
-        cells = [f"{per[e]['cpu_self_ms']:.2f} / {per[e]['cpu_children_ms']:.2f} ms" for e in ("nsenter + ip", "pyroute2")]
+        cells = [f"{per[e]['cpu_self_ms']:.2f} / {per[e]['cpu_children_ms']:.2f} ms" for e in ("nsenter + ip", "netlink")]
         lines.append(f"| {case} | {cells[0]} | {cells[1]} |")
     f = result["first_use"]
     lines += [
         "",
-        f"Medians of {result['iterations']} interleaved iterations ({result['cpus']} CPUs, Python {result['python']}, "
-        f"{result['pyroute2']}).",
+        f"Medians of {result['iterations']} interleaved iterations ({result['cpus']} CPUs, Python {result['python']}).",
         "",
-        "| cost of pyroute2 in an agent-like interpreter | |",
+        "| cost of the first move in an agent-like interpreter | |",
         "| --- | --- |",
         f"| RSS before the first move (agent modules imported) | {f['rss_before_mb']:.1f} MB |",
-        f"| RSS added by the first move (pyroute2 imported) | {f['rss_added_mb']:.1f} MB |",
-        f"| first move (IPv4), pyroute2's import included | {f['first_ms']:.1f} ms |",
+        f"| RSS added by the first move | {f['rss_added_mb']:.1f} MB |",
+        f"| first move (IPv4) | {f['first_ms']:.1f} ms |",
         f"| second move | {f['second_ms']:.2f} ms |",
         f"| idle `podnetwork cni-agent` process, for scale | {result['idle_agent_rss_mb']:.1f} MB |",
     ]
@@ -246,9 +247,6 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_routes: needs root (network namespaces)", file=sys.stderr)
         return 2
-    import importlib.metadata
-
-    dist = importlib.metadata.packages_distributions().get("pyroute2", ["pyroute2"])[0]
     result = {
         "moves": asyncio.run(moves(args.iterations, args.warmup, args.concurrent)),
         "first_use": first_use(args.first_use_runs),
@@ -256,7 +254,6 @@ def main() -> int:
         "iterations": args.iterations,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "pyroute2": f"{dist} {importlib.metadata.version(dist)}",
     }
     print(markdown(result))
     if args.json:

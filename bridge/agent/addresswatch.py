@@ -34,17 +34,20 @@ Decisions are pure and live at the top of this module:
   doubling to at most `retry_max` (60 s), until it passes or the next change.
 
 The I/O (`AddressWatch`) is one netlink socket per watched pod, in the pod's
-network namespace and subscribed to the address groups (RTMGRP_IPV4_IFADDR,
-RTMGRP_IPV6_IFADDR). A socket stays in the namespace it was created in, so it is
-opened once, by a short-lived thread that enters the namespace
-(`routes.socket_in`), and then read on the agent's event loop through
-pyroute2's asyncio API: one file descriptor per pod, no thread per pod, and no
-child process. Events only mark the pod as changed; the flush dumps the
-namespace's addresses on the same socket and decides from that, so a lost or
-reordered event cannot leave the status wrong. The socket also hears link changes:
-interface names are dumped on the first look and again after an interface came,
-went or was renamed (a link dump is ~10 times the memory of an address dump). docs/agent.md "Live IP
-changes" has the measured cost per pod.
+network namespace and subscribed to the link and address groups (RTMGRP_LINK,
+RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR). A socket stays in the namespace it was
+created in, so it is opened once, by a short-lived thread that enters the namespace
+(`routes.socket_in`), and then read on the agent's event loop (`loop.add_reader`)
+by `bridge.agent.netlink`, a stdlib reader (no pyroute2): one file descriptor per
+pod, no thread and no task reading per pod, and no child process. Events only mark
+the pod as changed; the flush dumps the namespace's addresses on the same socket
+and decides from that, so a lost or reordered event cannot leave the status wrong.
+Lost events (ENOBUFS: a storm overran the socket's buffer) and a dump the kernel
+marks interrupted mark the pod changed too, so it is dumped again. The socket also
+hears link changes: interface names are dumped on the first look and again after an
+interface came, went or was renamed (a link dump is ~10 times the bytes of an
+address dump). docs/benchmarks.md "agent-addresswatch" has the measured cost per pod
+(~4-6 kB of RSS).
 
 Which pods are watched is the agent's cache: a pod is watched from the end of
 its ADD to the start of its DEL, and when the agent starts, every complete
@@ -63,7 +66,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.agent import routes
+from bridge.agent import netlink, routes
 from bridge.agent.cache import Record
 
 log = logging.getLogger(__name__)
@@ -71,16 +74,11 @@ log = logging.getLogger(__name__)
 #: Kernel address flags (linux/if_addr.h) the decision reads.
 IFA_F_DADFAILED = 0x08
 IFA_F_TENTATIVE = 0x40
-#: rtnetlink multicast groups (linux/rtnetlink.h) of link, IPv4 and IPv6 address changes.
-RTMGRP_LINK = 0x1
-RTMGRP_IPV4_IFADDR = 0x10
-RTMGRP_IPV6_IFADDR = 0x100
-#: Message types (linux/rtnetlink.h) after which the interface names are dumped again.
-RTM_NEWLINK = 16
-RTM_DELLINK = 17
-#: linux/netlink.h: the socket option level, and the option that turns off ENOBUFS reports.
-SOL_NETLINK = 270
-NETLINK_NO_ENOBUFS = 5
+#: Looks in a row whose dumps lost messages (a storm overran the socket) before the look is
+#: given up; the loss itself marked the pod changed, so the next look comes after the debounce.
+DUMP_ATTEMPTS = 3
+#: What each pod's socket hears: links, IPv4 and IPv6 addresses.
+GROUPS = netlink.RTMGRP_LINK | netlink.RTMGRP_IPV4_IFADDR | netlink.RTMGRP_IPV6_IFADDR
 #: Namespaces entered at once when the agent starts and watches every recorded pod again:
 #: each open is a thread that lives for the setns(2) and socket(2) calls only.
 OPEN_CONCURRENCY = 8
@@ -291,29 +289,21 @@ def retry_delay(failures: int, settings: Settings) -> float:
 # --- reading the kernel's messages ---------------------------------------------------------
 
 
-def _attr(msg: Any, name: str) -> Any:
-    return msg.get_attr(name)
+def link_names(links: Sequence[tuple[int, str]]) -> dict[int, str]:
+    """(index, name) of the links of one namespace (`netlink.parse_link`) -> index -> name."""
+    return dict(links)
 
 
-def link_names(links: Sequence[Any]) -> dict[int, str]:
-    """pyroute2 link messages of one namespace -> interface index -> name."""
-    return {int(link["index"]): str(_attr(link, "IFLA_IFNAME")) for link in links}
-
-
-def observed_addresses(names: Mapping[int, str], addresses: Sequence[Any]) -> dict[str, list[Address]]:
-    """pyroute2 address messages of one namespace -> interface name -> its addresses
-    (every interface of `names`, with none when it has none)."""
+def observed_addresses(
+    names: Mapping[int, str], addresses: Sequence[netlink.AddressEntry]
+) -> dict[str, list[Address]]:
+    """The addresses of one namespace (`netlink.parse_address`) -> interface name -> its
+    addresses (every interface of `names`, with none when it has none)."""
     out: dict[str, list[Address]] = {name: [] for name in names.values()}
-    for msg in addresses:
-        name = names.get(int(msg["index"]))
-        # IPv4's IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer's on
-        # point-to-point links); IPv6 has IFA_ADDRESS only.
-        ip = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
-        if name is None or not ip:
-            continue
-        flags = _attr(msg, "IFA_FLAGS")
-        flags = int(flags if flags is not None else msg["flags"])
-        out[name].append(Address(str(ip), int(msg["prefixlen"]), flags))
+    for entry in addresses:
+        name = names.get(entry.index)
+        if name is not None:
+            out[name].append(Address(entry.ip, entry.prefixlen, entry.flags))
     return out
 
 
@@ -326,8 +316,39 @@ Report = Callable[[Record, str, str], None]
 REASON_CAPPED = "NetworkStatusCapped"
 
 
+class _Wake:
+    """asyncio.Event's set/clear/wait for one waiter, without its deque of waiters (~0.7 kB per
+    watched pod, docs/benchmarks.md)."""
+
+    __slots__ = ("_is_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._is_set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._is_set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._is_set = False
+
+    async def wait(self) -> None:
+        if self._is_set:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 class _PodWatch:
-    """One pod's socket, its pending change and its last status."""
+    """One pod's socket, its pending change and its last status (slotted: one per watched pod)."""
+
+    __slots__ = ("_capped", "_clock", "_failures", "_first", "_last", "_looked", "_names", "_opening",
+                 "_publish", "_report", "_settings", "_wake", "looks", "record", "status", "stopped", "task")
 
     def __init__(
         self,
@@ -351,7 +372,7 @@ class _PodWatch:
         self._first: float | None = None
         self._last: float = 0.0
         self._looked: float | None = None
-        self._wake = asyncio.Event()
+        self._wake = _Wake()
         self._names: dict[int, str] | None = None
         """Interface index -> name in the pod's namespace, as last dumped."""
         self._failures = 0
@@ -379,15 +400,14 @@ class _PodWatch:
 
     async def _run(self) -> None:
         netns = self.record.netns
-        ipr: Any = None
-        events: asyncio.Task[None] | None = None
+        reader: netlink.Reader | None = None
         try:
             # The first look too: when the agent starts, hundreds of dumps parsed at once
             # would raise the agent's peak memory for good (CPython keeps its arenas).
             async with self._opening:
                 try:
                     sock = await routes.socket_in(netns)
-                except (OSError, ImportError) as exc:
+                except OSError as exc:
                     log.warning(
                         "pod %s/%s: not watching its addresses: cannot open a netlink socket in %s: %s",
                         self.record.pod_namespace,
@@ -396,54 +416,37 @@ class _PodWatch:
                         exc,
                     )
                     return
-                # An overrun of the socket's buffer (a storm the loop did not read in time) then
-                # drops messages instead of failing the socket: events only say "look again",
-                # and the next one that arrives leads to a full dump.
                 try:
-                    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
-                    ipr = routes.pyroute2_module().AsyncIPRoute(fileno=sock.detach())
+                    sock.bind((0, GROUPS))
+                    reader = netlink.Reader(sock, self._event, self._lost)
                 except BaseException:
                     sock.close()
                     raise
-                await ipr.bind(groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
-                events = asyncio.create_task(self._events(ipr))
                 # What changed while nothing watched (the agent restarted, or the ADD's last moments).
-                if await self._flush(ipr) is False:
+                if await self._flush(reader) is False:
                     self._failures = 1
                     self.changed()
-            await self._loop(ipr)
+            await self._loop(reader)
         except Exception as exc:  # a netlink failure: this pod's watch ends, the agent goes on
             log.warning(
                 "pod %s/%s: address watch stopped: %s", self.record.pod_namespace, self.record.pod_name, exc
             )
         finally:
-            if events is not None:
-                events.cancel()
-                # Bounded: this task's own end must not wait on a reader that missed its cancellation.
-                await asyncio.wait({events}, timeout=STOP_SECONDS)
-            if ipr is not None:
-                ipr.close()
+            if reader is not None:
+                reader.close()
 
-    async def _events(self, ipr: Any) -> None:
-        try:
-            while True:
-                got = False
-                async for msg in ipr.get():
-                    got = True
-                    if msg["header"]["type"] in (RTM_NEWLINK, RTM_DELLINK):
-                        self._names = None  # an interface came, went or was renamed
-                if got:
-                    self.changed()
-                else:  # pyroute2 ends a read with nothing when the socket closes
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning(
-                "pod %s/%s: address watch stopped: %s", self.record.pod_namespace, self.record.pod_name, exc
-            )
+    def _event(self, msg_type: int) -> None:
+        """A message the kernel multicast: an address or a link changed."""
+        if msg_type in (netlink.RTM_NEWLINK, netlink.RTM_DELLINK):
+            self._names = None  # an interface came, went or was renamed
+        self.changed()
 
-    async def _loop(self, ipr: Any) -> None:
+    def _lost(self) -> None:
+        """Events were lost (the socket's buffer overran during a storm): look at everything again."""
+        self._names = None
+        self.changed()
+
+    async def _loop(self, reader: netlink.Reader) -> None:
         while not self.stopped:
             await self._wake.wait()
             while not self.stopped:
@@ -464,23 +467,20 @@ class _PodWatch:
             if self.stopped or self._first is None:
                 continue
             self._first = None
-            if await self._flush(ipr) is False:
+            if await self._flush(reader) is False:
                 self._failures += 1
                 self.changed()  # look again (and retry) after the backoff
             else:
                 self._failures = 0
 
-    async def _flush(self, ipr: Any) -> bool | None:
+    async def _flush(self, reader: netlink.Reader) -> bool | None:
         """Looks at the namespace; writes the status if it changed. None: nothing to write."""
         self._looked = self._clock()
         self.looks += 1
-        addresses = [m async for m in await ipr.addr("dump")]
-        if self._names is None or any(int(m["index"]) not in self._names for m in addresses):
-            # Link messages are large (every IFLA attribute and counter): the names are
-            # dumped on the first look, and again after a link changed.
-            self._names = link_names([m async for m in await ipr.link("dump")])
-        new, cut = cap_status(updated_status(self.status, observed_addresses(self._names, addresses)),
-                              self._settings)
+        seen = await self._read(reader)
+        if seen is None:
+            return None
+        new, cut = cap_status(updated_status(self.status, observed_addresses(*seen)), self._settings)
         if self.stopped:
             return None
         if cut and not self._capped:
@@ -501,6 +501,32 @@ class _PodWatch:
             return False
         self.status = new
         return True
+
+    async def _read(
+        self, reader: netlink.Reader
+    ) -> tuple[dict[int, str], list[netlink.AddressEntry]] | None:
+        """The namespace's interface names and addresses; None when every dump lost messages
+        (the loss marked the pod changed: it is looked at again after the debounce)."""
+        for attempt in range(DUMP_ATTEMPTS):
+            try:
+                addresses = await reader.dump(netlink.RTM_GETADDR, netlink.parse_address)
+                names = self._names
+                if names is None or any(a.index not in names for a in addresses):
+                    # Link messages are large (every IFLA attribute and counter): the names are
+                    # dumped on the first look, and again after a link changed.
+                    links = await reader.dump(netlink.RTM_GETLINK, netlink.parse_link)
+                    names = self._names = link_names(links)
+                return names, addresses
+            except netlink.Lost as exc:
+                self._names = None
+                if attempt + 1 == DUMP_ATTEMPTS:
+                    log.info(
+                        "pod %s/%s: looking at its addresses again later: %s",
+                        self.record.pod_namespace,
+                        self.record.pod_name,
+                        exc,
+                    )
+        return None
 
 
 class AddressWatch:

@@ -2,7 +2,7 @@
 
 The namespace is entered once per `apply`, to open one netlink socket: a socket
 stays in the namespace it was created in, so every request after that runs on the
-agent's event loop (pyroute2's asyncio API) without entering anything again.
+agent's event loop (`bridge.agent.netlink`, stdlib `AF_NETLINK`) without entering anything again.
 setns(2) moves only the calling thread, so the socket is opened by a short-lived
 thread of its own: a pooled thread would carry the pod's namespace into unrelated
 work, and the event loop's thread must never leave the agent's namespace.
@@ -14,9 +14,11 @@ the change later (compare `bridge.agent.orphans`).
 The effect is that of the `ip` commands `RouteOp.argv` names, and failures read
 the same: CNI error 5 "<ip command> failed in <netns>" with `ip`'s own wording in
 the details ("Error: Nexthop has invalid gateway.", `Cannot find device "net1"`),
-and CNI error 100 when the whole change outlasts the timeout.
-pyroute2 is imported on first use, off the event loop (docs/benchmarks.md: ~6.6 MB
-of RSS and ~55 ms), so an agent whose pods never move a default route never pays it.
+and CNI error 100 when the whole change outlasts the timeout; the kernel's own words
+come with its errors because the socket asks for extended acks (NETLINK_EXT_ACK).
+The messages are built and read with `struct` (rtmsg with RTA_GATEWAY, RTA_OIF,
+RTA_PRIORITY; ifinfomsg with IFLA_IFNAME): pyroute2, which did this before, cost
+~6.6 MB of RSS and ~55 ms on the first move (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
-import importlib
 import os
 import socket
+import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from bridge.agent import netlink
 from bridge.agent.invoke import CNIError, ErrorCode
 from bridge.agent.plan import RouteAction, RouteOp
 
@@ -43,9 +47,11 @@ RTPROT_BOOT = 3
 RT_SCOPE_UNIVERSE = 0
 RTN_UNICAST = 1
 RTM_F_CLONED = 0x200
-RTM_DELROUTE = 25
-NLM_F_REQUEST = 0x1
-NLM_F_ACK = 0x4
+#: linux/rtnetlink.h route attributes.
+RTA_OIF = 4
+RTA_GATEWAY = 5
+RTA_PRIORITY = 6
+RTA_TABLE = 15
 #: `ip route flush` dumps and deletes until a dump finds nothing; a namespace whose
 #: default routes reappear this many times in a row is being changed by someone else.
 MAX_FLUSH_ROUNDS = 10
@@ -74,47 +80,70 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
         sock = await socket_in(netns)
     except OSError as exc:
         raise _failed(ops[0], netns, f"cannot enter network namespace {netns}: {exc.strerror}") from None
-    except ImportError as exc:
-        raise _failed(
-            ops[0],
-            netns,
-            f"the agent needs pyroute2 to move default routes ({exc}); install podnetwork's "
-            "dependencies, e.g. pip install 'pyroute2-minimal>=0.9.7,<0.10'",
-        ) from None
-    pyroute2 = pyroute2_module()
-    # pyroute2 owns the descriptor from here on (it dups it on first use and closes it in close()).
-    ipr = pyroute2.AsyncIPRoute(fileno=sock.detach(), ext_ack=True)
+    try:
+        sock.setsockopt(netlink.SOL_NETLINK, netlink.NETLINK_EXT_ACK, 1)  # the kernel's own words in errors
+        link = netlink.Reader(sock, _ignore, _nothing_lost)
+    except BaseException:
+        sock.close()
+        raise
     indexes: dict[str, int] = {}  # each interface looked up once, however many gateways and families
     try:
         for op in ops:
             progress[0] = op
             try:
                 if op.action is RouteAction.FLUSH_DEFAULT:
-                    await _flush_default(ipr, op, netns)
+                    await _flush_default(link, op, netns)
                 else:
-                    await _add_default(ipr, op, netns, indexes)
-            except pyroute2.NetlinkError as exc:
+                    await _add_default(link, op, netns, indexes)
+            except netlink.NetlinkError as exc:
                 raise _failed(op, netns, _ip_wording(exc)) from None
     finally:
-        ipr.close()
+        link.close()
 
 
-async def _flush_default(ipr: Any, op: RouteOp, netns: str) -> None:
+def _ignore(_msg_type: int) -> None:
+    return None  # the socket joins no multicast group: nothing arrives unasked
+
+
+def _nothing_lost() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class _Route:
+    """A dumped route: what `_is_default` reads, and the message as the kernel wrote it."""
+
+    family: int
+    dst_len: int
+    table: int
+    flags: int
+    raw: bytes
+
+
+def _parse_route(payload: memoryview) -> _Route:
+    if len(payload) < netlink.RTMSG.size:
+        raise netlink.Malformed(f"route message of {len(payload)} bytes, shorter than rtmsg")
+    family, dst_len, _src, _tos, table, _proto, _scope, _type, flags = netlink.RTMSG.unpack_from(payload)
+    extended = netlink.attributes(payload, netlink.RTMSG.size).get(RTA_TABLE)
+    if extended is not None and len(extended) == 4:
+        table = struct.unpack("=I", extended)[0]
+    return _Route(family, dst_len, table, flags, bytes(payload))
+
+
+async def _flush_default(link: netlink.Reader, op: RouteOp, netns: str) -> None:
     """`ip -N route flush exact <default>`: every default route of the family in the main table."""
     family = _FAMILIES[op.family]
     for _ in range(MAX_FLUSH_ROUNDS):
-        doomed = [r async for r in await ipr.route("dump", family=family) if _is_default(r, family)]
+        routes = await link.dump(netlink.RTM_GETROUTE, _parse_route, family)
+        doomed = [r for r in routes if _is_default(r, family)]
         if not doomed:
             return
         for route in doomed:
             # The route as dumped, sent back as a deletion: it matches exactly that route (what `ip` does).
             try:
-                async for _reply in await ipr.nlm_request(
-                    route, msg_type=RTM_DELROUTE, msg_flags=NLM_F_REQUEST | NLM_F_ACK
-                ):
-                    pass
-            except pyroute2_module().NetlinkError as exc:
-                if exc.code != errno.ESRCH:  # gone since the dump: what the flush wanted
+                await link.request(netlink.RTM_DELROUTE, 0, route.raw)
+            except netlink.NetlinkError as exc:
+                if exc.errno != errno.ESRCH:  # gone since the dump: what the flush wanted
                     raise
     raise _failed(
         op,
@@ -124,62 +153,64 @@ async def _flush_default(ipr: Any, op: RouteOp, netns: str) -> None:
     )
 
 
-def _is_default(route: Any, family: int) -> bool:
-    table = route.get_attr("RTA_TABLE") or route["table"]
-    return bool(
-        route["family"] == family
-        and route["dst_len"] == 0
-        and table == RT_TABLE_MAIN
-        and not route["flags"] & RTM_F_CLONED
+def _is_default(route: _Route, family: int) -> bool:
+    return (
+        route.family == family
+        and route.dst_len == 0
+        and route.table == RT_TABLE_MAIN
+        and not route.flags & RTM_F_CLONED
     )
 
 
-async def _add_default(ipr: Any, op: RouteOp, netns: str, indexes: dict[str, int]) -> None:
+def _index(payload: memoryview) -> int:
+    if len(payload) < netlink.IFINFOMSG.size:
+        raise netlink.Malformed(f"link message of {len(payload)} bytes, shorter than ifinfomsg")
+    return int(netlink.IFINFOMSG.unpack_from(payload)[2])
+
+
+def _attr(kind: int, value: bytes) -> bytes:
+    body = netlink.RTATTR.pack(netlink.RTATTR.size + len(value), kind) + value
+    return body + b"\0" * (-len(body) % 4)
+
+
+async def _add_default(link: netlink.Reader, op: RouteOp, netns: str, indexes: dict[str, int]) -> None:
     """`ip -N route add default via GW dev IF [metric M]`."""
     assert op.ifname is not None
     if op.ifname not in indexes:
+        query = netlink.IFINFOMSG.pack(0, 0, 0, 0, 0) + _attr(netlink.IFLA_IFNAME, op.ifname.encode() + b"\0")
         try:
-            links = await ipr.link("get", ifname=op.ifname)
-        except pyroute2_module().NetlinkError as exc:
-            if exc.code != errno.ENODEV:
+            found = await link.request(netlink.RTM_GETLINK, 0, query, _index)
+        except netlink.NetlinkError as exc:
+            if exc.errno != errno.ENODEV:
                 raise
             raise _failed(op, netns, f'Cannot find device "{op.ifname}"') from None
-        indexes[op.ifname] = int(links[0]["index"])
-    spec: dict[str, Any] = {
-        "family": _FAMILIES[op.family],
-        "dst_len": 0,
-        "gateway": op.gateway,
-        "oif": indexes[op.ifname],
-        "table": RT_TABLE_MAIN,
-        "proto": RTPROT_BOOT,
-        "scope": RT_SCOPE_UNIVERSE,
-        "type": RTN_UNICAST,
-    }
+        if not found:
+            raise _failed(op, netns, f'Cannot find device "{op.ifname}"')
+        indexes[op.ifname] = found[0]
+    family = _FAMILIES[op.family]
+    body = netlink.RTMSG.pack(family, 0, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST, 0)
+    body += _attr(RTA_GATEWAY, socket.inet_pton(family, str(op.gateway)))
+    body += _attr(RTA_OIF, struct.pack("=I", indexes[op.ifname]))
     if op.metric is not None:
-        spec["priority"] = op.metric
-    await ipr.route("add", **spec)
+        body += _attr(RTA_PRIORITY, struct.pack("=I", op.metric))
+    await link.request(netlink.RTM_NEWROUTE, netlink.NLM_F_CREATE | netlink.NLM_F_EXCL, body)
 
 
 def _failed(op: RouteOp, netns: str, details: str) -> CNIError:
     return CNIError(ErrorCode.IO_FAILURE, f"{' '.join(op.argv())} failed in {netns}", details)
 
 
-def _ip_wording(exc: Any) -> str:
+def _ip_wording(exc: netlink.NetlinkError) -> str:
     """A kernel refusal as `ip` prints it: the extended ack's text if any, else the errno's."""
-    code = int(exc.code)
-    text = str(exc.args[1]) if len(exc.args) > 1 else ""
-    if text and text != os.strerror(code):
-        return f"Error: {text}."
+    code = int(exc.errno or 0)
+    if exc.text and exc.text != os.strerror(code):
+        return f"Error: {exc.text}."
     return f"RTNETLINK answers: {os.strerror(code)}"
 
 
-def pyroute2_module() -> Any:
-    """The pyroute2 package (imported by `open_in` on first use; untyped, hence Any)."""
-    return importlib.import_module("pyroute2")
-
-
-async def socket_in(netns: str) -> socket.socket:
-    """A netlink socket in the namespace at path `netns`, opened by a thread of its own."""
+async def socket_in(netns: str, prepare: Callable[[], object] | None = None) -> socket.socket:
+    """A netlink socket in the namespace at path `netns`, opened by a thread of its own (which
+    first runs `prepare`, if given: slow work kept off the event loop)."""
     loop = asyncio.get_running_loop()
     opened: asyncio.Future[socket.socket] = loop.create_future()
 
@@ -195,6 +226,8 @@ async def socket_in(netns: str) -> socket.socket:
     def run() -> None:
         result: socket.socket | BaseException
         try:
+            if prepare is not None:
+                prepare()
             result = open_in(netns)
         except BaseException as exc:
             result = exc
@@ -210,7 +243,7 @@ async def socket_in(netns: str) -> socket.socket:
 
 
 def open_in(netns: str) -> socket.socket:
-    pyroute2_module()  # the first import takes ~55 ms: here rather than on the event loop
+    """An rtnetlink socket in the namespace at path `netns`; the calling thread stays in it."""
     fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
     try:
         setns(fd)

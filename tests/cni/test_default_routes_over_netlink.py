@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,18 @@ async def test_moving_the_default_route_leaves_the_same_routing_table_as_nsenter
         assert devices == ({"net1"} if family in moved else {"eth0"}), (family, new.defaults(family))
     if moved == {4, 6}:
         assert new.defaults(4) == [("net1", f"{new.v4[1]}.1", None), ("net1", f"{new.v4[1]}.254", 1)]
+
+
+def test_a_move_needs_no_pyroute2(pods: tuple[Pod, Pod]) -> None:
+    """The agent speaks rtnetlink with the stdlib (`bridge.agent.netlink`): no pyroute2 to import."""
+    new, _ = pods
+    probe = (
+        "import asyncio, sys; sys.modules['pyroute2'] = None\n"  # as if it were not installed
+        "from bridge.agent import plan, routes\n"
+        f"asyncio.run(routes.apply({new.path!r}, plan.default_route_ops('net1', [{new.v4[1] + '.1'!r}]), 30))\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert new.defaults(4) == [("net1", f"{new.v4[1]}.1", None)]
 
 
 async def test_the_netns_may_be_given_as_a_process_namespace_path(pods: tuple[Pod, Pod]) -> None:

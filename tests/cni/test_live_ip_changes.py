@@ -16,6 +16,8 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent.addresswatch import Settings
+from bridge.agent.addresswatch import IFA_F_TENTATIVE, Settings
 from bridge.agent.cache import Attachment, State
 from tests.cni.agent_support import NPWG_NETWORKS, NPWG_STATUS, World, run, status_of
 
@@ -292,3 +294,107 @@ async def test_thousands_of_addresses_are_capped_in_the_status_said_in_an_event_
 
     deleted = await world.cni("DEL", "ctr-live", netns, "web")
     assert deleted.returncode == 0, deleted.stdout
+
+
+# --- the reader against pyroute2, on a real namespace ------------------------------------------------
+
+
+async def _pyroute2_view(netns: str) -> tuple[dict[int, str], list[tuple[int, str, int, int]]]:
+    """The namespace's link names and addresses as pyroute2 reads them (the watch's reader before)."""
+    from pyroute2 import AsyncIPRoute
+
+    from bridge.agent import routes
+
+    ipr = AsyncIPRoute(fileno=(await routes.socket_in(netns)).detach())
+    try:
+        names = {int(m["index"]): str(m.get_attr("IFLA_IFNAME")) async for m in await ipr.link("dump")}
+        addresses = []
+        async for m in await ipr.addr("dump"):
+            ip = m.get_attr("IFA_LOCAL") or m.get_attr("IFA_ADDRESS")
+            flags = m.get_attr("IFA_FLAGS")
+            addresses.append((int(m["index"]), str(ipaddress.ip_address(ip)), int(m["prefixlen"]),
+                              int(flags if flags is not None else m["flags"])))
+        return names, addresses
+    finally:
+        ipr.close()
+
+
+async def _reader_view(netns: str) -> tuple[dict[int, str], list[tuple[int, str, int, int]]]:
+    from bridge.agent import netlink, routes
+
+    events: list[int] = []
+    reader = netlink.Reader(await routes.socket_in(netns), events.append, lambda: None)
+    try:
+        names = dict(await reader.dump(netlink.RTM_GETLINK, netlink.parse_link))
+        entries = await reader.dump(netlink.RTM_GETADDR, netlink.parse_address)
+        return names, [(e.index, e.ip, e.prefixlen, e.flags) for e in entries]
+    finally:
+        reader.close()
+
+
+async def test_the_stdlib_reader_reads_a_namespace_as_pyroute2_does(tmp_path: Path) -> None:
+    """Links renamed and plain, IPv4 with a peer (point-to-point), IPv6 tentative and not, and enough
+    addresses (600) that the dump spans many datagrams: the same names, addresses, prefixes and flags."""
+    name = f"pn-nl-{os.getpid()}"
+    run("ip", "netns", "add", name)
+    try:
+        batch = [
+            "link add eth0 type veth peer name peer0",
+            "link set eth0 up",
+            "link set peer0 up",
+            "link set peer0 name renamed0",
+            "addr add 10.9.0.1 peer 10.9.0.2/32 dev eth0",
+            "addr add 10.8.0.5/24 dev eth0",
+            "addr add fd00:1::5/64 dev eth0 nodad",
+            # Tentative for as long as the test runs: duplicate detection waits for a carrier.
+            "link add tent0 type veth peer name tent1",
+            "link set tent0 up",
+            "addr add fd00:2::5/64 dev tent0",
+        ] + [f"addr add fd00:3::{i:x}/128 dev renamed0 nodad" for i in range(1, 601)]
+        script = tmp_path / "batch"
+        script.write_text("\n".join(batch) + "\n")
+        run("ip", "-n", name, "-batch", str(script))
+        netns = f"/var/run/netns/{name}"
+        theirs, ours = await _pyroute2_view(netns), await _reader_view(netns)
+        assert ours[0] == theirs[0]
+        assert sorted(ours[1]) == sorted(theirs[1])
+        assert {"lo", "eth0", "renamed0"} <= set(ours[0].values())
+        assert len(ours[1]) > 600
+        assert any(ip == "10.9.0.1" for _, ip, _, _ in ours[1]), "IFA_LOCAL, not the peer"
+        assert [flags & IFA_F_TENTATIVE for _, ip, _, flags in ours[1] if ip == "fd00:2::5"] == [IFA_F_TENTATIVE]
+    finally:
+        run("ip", "netns", "del", name, check=False)
+
+
+WATCH_ALONE = """
+import asyncio, sys
+from bridge.agent import addresswatch
+from bridge.agent.cache import Record
+
+async def main(netns):
+    async def publish(record, status):
+        return True
+    watch = addresswatch.AddressWatch(publish)
+    watch.watch(Record(container_id="c", netns=netns, ifname="eth0", pod_namespace="ns", pod_name="p",
+                       complete=True), [{"name": "default", "interface": "eth0", "ips": []}])
+    for _ in range(600):
+        if watch.looks("c"):
+            break
+        await asyncio.sleep(0.05)
+    print(watch.looks("c"), "pyroute2" in sys.modules)
+    await watch.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_watching_a_pod_s_addresses_does_not_load_pyroute2() -> None:
+    """pyroute2 costs the agent ~6.6 MB (docs/benchmarks.md): the watch reads with the stdlib."""
+    name = f"pn-nlw-{os.getpid()}"
+    run("ip", "netns", "add", name)
+    try:
+        done = subprocess.run([sys.executable, "-c", WATCH_ALONE, f"/var/run/netns/{name}"],
+                              capture_output=True, text=True, check=True, timeout=60)
+        assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
+    finally:
+        run("ip", "netns", "del", name, check=False)

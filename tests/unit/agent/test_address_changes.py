@@ -1,6 +1,6 @@
 """Live IP changes (KEP Req 25), the pure part: the status an address set gives
 (`addresswatch.updated_status`), which addresses are pod IPs, reading the kernel's
-messages (real pyroute2 message objects), and the debounce (`flush_at`, `retry_delay`).
+messages (the bytes the kernel writes, through `bridge.agent.netlink`'s parsers), and the debounce (`flush_at`, `retry_delay`).
 The watch itself, with real namespaces and plugins, is tests/cni/test_live_ip_changes.py.
 """
 
@@ -11,9 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
+from bridge.agent import netlink
 from bridge.agent.addresswatch import (
     IFA_F_DADFAILED,
     IFA_F_TENTATIVE,
@@ -31,6 +30,14 @@ from bridge.agent.addresswatch import (
     updated_status,
 )
 from bridge.translate import podips
+from tests.unit.netlink_support import (
+    IFA_ADDRESS,
+    IFA_LOCAL,
+    address_payload,
+    flags_attr,
+    ip_attr,
+    link_payload,
+)
 
 STATUS: list[dict[str, Any]] = [
     {"name": "kubenet", "interface": "eth0", "ips": ["10.1.0.5/24"], "mac": "aa:bb:cc:00:00:01", "default": True},
@@ -108,31 +115,28 @@ def test_the_bridge_reads_the_new_status_as_the_pod_s_ipv6_ip() -> None:
     assert [ip["ip"] for ip in ips] == ["10.1.0.5", "2001:db8::5"]
 
 
-def _link(index: int, name: str) -> ifinfmsg:
-    msg = ifinfmsg()
-    msg["index"] = index
-    msg["attrs"] = [("IFLA_IFNAME", name)]
-    return msg
+def _link(index: int, name: str) -> tuple[int, str]:
+    parsed = netlink.parse_link(memoryview(link_payload(index, name)))
+    assert parsed is not None
+    return parsed
 
 
-def _addr(index: int, attrs: list[tuple[str, Any]], prefixlen: int, flags: int = 0) -> ifaddrmsg:
-    msg = ifaddrmsg()
-    msg["index"] = index
-    msg["prefixlen"] = prefixlen
-    msg["flags"] = flags
-    msg["attrs"] = attrs
-    return msg
+def _addr(index: int, attrs: list[bytes], prefixlen: int, flags: int = 0) -> netlink.AddressEntry:
+    parsed = netlink.parse_address(memoryview(address_payload(index, prefixlen, attrs, flags=flags)))
+    assert parsed is not None
+    return parsed
 
 
 def test_kernel_messages_become_addresses_per_interface() -> None:
     links = [_link(1, "lo"), _link(2, "eth0"), _link(3, "net1")]
     addresses = [
-        _addr(1, [("IFA_ADDRESS", "127.0.0.1"), ("IFA_LOCAL", "127.0.0.1")], 8),
+        _addr(1, [ip_attr(IFA_ADDRESS, "127.0.0.1"), ip_attr(IFA_LOCAL, "127.0.0.1")], 8),
         # IPv4 point-to-point: IFA_ADDRESS is the peer, IFA_LOCAL the interface's own.
-        _addr(2, [("IFA_ADDRESS", "10.9.9.9"), ("IFA_LOCAL", "10.1.0.5")], 32),
-        _addr(2, [("IFA_ADDRESS", "fd00::7"), ("IFA_FLAGS", IFA_F_TENTATIVE)], 64, flags=0),
-        _addr(2, [("IFA_ADDRESS", "fd00::8")], 64, flags=IFA_F_TENTATIVE),
-        _addr(9, [("IFA_ADDRESS", "10.7.0.1")], 24),  # an interface gone since the link dump
+        _addr(2, [ip_attr(IFA_ADDRESS, "10.9.9.9"), ip_attr(IFA_LOCAL, "10.1.0.5")], 32),
+        # The 32-bit IFA_FLAGS attribute, when present, is the flags (ifaddrmsg's 8 bits are not).
+        _addr(2, [ip_attr(IFA_ADDRESS, "fd00::7"), flags_attr(IFA_F_TENTATIVE)], 64, flags=0),
+        _addr(2, [ip_attr(IFA_ADDRESS, "fd00::8")], 64, flags=IFA_F_TENTATIVE),
+        _addr(9, [ip_attr(IFA_ADDRESS, "10.7.0.1")], 24),  # an interface gone since the link dump
     ]
     assert observed_addresses(link_names(links), addresses) == {
         "lo": [Address("127.0.0.1", 8)],
