@@ -357,14 +357,14 @@ class SubprocessExec:
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(stdin), timeout)
         except TimeoutError:
-            await _kill(proc)
+            await kill_group(proc)
             raise CNIError(
                 ErrorCode.PLUGIN_TIMEOUT,
                 f"plugin {plugin.name} timed out",
                 f"no answer within {timeout:g}s (--plugin-timeout); it was killed",
             ) from None
         except asyncio.CancelledError:
-            await _kill(proc)
+            await kill_group(proc)
             raise
         return proc.returncode or 0, stdout, stderr
 
@@ -390,7 +390,8 @@ class Measured:
             self.observe(plugin.name, env.get("CNI_COMMAND", ""), ok, time.perf_counter() - started)
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
+async def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kills a plugin started in its own process group, with whatever it started, and reaps it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):

@@ -39,11 +39,11 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.agent import invoke
 from bridge.policy.rules import FAMILY, TABLE
 from bridge.services import dnat
 from podnetwork.ground import constants
@@ -227,11 +227,11 @@ async def run_in(netns: str, action: str, argv: Sequence[str], stdin: bytes = b"
     try:
         out, err = await asyncio.wait_for(_communicate(proc, stdin), timeout)
     except TimeoutError:
-        await _kill(proc)
+        await invoke.kill_group(proc)
         raise NftablesError(netns, action, f"{said_by} did not finish within {timeout:g} s; it was killed, "
                                            "and a transaction it had not committed is not applied") from None
     except BaseException:
-        await _kill(proc)
+        await invoke.kill_group(proc)
         raise
     if proc.returncode != 0:
         said = _cut(err or out) or f"no message, exit code {proc.returncode}"
@@ -286,11 +286,3 @@ async def _read_bounded(stream: asyncio.StreamReader) -> bytes:
 def _cut(data: bytes) -> str:
     text = data.decode(errors="replace").strip()
     return text if len(data) < MAX_OUTPUT_BYTES else text + " [...] (cut)"
-
-
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    await proc.wait()

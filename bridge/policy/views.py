@@ -20,7 +20,6 @@ own rules knows its interfaces from its own records; this reading serves peers o
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -37,17 +36,9 @@ from bridge.policy.world import (
     namespace_info,
     pod_info,
 )
+from bridge.translate.podips import status_address
 from podnetwork.ground import constants
 from podnetwork.ground.core import Namespace, ObjectMeta
-
-
-def _address(value: Any) -> Address | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return ipaddress.ip_interface(value).ip
-    except ValueError:
-        return None
 
 
 def container_ports(pod: Mapping[str, Any]) -> list[ContainerPort]:
@@ -92,7 +83,7 @@ def _status_interfaces(meta: ObjectMeta, by_nad: Mapping[str, str]) -> Iterable[
         if network is None or not isinstance(ips, list):
             continue
         for raw in ips:
-            if (address := _address(raw)) is not None:
+            if (address := status_address(raw)) is not None:
                 yield network, interface, address
 
 
@@ -110,7 +101,7 @@ def _pod_ips_interfaces(
         if not isinstance(entry, Mapping):
             continue
         network = by_podnetwork.get(entry.get("podNetwork"))  # type: ignore[arg-type]
-        address = _address(entry.get("ip"))
+        address = status_address(entry.get("ip"))
         interface = entry.get("interfaceName") if isinstance(entry.get("interfaceName"), str) else None
         if network is not None and address is not None:
             yield network, interface, address

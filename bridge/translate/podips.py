@@ -38,7 +38,7 @@ from podnetwork.ground import constants
 from podnetwork.kep.api import PodIP
 
 
-def _address(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def status_address(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """The address of an NPWG status IP, which may carry a prefix length (5.4)."""
     if not isinstance(value, str):
         return None
@@ -114,7 +114,7 @@ def pod_ips(
         interface = entry.get("interface") if isinstance(entry.get("interface"), str) else None
         interface = interface or source.interface
         for raw in entry.get("ips") or []:
-            addr = _address(raw)
+            addr = status_address(raw)
             if addr is None or (source.pod_network, addr.version) in seen:
                 continue
             seen.add((source.pod_network, addr.version))
@@ -180,4 +180,4 @@ def format_attachments(data: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(data), separators=(",", ":"))
 
 
-__all__ = ["attachments", "format_attachments", "format_pod_ips", "match", "pod_ips"]
+__all__ = ["attachments", "format_attachments", "format_pod_ips", "match", "pod_ips", "status_address"]
