@@ -434,6 +434,8 @@ class HotPlug:
         if agent.enforcer is not None:
             # The table follows the interfaces now (a failure is retried by the enforcer's loop).
             await agent.enforcer.added(record, pod, fail_closed=False)
+        if agent.services is not None:
+            await agent.services.added(record)  # the ClusterIPs of its networks now
         if agent.config.patch_status:
             agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).
