@@ -25,6 +25,7 @@ does not know what the last agent translated to (`UNKNOWN`), so nothing is flush
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from bridge.agent import clusterips, enforcement, nftables, serving
 from bridge.agent.cache import Record
@@ -44,9 +45,13 @@ class ClusterIPs(Reconciler[Tables]):
     kinds = KINDS
 
     def __init__(self, state: ServiceState, settings: Settings | None = None, *,
-                 conntrack: str = "conntrack") -> None:
+                 apply: Any = clusterips.apply, remove: Any = clusterips.remove,
+                 flush: Any = clusterips.flush_udp, conntrack: str = "conntrack") -> None:
+        """`apply(netns, ruleset, timeout=)`, `remove(netns, timeout=)`, `flush(netns, pairs, timeout=,
+        conntrack=)`: `clusterips`' by default (a test's recorder otherwise)."""
         super().__init__(state, settings)
         self.state: ServiceState = state
+        self.apply, self.remove, self.flush = apply, remove, flush
         self.conntrack = conntrack
         self.flushed = 0
         """conntrack runs made (pairs flushed), for tests and benchmarks."""
@@ -56,19 +61,19 @@ class ClusterIPs(Reconciler[Tables]):
         return serving.decide(services, self.state.endpoints(), self.state.by_nad(), locals_, self.applied)
 
     async def put(self, netns: str, document: Tables, before: Written) -> None:
-        await clusterips.apply(netns, document.ruleset, timeout=self.settings.nft_timeout)
+        await self.apply(netns, document.ruleset, timeout=self.settings.nft_timeout)
         await self._flush(netns, serving.stale_udp(before, document))
 
     async def drop(self, netns: str, before: Written) -> None:
-        await clusterips.remove(netns, timeout=self.settings.nft_timeout)
+        await self.remove(netns, timeout=self.settings.nft_timeout)
         await self._flush(netns, serving.stale_udp(before, None))
 
     async def _flush(self, netns: str, pairs: list[serving.Pair]) -> None:
         if not pairs:
             return
         try:
-            self.flushed += await clusterips.flush_udp(netns, pairs, timeout=self.settings.nft_timeout,
-                                                       conntrack=self.conntrack)
+            self.flushed += await self.flush(netns, pairs, timeout=self.settings.nft_timeout,
+                                             conntrack=self.conntrack)
         except nftables.NetnsGone:
             raise
         except nftables.NftablesError as exc:
