@@ -9,7 +9,12 @@ its NAD, a Service by its PodNetwork: `by_nad` maps one to the other (`client_of
 `decide` compiles each pod once (`dnat.compile_pod`; its containers share it) into `Tables`: the
 ruleset and the UDP (ClusterIP, endpoint) pairs it translates to, and returns a `Step` for each
 container whose `Tables` differ from what was last written there (`applied`; `UNKNOWN` after a
-restart). `stale_udp` says which of those pairs an update stopped translating to: the
+restart). The table holds no address of the pod (its keys are interface . ClusterIP), so pods
+whose attachments have the same networks, interface names and address families share one
+compiled table (`shape`); only their routes' source addresses differ (`_for_pod`). On a node of
+20 such pods that is one compilation per pass instead of 20.
+
+`stale_udp` says which of those pairs an update stopped translating to: the
 conntrack entries of UDP flows to them must go, or the flows keep their old endpoint.
 """
 
@@ -19,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bridge.agent.enforcement import UNKNOWN, Local, Step
-from bridge.services import ClientPod, Endpoint, Protocol, Ruleset, Service, compile_pod, dnat
+from bridge.services import ClientPod, Endpoint, Protocol, Route, Ruleset, Service, compile_pod, dnat
 from bridge.services import model as services_model
 
 Pair = tuple[str, str]
@@ -74,16 +79,44 @@ def tables_of(pod: ClientPod, services: Sequence[Service],
     return Tables(ruleset, udp_pairs(pod, mine, endpoints))
 
 
+Shape = tuple[tuple[str, str | None, tuple[int, ...]], ...]
+
+
+def shape(pod: ClientPod) -> Shape:
+    """What a pod's table depends on besides the Services: each attachment's network, interface and
+    address families (in order: the first named interface on a network is the one used)."""
+    return tuple((a.network, a.interface, tuple(sorted({x.version for x in a.addresses})))
+                 for a in pod.attachments)
+
+
+def _for_pod(tables: Tables, pod: ClientPod) -> Tables:
+    """`tables` compiled for a pod of the same `shape`, with `pod`'s key and source addresses."""
+    routes = []
+    for route in tables.ruleset.routes:
+        version = 6 if ":" in route.destination else 4
+        itf = next(a for a in pod.attachments if a.interface == route.interface)
+        source = next(a for a in itf.addresses if a.version == version)
+        routes.append(Route(route.destination, route.interface, str(source)))
+    ruleset = Ruleset(pod.key, tables.ruleset.commands, tuple(sorted(routes)), tables.ruleset.skipped)
+    return Tables(ruleset, tables.udp)
+
+
 def decide(services: Sequence[Service], endpoints: Mapping[str, Sequence[Endpoint]],
            by_nad: Mapping[str, str], locals_: Iterable[Local],
            applied: Mapping[str, object]) -> list[Step[Tables]]:
     """A step for each local container whose `Tables` differ from what was last written there
     (`applied`, by container ID; a container missing from it counts as `UNKNOWN`)."""
     compiled: dict[str, Tables | None] = {}
+    by_shape: dict[Shape, Tables | None] = {}
     steps: list[Step[Tables]] = []
     for local in locals_:
         if local.pod not in compiled:
-            compiled[local.pod] = tables_of(client_of(local, by_nad), services, endpoints)
+            pod = client_of(local, by_nad)
+            key = shape(pod)
+            if key not in by_shape:
+                by_shape[key] = tables_of(pod, services, endpoints)
+            template = by_shape[key]
+            compiled[local.pod] = template if template is None else _for_pod(template, pod)
         tables = compiled[local.pod]
         if applied.get(local.container_id, UNKNOWN) != tables:
             skipped = tables.ruleset.skipped if tables is not None else ()
@@ -98,4 +131,4 @@ def stale_udp(before: object, after: Tables | None) -> list[Pair]:
     return sorted(before.udp - (after.udp if after is not None else frozenset()))
 
 
-__all__ = ["Pair", "Tables", "client_of", "decide", "stale_udp", "tables_of", "udp_pairs"]
+__all__ = ["Pair", "Shape", "Tables", "client_of", "decide", "shape", "stale_udp", "tables_of", "udp_pairs"]

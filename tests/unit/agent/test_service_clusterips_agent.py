@@ -240,3 +240,14 @@ async def test_at_start_a_recorded_pod_is_reconciled_and_one_no_service_applies_
         assert set(kernel.tables) == {"/n/1"}
     finally:
         await agent.stop()
+
+
+def test_pods_of_one_shape_share_a_compilation_and_each_gets_exactly_its_own_compiled_tables() -> None:
+    state = listed(*BASE, service("dual", cluster_ip="10.96.0.11"))
+    records = [record(f"c{i}", f"client-{i}", ip=f"10.1.0.{i + 5}", netns=f"/n/{i}") for i in range(3)]
+    steps = decide(state, {}, *records)
+    for r, step in zip(records, steps, strict=True):
+        own = serving.tables_of(serving.client_of(enforcement.local_of(r), state.by_nad()),
+                                list(state.services.values()), state.endpoints())
+        assert step.document == own  # as if compiled for this pod alone
+    assert {s.document.ruleset.routes[0].source for s in steps if s.document} == {"10.1.0.5", "10.1.0.6", "10.1.0.7"}
