@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The real CNI plugins and `ip` (the CNI tier, the demo), `nft` (the agent's MultiNetworkPolicy
-# tables in pods, bridge/agent/nftables.py, and their CNI tests), Graphviz's `dot` (`podnetwork graph
+# tables in pods, bridge/agent/nftables.py, and their CNI tests), `conntrack` (flushing UDP flows to a
+# Service endpoint that left, bridge/agent/clusterips.py), Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
 # shim, which `cni-agent --install` builds and its tests run). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
@@ -38,6 +39,7 @@ system-deps:
 	{ [ -x $(CNI_BIN)/bridge ] && [ -x $(CNI_BIN)/host-local ]; } || missing="$$missing containernetworking-plugins"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v nft >/dev/null || missing="$$missing nftables"; \
+	command -v conntrack >/dev/null || missing="$$missing conntrack"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \
 	[ -f "$$(cc -print-file-name=libc.a 2>/dev/null)" ] || missing="$$missing libc6-dev"; \

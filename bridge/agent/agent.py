@@ -53,6 +53,7 @@ from bridge.agent.records import Records, unfinished
 from bridge.agent.reports import Reports
 from bridge.agent.request import parse_request
 from bridge.agent.runner import Runner
+from bridge.agent.servicer import ClusterIPs
 from bridge.agent.settings import AgentConfig
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Agent:
         executor: invoke.Exec | None = None,
         events: EventSink | None = None,
         enforcer: Enforcer | None = None,
+        services: ClusterIPs | None = None,
     ) -> None:
         self.objects = objects
         self.config = config
@@ -88,6 +90,9 @@ class Agent:
         self.enforcer = enforcer
         """MultiNetworkPolicy on this node's pods (`bridge.agent.enforcer`); None: not enforced."""
         self.attachments.enforcer = enforcer
+        self.services = services
+        """Services' ClusterIPs in this node's pods (`bridge.agent.servicer`); None: not served."""
+        self.attachments.services = services
         self.readiness = readiness.Reporter()
         """Logs each change of readiness (and, given a node and a sink, posts a Node Event)."""
         self.host_problem: str | None = None
@@ -135,6 +140,9 @@ class Agent:
         if self.enforcer is not None:
             # Every recorded pod's table is reconciled once the policies are read.
             self.enforcer.start(self.records.readable())
+        if self.services is not None:
+            # And every recorded pod's ClusterIPs once the Services are read.
+            self.services.start(self.records.readable())
 
     async def _reconcile_node_access(self) -> None:
         """Node access at start, then every `recheck_interval` (a PodNetwork's switch changed)."""
@@ -209,6 +217,8 @@ class Agent:
         await self.reports.close()
         if self.enforcer is not None:
             await self.enforcer.stop()
+        if self.services is not None:
+            await self.services.stop()
         if self._announcing is not None:
             self._announcing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -28,6 +28,7 @@ from bridge.agent.records import Records, unfinished
 from bridge.agent.reports import Reports
 from bridge.agent.request import Request
 from bridge.agent.runner import Runner, Timer
+from bridge.agent.servicer import ClusterIPs
 from bridge.agent.settings import AgentConfig
 from podnetwork.ground.core import Pod
 
@@ -49,6 +50,8 @@ class Attachments:
         """MultiNetworkPolicy on this node (`bridge.agent.enforcer`); None: no policies enforced."""
         self.node_access: NodeAccess | None = None
         """The node's paths to PodNetworks (`bridge.agent.nodeaccess`), settled after each ADD and DEL."""
+        self.services: ClusterIPs | None = None
+        """Services' ClusterIPs in this node's pods (`bridge.agent.servicer`); None: not served."""
 
     # --- attach and detach, one container ---
 
@@ -109,6 +112,8 @@ class Attachments:
         await self.reports.unwatch(record.container_id)
         if self.enforcer is not None:
             await self.enforcer.deleted(record.container_id, netns or record.netns)
+        if self.services is not None:
+            await self.services.deleted(record.container_id, netns or record.netns)
         await self.runner.stop_orphans(record.container_id)
         # A status not yet written would report interfaces this DEL removes.
         self.reports.cancel(record)
@@ -181,7 +186,8 @@ class Attachments:
     async def _set_up(self, record: Record, planned: list[plan.Planned], request: Request, pod: Pod) -> None:
         """Attaches every planned network, moves the default route and writes the pod's policy
         table, or none: any failure tears down everything attempted, and the error says at which
-        stage. The table is written before the answer: a pod a policy isolates never runs open."""
+        stage. The table is written before the answer: a pod a policy isolates never runs open.
+        Then its ClusterIPs, before the answer too, but a failure there does not fail the ADD."""
         try:
             await self.attach(record, planned, request.args, request.phases.timed)
             try:
@@ -193,6 +199,10 @@ class Attachments:
             if self.enforcer is not None:
                 with request.phases.timed("policy"):
                     await self.enforcer.added(record, pod)
+            if self.services is not None:
+                # After the policy (which fails closed): the ClusterIPs fail open (servicer).
+                with request.phases.timed("services"):
+                    await self.services.added(record)
         except BaseException as exc:
             problems = await self.teardown(record, request.args.netns, raise_errors=False)
             if isinstance(exc, CNIError) and problems:

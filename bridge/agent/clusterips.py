@@ -10,6 +10,11 @@ namespace hold exactly that:
 - `remove(netns)`: the routes first, then the table, for the same reason the other way round.
   Idempotent; a namespace that is gone is no error (its routes and tables went with it).
 - `routes(netns)`: the routes of ours there now.
+- `flush_udp(netns, pairs)`: deletes the conntrack entries of UDP flows from the ClusterIP to an
+  endpoint that left (`conntrack -D -p udp --orig-dst CLUSTERIP --dst-nat ENDPOINT`, as
+  kube-proxy does): UDP has no end, so without it a flow keeps its old endpoint, gone or not,
+  until the entry times out. Without the `conntrack` program (Debian package `conntrack`) it
+  says so once in the log and does nothing.
 
 The routes are ours by their routing protocol number (`ip route ... proto 201`,
 `dnat.ROUTE_PROTOCOL`): `apply` deletes those it no longer wants, replaces the others, and
@@ -23,11 +28,18 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import shutil
 from collections.abc import Iterable, Sequence
 
 from bridge.agent import nftables
 from bridge.services.dnat import ROUTE_PROTOCOL, Route, Ruleset
+
+log = logging.getLogger(__name__)
+_said: set[str] = set()
+"""Programs found missing, said once in the log."""
+#: What conntrack -D says (with exit code 1) when nothing matched: no error for us.
+_NOTHING_DELETED = "0 flow entries have been deleted"
 
 
 async def apply(netns: str, ruleset: Ruleset, *, timeout: float = nftables.DEFAULT_TIMEOUT, nft: str = "nft",
@@ -89,6 +101,40 @@ async def sync_routes(netns: str, wanted: Iterable[Route], *, timeout: float = n
                           timeout=timeout, nsenter=nsenter)
 
 
+async def flush_udp(netns: str, pairs: Iterable[tuple[str, str]], *,
+                    timeout: float = nftables.DEFAULT_TIMEOUT, conntrack: str = "conntrack",
+                    nsenter: str = "nsenter") -> int:
+    """Deletes the conntrack entries of UDP flows in the namespace at path `netns` from each pair's
+    ClusterIP translated to its endpoint; how many `conntrack` runs it made (0 without the program).
+
+    Raises nftables.NetnsGone when the namespace does not exist, nftables.NftablesError when
+    conntrack fails otherwise than by finding nothing.
+    """
+    wanted = list(pairs)
+    if not wanted:
+        return 0
+    program = shutil.which(conntrack)
+    if program is None:
+        if conntrack not in _said:
+            _said.add(conntrack)
+            log.warning("services: the conntrack program (%s) is not installed (Debian package "
+                        "conntrack): UDP flows to an endpoint that left keep it until their conntrack "
+                        "entries expire",
+                        conntrack)
+        return 0
+    for cluster_ip, endpoint in wanted:
+        action = f"flush UDP conntrack entries {cluster_ip} -> {endpoint}"
+        argv = [program, "-D", "-p", "udp", "--orig-dst", cluster_ip, "--dst-nat", endpoint]
+        try:
+            await nftables.run_in(netns, action, argv, timeout=timeout, nsenter=nsenter)
+        except nftables.NetnsGone:
+            raise
+        except nftables.NftablesError as exc:
+            if _NOTHING_DELETED not in str(exc):
+                raise
+    return len(wanted)
+
+
 def _line(argv: Sequence[str]) -> str:
     return " ".join(argv) + "\n"
 
@@ -101,4 +147,4 @@ def _program(netns: str, ip: str, action: str) -> str:
     return program
 
 
-__all__ = ["apply", "remove", "routes", "sync_routes"]
+__all__ = ["apply", "flush_udp", "remove", "routes", "sync_routes"]

@@ -205,6 +205,16 @@ def _node_flags(p: argparse.ArgumentParser) -> None:
         "(the DaemonSet runs with hostNetwork). For a node standing in a namespace (tests)",
     )
     p.add_argument(
+        "--services",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the ClusterIPs of Services on PodNetworks in this node's pods: the agent lists and "
+        "watches the Services labelled "
+        "service.kubernetes.io/service-proxy-name=podnetwork.multinetwork.x-k8s.io, "
+        "the bridge's EndpointSlices and the PodNetworks cluster-wide, and writes DNAT rules and routes into "
+        "each client pod's namespace (docs/services.md; default: on, with a cluster; fails open)",
+    )
+    p.add_argument(
         "--netns-dir",
         type=Path,
         default=node.DEFAULT_NETNS_DIR,
@@ -433,6 +443,25 @@ def policy_enforcer(args: argparse.Namespace, objects: Any, api: Any) -> Any:
     return enforcer
 
 
+def service_clusterips(args: argparse.Namespace, objects: Any, api: Any) -> Any:
+    """The Services' ClusterIPs in this node's pods (`bridge.agent.servicer`) fed by list + watch: the
+    watch cache's PodNetwork watch when it has one (one watch per kind), its own otherwise."""
+    if not args.services:
+        log.info("services: ClusterIPs not served in pods (--no-services)")
+        return None
+    from bridge.agent import watchcache
+    from bridge.agent.servicer import ClusterIPs
+    from bridge.agent.servicestate import KINDS, ServiceState
+
+    served = ClusterIPs(ServiceState())
+    mirrors = objects.mirrors if isinstance(objects, watchcache.CachedObjects) else {}
+    for kind in KINDS:
+        if kind.name in mirrors:
+            mirrors[kind.name].listeners.append(served.state)
+    served.follow(api, [kind for kind in KINDS if kind.name not in mirrors])
+    return served
+
+
 def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentConfig) -> tuple[agent_mod.Agent,
                                                                                                Beside | None]:
     """The agent, with Events about its pods and its node when it has a cluster; and hot-plug's
@@ -446,7 +475,8 @@ def node_agent(args: argparse.Namespace, objects: Any, config: settings.AgentCon
     # Warning Events about pods (the address watch's cap), with the object source's client.
     kube = objects if isinstance(objects, KubernetesObjects) else objects.source
     agent = agent_mod.Agent(objects, config, events=hotplug.KubernetesEvents(kube.api),
-                            enforcer=policy_enforcer(args, objects, kube.api))
+                            enforcer=policy_enforcer(args, objects, kube.api),
+                            services=service_clusterips(args, objects, kube.api))
     if not args.node_name:
         log.info("hot-plug is off: no --node-name")
         return agent, None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from bridge.agent.cache import Record, State
 from bridge.policy import evaluate, rules, views
@@ -28,6 +28,7 @@ Document = dict[str, Any]
 UNKNOWN: Final = "unknown"
 """What is in a namespace the agent has not written to since it started: a table, or none."""
 Applied = Document | None | Literal["unknown"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,15 @@ class Local:
 
 
 @dataclass(frozen=True)
-class Step:
-    """Write `document` as the container's table, or remove the table (`document` None)."""
+class Step(Generic[T]):
+    """Write `document` as the container's table, or remove the table (`document` None). `T` is
+    what one table is made of: a policy's libnftables document (`Document`), or the Services'
+    `servicetables.Tables` (table and routes)."""
 
     container_id: str
     pod: str
     netns: str
-    document: Document | None
+    document: T | None
     unenforced: tuple[str, ...] = ()
 
 
@@ -110,12 +113,12 @@ def selected(policies: Iterable[Any], pod: PodInfo) -> bool:
 
 
 def decide(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local],
-           applied: Mapping[str, Applied]) -> list[Step]:
+           applied: Mapping[str, Applied]) -> list[Step[Document]]:
     """A step for each local container whose table differs from what was last written there
     (`applied`, by container ID; a container missing from it counts as `UNKNOWN`)."""
     compiled: dict[str, tuple[Document | None, tuple[str, ...]]] = {}
     memo = rules.Memo(world)
-    steps = []
+    steps: list[Step[Document]] = []
     for local in locals_:
         if local.pod not in world.pods:
             continue

@@ -443,6 +443,8 @@ class HotPlug:
         if any(a.podnetwork for a in outcome.change.add) or any(r.podnetwork for r in outcome.change.remove):
             # A network added may want a node path, one removed may have been its last pod's.
             await agent.node_access.settle(f"hot-plug of container {container_id}")
+        if agent.services is not None:
+            await agent.services.added(record)  # the ClusterIPs of its networks now
         if agent.config.patch_status:
             agent.reports.republish(record)
         # The address watch follows the interfaces the record now has (Req 25 over Req 24).

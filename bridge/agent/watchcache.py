@@ -63,6 +63,8 @@ class Kind:
     version: str
     plural: str
     namespaced: bool
+    selector: str = ""
+    """A label selector the list and the watch carry (the API server filters: less to hear)."""
 
     @property
     def path(self) -> str:
@@ -87,6 +89,12 @@ POD = Kind("Pod", "", "v1", "pods", True)
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", False)
 POLICY = Kind(constants.POLICY_KIND, constants.POLICY_GROUP, constants.POLICY_VERSION,
               constants.POLICY_PLURAL, True)
+#: Kinds the Services' ClusterIPs follow (`bridge.agent.servicestate`), beside PODNETWORK: only the
+#: Services that tell kube-proxy to leave them to us, and only our EndpointSlices.
+SERVICE = Kind("Service", "", "v1", "services", True,
+               f"{constants.SERVICE_PROXY_NAME_LABEL}={constants.SERVICE_PROXY_NAME}")
+ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io", "v1", "endpointslices", True,
+                     f"{constants.ENDPOINTSLICE_MANAGED_BY_LABEL}={constants.ENDPOINTSLICE_MANAGED_BY}")
 
 
 class Listener(Protocol):
@@ -105,7 +113,9 @@ async def follow(api: Any, kind: Kind, listener: Listener) -> None:
     await lite.list_and_watch(
         api, kind.path, on_list=lambda items: listener.listed(kind, items),
         on_event=lambda event, obj: listener.changed(kind, event, obj),
-        on_error=lambda exc: listener.failed(kind, exc), retry_first=RETRY_FIRST, retry_max=RETRY_MAX)
+        on_error=lambda exc: listener.failed(kind, exc),
+        params={"labelSelector": kind.selector} if kind.selector else None,
+        retry_first=RETRY_FIRST, retry_max=RETRY_MAX)
 
 _Key = tuple[str | None, str]
 
@@ -297,5 +307,6 @@ class CachedObjects:
         await self.source.patch_pod_annotations(namespace, name, annotations, uid=uid)
 
 
-__all__ = ["KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "NAMESPACE", "POD", "POLICY",
+__all__ = ["ENDPOINTSLICE", "KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "NAMESPACE", "POD",
+           "POLICY", "SERVICE",
            "CachedObjects", "Kind", "Listener", "Mirror", "follow", "held_bytes"]

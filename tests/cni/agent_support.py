@@ -178,9 +178,9 @@ class World:
         return agent_mod.AgentConfig(**values)
 
     async def start_agent(self, *, executor: invoke.Exec | None = None, enforcer: Any = None,
-                          **overrides: Any) -> agent_mod.Agent:
+                          services: Any = None, **overrides: Any) -> agent_mod.Agent:
         self.agent = agent_mod.Agent(self.objects, self.agent_config(**overrides), executor=executor,
-                                     enforcer=enforcer)
+                                     enforcer=enforcer, services=services)
         self.running = Running(self.agent)
         await self.running.start()
         return self.agent

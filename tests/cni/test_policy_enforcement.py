@@ -1,9 +1,8 @@
 """MultiNetworkPolicy enforced by the agent, with real plugins, real nft and real traffic.
 
-The real agent behind its socket (tests/cni/agent_support.py `World`, through the shim) attaches
-pods whose delegates run inside the netpol harness's node namespace (tests/cni/netpol_support.py
-`Node`, `InNode`): bridges and veths live there, where no packet can leave (`assert_sealed`
-before and after). The agent's policy state hears the objects as its list + watch would
+The real agent behind its socket attaches pods whose delegates run inside the netpol harness's
+sealed node namespace (tests/cni/agent_node_support.py: no packet can leave, asserted before and
+after). The agent's policy state hears the objects as its list + watch would
 (`PolicyState.listed` / `changed`); the watches themselves are tests/api/agent/test_policy_watches.py.
 
 One pod story, in order: a policy present before the ADD isolates the pod as soon as ADD answers;
@@ -28,32 +27,17 @@ from bridge.agent.enforcer import Enforcer, Settings
 from bridge.agent.policystate import KINDS, PolicyState
 from bridge.agent.watchcache import POD, POLICY
 from podnetwork.ground import constants
+from tests.cni.agent_node_support import NAD, add, pod_object, sealed_node
 from tests.cni.agent_support import World
-from tests.cni.netpol_support import TCP80, InNode, Node, nft_or_skip
+from tests.cni.netpol_support import TCP80, InNode, Node
 
 pytestmark = pytest.mark.cni
-
-NAD = "default/pnnp-net1"
 
 
 @pytest.fixture
 def node(cni_host: list[Path]) -> Iterator[Node]:
-    nft_or_skip()
-    bin_dir = next(d for d in cni_host if (d / "bridge").is_file())
-    made = Node(bin_dir, namespaces=(), pod_names=()).start()
-    try:
+    with sealed_node(cni_host) as made:
         yield made
-        made.assert_sealed()
-    finally:
-        made.close()
-    assert not made.leftovers(), f"the node left {made.leftovers()}"
-
-
-def pod_object(namespace: str, name: str, labels: Mapping[str, str], node: str = "this") -> dict[str, Any]:
-    selection = json.dumps([{"name": "pnnp-net1", "namespace": "default", "interface": "net1"}])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "namespace": namespace, "name": name, "uid": f"uid-{namespace}-{name}", "labels": dict(labels),
-        "annotations": {constants.NPWG_NETWORKS_ANNOTATION: selection}}, "spec": {"nodeName": node}}
 
 
 def policy(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,21 +73,6 @@ async def start_agent(world: World, node: Node, state: PolicyState) -> Enforcer:
     enforcer = Enforcer(state, Settings(quiet=0.02, max_delay=0.1, retry_first=0.1, retry_max=1.0))
     await world.start_agent(executor=InNode(node), enforcer=enforcer, default_network=node.plugin_config("eth0"))
     return enforcer
-
-
-async def add(world: World, node: Node, namespace: str, name: str, labels: Mapping[str, str]) -> str:
-    world.objects.put(pod_object(namespace, name, labels))
-    netns = node.new_pod_netns(namespace, name)
-    answer = await world.cni("ADD", f"c-{namespace}-{name}", netns, name, namespace=namespace)
-    assert answer.returncode == 0, answer.stdout
-    addresses = {e["interface"]: e["ips"][0].split("/")[0] for e in status_of_pod(world, namespace, name)}
-    node.join(namespace, name, addresses)
-    return netns
-
-
-def status_of_pod(world: World, namespace: str, name: str) -> list[dict[str, Any]]:
-    annotations = world.objects.get("Pod", namespace, name)["metadata"]["annotations"]
-    return json.loads(annotations[constants.NPWG_NETWORK_STATUS_ANNOTATION])
 
 
 def reaches(node: Node, source: str, destination: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from bridge.agent import command, policystate, watchcache
+from bridge.agent import command, policystate, servicestate, watchcache
 from podnetwork.ground import constants
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"
@@ -39,7 +39,7 @@ def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
-def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_hot_plug_and_policy_watches_and_events(
+def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_hot_plug_policy_and_service_watches(
 ) -> None:
     role = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRole")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
@@ -50,7 +50,10 @@ def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_h
     assert {("", "namespaces", "list"), ("k8s.cni.cncf.io", "multi-networkpolicies", "watch")} <= policies
     # Node access with API access: the default/kubernetes Service and its EndpointSlices.
     api = {("", "services", "get"), (constants.ENDPOINTSLICE_GROUP, constants.ENDPOINTSLICE_PLURAL, "list")}
-    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies, *api}
+    # Services' ClusterIPs: every kind they follow, listed and watched.
+    services = {(kind.group, kind.plural, verb) for kind in servicestate.KINDS for verb in ("list", "watch")}
+    assert {("", "services", "watch"), ("discovery.k8s.io", "endpointslices", "list")} <= services
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies, *api, *services}
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"
