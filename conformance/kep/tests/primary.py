@@ -59,16 +59,25 @@ async def explicit_list(ctx: Context) -> None:
         return list(json.loads(raw)), ips, pod
 
     status, ips, pod = await ctx.client.eventually("the pod reports its networks", reported)
-    assert len(status) == 1 and status[0].get("default") is True, (
-        f"a pod listing only PodNetwork {network} must get exactly that network, marked default "
-        f"(NPWG 5.3.5); its network-status: {kc.shown(status)}")
-    named = {str(e.get("podNetwork")) for e in ips}
-    assert named == {network}, (
-        f"every pod IP of a pod listing only {network} must name it (KEP \"Status\"); they name "
-        f"{sorted(named)}: {kc.shown(ips)}")
-    pod_ip = (pod.get("status") or {}).get("podIP")
-    assert pod_ip is None or pod_ip in {str(e.get("ip")) for e in ips}, (
-        f"status.podIP {pod_ip} is not an address on {network}, the pod's only network: {kc.shown(ips)}")
+    problem = explicit_list_problem(network, status, ips, (pod.get("status") or {}).get("podIP"))
+    assert problem is None, problem
+
+
+def explicit_list_problem(network: str, status: list[dict[str, Any]], ips: list[dict[str, Any]],
+                          pod_ip: str | None) -> str | None:
+    """What is wrong with what a pod listing only `network` reports, or None: its network-status
+    (one entry, marked default), its per-network pod IPs (all on `network`) and its status.podIP."""
+    if len(status) != 1 or status[0].get("default") is not True:
+        return (f"a pod listing only PodNetwork {network} must get exactly that network, marked default "
+                f"(NPWG 5.3.5); its network-status: {kc.shown(status)}")
+    named = sorted({str(e.get("podNetwork")) for e in ips})
+    if named != [network]:
+        return (f"every pod IP of a pod listing only {network} must name it (KEP \"Status\"); they name "
+                f"{named}: {kc.shown(ips)}")
+    if pod_ip is not None and pod_ip not in {str(e.get("ip")) for e in ips}:
+        return (f"status.podIP {pod_ip} is not an address on {network}, the pod's only network: "
+                f"{kc.shown(ips)}")
+    return None
 
 
 async def readiness_probe(ctx: Context) -> None:
@@ -106,4 +115,4 @@ TESTS: tuple[ConformanceTest, ...] = (
         ("PrimaryPodNetwork",), "KEP Req 19 (Phase II)", readiness_probe, ("pod.yaml", "pod-readiness.yaml")),
 )
 
-__all__ = ["TESTS", "explicit_list", "network_probe", "readiness_probe"]
+__all__ = ["TESTS", "explicit_list", "explicit_list_problem", "network_probe", "readiness_probe"]
