@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from podnetwork.cli import Command
@@ -72,6 +73,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from demo import demo, report
+
+    if not args.detail:
+        # The bridge's warnings are also Events on the objects, which the story prints; logged
+        # as well they would break into it (a pod without "default": its Multus warning).
+        logging.getLogger("bridge.operator").setLevel(logging.ERROR)
 
     if args.quiet:
         verbosity = report.Verbosity.QUIET

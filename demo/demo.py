@@ -114,6 +114,10 @@ class Demo(ControlStory):
         self.agents: list[Running] = []
         self.data_plane = False
         self.ipam_dirs: dict[str, Path] = {}
+        self.shim: Path | None = None
+        self.bin_dir: Path | None = None
+        self.run_dir: Path | None = None
+        self.default_conf: dict[str, Any] = {}
 
     # -- narrative helpers ----------------------------------------------------------------
 
@@ -203,6 +207,9 @@ class Demo(ControlStory):
             from demo import policy as policy_stage
 
             await policy_stage.run(self, ns=NS)
+            from demo import solo as solo_stage
+
+            await solo_stage.run(self, ns=NS)
         else:
             why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
             self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")
@@ -238,48 +245,61 @@ class Demo(ControlStory):
     # -- 4 ------------------------------------------------------------------------------
 
     async def _start_agents(self) -> None:
+        for node in (NODE_A, NODE_B):
+            running = await self._start_agent(node)
+            self.report.say(f"agent of {node} listening on {running.agent.config.socket_path}")
+        self.report.say(
+            f"shim installed as {self.shim}; {NODE_A}'s runtime hands it this network config: "
+            f"{json.dumps(self.kubelets[NODE_A].plugin_config)}"
+        )
+
+    async def _start_agent(self, node: str, node_netns: str | None = None) -> Running:
+        """The node's agent and its kubelet stand-in. Without `node_netns` the agent's node is this
+        machine's namespace (node-a and node-b share it, and its bridges): its periodic node-access
+        recheck is then off, so that it never gives this machine a path (`demo.solo`)."""
         from bridge.agent import agent as agent_mod
         from bridge.agent import command as cni_command
         from demo.kubelet import Kubelet
         from demo.objects import StoreObjects
 
-        bin_dir = self.host.tempdir("bin")
-        shim = cni_command.install_shim(bin_dir, sys.executable)
-        default_conf = DEFAULT.config(self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default"))
-        run_dir = self.host.tempdir("run")
-        objects = StoreObjects(self.api)
-        for node in (NODE_A, NODE_B):
-            config = agent_mod.AgentConfig(
-                socket_path=run_dir / f"{node}.sock",
-                cache_dir=run_dir / f"{node}-cache",
-                bin_dirs=tuple(self.options.cni_bin_dirs),
-                conf_dir=run_dir / "net.d",
-                default_network=default_conf,
-                plugin_timeout=30.0,
+        if self.shim is None:
+            self.bin_dir = self.host.tempdir("bin")
+            self.shim = cni_command.install_shim(self.bin_dir, sys.executable)
+            self.run_dir = self.host.tempdir("run")
+            self.default_conf = DEFAULT.config(
+                self.footprint.link(DEFAULT.link), self.host.tempdir("ipam-default")
             )
-            agent = agent_mod.Agent(objects, config)
-            running = Running(agent)
-            await running.start()
-            self.agents.append(running)
-            conflist = agent.own_conflist(default_conf)
-            plugin_config = {
-                "cniVersion": conflist["cniVersion"],
-                "name": conflist["name"],
-                **conflist["plugins"][0],
-            }
-            self.kubelets[node] = Kubelet(
-                node,
-                self.api,
-                self.host,
-                shim=[str(shim)],
-                plugin_config=plugin_config,
-                cni_path=[bin_dir, *self.options.cni_bin_dirs],
-            )
-            self.report.say(f"agent of {node} listening on {config.socket_path}")
-        self.report.say(
-            f"shim installed as {shim}; {NODE_A}'s runtime hands it this network config: "
-            f"{json.dumps(self.kubelets[NODE_A].plugin_config)}"
+        assert self.bin_dir is not None and self.run_dir is not None
+        default_conf = self.default_conf
+        config = agent_mod.AgentConfig(
+            socket_path=self.run_dir / f"{node}.sock",
+            cache_dir=self.run_dir / f"{node}-cache",
+            bin_dirs=tuple(self.options.cni_bin_dirs),
+            conf_dir=self.run_dir / "net.d",
+            default_network=default_conf,
+            plugin_timeout=30.0,
+            node_netns=Path(node_netns) if node_netns else None,
+            recheck_interval=30.0 if node_netns else 24 * 3600.0,
         )
+        agent = agent_mod.Agent(StoreObjects(self.api), config)
+        running = Running(agent)
+        await running.start()
+        self.agents.append(running)
+        conflist = agent.own_conflist(default_conf)
+        plugin_config = {
+            "cniVersion": conflist["cniVersion"],
+            "name": conflist["name"],
+            **conflist["plugins"][0],
+        }
+        self.kubelets[node] = Kubelet(
+            node,
+            self.api,
+            self.host,
+            shim=[str(self.shim)],
+            plugin_config=plugin_config,
+            cni_path=[self.bin_dir, *self.options.cni_bin_dirs],
+        )
+        return running
 
     async def _attach(self) -> None:
         r, api = self.report, self.api

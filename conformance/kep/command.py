@@ -82,6 +82,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy-network", metavar="NAME", default="",
                         help="the PodNetwork the NetworkPolicy tests run on: Ready, and attached to pods by "
                              "the cluster (default: none, the tests are skipped saying so)")
+    parser.add_argument("--primary-network", metavar="NAME", default="",
+                        help="the PodNetwork the PrimaryPodNetwork tests run pods on alone: Ready, attached "
+                             "to pods by the cluster, its pods reachable from the nodes (default: none, the "
+                             "tests are skipped saying so)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -145,7 +149,8 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
         results = await suite.run(to_run, client, settings={"NPWG_PROVIDER": args.npwg_provider,
                                                             "SCHEDULER_NAME": args.scheduler_name,
                                                             "PROBE_IMAGE": args.probe_image,
-                                                            "POLICY_NETWORK": args.policy_network},
+                                                            "POLICY_NETWORK": args.policy_network,
+                                                            "PRIMARY_NETWORK": args.primary_network},
                                   progress=_progress(out))
     finally:
         await client.close()

@@ -42,6 +42,8 @@ NODE_NETWORKS = ("nodes that list the PodNetworks they offer in the annotation "
 CNI_AGENT = "a CNI agent (or runtime) on the nodes that attaches every network a pod names"
 POLICY = (f"an implementation of {constants.POLICY_KIND} ({constants.POLICY_API_VERSION}, its CRD "
           "installed) for PodNetworks, and a PodNetwork the cluster attaches to pods (--policy-network)")
+PRIMARY = ("a PodNetwork the cluster attaches to pods as their only network (--primary-network), whose "
+           "pods the nodes reach for the readiness probe (this project: its node-access annotation)")
 PROBE_IMAGE = "the probe image (--probe-image, a busybox with nc) pullable by the nodes"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
@@ -90,6 +92,10 @@ FEATURES: tuple[Feature, ...] = (
             "a MultiNetworkPolicy isolates the pods it selects on a PodNetwork and lets in only what it "
             "allows (Phase III Req 22)",
             (SCHEDULER, KUBELET, CNI_AGENT, POLICY, PROBE_IMAGE)),
+    Feature("PrimaryPodNetwork", Level.EXTENDED,
+            "a pod that lists one PodNetwork and not default gets exactly that network, marked default; "
+            "a kubelet readiness probe reaches it over that network (KEP \"the list is explicit\", Req 19)",
+            (SCHEDULER, KUBELET, CNI_AGENT, PRIMARY, PROBE_IMAGE)),
 )
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from conformance.kep.suite import ConformanceTest
-from conformance.kep.tests import admission, core, extended, policy
+from conformance.kep.tests import admission, core, extended, policy, primary
 
-ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS, *policy.TESTS)
+ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS, *policy.TESTS,
+                                    *primary.TESTS)
 BY_NAME: dict[str, ConformanceTest] = {t.name: t for t in ALL}

@@ -49,6 +49,11 @@ async def test_the_extended_profile_passes_against_our_components_and_the_report
     # Nor a policy implementation: the emulator does not serve MultiNetworkPolicy.
     assert found.pop("NetworkPolicyDenyThenAllow") == (
         "skipped", "MultiNetworkPolicy (k8s.cni.cncf.io/v1beta1) is not served: no policy implementation is installed")
+    # Nor a PodNetwork named to run pods on alone (--primary-network).
+    no_network = ("skipped", "no PodNetwork to run a pod on alone: pass --primary-network NAME, a Ready PodNetwork "
+                             "the cluster attaches to pods")
+    assert found.pop("PrimaryPodNetworkExplicitList") == no_network
+    assert found.pop("PrimaryPodNetworkReadinessProbe") == no_network
     assert {name: outcome for name, (outcome, _) in found.items()} == dict.fromkeys(found, "passed")
     assert [p["result"] for p in document["profiles"]] == ["success", "partial"]
     assert document["kubernetesVersion"] and document["implementation"]["name"] == "podnetwork"
@@ -166,3 +171,22 @@ async def test_network_policy_is_skipped_saying_which_part_is_missing_the_networ
                     "cluster attaches to pods"),
         ("skipped", "no pod reached Running in 8s: no kubelet runs pods on the nodes"),
     ]
+
+
+async def test_primary_podnetwork_is_skipped_saying_which_part_is_missing_the_network_or_a_kubelet(
+    tmp_path: Path
+) -> None:
+    """Without --primary-network the tests say so; with one, they go on to need a kubelet, and say so."""
+    async with cs.cluster(tmp_path / "cluster", extender=False) as the:
+        runs = []
+        for extra in ((), ("--primary-network", "blue")):
+            report_file = tmp_path / f"r{len(runs)}.json"
+            code, out = await cs.conformance(the, "--features", "PrimaryPodNetwork", "--report", str(report_file),
+                                             *IMPLEMENTATION, *FAST, *extra)
+            assert code == 0, out
+            found = cs.outcomes(cs.load_report(report_file))
+            runs.append((found["PrimaryPodNetworkExplicitList"], found["PrimaryPodNetworkReadinessProbe"]))
+    no_network = ("skipped", "no PodNetwork to run a pod on alone: pass --primary-network NAME, a Ready PodNetwork "
+                             "the cluster attaches to pods")
+    no_kubelet = ("skipped", "no pod reached Running in 8s: no kubelet runs pods on the nodes")
+    assert runs == [(no_network, no_network), (no_kubelet, no_kubelet)]

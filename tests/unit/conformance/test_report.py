@@ -84,4 +84,8 @@ def test_the_published_report_validates_and_covers_the_current_suite() -> None:
                         "reason": "no pod reached Running in 30s: no kubelet runs pods on the nodes"},
                        {"name": "NetworkPolicyDenyThenAllow",
                         "reason": "MultiNetworkPolicy (k8s.cni.cncf.io/v1beta1) is not served: no policy "
-                                  "implementation is installed"}]
+                                  "implementation is installed"},
+                       *({"name": name,
+                          "reason": "no PodNetwork to run a pod on alone: pass --primary-network NAME, a Ready "
+                                    "PodNetwork the cluster attaches to pods"}
+                         for name in ("PrimaryPodNetworkExplicitList", "PrimaryPodNetworkReadinessProbe"))]
