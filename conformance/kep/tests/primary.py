@@ -20,8 +20,9 @@ from conformance.kep import views
 from conformance.kep.suite import ConformanceTest, Context
 from conformance.kep.tests.extended import _pod_ips
 from conformance.kep.tests.policy import ANSWER, PORT, kubelet_probe
+from podnetwork.ground import constants
 
-NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+NETWORK_STATUS = constants.NPWG_NETWORK_STATUS_ANNOTATION
 SERVER_COMMAND = ["sh", "-c", f"while true; do echo {ANSWER} | nc -l -p {PORT}; done"]
 
 
