@@ -71,10 +71,16 @@ class MemoryApi:
         self.objects.pop((kube.kind_of(resource), namespace or "", name), None)
 
     async def get(self, resource: kube.Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        raise NotImplementedError
+        obj = self.objects.get((kube.kind_of(resource), namespace or "", name))
+        if obj is None:
+            raise kube.NotFound(f"get {kube.kind_of(resource)} {namespace}/{name}", 404, "not found")
+        return copy.deepcopy(obj)
 
     async def list(self, resource: kube.Resource, namespace: str | None = None) -> kube.Listing:
-        raise NotImplementedError
+        kind = kube.kind_of(resource)
+        items = [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
+                 if k == kind and (namespace is None or ns == namespace)]
+        return kube.Listing(items, str(self.revision))
 
     async def close(self) -> None:
         return None

@@ -25,6 +25,7 @@ fails; the rest is here, once:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -70,7 +71,7 @@ class State(Protocol):
     def ready(self) -> bool: ...
 
 
-class Reconciler(Generic[T]):
+class Reconciler(abc.ABC, Generic[T]):
     """Keeps one table per local container (module docstring). Subclasses give `decide`, `put`,
     `drop`, `label` (the log's prefix), `what` (the table, for messages) and `kinds`."""
 
@@ -100,17 +101,17 @@ class Reconciler(Generic[T]):
 
     # --- what a subclass gives ---------------------------------------------------------------------
 
+    @abc.abstractmethod
     def decide(self, locals_: list[Local]) -> list[Step[T]]:
         """A step for each of `locals_` whose table differs from `self.applied` (pure)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def put(self, netns: str, document: T, before: Written) -> None:
         """Writes `document` in the namespace (`before`: what was there, as last written)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def drop(self, netns: str, before: Written) -> None:
         """Removes the table from the namespace (idempotent)."""
-        raise NotImplementedError
 
     def kept(self, pod: str, keep: bool) -> None:
         """The pod `namespace/name` is one of this node's (`keep`) or no longer."""
