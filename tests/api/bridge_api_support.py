@@ -59,6 +59,21 @@ async def running(k: kmock.KubernetesEmulator, config: controller.BridgeSettings
         yield bridge
 
 
+async def seen(bridge: controller.Bridge, *podnetworks: str, nads: tuple[str, ...] = ()) -> None:
+    """Until the bridge's watches have delivered every named PodNetwork and NAD (namespace `nets`).
+
+    Each kind has its own watch: waiting for one says nothing of the other, and a
+    webhook answering in between translates against half the world.
+    """
+    def both() -> None:
+        objs = bridge.objects()
+        for name in podnetworks:
+            assert name in objs.podnetworks, f"PodNetwork {name} not seen yet"
+        for name in nads:
+            assert ("nets", name) in objs.nads, f"NAD nets/{name} not seen yet"
+    await eventually(both)
+
+
 async def call(k: kmock.KubernetesEmulator, method: str, url: str, body: Any = None) -> Any:
     headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
     async with k.request(method, url, json=body, headers=headers) as resp:

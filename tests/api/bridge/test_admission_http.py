@@ -70,7 +70,7 @@ async def test_a_pod_admitted_before_its_network_is_ready_is_scheduled_only_with
 ) -> None:
     seed(kmock, bs.podnetwork("dataplane", ready=False), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
-        await bs.eventually(lambda: bridge.objects().podnetworks["dataplane"])
+        await bs.seen(bridge, "dataplane", nads=("dataplane",))
         app = admissionapp.app(bridge.objects)
         response, admitted = await admit(app, new_pod("web", [{"podNetworkName": "dataplane"}]))
         (no_default, gate) = response["warnings"]
@@ -96,7 +96,7 @@ async def test_a_pod_admitted_before_its_network_is_ready_is_scheduled_only_with
 async def test_a_pod_admitted_once_its_network_is_ready_gets_the_selection_and_no_gate(kmock: bs.Emulator) -> None:
     seed(kmock, bs.podnetwork("dataplane"), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
-        await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
+        await bs.seen(bridge, "dataplane", nads=("dataplane",))
         response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("api", [{"podNetworkName": "dataplane"}]))
     (no_default,) = response["warnings"]
     assert no_default.startswith(NO_DEFAULT)

@@ -33,7 +33,7 @@ async def test_a_pod_admitted_with_its_selection_still_gets_each_translation_war
     seed(kmock, bs.podnetwork("default", nad=None, provider="example.com/cluster"),
          bs.podnetwork("dataplane"), bs.nad("dataplane"))
     async with bs.running(kmock) as bridge:
-        await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
+        await bs.seen(bridge, "dataplane", nads=("dataplane",))
         response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("web", NETS))
         (warning,) = response["warnings"]
         assert WARNING in warning

@@ -40,7 +40,7 @@ async def test_isdefaultgw4_without_a_gateway_is_refused_with_a_warning_an_event
     seed(kmock, bs.podnetwork("default", nad=None, provider="example.com/cluster"),
          bs.podnetwork("dataplane"), bs.nad("dataplane", config=NO_GATEWAY))
     async with bs.running(kmock) as bridge:
-        await bs.eventually(lambda: bridge.objects().nads[("nets", "dataplane")])
+        await bs.seen(bridge, "dataplane", nads=("dataplane",))
         response, admitted = await admit(admissionapp.app(bridge.objects), new_pod("web", NETS))
         # The creator sees why at `kubectl apply`: the webhook warns and gates, writes no selection.
         refusal, gate = response["warnings"]
