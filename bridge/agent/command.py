@@ -262,6 +262,22 @@ def _serving_flags(p: argparse.ArgumentParser) -> None:
         "NetworkSelectionOptions by list+watch, at most N per kind, 0 for none "
         "(default: 1000; the pod itself is always read fresh; see bridge/agent/watchcache.py)",
     )
+    p.add_argument(
+        "--watch-cache-kind-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="at most BYTES held per kind by the watch cache, as Python holds the objects; an object "
+        "past the bound is read from the API when an ADD names it (default: 8 MiB)",
+    )
+    p.add_argument(
+        "--watch-cache-object-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="the watch cache keeps no object larger than BYTES (default: 256 KiB); a larger one "
+        "is read from the API when an ADD names it",
+    )
     credentials.add_arguments(p)
     p.add_argument(
         "--objects",
@@ -359,6 +375,10 @@ def check_flags(args: argparse.Namespace) -> None:
         raise Refused(f"--max-connections {args.max_connections}: give 1 or more", 2)
     if args.watch_cache_objects is not None and args.watch_cache_objects < 0:
         raise Refused(f"--watch-cache-objects {args.watch_cache_objects}: give 0 (no cache) or more", 2)
+    for flag, value in (("--watch-cache-kind-bytes", args.watch_cache_kind_bytes),
+                        ("--watch-cache-object-bytes", args.watch_cache_object_bytes)):
+        if value is not None and value < 1:
+            raise Refused(f"{flag} {value}: give 1 or more (--watch-cache-objects 0 turns the cache off)", 2)
     if args.default_network_conf is not None and not args.default_network_conf.is_file():
         raise Refused(f"--default-network-conf {args.default_network_conf}: no such file", 2)
 
@@ -417,7 +437,10 @@ def object_source(args: argparse.Namespace) -> Any:
         objects: Any = KubernetesObjects(args.kubeconfig, args.context)
         limit = watchcache.MAX_OBJECTS if args.watch_cache_objects is None else args.watch_cache_objects
         if limit > 0:
-            objects = watchcache.CachedObjects(objects, max_objects=limit)
+            objects = watchcache.CachedObjects(
+                objects, max_objects=limit,
+                max_bytes=args.watch_cache_kind_bytes or watchcache.MAX_KIND_BYTES,
+                max_object_bytes=args.watch_cache_object_bytes or watchcache.MAX_OBJECT_BYTES)
     except Exception as exc:
         raise Refused(f"cannot reach the cluster: {exc}; give --kubeconfig (or run in a pod), "
                       "or --objects FILE to serve without a cluster") from None

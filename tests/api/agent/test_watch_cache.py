@@ -3,6 +3,7 @@ HTTP: what it answers from its list and watch, what it still reads from the API,
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -13,7 +14,7 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import objects, watchcache
+from bridge.agent import command, objects, watchcache
 from tests.api.kube_emulator import Emulator, write_kubeconfig
 
 NADS = "k8s.cni.cncf.io/v1/network-attachment-definitions"
@@ -220,5 +221,27 @@ async def test_past_the_kinds_bound_in_bytes_the_cache_keeps_what_fits_and_the_r
         await create_nad(cluster, "green", "ns", '{"v": 1}')
         await until(lambda: ("ns", "green") in mirror.left_out, "the ADDED event, not kept")
         assert len(mirror.objects) == 1
+    finally:
+        await cache.close()
+
+
+async def test_the_byte_flags_bound_the_cache_the_command_builds(cluster: Emulator, tmp_path: Path) -> None:
+    """`--watch-cache-object-bytes` reaches the cache: a NAD over it is read from the API."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(cluster.url))
+    cluster.objects[NADS, "ns", "big"] = nad("big", "ns", json.dumps({"pad": "x" * 4000}))
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--watch-cache-object-bytes", "2000",
+                              "--watch-cache-kind-bytes", "100000"])
+    cache = await asyncio.to_thread(command.object_source, args)
+    assert isinstance(cache, watchcache.CachedObjects)
+    mirror = cache.mirrors["NetworkAttachmentDefinition"]
+    assert (mirror.max_object_bytes, mirror.max_bytes) == (2000, 100000)
+    cache.start()
+    try:
+        await until(lambda: all(m.synced for m in cache.mirrors.values()), "every kind listed and watched")
+        assert ("ns", "blue") in mirror.objects and ("ns", "big") not in mirror.objects
+        assert "x" * 4000 in (await cache.get_nad("ns", "big")).spec.config
+        assert gets(cluster, "/network-attachment-definitions/big") == 1, "read from the API"
     finally:
         await cache.close()

@@ -57,6 +57,18 @@ def test_a_negative_watch_cache_bound_is_an_error_that_says_what_to_give(
     assert not (tmp_path / "a.sock").exists(), "nothing started"
 
 
+@pytest.mark.parametrize("flag", ["--watch-cache-kind-bytes", "--watch-cache-object-bytes"])
+def test_a_watch_cache_byte_bound_below_one_is_an_error_that_says_what_to_give(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args([flag, "0", "--socket", str(tmp_path / "a.sock")])
+    assert command.run(args) == 2
+    assert f"{flag} 0: give 1 or more (--watch-cache-objects 0 turns the cache off)" in capsys.readouterr().err
+    assert not (tmp_path / "a.sock").exists(), "nothing started"
+
+
 async def test_a_second_agent_on_the_same_socket_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:
     config = agent.AgentConfig(socket_path=tmp_path / "a.sock", cache_dir=tmp_path / "cache")
     async with Running(agent.Agent(objects.MemoryObjects(), config)):
