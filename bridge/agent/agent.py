@@ -58,6 +58,10 @@ from bridge.agent.settings import AgentConfig
 
 log = logging.getLogger(__name__)
 
+#: Events on a pod whose hot-plug an agent restart cut short (`Agent._roll_back`).
+REASON_ROLLED_BACK = "NetworksChangeRolledBack"
+REASON_ROLLBACK_FAILED = "NetworksChangeRollbackFailed"
+
 
 class Agent:
     """The delegating plugin. Safe to run several in one process (distinct sockets and caches)."""
@@ -177,18 +181,25 @@ class Agent:
                 container_id, record.pod_namespace, record.pod_name,
                 ", ".join(f"{a.name} as {a.ifname}" for a in undone),
             )
+            networks = ", ".join(f"{a.name} as {a.ifname}" for a in undone)
+            cut = f"attaching {networks} was cut short by an agent restart and"
             try:
                 await self.runner.stop_orphans(container_id)  # its delegate may still be running
             except CNIError as exc:
                 log.error("container %s: not rolled back: %s; CHECK reports it partly attached, and its DEL "
                           "retries", container_id, exc)
+                self.reports.report(record, REASON_ROLLBACK_FAILED, f"{cut} could not be rolled back: {exc}")
                 return
             problems = await self.attachments.detach(record, list(reversed(undone)), rollback=False)
             self.records.save(record)
         if problems:
             log.error("container %s: rolling back failed for %s; still recorded, so CHECK reports it partly "
                       "attached (106) and its DEL retries", container_id, "; ".join(problems))
+            self.reports.report(record, REASON_ROLLBACK_FAILED, f"{cut} rolling it back failed: "
+                                f"{'; '.join(problems)}; the pod's CHECK fails until its DEL")
             return
+        # A Warning: the pod lost, for a while, a network its annotation names.
+        self.reports.report(record, REASON_ROLLED_BACK, f"{cut} rolled back; its pod watch attaches it anew")
         self.reports.publish_unless_published(record)
         self.reports.watch(record)
 

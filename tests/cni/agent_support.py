@@ -178,9 +178,9 @@ class World:
         return agent_mod.AgentConfig(**values)
 
     async def start_agent(self, *, executor: invoke.Exec | None = None, enforcer: Any = None,
-                          services: Any = None, **overrides: Any) -> agent_mod.Agent:
+                          services: Any = None, events: Any = None, **overrides: Any) -> agent_mod.Agent:
         self.agent = agent_mod.Agent(self.objects, self.agent_config(**overrides), executor=executor,
-                                     enforcer=enforcer, services=services)
+                                     enforcer=enforcer, services=services, events=events)
         self.running = Running(self.agent)
         await self.running.start()
         return self.agent

@@ -15,12 +15,25 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
+from bridge.agent import agent as agent_mod
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World, spawn_gated_agent, wait_for_socket
 
 pytestmark = pytest.mark.cni
+
+
+class Events:
+    """The agent's Event sink, kept in a list."""
+
+    def __init__(self) -> None:
+        self.posted: list[Mapping[str, Any]] = []
+
+    async def post_event(self, body: Mapping[str, Any]) -> None:
+        self.posted.append(body)
 
 
 @pytest.mark.every_cni_version
@@ -128,10 +141,20 @@ async def test_an_agent_killed_during_a_hot_plug_add_rolls_it_back_when_it_start
     assert [(a["ifname"], a["state"]) for a in record["attachments"]] == [
         ("eth0", "attached"), ("net1", "attached"), ("net2", "intent")]
 
-    await world.start_agent()
+    events = Events()
+    await world.start_agent(events=events)
     checked = await world.cni("CHECK", "ctr-hp", netns, "vm")
     assert checked.returncode == 0, checked.stdout
     assert world.interfaces(netns) == ["eth0", "net1"]
+    # The pod's owner is told, not only the node's log: a Warning on the pod, naming the network.
+    for _ in range(100):
+        if events.posted:
+            break
+        await asyncio.sleep(0.05)
+    ((reason, type_, message, involved),) = [
+        (e["reason"], e["type"], e["message"], e["involvedObject"]["name"]) for e in events.posted]
+    assert (reason, type_, involved) == (agent_mod.REASON_ROLLED_BACK, "Warning", "vm")
+    assert "attaching default/red as net2 was cut short by an agent restart and rolled back" in message
     record = json.loads((world.cache_dir / "ctr-hp.jsonl").read_text().splitlines()[-1])
     assert [(a["ifname"], a["state"]) for a in record["attachments"]] == [("eth0", "attached"), ("net1", "attached")]
     deleted = await world.cni("DEL", "ctr-hp", netns, "vm")
