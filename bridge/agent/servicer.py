@@ -104,8 +104,8 @@ class ClusterIPs(Reconciler[Tables]):
         if not pairs:
             return
         try:
-            self.flushed += await self.flush(netns, pairs, timeout=self.settings.nft_timeout,
-                                             conntrack=self.conntrack)
+            runs = await self.flush(netns, pairs, timeout=self.settings.nft_timeout, conntrack=self.conntrack)
+            self.flushed += runs  # not `+= await`: it reads the count before the await, losing others' runs
         except nftables.NetnsGone:
             raise
         except nftables.NftablesError as exc:
