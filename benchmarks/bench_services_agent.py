@@ -71,7 +71,11 @@ def endpoint_slice(n: int, addresses: list[str]) -> dict[str, Any]:
 
 
 def addresses_of(n: int, share: int, generation: int = 0) -> list[str]:
-    return [f"10.{128 + n // 250}.{n % 250}.{(k + generation) % 250 + 1}" for k in range(share)]
+    """Service n's endpoints: `share` addresses, the last replaced by one of its own for a `generation`
+    (so a change from generation 0 replaces one endpoint: one UDP pair leaves)."""
+    last = share + generation % (250 - share)
+    return [f"10.{128 + n // 250}.{n % 250}.{k + 1}" for k in range(share - 1)] + \
+        [f"10.{128 + n // 250}.{n % 250}.{last}"]
 
 
 def record(i: int, netns: str) -> Record:

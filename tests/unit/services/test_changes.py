@@ -3,7 +3,7 @@ run on a model of the table that refuses what the kernel refuses (a rule naming 
 that is not there, a chain deleted while something refers to it or holds rules, an element
 deleted that is not there, added twice). Applying the changes to the old table must give exactly
 the new one, for any two tables the compiler writes; and an endpoint change must touch its
-Service's chains only. The kernel doing the same: tests/cni/test_service_updates.py.
+Service's chains only. The kernel doing the same, with real traffic: tests/cni/test_service_cluster_ips.py.
 """
 
 from __future__ import annotations
