@@ -7,6 +7,10 @@ namespace hold exactly that:
 - `apply(netns, ruleset)`: the table first (one nft transaction, `bridge.agent.nftables`),
   then the routes, so that a ClusterIP routed to the network's interface always meets its
   rules; a ruleset with no table is `remove`.
+- `update(netns, before, after, changes)`: from what we last wrote to the new ruleset in place:
+  only the changed chains and elements (`bridge.services.changes`, one transaction that keeps
+  the table), the routes only when they changed; whole (`apply`) when there is no old table or
+  the table is not what we wrote.
 - `remove(netns)`: the routes first, then the table, for the same reason the other way round.
   Idempotent; a namespace that is gone is no error (its routes and tables went with it).
 - `routes(netns)`: the routes of ours there now.
@@ -20,7 +24,8 @@ The routes are ours by their routing protocol number (`ip route ... proto 201`,
 `dnat.ROUTE_PROTOCOL`): `apply` deletes those it no longer wants, replaces the others, and
 never touches a route of anyone else (the CNI plugins', the agent's default routes). Each
 `ip` run enters the namespace by nsenter as nft does (`nftables.run_in`), with its time-out.
-A change is made in at most three runs: the table, the routes listed per family, one batch.
+A change is made in at most three runs: the table, the routes listed per family, one batch;
+an update that keeps the routes, in one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 
 from bridge.agent import nftables
-from bridge.services.dnat import ROUTE_PROTOCOL, Route, Ruleset
+from bridge.services.dnat import ROUTE_PROTOCOL, Command, Route, Ruleset, transaction
 
 log = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -55,6 +60,36 @@ async def apply(netns: str, ruleset: Ruleset, *, timeout: float = nftables.DEFAU
         return
     await nftables.apply(netns, document, table=nftables.SERVICES, timeout=timeout, nft=nft, nsenter=nsenter)
     await sync_routes(netns, ruleset.routes, timeout=timeout, ip=ip, nsenter=nsenter)
+
+
+async def update(netns: str, before: Ruleset, after: Ruleset, changes: Sequence[Command] | None, *,
+                 timeout: float = nftables.DEFAULT_TIMEOUT, nft: str = "nft", ip: str = "ip",
+                 nsenter: str = "nsenter") -> bool:
+    """Makes the namespace at path `netns`, which holds `before` (as we last wrote it), hold `after`:
+    the table changed in place by `changes` (`bridge.services.changes.changes(before.commands,
+    after.commands)`, one transaction), the routes listed and synced only when they differ.
+
+    Whole, as `apply`, when `changes` is None or `after` has no table. When the in-place change is
+    refused (the table is not what we last wrote: changed by hand, or gone), the table is replaced
+    whole at once. True when written in place, False when whole. Raises as `apply`.
+    """
+    if changes is None or after.document is None or before.document is None:
+        await apply(netns, after, timeout=timeout, nft=nft, ip=ip, nsenter=nsenter)
+        return False
+    if changes:
+        try:
+            await nftables.change(netns, transaction(changes), table=nftables.SERVICES, timeout=timeout,
+                                  nft=nft, nsenter=nsenter)
+        except nftables.NetnsGone:
+            raise
+        except nftables.NftablesError as exc:
+            log.warning("services: netns %s: the table is not what the agent last wrote (%s); replacing it "
+                        "whole", netns, exc)
+            await apply(netns, after, timeout=timeout, nft=nft, ip=ip, nsenter=nsenter)
+            return False
+    if before.routes != after.routes:
+        await sync_routes(netns, after.routes, timeout=timeout, ip=ip, nsenter=nsenter)
+    return True
 
 
 async def remove(netns: str, *, timeout: float = nftables.DEFAULT_TIMEOUT, nft: str = "nft", ip: str = "ip",
@@ -147,4 +182,4 @@ def _program(netns: str, ip: str, action: str) -> str:
     return program
 
 
-__all__ = ["apply", "flush_udp", "remove", "routes", "sync_routes"]
+__all__ = ["apply", "flush_udp", "remove", "routes", "sync_routes", "update"]

@@ -13,6 +13,8 @@ never change another's table. A table is written with the `nft` program fed libn
   same document, so the old table is replaced by the new one in one transaction: a
   connection never sees no table or half a table, and a ruleset the kernel (or nft's
   parser) refuses leaves the previous table exactly as it was.
+- `change` sends a difference instead (`flush chain`, `delete element`, ...) in one batch that
+  keeps the table: a few commands where `apply` sends them all; it too applies whole or not at all.
 - `nsenter` rather than setns(2) in a `preexec_fn`: `preexec_fn` runs Python between
   fork and exec, which CPython documents as unsafe in a process with threads (the agent
   has them: bridge.agent.routes, addresswatch), and on Python 3.11 setns needs ctypes
@@ -166,6 +168,33 @@ async def apply(netns: str, ruleset: Mapping[str, Any], *, table: Table = POLICY
     """
     body = json.dumps(document(ruleset, table)).encode()
     await _nft(netns, f"apply nftables table {table}", ["-j", "-f", "-"], body, timeout, nft, nsenter)
+
+
+def changing(commands: Mapping[str, Any], table: Table = POLICY) -> dict[str, Any]:
+    """The transaction `change` sends: `commands` as they are, checked like `document`'s (each
+    touches `table` and nothing else: ValueError naming the item otherwise)."""
+    items = commands.get("nftables") if isinstance(commands, Mapping) else None
+    if not isinstance(items, list):
+        raise ValueError(
+            f'a change is a libnftables JSON object {{"nftables": [...]}}, not {_quote(commands)}')
+    for index, item in enumerate(items):
+        problem = _refusal(item, table)
+        if problem:
+            raise ValueError(f"change item {index} ({_quote(item)}): {problem}")
+    return {"nftables": list(items)}
+
+
+async def change(netns: str, commands: Mapping[str, Any], *, table: Table = POLICY,
+                 timeout: float = DEFAULT_TIMEOUT, nft: str = "nft", nsenter: str = "nsenter") -> None:
+    """Changes `table` in the namespace at path `netns` in place by `commands`, in one transaction.
+
+    Unlike `apply`, the table is kept (not replaced): `commands` are a difference from what it
+    holds (bridge.services.changes), and fail whole (NftablesError, the table as it was) when it
+    does not hold what they expect, e.g. a chain to flush that is not there. ValueError for a
+    command outside `table`, NetnsGone when the namespace does not exist.
+    """
+    body = json.dumps(changing(commands, table)).encode()
+    await _nft(netns, f"change nftables table {table}", ["-j", "-f", "-"], body, timeout, nft, nsenter)
 
 
 async def remove(netns: str, *, table: Table = POLICY, timeout: float = DEFAULT_TIMEOUT, nft: str = "nft",

@@ -15,6 +15,13 @@ ClusterIP rule only makes a connection to the ClusterIP fail for a while, as it 
 node before kube-proxy has caught up; blocking the pod (and every pod of the node, were the API
 server slow) would turn a transient Service problem into an outage.
 
+**An update changes the table in place**: from what was last written in a pod to the new table,
+only the chains and map elements that differ (`bridge.services.changes`, one nft transaction per
+pod, which keeps the table), and the routes only when they differ. The first write, a write
+after a restart (`UNKNOWN`: the agent does not know what is there) and a change the in-place
+update cannot make (a set's declaration changed) replace the whole table; so does an update
+the kernel refuses because the table is not what the agent wrote (`clusterips.update`).
+
 When an endpoint leaves a pod's rules (an update, or the table removed), the conntrack entries
 of the UDP flows the pod sent to it through a ClusterIP are flushed (`clusterips.flush_udp`), as
 kube-proxy does: TCP connections end by themselves (the endpoint resets or times out), a UDP
@@ -33,6 +40,7 @@ from bridge.agent.enforcement import Local, Step
 from bridge.agent.reconciler import Reconciler, Settings, Written
 from bridge.agent.servicestate import KINDS, ServiceState
 from bridge.agent.serving import Tables
+from bridge.services import changes
 
 log = logging.getLogger(__name__)
 
@@ -45,24 +53,48 @@ class ClusterIPs(Reconciler[Tables]):
     kinds = KINDS
 
     def __init__(self, state: ServiceState, settings: Settings | None = None, *,
-                 apply: Any = clusterips.apply, remove: Any = clusterips.remove,
+                 apply: Any = clusterips.apply, update: Any = clusterips.update,
+                 remove: Any = clusterips.remove,
                  flush: Any = clusterips.flush_udp, conntrack: str = "conntrack") -> None:
-        """`apply(netns, ruleset, timeout=)`, `remove(netns, timeout=)`, `flush(netns, pairs, timeout=,
-        conntrack=)`: `clusterips`' by default (a test's recorder otherwise)."""
+        """`apply(netns, ruleset, timeout=)`, `update(netns, before, after, changes, timeout=)`,
+        `remove(netns, timeout=)`, `flush(netns, pairs, timeout=, conntrack=)`: `clusterips`' by
+        default (a test's recorder otherwise)."""
         super().__init__(state, settings)
         self.state: ServiceState = state
-        self.apply, self.remove, self.flush = apply, remove, flush
+        self.apply, self.update, self.remove, self.flush = apply, update, remove, flush
         self.conntrack = conntrack
         self.flushed = 0
         """conntrack runs made (pairs flushed), for tests and benchmarks."""
+        self.in_place = 0
+        """Tables changed in place (the others were written whole), for tests and benchmarks."""
+        self._changes: dict[tuple[int, int], tuple[Any, Any, list[Any] | None]] = {}
+        """(id of the old commands, id of the new) -> (both, the changes): pods of one shape share
+        their compiled commands (`serving.shape`), so a pass computes each difference once."""
 
     def decide(self, locals_: list[Local]) -> list[Step[Tables]]:
         services = list(self.state.services.values())
         return serving.decide(services, self.state.endpoints(), self.state.by_nad(), locals_, self.applied)
 
     async def put(self, netns: str, document: Tables, before: Written) -> None:
-        await self.apply(netns, document.ruleset, timeout=self.settings.nft_timeout)
+        if isinstance(before, Tables):
+            delta = self._difference(before.ruleset.commands, document.ruleset.commands)
+            timeout = self.settings.nft_timeout
+            if await self.update(netns, before.ruleset, document.ruleset, delta, timeout=timeout):
+                self.in_place += 1
+        else:  # first write, or after a restart (`UNKNOWN`): whatever is there is replaced whole
+            await self.apply(netns, document.ruleset, timeout=self.settings.nft_timeout)
         await self._flush(netns, serving.stale_udp(before, document))
+
+    def _difference(self, old: Any, new: Any) -> list[Any] | None:
+        key = (id(old), id(new))
+        cached = self._changes.get(key)
+        if cached is not None and cached[0] is old and cached[1] is new:
+            return cached[2]
+        if len(self._changes) >= 64:
+            self._changes.clear()
+        delta = changes.changes(old, new)
+        self._changes[key] = (old, new, delta)  # holding both keeps their ids from being reused
+        return delta
 
     async def drop(self, netns: str, before: Written) -> None:
         await self.remove(netns, timeout=self.settings.nft_timeout)
@@ -72,8 +104,8 @@ class ClusterIPs(Reconciler[Tables]):
         if not pairs:
             return
         try:
-            self.flushed += await self.flush(netns, pairs, timeout=self.settings.nft_timeout,
-                                             conntrack=self.conntrack)
+            runs = await self.flush(netns, pairs, timeout=self.settings.nft_timeout, conntrack=self.conntrack)
+            self.flushed += runs  # not `+= await`: it reads the count before the await, losing others' runs
         except nftables.NetnsGone:
             raise
         except nftables.NftablesError as exc:

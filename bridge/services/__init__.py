@@ -3,10 +3,12 @@
 - `model`: the typed inputs (a Service on a network, its endpoints, a client pod);
 - `views`: the edge's readers of Service and EndpointSlice objects into those types;
 - `dnat`: the compiler of one client pod's table `inet podnetwork_services` (libnftables
-  JSON) and of the routes that send each ClusterIP through its network's interface.
+  JSON) and of the routes that send each ClusterIP through its network's interface;
+- `changes`: from one compiled table to another, the few commands that change it in place.
 
 Nothing here does I/O: the agent's edge builds the inputs, calls `dnat.compile_pod` per local
-pod and hands the result to `bridge.agent.clusterips.apply`. docs/services.md ("In the pods")
+pod and hands the result to `bridge.agent.clusterips.apply` (the first time) or `update`
+(with `changes.changes(old, new)`, after). docs/services.md ("In the pods")
 is the user's side.
 """
 

@@ -21,11 +21,16 @@ The table, with `IF` the interface, `CIP` a ClusterIP, `P`/`N` its protocol and 
 - base chain `dnat` (nat, hook output, priority -100, the "dstnat" priority):
   `oifname . daddr . l4proto . dport` looked up in the verdict map `services_v4`/`_v6`, which
   jumps to the chain of that Service port and family;
-- a chain per Service port and family (`svc_<n>`): `dnat to numgen random mod K map {...}`
-  over its K endpoints (address . port), one rule; with `sessionAffinity: ClientIP`, a chain
-  per endpoint (`svc_<n>_ep_<k>`) that records the client in a set of its own (`dynamic`,
-  `timeout` the affinity's), and the Service chain first sends a client found in an
-  endpoint's set to that endpoint, then balances the others.
+- a chain per Service port and family (`svc_<h>`, `h` a digest of its map key, so that its name
+  does not depend on the other Services): `dnat to numgen random mod K map {...}` over its K
+  endpoints (address . port), one rule; with `sessionAffinity: ClientIP`, a chain per endpoint
+  (`svc_<h>_ep_<e>`, `e` a digest of the endpoint's address and port) that records the client
+  in a set of its own (`dynamic`, `timeout` the affinity's), and the Service chain first sends
+  a client found in an endpoint's set to that endpoint, then balances the others.
+
+Stable names make an update small: `bridge.services.changes.changes(old, new)` turns two compiled
+tables into the commands that make one the other (the changed chains flushed and refilled, map
+elements deleted and added), which the agent sends instead of the whole table.
 
 The priorities compose with the MultiNetworkPolicy table (`inet podnetwork_policy`,
 filter hooks at priority 0): the DNAT happens before the policy's output chain, so egress
@@ -40,7 +45,9 @@ that is neither. An address listed twice (two slices, during an update) counts o
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +182,12 @@ def _dnat(version: int, addr: Any, port: int | None = None) -> Expression:
     return {"dnat": body}
 
 
+def _digest(value: Any) -> str:
+    """16 hex digits naming what `value` is (a map key, an endpoint): a chain's stable name. 64 bits:
+    two of a table's thousand chains share a name with odds of about 1 in 10**13."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class _Builder:
     """The commands of one table, in an order nft accepts (declarations before their uses)."""
 
@@ -185,7 +198,6 @@ class _Builder:
         self.services: dict[int, list[Any]] = {4: [], 6: []}
         self.served: dict[int, list[Any]] = {4: [], 6: []}
         self.cluster_ips: dict[int, list[Any]] = {4: [], 6: []}
-        self.count = 0
 
     def service_port(self, service: Service, port: ServicePort, version: int, interface: str,
                      cluster_ip: Address, found: Sequence[_Backend]) -> None:
@@ -194,11 +206,11 @@ class _Builder:
         if not found or key in self.served[version]:
             return  # in cluster_ips, not served: the reject chain refuses it
         self.served[version].append(key)
-        chain = f"svc_{self.count}"
-        self.count += 1
+        # Named by what it serves, never by its rank: a Service added or removed leaves the other
+        # chains' names alone, so an update rewrites the chains that changed and no other (`changes`).
+        chain = f"svc_{_digest(key)}"
         self.services[version].append([key, {"goto": {"target": chain}}])
-        comment = f"{service.key} {port} via {interface} -> {len(found)} endpoint(s)"
-        self.chains.append(_chain(chain, comment))
+        self.chains.append(_chain(chain, f"{service.key} {port} via {interface}"))
         is_proto = _match(_meta("l4proto"), proto)
         if service.session_affinity is not SessionAffinity.CLIENT_IP:
             if len(found) == 1:
@@ -211,10 +223,13 @@ class _Builder:
             return
         # ClientIP: a client seen in an endpoint's set goes there again; the others are balanced,
         # and each endpoint's chain records whom it got, for `affinity_timeout` after the last packet.
+        # An endpoint's chain and set are named by the endpoint, so an update that keeps it keeps
+        # its clients too.
         saddr = _payload(_PAYLOAD[version], "saddr")
         targets = []
         for k, backend in enumerate(found):
-            ep_chain, affinity = f"{chain}_ep_{k}", f"{chain}_ep_{k}_clients"
+            ep_chain = f"{chain}_ep_{_digest(_target(backend))}"
+            affinity = f"{ep_chain}_clients"
             self.sets.append({"add": {"set": {
                 **_in_table(), "name": affinity, "type": _ADDRESS_TYPE[version],
                 "flags": ["timeout"], "timeout": service.affinity_timeout}}})

@@ -25,7 +25,7 @@ from bridge import services
 from bridge.agent import clusterips, nftables
 from bridge.policy import parse_policy, rules
 from bridge.policy import world as policy_world
-from bridge.services import dnat
+from bridge.services import changes, dnat
 from tests.cni.netpol_pod_support import WHO_PORT
 from tests.cni.netpol_support import Node, run, standing
 
@@ -190,3 +190,73 @@ def test_an_egress_policy_denying_a_backend_applies_to_the_translated_connection
 
     asyncio.run(nftables.remove(node.pods[CLIENT].path))
     assert backends_of(reached(node)) == set(BACKENDS)
+
+
+OTHER_IP = "10.96.77.11"
+
+
+def listing(node: Node) -> list[Any]:
+    """The client's table as nft lists it, comparable: no handles, elements sorted, a chain's rules in order."""
+    out = run("ip", "netns", "exec", node.pods[CLIENT].netns, "nft", "-j", "list", "table", dnat.FAMILY,
+              dnat.TABLE).stdout
+    items = [i for i in json.loads(out)["nftables"] if "metainfo" not in i]
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if k != "handle"}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    items = [clean(i) for i in items]
+    for item in items:
+        for obj in item.values():
+            if "elem" in obj:
+                obj["elem"] = sorted(obj["elem"], key=json.dumps)
+    # sorted() is stable: the rules of one chain keep their order.
+    return sorted(items, key=lambda i: ("rule", i["rule"]["chain"]) if "rule" in i else (next(iter(i)), json.dumps(i)))
+
+
+def test_an_update_in_place_moves_the_changed_service_keeps_the_other_and_equals_the_whole_table(node: Node) -> None:
+    """What the agent does on an endpoint change (bridge.services.changes through clusterips.update):
+    only the changed Service's chains are rewritten, in one transaction; the other Service is not
+    touched and keeps serving; the table is then exactly the one a whole write makes. A table that
+    is not what was last written (deleted by hand) is written whole instead."""
+    svc, other = service(), services.Service("x", "other", NETWORK, (ipaddress.ip_address(OTHER_IP),), (HTTP, DNS),
+                                              services.SessionAffinity.NONE, 60)
+    path = node.pods[CLIENT].path
+
+    def compiled(to: str) -> dnat.Ruleset:
+        return dnat.compile_pod(client(node), [svc, other], {svc.key: [endpoint(node, to)],
+                                                             other.key: [endpoint(node, "x/b")]})
+
+    def others() -> set[str]:
+        answers = node.who(CLIENT, OTHER_IP, HTTP.port, count=TRIES) + node.who(CLIENT, OTHER_IP, DNS.port, "UDP",
+                                                                                count=4)
+        assert all("pod" in a for a in answers), answers
+        return backends_of(answers)
+
+    before, after = compiled("x/b"), compiled("x/c")
+    asyncio.run(clusterips.apply(path, before))
+    assert backends_of(reached(node)) == {"x/b"} and others() == {"x/b"}
+
+    delta = changes.changes(before.commands, after.commands)
+    assert delta is not None
+    other_chains = {c["add"]["chain"]["name"] for c in after.commands
+                    if "chain" in c.get("add", {}) and str(c["add"]["chain"].get("comment", "")).startswith("x/other ")}
+    assert other_chains and not any(obj.get("name") in other_chains or obj.get("chain") in other_chains
+                                    for c in delta for body in c.values() for obj in body.values())
+    assert asyncio.run(clusterips.update(path, before, after, delta)) is True  # in place, not whole
+
+    answers = reached(node) + reached(node, DNS)
+    assert all("pod" in a for a in answers) and backends_of(answers) == {"x/c"}, answers
+    assert others() == {"x/b"}
+    in_place = listing(node)
+    asyncio.run(clusterips.apply(path, after))
+    assert listing(node) == in_place  # the kernel holds exactly what a whole write makes
+
+    run("ip", "netns", "exec", node.pods[CLIENT].netns, "nft", "delete", "table", dnat.FAMILY, dnat.TABLE)
+    assert asyncio.run(clusterips.update(path, after, before, changes.changes(after.commands, before.commands))) \
+        is False  # refused in place: written whole
+    assert backends_of(reached(node)) == {"x/b"} and others() == {"x/b"}
+    node.assert_sealed()

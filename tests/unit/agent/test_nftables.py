@@ -7,6 +7,7 @@ file. The real nft in real namespaces: tests/cni/test_policy_tables.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -77,6 +78,9 @@ def test_a_ruleset_reaching_outside_our_table_is_refused_before_nft_runs(
     with pytest.raises(ValueError) as caught:
         asyncio.run(nftables.apply(OWN_NETNS, ruleset, nft=fake["nft"], nsenter=fake["nsenter"]))
     assert said in str(caught.value)
+    with pytest.raises(ValueError) as caught:  # an in-place change is held to the same
+        asyncio.run(nftables.change(OWN_NETNS, ruleset, nft=fake["nft"], nsenter=fake["nsenter"]))
+    assert said.replace("a ruleset is", "a change is") in str(caught.value)
     assert not Path(f"{fake['record']}.args").exists()
 
 
@@ -88,11 +92,11 @@ def test_a_ruleset_reaching_outside_our_table_is_refused_before_nft_runs(
                                          "name", "metainfo", "set", "x"]), inner, max_size=3),
                     max_leaves=12))
 def test_whatever_comes_in_either_is_refused_or_touches_only_our_table(ruleset: Any) -> None:
-    try:
-        sent = nftables.document(ruleset)
-    except ValueError:
-        return
-    for item in sent["nftables"]:
+    sent: list[Any] = []
+    for build in (nftables.document, nftables.changing):
+        with contextlib.suppress(ValueError):
+            sent += build(ruleset)["nftables"]
+    for item in sent:
         (command, value), = item.items()
         if command == "metainfo":
             continue
