@@ -243,8 +243,16 @@ async def settle(demo: Demo) -> None:
     """Until every node's agent has brought its pods' ClusterIP rules to what the store says."""
     demo._flush_notes()
     for running in demo.agents:
-        if running.agent.services is not None:
-            await asyncio.wait_for(running.agent.services.idle(), SETTLE_TIMEOUT)
+        served = running.agent.services
+        if served is None:
+            continue
+        try:
+            await asyncio.wait_for(served.idle(), SETTLE_TIMEOUT)
+        except TimeoutError:
+            raise RuntimeError(
+                f"the agent of {running.agent.config.socket_path.stem} did not bring its pods' ClusterIP "
+                f"rules up to date within {SETTLE_TIMEOUT:.0f}s ({served.failures} failed writes, each "
+                "logged above with nft's or ip's message)") from None
 
 
 def _slices(api: Store, ns: str) -> list[dict[str, Any]]:
@@ -299,8 +307,8 @@ async def run(demo: Demo, *, ns: str) -> None:
     try:
         for name, node in (*BACKENDS.items(), (CLIENT, CLIENT_NODE)):
             await demo._create_pod(_pod(name, node, NAME if name in BACKENDS else CLIENT))
+            started.append(name)  # removed at the end, its sandbox too if the ADD fails half-way
             await demo.kubelets[node].start_pod(ns, name)
-            started.append(name)
             r.say(f"{node}: CNI ADD {ns}/{name} via the shim, netns {demo._sandbox(name).netns}")
         for running in demo.agents:
             await running.agent.status.idle()

@@ -5,6 +5,7 @@ write told to `on_write` as `AsyncApi` tells it."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -100,6 +101,6 @@ def test_delete_removes_and_a_second_delete_is_not_found_as_the_services_control
     asyncio.run(api.create(kube.EndpointSlice, slice_))
     asyncio.run(api.delete(kube.EndpointSlice, "db.ipv4.0", "app"))
     assert store.find("discovery.k8s.io/v1", "EndpointSlice", "db.ipv4.0", "app") is None
-    with pytest.raises(kube.NotFound, match="delete EndpointSlice app/db.ipv4.0"):
+    with pytest.raises(kube.NotFound, match=re.escape("delete EndpointSlice app/db.ipv4.0")):
         asyncio.run(api.delete(kube.EndpointSlice, "db.ipv4.0", "app"))
     assert told[1:] == [("EndpointSlice", "delete", "written"), ("EndpointSlice", "delete", "not_found")]
