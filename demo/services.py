@@ -264,7 +264,7 @@ def _show_slices(r: Report, api: Store, ns: str) -> list[dict[str, Any]]:
     found = _slices(api, ns)
     for s in found:
         labels = s["metadata"].get("labels") or {}
-        r.say(f"  EndpointSlice {ns}/{s['metadata']['name']} ({s.get('addressType')}, managed-by "
+        r.say(f"  bridge: EndpointSlice {ns}/{s['metadata']['name']} ({s.get('addressType')}, managed-by "
               f"{labels.get(constants.ENDPOINTSLICE_MANAGED_BY_LABEL)}), ports "
               + ", ".join(f"{p.get('name')} {p.get('port')}/{p.get('protocol')}"
                           for p in s.get("ports") or []))
@@ -390,7 +390,7 @@ async def run(demo: Demo, *, ns: str) -> None:
                       for c in pod["status"].get("conditions") or []]
         api.patch(*POD, "echo-2", {"status": {"conditions": conditions}}, ns, subresource="status")
         r.say("echo-2 turns not Ready (its Ready condition False, as the kubelet sets it when a readiness "
-              "probe fails)")
+              "probe fails); the agents rewrite their pods' tables")
         await settle(demo)
         endpoints = _endpoints(_show_slices(r, api, ns))
         r.check(endpoints.get("echo-2", ("", True))[1] is False and endpoints.get("echo-1", ("", False))[1],
