@@ -1,5 +1,5 @@
 """The operators themselves, on the demo's store: the PodNetwork controller's and the bridge's
-orchestrations, fed by the store's watches.
+orchestrations (the bridge's Services controller included), fed by the store's watches.
 
 On a cluster kopf turns watch events into calls of each operator's entry points
 (`podnetwork.kep.controller.register`, `bridge.operator.controller.register`). Here
@@ -29,6 +29,7 @@ from bridge import npwg
 from bridge.operator import controller as bridge_controller
 from bridge.operator import plans as bridge_plans
 from bridge.operator import policies as bridge_policies
+from bridge.operator import serviceslices
 from demo.store import Event, EventType, Store
 from demo.storeapi import StoreApi
 from podnetwork.cli.handlers import Watch
@@ -136,8 +137,11 @@ class ControlPlane:
             api=controller_api, report=self._controller_did)
         self.bridge = bridge_controller.Bridge(config=bridge_settings or bridge_plans.BridgeSettings(),
                                                api=bridge_api, report=self._bridge_did)
+        self.services = serviceslices.Services(api=StoreApi(store))
+        """The bridge's Services controller (EndpointSlices of a network's addresses), beside the
+        bridge's own handlers in the same operator, as `podnetwork bridge` runs it."""
         self.feeds = [Feed(store, self.controller.watches(), after=self.controller.tick, seen=self._seen),
-                      Feed(store, self.bridge.watches())]
+                      Feed(store, self.bridge.watches()), Feed(store, self.services.watches())]
         self.controller_writes = 0
         """Writes the controller made so far: a steady cluster makes none (the no-hot-loop rule)."""
 

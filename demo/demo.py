@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,8 @@ class Demo(ControlStory):
         self.bin_dir: Path | None = None
         self.run_dir: Path | None = None
         self.default_conf: dict[str, Any] = {}
+        self.agent_watches: list[Callable[[], None]] = []
+        """What stops the store's feeds of the agents' Services state (`demo.objects.follow`)."""
 
     # -- narrative helpers ----------------------------------------------------------------
 
@@ -210,6 +213,9 @@ class Demo(ControlStory):
             from demo import solo as solo_stage
 
             await solo_stage.run(self, ns=NS)
+            from demo import services as services_stage
+
+            await services_stage.run(self, ns=NS)
         else:
             why = "--control-plane-only" if opts.control_plane_only else "needs " + "; ".join(missing)
             self.report.skip(f"4. attaching pods with the real CNI plugins: {why}")
@@ -219,7 +225,8 @@ class Demo(ControlStory):
         r = self.report
         r.say("API server:       an in-process object store with Kubernetes semantics (demo.store)")
         r.say("controller:       podnetwork.kep.conditions / inuse / defaultnet, fed by watch events")
-        r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate)")
+        r.say("bridge:           ParamsReady, translation to NPWG, pod IPs per network (bridge.translate), "
+              "EndpointSlices of a network's addresses (bridge.operator.serviceslices)")
         r.say("scheduler:        the scheduler extender's FastAPI app, over HTTP on 127.0.0.1")
         if self.data_plane:
             dirs = ":".join(str(d) for d in self.options.cni_bin_dirs)
@@ -233,8 +240,10 @@ class Demo(ControlStory):
     async def _start_control_plane(self) -> None:
         # Admission webhooks are registered before anything is created, as on a cluster.
         from demo import admission as admission_mod
+        from demo import services as services_mod
 
         admission_mod.register(self.api)
+        services_mod.register(self.api)  # the API server's own ClusterIP allocation
         self.control.start()
         url = await self.extender.start()
         self.scheduler = Scheduler(self.api, url, on_decision=self._decision)
@@ -259,8 +268,10 @@ class Demo(ControlStory):
         recheck is then off, so that it never gives this machine a path (`demo.solo`)."""
         from bridge.agent import agent as agent_mod
         from bridge.agent import command as cni_command
+        from bridge.agent.servicer import ClusterIPs
+        from bridge.agent.servicestate import KINDS, ServiceState
+        from demo import objects as objects_mod
         from demo.kubelet import Kubelet
-        from demo.objects import StoreObjects
 
         if self.shim is None:
             self.bin_dir = self.host.tempdir("bin")
@@ -281,7 +292,11 @@ class Demo(ControlStory):
             node_netns=Path(node_netns) if node_netns else None,
             recheck_interval=30.0 if node_netns else 24 * 3600.0,
         )
-        agent = agent_mod.Agent(StoreObjects(self.api), config)
+        # The Services' ClusterIPs in the node's pods, as `podnetwork cni-agent` serves them: the
+        # agent's own reconciler, its state listing and watching the store (demo.services).
+        services = ClusterIPs(ServiceState())
+        self.agent_watches.append(objects_mod.follow(self.api, KINDS, services.state))
+        agent = agent_mod.Agent(objects_mod.StoreObjects(self.api), config, services=services)
         running = Running(agent)
         await running.start()
         self.agents.append(running)
@@ -522,6 +537,8 @@ class Demo(ControlStory):
                     r.say(f"{kubelet.node}: CNI DEL {key}")
                 except Exception as exc:  # keep tearing down the rest
                     r.check(False, f"CNI DEL of {key} during cleanup", str(exc))
+        for stop in self.agent_watches:
+            stop()
         for running in self.agents:
             with contextlib.suppress(Exception):
                 await running.stop()

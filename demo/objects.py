@@ -1,17 +1,27 @@
-"""The CNI agent's view of the cluster (`bridge.agent.objects.ObjectSource`) over the demo's store.
+"""The CNI agent's view of the cluster (`bridge.agent.objects.ObjectSource`) over the demo's store,
+and its list + watch of the kinds its Services' ClusterIPs follow (`follow`).
 
 On a cluster the agent reads pods, NADs and PodNetworks with GETs and patches
 pod annotations; here the same calls go to the in-process store, so the agent
 code that runs in the demo is the code that runs on a node.
+
+On a cluster the agent's reconcilers list and watch their kinds over HTTP
+(`bridge.agent.watchcache.follow`) into their state, a `watchcache.Listener`. `follow` here
+gives the same listener the same calls from the store: the listing, then each event, with the
+kind's label selector applied as the API server applies it (an object that stops matching is
+DELETED for the watcher).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bridge import npwg, translate
 from bridge.agent import objects as cni_objects
+from bridge.agent import watchcache
 from demo import store as store_mod
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
@@ -91,3 +101,45 @@ class StoreObjects:
         except store_mod.NotFound:
             raise cni_objects.NotFound(cni_objects.POD, namespace, name) from None
         self.patches.append((namespace, name, dict(annotations)))
+
+
+def _selected(selector: str, obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` matches an equality label selector (`k=v,k2=v2`, what `watchcache.Kind` carries)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        name, _, value = term.partition("=")
+        if labels.get(name) != value:
+            return False
+    return True
+
+
+def follow(api: store_mod.Store, kinds: Iterable[watchcache.Kind],
+           listener: watchcache.Listener) -> Callable[[], None]:
+    """List each of `kinds` cluster-wide into `listener`, then tell it every change, as
+    `watchcache.follow` does over HTTP; returns what stops it.
+
+    The store calls back on the writer's thread: on the event loop's (the demo's writes), the
+    listener hears at once; from another thread the call is handed to the loop, which owns the
+    listener (it pokes the agent's reconciler there)."""
+    loop = asyncio.get_running_loop()
+    owner = threading.get_ident()
+    cancels: list[Callable[[], None]] = []
+    for kind in kinds:
+        api_version = f"{kind.group}/{kind.version}" if kind.group else kind.version
+
+        def on_event(event: store_mod.Event, kind: watchcache.Kind = kind) -> None:
+            kept = event.type != store_mod.EventType.DELETED and _selected(kind.selector, event.object)
+            change = (kind, event.type.value if kept else "DELETED", event.object)
+            if threading.get_ident() == owner:
+                listener.changed(*change)
+            else:
+                loop.call_soon_threadsafe(listener.changed, *change)
+
+        listener.listed(kind, [o for o in api.list(api_version, kind.name) if _selected(kind.selector, o)])
+        cancels.append(api.subscribe(on_event, api_version, kind.name, replay=False))
+
+    def cancel() -> None:
+        for stop in cancels:
+            stop()
+
+    return cancel

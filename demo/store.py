@@ -18,6 +18,9 @@ against a naive fake fails here):
 - finalizers: deleting an object that has finalizers sets
   `metadata.deletionTimestamp` and keeps it; removing the last finalizer then
   completes the delete; no finalizer may be added to an object being deleted;
+- garbage collection: once an object is gone, each object whose `ownerReferences` all
+  name objects that are gone is deleted too (the garbage collector's background
+  propagation, the default of a delete), at once rather than a moment later;
 - JSON merge patch (RFC 7386): `null` removes a key, objects merge, lists replace;
 - admission: mutating then validating hooks per kind on create and update, as
   the API server calls webhooks;
@@ -136,6 +139,9 @@ BUILTIN_RESOURCES: tuple[Resource, ...] = (
     Resource("v1", "Node", "nodes", False),
     Resource("v1", "Namespace", "namespaces", False),
     Resource("v1", "Event", "events", True),
+    Resource("v1", "Service", "services", True),
+    Resource(f"{constants.ENDPOINTSLICE_GROUP}/{constants.ENDPOINTSLICE_VERSION}", "EndpointSlice",
+             constants.ENDPOINTSLICE_PLURAL, True),
     Resource(constants.API_VERSION, constants.PODNETWORK_KIND, constants.PODNETWORK_PLURAL, False, False),
     Resource(constants.API_VERSION, constants.ATTACHMENT_KIND, constants.ATTACHMENT_PLURAL, True, False),
     Resource(constants.NAD_API_VERSION, constants.NAD_KIND, constants.NAD_PLURAL, True, False),
@@ -370,21 +376,7 @@ class Store:
         res = self.resource(api_version, kind)
         with self._lock:
             current = self._existing(res, name, namespace)
-            key = self._key(res, name, namespace)
-            meta = current["metadata"]
-            if meta.get("finalizers"):
-                if meta.get("deletionTimestamp"):
-                    return copy.deepcopy(current)
-                updated = copy.deepcopy(current)
-                updated["metadata"]["deletionTimestamp"] = rfc3339(self._clock())
-                updated["metadata"]["deletionGracePeriodSeconds"] = 0
-                updated["metadata"]["resourceVersion"] = self._next_version()
-                self._objects[key] = updated
-                self._queue(EventType.MODIFIED, updated)
-                result: Obj | None = copy.deepcopy(updated)
-            else:
-                self._remove(key, current)
-                result = None
+            result = self._delete(self._key(res, name, namespace), current)
         self._dispatch()
         return result
 
@@ -541,11 +533,40 @@ class Store:
             result = copy.deepcopy(stored)
         return result
 
+    def _delete(self, key: Key, current: Obj) -> Obj | None:
+        """Delete (lock held): with finalizers, mark it and return it; else remove it, return None."""
+        meta = current["metadata"]
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            updated = copy.deepcopy(current)
+            updated["metadata"]["deletionTimestamp"] = rfc3339(self._clock())
+            updated["metadata"]["deletionGracePeriodSeconds"] = 0
+            updated["metadata"]["resourceVersion"] = self._next_version()
+            self._objects[key] = updated
+            self._queue(EventType.MODIFIED, updated)
+            return copy.deepcopy(updated)
+        self._remove(key, current)
+        return None
+
     def _remove(self, key: Key, last: Obj) -> None:
         del self._objects[key]
         gone = copy.deepcopy(last)
         gone["metadata"]["resourceVersion"] = self._next_version()
         self._queue(EventType.DELETED, gone)
+        self._collect(last["metadata"].get("uid"))
+
+    def _collect(self, owner_uid: str | None) -> None:
+        """The garbage collector (lock held): the dependents of `owner_uid` whose owners are all gone
+        are deleted, as background propagation deletes them (their finalizers, if any, hold them)."""
+        if not owner_uid:
+            return
+        uids = {obj["metadata"].get("uid") for obj in self._objects.values()}
+        for key, obj in list(self._objects.items()):
+            owners = [ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []
+                      if isinstance(ref, Mapping)]
+            if owner_uid in owners and not any(uid in uids for uid in owners) and key in self._objects:
+                self._delete(key, self._objects[key])
 
     def _next_version(self) -> str:
         self._last_version = next(self._versions)

@@ -68,6 +68,13 @@ class StoreApi:
         what = f"create {kube.kind_of(resource)} {_where(meta.get('namespace'), meta.get('name'))}"
         return self._written(resource, "create", what, lambda: self.store.create(body))
 
+    async def delete(self, resource: kube.Resource, name: str, namespace: str | None = None) -> None:
+        """Delete (the Services controller deletes the slices it no longer wants); NotFound when gone."""
+        what = f"delete {kube.kind_of(resource)} {_where(namespace, name)}"
+        scope = _scope(resource, namespace)
+        self._written(resource, "delete", what,
+                      lambda: self.store.delete(*_coordinates(resource), name, scope) or {})
+
     async def close(self) -> None:
         return None
 

@@ -5,6 +5,7 @@ write told to `on_write` as `AsyncApi` tells it."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -88,3 +89,18 @@ def test_every_write_is_told_with_its_outcome() -> None:
     asyncio.run(api.get(kube.PodNetwork, "blue"))  # a read is no write
     assert told == [("PodNetwork", "create", "written"), ("PodNetwork", "patch", "not_found"),
                     ("PodNetwork", "patch_status", "written")]
+
+
+def test_delete_removes_and_a_second_delete_is_not_found_as_the_services_controller_reads_it() -> None:
+    store = Store()
+    api = StoreApi(store)
+    told: list[tuple[str, str, str]] = []
+    api.on_write = lambda kind, verb, outcome: told.append((kind, verb, outcome))
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "db.ipv4.0", "namespace": "app"}, "addressType": "IPv4", "endpoints": []}
+    asyncio.run(api.create(kube.EndpointSlice, slice_))
+    asyncio.run(api.delete(kube.EndpointSlice, "db.ipv4.0", "app"))
+    assert store.find("discovery.k8s.io/v1", "EndpointSlice", "db.ipv4.0", "app") is None
+    with pytest.raises(kube.NotFound, match=re.escape("delete EndpointSlice app/db.ipv4.0")):
+        asyncio.run(api.delete(kube.EndpointSlice, "db.ipv4.0", "app"))
+    assert told[1:] == [("EndpointSlice", "delete", "written"), ("EndpointSlice", "delete", "not_found")]

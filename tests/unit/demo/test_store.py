@@ -473,3 +473,57 @@ def test_resources_lists_the_registered_kinds(api: Store) -> None:
     kinds = {(r.api_version, r.kind) for r in api.resources()}
     assert PN in kinds and ("v1", "Pod") in kinds
     assert ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition") in kinds
+
+
+# -- garbage collection ------------------------------------------------------------------
+
+
+def owned(name: str, *owners: dict[str, Any], finalizers: list[str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "demo", "ownerReferences": [
+        {"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"],
+         "uid": o["metadata"]["uid"]} for o in owners]}
+    if finalizers:
+        meta["finalizers"] = finalizers
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta,
+            "addressType": "IPv4", "endpoints": []}
+
+
+def service(name: str = "db") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "demo"},
+            "spec": {"selector": {"app": name}}}
+
+
+def test_the_dependents_of_a_deleted_owner_are_deleted_with_their_events(api: Store) -> None:
+    owner = api.create(service())
+    api.create(owned("db.ipv4.0", owner))
+    api.create(owned("unrelated"))
+    seen: list[tuple[str, str]] = []
+    api.subscribe(lambda e: seen.append((e.type.value, e.object["metadata"]["name"])),
+                  "discovery.k8s.io/v1", "EndpointSlice", replay=False)
+    api.delete("v1", "Service", "db", "demo")
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "db.ipv4.0", "demo") is None
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "unrelated", "demo") is not None
+    assert seen == [("DELETED", "db.ipv4.0")]
+
+
+def test_a_dependent_with_an_owner_left_stays_and_one_with_a_finalizer_is_marked(api: Store) -> None:
+    first, second = api.create(service("a")), api.create(service("b"))
+    api.create(owned("both", first, second))
+    api.create(owned("held", first, finalizers=[FIN]))
+    api.delete("v1", "Service", "a", "demo")
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "both", "demo") is not None
+    held = api.get("discovery.k8s.io/v1", "EndpointSlice", "held", "demo")
+    assert held["metadata"]["deletionTimestamp"]
+    api.delete("v1", "Service", "b", "demo")
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "both", "demo") is None
+
+
+def test_an_owner_held_by_its_finalizer_keeps_its_dependents_until_it_is_gone(api: Store) -> None:
+    obj = service()
+    obj["metadata"]["finalizers"] = [FIN]
+    owner = api.create(obj)
+    api.create(owned("db.ipv4.0", owner))
+    api.delete("v1", "Service", "db", "demo")
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "db.ipv4.0", "demo") is not None
+    api.patch("v1", "Service", "db", {"metadata": {"finalizers": None}}, "demo")
+    assert api.find("discovery.k8s.io/v1", "EndpointSlice", "db.ipv4.0", "demo") is None
