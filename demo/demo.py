@@ -268,8 +268,9 @@ class Demo(ControlStory):
         recheck is then off, so that it never gives this machine a path (`demo.solo`)."""
         from bridge.agent import agent as agent_mod
         from bridge.agent import command as cni_command
+        from bridge.agent import policystate, servicestate
+        from bridge.agent.enforcer import Enforcer
         from bridge.agent.servicer import ClusterIPs
-        from bridge.agent.servicestate import KINDS, ServiceState
         from demo import objects as objects_mod
         from demo.kubelet import Kubelet
 
@@ -292,11 +293,15 @@ class Demo(ControlStory):
             node_netns=Path(node_netns) if node_netns else None,
             recheck_interval=30.0 if node_netns else 24 * 3600.0,
         )
-        # The Services' ClusterIPs in the node's pods, as `podnetwork cni-agent` serves them: the
-        # agent's own reconciler, its state listing and watching the store (demo.services).
-        services = ClusterIPs(ServiceState())
-        self.agent_watches.append(objects_mod.follow(self.api, KINDS, services.state))
-        agent = agent_mod.Agent(objects_mod.StoreObjects(self.api), config, services=services)
+        # The Services' ClusterIPs and the MultiNetworkPolicy tables in the node's pods, as
+        # `podnetwork cni-agent` keeps them: the agent's own reconcilers, their state listing and
+        # watching the store (demo.services, demo.policy).
+        services = ClusterIPs(servicestate.ServiceState())
+        self.agent_watches.append(objects_mod.follow(self.api, servicestate.KINDS, services.state))
+        enforcer = Enforcer(policystate.PolicyState(node=node))
+        self.agent_watches.append(objects_mod.follow(self.api, policystate.KINDS, enforcer.state))
+        agent = agent_mod.Agent(objects_mod.StoreObjects(self.api), config, services=services,
+                                enforcer=enforcer)
         running = Running(agent)
         await running.start()
         self.agents.append(running)

@@ -1,41 +1,41 @@
 """Network policy in the demo (KEP-3698 Phase III, Req 22): a MultiNetworkPolicy isolates blue.
 
-On a cluster each node's agent compiles the rules of every pod of its node from the
-policies, pods, namespaces and networks it watches (`bridge.policy.rules.compile_pod`) and
-writes them into the pod's network namespace in one nftables transaction
-(`bridge.agent.nftables.apply`), or removes its table when no policy isolates the pod.
-Here `NodePolicies` does exactly that from the store's objects, for the pods its node's
-kubelet stand-in runs, after each change the stage makes. The bridge, fed by the store's
-watches, posts its Events on the policies (`bridge.operator.policies`).
+Each node's agent keeps the policy tables of its pods, as `podnetwork cni-agent` does on a
+cluster: its enforcer (`bridge.agent.enforcer`) is fed the policies, pods, namespaces and
+networks by list + watch of the demo's store (`demo.objects.follow`), compiles each local
+pod's rules (`bridge.policy.rules.compile_pod`) and writes them into the pod's network
+namespace in one nftables transaction, or removes its table when no policy isolates the pod.
+The stage only makes the changes and waits for every agent to be idle. The bridge, fed by
+the store's watches, posts its Events on the policies (`bridge.operator.policies`).
 
 The traffic is real TCP between the pods' namespaces, over addresses of 198.18.0.0/15 that
-exist only inside them: nothing leaves the machine. The servers are stopped and the tables
-removed at the end of the stage; the namespaces go with the pods.
+exist only inside them: nothing leaves the machine. The servers are stopped at the end of the
+stage and the policies deleted, so the agents remove the tables; the namespaces go with the pods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import sys
-from collections.abc import Mapping
 from typing import Any, Protocol
 
-from bridge import npwg, translate
 from bridge.agent import nftables
-from bridge.policy import PolicyError, World, parse_policy, rules, views
-from demo.kubelet import Kubelet, Sandbox
+from bridge.agent.running import Running
+from demo.kubelet import Kubelet
 from demo.report import Report
-from demo.store import Store
-from demo.world import BLUE, GREEN, NAD, PN, POD
+from demo.store import NotFound, Store
+from demo.world import BLUE, GREEN, POD
 from podnetwork.ground import constants
-from podnetwork.ground.core import Namespace
 
 POLICY = (constants.POLICY_API_VERSION, constants.POLICY_KIND)
 PORT = 8080
 #: Seconds a probe waits to connect: a dropped SYN is not answered at all.
 PROBE_TIMEOUT = 1.0
+#: Seconds each agent may take to bring its pods' policy tables up to date after a change.
+SETTLE_TIMEOUT = 30.0
 
 
 class Demo(Protocol):
@@ -44,6 +44,7 @@ class Demo(Protocol):
     report: Report
     api: Store
     kubelets: dict[str, Kubelet]
+    agents: list[Running]
 
     def _flush_notes(self) -> None: ...
 
@@ -54,54 +55,46 @@ class Demo(Protocol):
     def _pod_ips(self, pod: str) -> list[dict[str, Any]]: ...
 
 
-def world(api: Any) -> World:
-    """What a node's agent watches, read from the store: the same views the agent builds."""
-    podnetworks = [translate.PodNetwork.model_validate(o) for o in api.list(*PN)]
-    nads = [npwg.NetworkAttachmentDefinition.model_validate(o) for o in api.list(*NAD)]
-    networks = views.networks_of(podnetworks, nads)
-    pods = [views.pod_from_object(o, networks) for o in api.list(*POD)]
-    namespaces = [views.namespace_from_view(Namespace.model_validate(o)) for o in api.list("v1", "Namespace")]
-    policies = []
-    for obj in api.list(*POLICY):
-        with contextlib.suppress(PolicyError):  # the bridge reports it in an Event; it applies to nothing
-            policies.append(parse_policy(obj))
-    return World.build(pods, namespaces, networks, policies)
+async def settle(demo: Demo) -> None:
+    """Until every node's agent has brought its pods' policy tables to what the store says."""
+    demo._flush_notes()
+    for running in demo.agents:
+        enforcer = running.agent.enforcer
+        if enforcer is None:
+            continue
+        try:
+            await asyncio.wait_for(enforcer.idle(), SETTLE_TIMEOUT)
+        except TimeoutError:
+            raise RuntimeError(
+                f"the agent of {running.agent.config.socket_path.stem} did not bring its pods' policy "
+                f"tables up to date within {SETTLE_TIMEOUT:.0f}s (each failed write is logged above "
+                "with nft's message)") from None
 
 
-class NodePolicies:
-    """One node's agent, for policies: the rules of each pod its kubelet runs, compiled and applied."""
+async def chains(netns_path: str) -> list[str] | None:
+    """The regular chains of our policy table in the namespace, each with its number of rules, or
+    None when it holds no table."""
+    if not await nftables.exists(netns_path):
+        return None
+    out = await nftables.run_in(netns_path, "list the policy table",
+                                [shutil.which("nft") or "nft", "-j", "list", "table", nftables.POLICY.family,
+                                 nftables.POLICY.name])
+    items = json.loads(out).get("nftables", [])
+    rules = [i["rule"]["chain"] for i in items if "rule" in i]
+    return sorted(f"{name} ({rules.count(name)} rules)" for name in (
+        i["chain"]["name"] for i in items if "chain" in i and "hook" not in i["chain"]))
 
-    def __init__(self, api: Any, node: str, sandboxes: Mapping[str, Sandbox]) -> None:
-        self.api = api
-        self.node = node
-        self.sandboxes = sandboxes
-        self.tables: dict[str, dict[str, Any]] = {}
-        """Pods (`namespace/name`) whose namespace holds our table, and the transaction applied."""
 
-    async def sync(self) -> list[str]:
-        """Compile and apply every local pod's rules; what was done, in words."""
-        done = []
-        current = world(self.api)
-        for key in rules.local_pods(current, self.node):
-            sandbox = self.sandboxes.get(key)
-            if sandbox is None:
-                continue
-            ruleset = rules.compile_pod(current, key)
-            document = ruleset.document
-            if document is not None:
-                if self.tables.get(key) == document:
-                    continue  # as the agent does: an unchanged ruleset is not written again
-                await nftables.apply(sandbox.netns_path, document)
-                self.tables[key] = document
-                chains = sorted(c["add"]["chain"]["name"] for c in ruleset.commands
-                                if "chain" in c.get("add", {}) and "hook" not in c["add"]["chain"])
-                done.append(f"{self.node}'s agent: {key}: table {rules.FAMILY} {rules.TABLE} "
-                            f"applied in {sandbox.netns} (chains {', '.join(chains)})")
-            elif key in self.tables:
-                await nftables.remove(sandbox.netns_path)
-                del self.tables[key]
-                done.append(f"{self.node}'s agent: {key}: no policy isolates it: table removed")
-        return done
+async def tables(demo: Demo) -> dict[str, tuple[str, str, list[str]]]:
+    """Pods whose namespace holds our policy table: node, namespace and the table's chains."""
+    found = {}
+    for node, kubelet in demo.kubelets.items():
+        for key, sandbox in kubelet.sandboxes.items():
+            with contextlib.suppress(nftables.NetnsGone):
+                held = await chains(sandbox.netns_path)
+                if held is not None:
+                    found[key] = (node, sandbox.netns, held)
+    return found
 
 
 class Servers:
@@ -152,7 +145,6 @@ async def run(demo: Demo, *, ns: str) -> None:
         r.skip(f"4d. network policy: needs {' and '.join(absent)} (apt-get install nftables util-linux)")
         return
     r.section("4d. Network policy: a MultiNetworkPolicy isolates blue (KEP Phase III, Req 22)")
-    nodes = [NodePolicies(api, node, kubelet.sandboxes) for node, kubelet in demo.kubelets.items()]
     server, client = demo._sandbox("web-a").netns, demo._sandbox("web-b").netns
     on_blue, on_green = demo._ip_on("web-a", BLUE.name), demo._ip_on("web-a", GREEN.name)
     if on_blue is None or on_green is None:
@@ -160,11 +152,19 @@ async def run(demo: Demo, *, ns: str) -> None:
         return
     servers = Servers()
 
+    shown: dict[str, tuple[str, str, list[str]]] = {}
+
     async def sync() -> None:
-        demo._flush_notes()
-        for node in nodes:
-            for line in await node.sync():
-                r.say(line)
+        """Wait for the agents, then say which tables they wrote, changed or removed."""
+        await settle(demo)
+        now = await tables(demo)
+        for key, (node, netns, held) in sorted(now.items()):
+            if shown.get(key) != (node, netns, held):
+                r.say(f"{node}'s agent: {key}: table {nftables.POLICY} in {netns} (chains {', '.join(held)})")
+        for key in sorted(set(shown) - set(now)):
+            r.say(f"{shown[key][0]}'s agent: {key}: no policy isolates it: table removed")
+        shown.clear()
+        shown.update(now)
 
     async def probe(address: str, network: str) -> bool:
         ok, said = await connects(client, address)
@@ -211,22 +211,17 @@ async def run(demo: Demo, *, ns: str) -> None:
         api.delete(*POLICY, "allow-clients", ns)
         api.delete(*POLICY, "isolate-blue", ns)
         await sync()
-        left = [key for node in nodes for key in node.tables]
-        for node in nodes:
-            for key in node.sandboxes:
-                if await nftables.exists(node.sandboxes[key].netns_path):
-                    left.append(key)
-        r.check(not left, "with the policies deleted no pod's namespace holds a policy table", left)
+        r.check(not shown, "with the policies deleted the agents removed every policy table", sorted(shown))
     finally:
         await servers.stop()
-        for node in nodes:  # an interrupted stage leaves no rule behind either
-            for key in list(node.tables):
-                with contextlib.suppress(nftables.NftablesError):
-                    await nftables.remove(node.sandboxes[key].netns_path)
+        # An interrupted stage leaves no policy behind either: the agents then remove the tables.
+        for name in ("allow-clients", "isolate-blue"):
+            with contextlib.suppress(NotFound):
+                api.delete(*POLICY, name, ns)
 
 
 def _node_of(api: Any, pod: str, ns: str) -> str:
     return str(api.get(*POD, pod, ns)["spec"].get("nodeName"))
 
 
-__all__ = ["NodePolicies", "Servers", "connects", "run", "world"]
+__all__ = ["Servers", "chains", "connects", "run", "settle", "tables"]

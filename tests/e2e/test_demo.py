@@ -75,7 +75,8 @@ def test_demo_check_passes_through_every_stage_and_leaves_nothing(cni_host: list
         "ok   web-b cannot connect to web-a on blue: isolate-blue denies ingress",
         "ok   web-b still connects to web-a on green: the policy names blue only",
         "ok   web-b connects to web-a on blue once allow-clients admits pods labelled role=client",
-        "ok   with the policies deleted no pod's namespace holds a policy table",
+        "ok   with the policies deleted the agents removed every policy table",
+        "node-a's agent: demo/web-a: table inet podnetwork_policy in ",
         # a pod on blue alone (the explicit list), node access, the kubelet's probe (KEP Req 19)
         "ok   solo has blue on eth0 and no other interface (no default network)",
         "ok   solo's network-status has one entry, blue on eth0, default true; its podIP is blue's",
