@@ -207,7 +207,8 @@ def validating_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
-def webhook_configurations(client_config: Mapping[str, Any], *, enforce_use: bool = False) -> list[dict[str, Any]]:
+def webhook_configurations(client_config: Mapping[str, Any], *,
+                           enforce_use: bool = False) -> list[dict[str, Any]]:
     """What `podnetwork.kube.registration.Keeper` registers: the mutating configuration and, with
     `enforce_use` (`--enforce-use-permission`), the validating one."""
     found = [webhook_configuration(client_config)]

@@ -23,7 +23,8 @@ _WHAT = (f"cannot check the permission to use the PodNetworks of the pod's NPWG 
          f"({selectionuse.SELECTION})")
 
 
-async def authorize(body: AdmissionReview, objects: translate.Objects, may_use: MayUse | None) -> dict[str, Any]:
+async def authorize(body: AdmissionReview, objects: translate.Objects,
+                    may_use: MayUse | None) -> dict[str, Any]:
     """The validating webhook's answer: allowed, or the refusal of a selection reaching a
     PodNetwork neither the requester nor the pod's ServiceAccount may use. Without `may_use`
     (the flag off, a configuration left registered) everything is allowed. Raises
@@ -35,8 +36,8 @@ async def authorize(body: AdmissionReview, objects: translate.Objects, may_use: 
         async with asyncio.timeout(USE_CHECK_SECONDS):
             refusal = await selectionuse.authorize(request, objects, may_use)
     except TimeoutError:
-        raise admissionreview.Unavailable(
-            f"{_WHAT}: the API server did not answer within {USE_CHECK_SECONDS:g}s; retry the request") from None
+        raise admissionreview.Unavailable(f"{_WHAT}: the API server did not answer within "
+                                          f"{USE_CHECK_SECONDS:g}s; retry the request") from None
     except UseUnavailable as exc:
         raise admissionreview.Unavailable(f"{_WHAT}: {exc}; retry the request") from None
     return refusal if refusal is not None else admissionreview.allowed(request.uid)

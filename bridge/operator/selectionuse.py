@@ -266,7 +266,8 @@ async def authorize(request: AdmissionRequest, objects: translate.Objects,
             pod = request.pod()
         except InvalidPod as exc:
             return admissionreview.refused(request.uid, exc.name, exc.errors)
-        requester, account, subjects = usepermission.subjects_of(request, pod, request.namespace or pod.namespace)
+        namespace = request.namespace or pod.namespace
+        requester, account, subjects = usepermission.subjects_of(request, pod, namespace)
     namespace = request.namespace or _annotations_namespace(request.object)
     for use in needed:
         if not await _anyone_may_use_any(subjects, use.podnetworks, namespace, may_use):
