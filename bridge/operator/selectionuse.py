@@ -100,7 +100,8 @@ def references(text: str, namespace: str) -> list[tuple[int, Key]]:
     """(element index, (namespace, name)) of every NAD the selection `text` could name, for a pod
     in `namespace`: read as the JSON format (any key spelled `name`/`namespace` in any case,
     duplicates too, as Go's decoder in Multus matches them) and as the comma format
-    (`ns/name@if`), both, whatever the text looks like. Never raises."""
+    (`ns/name@if`), both, whatever the text looks like; only what a Kubernetes object could be
+    named. Never raises."""
     if not isinstance(text, str) or not text.strip():
         return []
     found = _json_references(text, namespace) if any(mark in text for mark in _JSON_MARKS) else []
@@ -108,7 +109,10 @@ def references(text: str, namespace: str) -> list[tuple[int, Key]]:
     seen: set[tuple[int, Key]] = set()
     unique = []
     for ref in found:
-        if ref[1][1] and ref not in seen:
+        # What no object can be named (the comma reading of a JSON text) names no NAD.
+        if any(npwg.subdomain_problem(part) for part in ref[1]):
+            continue
+        if ref not in seen:
             seen.add(ref)
             unique.append(ref)
     return unique

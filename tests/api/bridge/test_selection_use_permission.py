@@ -9,19 +9,28 @@ do: tests/api/controller/test_use_permission.py), and records every review.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import httpx
+import kmock as kmock_lib
 import pytest
 
 from bridge.operator import admission, admissionapp
+from bridge.operator import command as bridge_command
+from podnetwork import cli
 from podnetwork.ground import constants
 from podnetwork.kep.admissionreads import UseCache, UseReviews
 from tests.api import bridge_api_support as bs
+from tests.api.bridge.test_command_webhook import MWC, PODNETWORK, free_port
 from tests.api.controller.test_use_permission import SAR_PATH, authorizer, reviews
+from tests.api.kube_emulator import write_kubeconfig
 from tests.unit.crd_support import cel
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
@@ -222,3 +231,58 @@ async def test_without_the_flag_the_validating_path_allows_everything_and_asks_n
         resp = await validate(bridge, review(new_pod({NPWG: "nets/dataplane"})), enforce=False)
     assert resp.json()["response"] == {"uid": "u-1", "allowed": True}
     assert reviews(kmock) == []
+
+
+VWC = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+@pytest.mark.timeout(90)
+async def test_the_command_flag_serves_and_registers_the_validating_webhook_asking_with_the_bridges_credentials(
+        kmock: bs.Emulator, tmp_path: Path) -> None:
+    world(kmock)
+    authorizer(kmock, set())
+    for resource, kind in ((MWC, "MutatingWebhookConfiguration"), (VWC, "ValidatingWebhookConfiguration")):
+        kmock.resources[resource] = kmock_lib.ResourceInfo(kind=kind, namespaced=False,
+                                                           verbs={"create", "get", "list", "patch"})
+    parser = cli.build_parser({"bridge": bridge_command.command})
+    assert parser.parse_args(["bridge"]).enforce_use_permission is False  # off unless asked
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"), token="secret-token")
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook", "--enforce-use-permission",
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--manage-webhooks",
+        "--webhook-url", f"https://localhost:{port}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": ""})
+    try:
+        registered = await bs.eventually(lambda: kmock.objects[VWC, None, admission.CONFIGURATION_NAME].raw,
+                                         timeout=30)
+        (hook,) = registered["webhooks"]
+        assert hook["clientConfig"]["url"] == f"https://localhost:{port}{admission.VALIDATE_PATH}"
+        assert hook["failurePolicy"] == "Fail"
+        async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=False) as client:
+            # Until the bridge's watches delivered the PodNetwork, no NAD is known to back one: allowed.
+            for _ in range(300):
+                answer = (await client.post(admission.VALIDATE_PATH,
+                                            json=review(new_pod({NPWG: "nets/dataplane"})))).json()["response"]
+                if not answer["allowed"]:
+                    break
+                await asyncio.sleep(0.1)
+        assert 'may use PodNetwork "dataplane"' in answer["status"]["message"]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out.decode()
+    sent = [r for r in list(kmock) if r.method.value == "POST" and str(r.url.path) == SAR_PATH]
+    assert sent and {r.data["spec"]["user"] for r in sent} == {"alice", POD_SA}
+    assert all(r.headers.get("Authorization") == "Bearer secret-token" for r in sent)
+
+
+async def test_enforce_use_permission_without_the_webhook_is_refused_before_touching_the_cluster() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--enforce-use-permission",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "--enforce-use-permission is enforced by the bridge's validating webhook, which --webhook serves: " \
+           "add --webhook" in err.decode()
