@@ -15,6 +15,7 @@ from bridge.operator import admission, selectionuse
 from bridge.operator.selectionuse import NadUse
 from podnetwork.ground import constants
 from podnetwork.kep.admissionreview import AdmissionRequest
+from podnetwork.kep.usepermission import Subject
 from tests.unit.bridge_support import nad, podnetwork
 from tests.unit.crd_support import cel
 
@@ -108,14 +109,27 @@ def test_a_nad_backing_several_podnetworks_lists_them_all_and_one_named_exempts_
     assert needed({KEP: '[{"podNetworkName":"alias"}]', NPWG: "nets/dataplane"}, objs=objs) == []
 
 
-def test_a_binding_carrying_a_selection_needs_use_of_every_backed_nad_it_names() -> None:
+async def test_a_binding_carrying_a_selection_needs_use_of_every_backed_nad_by_its_sender_alone() -> None:
     binding = AdmissionRequest.model_validate({
         "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Binding"}, "namespace": NS,
-        "operation": "CREATE", "subResource": "binding",
+        "operation": "CREATE", "subResource": "binding", "userInfo": {"username": "sched"},
         "object": {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": "web", "namespace": NS, "annotations": {NPWG: "nets/dataplane"}},
                    "target": {"kind": "Node", "name": "n1"}}})
     assert selectionuse.uses(binding, objects()) == [NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+    asked: list[tuple[str, str, str]] = []
+
+    async def nobody(subject: Subject, podnetwork: str, namespace: str) -> bool:
+        asked.append((subject.user, podnetwork, namespace))
+        return False
+
+    refusal = await selectionuse.authorize(binding, objects(), nobody)
+    assert asked == [("sched", "dataplane", NS)]  # a Binding carries no pod: no ServiceAccount to ask
+    assert refusal is not None and refusal["response"]["allowed"] is False
+    message = refusal["response"]["status"]["message"]
+    assert message.startswith(f'Pod "web" is forbidden: metadata.annotations[{NPWG}][0]: Forbidden: the user '
+                              '"sched" may not use PodNetwork "dataplane" (named through NetworkAttachmentDefinition '
+                              f'"nets/dataplane" in {NPWG}), and a Binding\'s annotations are copied onto the pod')
 
 
 def test_the_selection_is_read_in_both_forms_as_leniently_as_multus_reads_it() -> None:
