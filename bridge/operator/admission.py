@@ -34,16 +34,20 @@ from typing import Any
 
 import pydantic
 
-from bridge import translate
+from bridge import npwg, translate
 from bridge.operator import pods
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from podnetwork.kep import admissionreview
+from podnetwork.kep.admissionconfig import annotation_changed
 from podnetwork.kep.admissionreview import AdmissionRequest, InvalidPod
 
 REVIEW_API_VERSION = admissionreview.API_VERSION
 MUTATE_PATH = "/mutate-pods"
 WEBHOOK_NAME = f"pods.npwg.{constants.GROUP}"
+#: The validating webhook of `--enforce-use-permission` (`bridge.operator.selectionuse`).
+VALIDATE_PATH = "/validate-pods"
+VALIDATE_WEBHOOK_NAME = f"pods.validate.npwg.{constants.GROUP}"
 #: Sorts after the PodNetwork controller's `podnetwork`, so on a first pass the API server
 #: usually calls the bridge after auto-population; IfNeeded covers the other order.
 CONFIGURATION_NAME = "podnetwork-bridge"
@@ -115,6 +119,21 @@ def review(body: Any, objects: translate.Objects) -> dict[str, Any]:
     return mutate(admissionreview.review_of(body).request, objects)
 
 
+def _client_config(client_config: Mapping[str, Any], path: str) -> dict[str, Any]:
+    cfg = dict(client_config)
+    if "url" in cfg:
+        cfg["url"] = str(cfg["url"]).rstrip("/") + path
+    else:
+        cfg["service"] = {**cfg["service"], "path": path}
+    return cfg
+
+
+def _namespace_selector() -> dict[str, Any]:
+    return {"matchExpressions": [
+        {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXEMPT_NAMESPACES)}]}
+
+
 def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
     """The MutatingWebhookConfiguration for a clientConfig without the path.
 
@@ -126,11 +145,6 @@ def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
     `multinetwork.x-k8s.io/admission: disabled` and `EXEMPT_NAMESPACES` are left
     out, so the bridge's own pods never wait for the bridge.
     """
-    cfg = dict(client_config)
-    if "url" in cfg:
-        cfg["url"] = str(cfg["url"]).rstrip("/") + MUTATE_PATH
-    else:
-        cfg["service"] = {**cfg["service"], "path": MUTATE_PATH}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -142,28 +156,77 @@ def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
             "failurePolicy": "Fail",
             "timeoutSeconds": 5,
             "reinvocationPolicy": "IfNeeded",
-            "clientConfig": cfg,
+            "clientConfig": _client_config(client_config, MUTATE_PATH),
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                        "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": f"{constants.GROUP}/admission", "operator": "NotIn", "values": ["disabled"]},
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": list(EXEMPT_NAMESPACES)}]},
+            "namespaceSelector": _namespace_selector(),
         }],
     }
 
 
-def webhook_configurations(client_config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """`webhook_configuration` as the list `podnetwork.kube.registration.Keeper` registers."""
-    return [webhook_configuration(client_config)]
+def _selection_present(obj: str) -> str:
+    return f"(has({obj}.metadata.annotations) && '{npwg.NETWORKS_ANNOTATION}' in {obj}.metadata.annotations)"
+
+
+#: matchConditions of the validating webhook: only requests whose object carries an NPWG
+#: selection, and on UPDATE only when it changed; a Binding (a CREATE of pods/binding) only
+#: when its annotations carry one (the API server copies them onto the pod). Every other pod
+#: write, the kubelet's status updates and kube-scheduler's Bindings among them, never waits
+#: for the bridge, even while it is down.
+VALIDATE_MATCH_CONDITIONS = [{
+    "name": "npwg-selection-set-or-changed",
+    "expression": (f"{_selection_present('object')} && (request.operation != 'UPDATE' || "
+                   f"{annotation_changed(npwg.NETWORKS_ANNOTATION)})"),
+}]
+
+
+def validating_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration of `--enforce-use-permission` (`bridge.operator.selectionuse`).
+
+    CREATE and UPDATE of `pods` and `pods/status` (a status update can change annotations
+    on a real API server) and CREATE of `pods/binding`, narrowed by `VALIDATE_MATCH_CONDITIONS`;
+    failurePolicy Fail (while the bridge cannot answer, a pod could otherwise name any
+    network's NAD unchecked); the namespaces of the mutating webhook.
+    """
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME},
+        "webhooks": [{
+            "name": VALIDATE_WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "clientConfig": _client_config(client_config, VALIDATE_PATH),
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                       "resources": ["pods", "pods/status", "pods/binding"], "scope": "Namespaced"}],
+            "namespaceSelector": _namespace_selector(),
+            "matchConditions": [dict(c) for c in VALIDATE_MATCH_CONDITIONS],
+        }],
+    }
+
+
+def webhook_configurations(client_config: Mapping[str, Any], *,
+                           enforce_use: bool = False) -> list[dict[str, Any]]:
+    """What `podnetwork.kube.registration.Keeper` registers: the mutating configuration and, with
+    `enforce_use` (`--enforce-use-permission`), the validating one."""
+    found = [webhook_configuration(client_config)]
+    if enforce_use:
+        found.append(validating_configuration(client_config))
+    return found
 
 
 __all__ = [
     "CONFIGURATION_NAME",
     "MUTATE_PATH",
+    "VALIDATE_MATCH_CONDITIONS",
+    "VALIDATE_PATH",
+    "VALIDATE_WEBHOOK_NAME",
     "WEBHOOK_NAME",
     "mutate",
     "review",
+    "validating_configuration",
     "webhook_configuration",
     "webhook_configurations",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,13 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 and --webhook-secret: the certificate is kept, renewed and
                 reloaded from that Secret, and the configuration registered at
                 the Service (docs/deploy.md "Webhook certificates").
+  use           with --enforce-use-permission (and --webhook), also serves a validating
+                webhook on /validate-pods: a pod whose k8s.v1.cni.cncf.io/networks names
+                the NetworkAttachmentDefinition of a bridge PodNetwork it does not name
+                in multinetwork.x-k8s.io/networks is refused unless the requesting user
+                or its ServiceAccount may `use` that PodNetwork (SubjectAccessReviews,
+                as `podnetwork controller --enforce-use-permission` asks them;
+                docs/controller.md "Permission to use a PodNetwork").
 
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
@@ -102,6 +110,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    f"{constants.SERVICE_PODNETWORK_ANNOTATION} (docs/services.md)")
     p.add_argument("--webhook", action="store_true",
                    help="serve the mutating admission webhook for pods (selection or scheduling gate)")
+    p.add_argument("--enforce-use-permission", action="store_true",
+                   help="with --webhook, also serve (and register) a validating webhook refusing a pod "
+                   "whose NPWG selection names the NetworkAttachmentDefinition of a bridge PodNetwork "
+                   "that neither the requesting user nor the pod's ServiceAccount may `use` "
+                   "(SubjectAccessReviews; needs `create` on subjectaccessreviews). Off by default; "
+                   "turn it on with the controller's flag of the same name")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
     arguments.add_metrics_arguments(p)
@@ -115,7 +129,8 @@ def features(args: argparse.Namespace) -> dict[str, object]:
     """What this bridge does, for its start-up line."""
     return {"params-ready": args.params_ready, "selection": args.write_selection,
             "pod-ips": args.write_pod_ips, "attachment-data": args.write_attachments,
-            "services": args.services, "webhook": args.webhook, "namespaces": args.namespace or ["all"],
+            "services": args.services, "webhook": args.webhook,
+            "enforce-use-permission": args.enforce_use_permission, "namespaces": args.namespace or ["all"],
             "peering": args.peering or "standalone"}
 
 
@@ -123,6 +138,9 @@ def _problem(args: argparse.Namespace) -> str | None:
     if args.priority is not None and args.peering is None:
         return ("--priority only matters among peers: add --peering NAME (a ClusterKopfPeering object), "
                 "or drop --priority")
+    if args.enforce_use_permission and not args.webhook:
+        return ("--enforce-use-permission is enforced by the bridge's validating webhook, which "
+                "--webhook serves: add --webhook")
     problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="add --webhook")
     if problem is None and args.webhook and not args.write_selection:
         return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
@@ -155,6 +173,7 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
     webhook cannot be served (port in use, unusable certificate), before anything started;
     1 when an active replica was outranked by a peer (it restarts as a standby)."""
     from bridge.operator import admission, admissionapp
+    from podnetwork.kep.admissionreads import UseCache, UseReviews
     from podnetwork.kube import peering
 
     flags = webhook_flags(args)
@@ -171,7 +190,9 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
 
                 # Objects deleted while paused never reach a resumed bridge's caches.
                 operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
-            webhook = admissionapp.app(bridge.objects)
+            enforce = args.enforce_use_permission
+            may_use = UseReviews(bridge.api, UseCache(), who="the bridge").may_use if enforce else None
+            webhook = admissionapp.app(bridge.objects, may_use=may_use)
             if measured is not None:
                 from podnetwork.cli import metrics as kube_metrics
 
@@ -183,7 +204,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                                      max_body_bytes=flags.max_body_bytes, ready_probe=True)
                 if flags.manage:
                     shell.keep_webhooks(endpoint, server, bridge.api, component=COMPONENT,
-                                        configurations=admission.webhook_configurations)
+                                        configurations=functools.partial(admission.webhook_configurations,
+                                                                         enforce_use=enforce))
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,
@@ -220,7 +242,8 @@ def _run(args: argparse.Namespace) -> int:
 
     logs.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
-    served = operatorshell.webhook_summary(webhook_flags(args), [admission.MUTATE_PATH])
+    paths = [admission.MUTATE_PATH] + ([admission.VALIDATE_PATH] if args.enforce_use_permission else [])
+    served = operatorshell.webhook_summary(webhook_flags(args), paths)
     logs.log_start(COMMAND, cluster=creds.describe, webhook=served, features=features(args))
     registry = kopf.OperatorRegistry()
     api = kube.AsyncApi(creds)

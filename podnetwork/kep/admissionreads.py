@@ -66,6 +66,48 @@ class UseCache:
             self.entries.popitem(last=False)
 
 
+@dataclass
+class UseReviews:
+    """Asks the API server whether a subject may `use` a PodNetwork (SubjectAccessReviews),
+    remembering the answers in `cache`: the controller's webhook asks through it, and so does
+    the bridge's (`bridge.operator.selectionuse`), each with its own API client and cache."""
+
+    api: writes.Api | None
+    cache: UseCache = field(default_factory=UseCache)
+    who: str = "the controller"
+    """Who asks, for the reason given when it cannot (e.g. "the bridge")."""
+
+    async def may_use(self, subject: admission.Subject, podnetwork: str, namespace: str) -> bool:
+        """Whether `subject` may `use` the PodNetwork `podnetwork` for a pod in `namespace`, as
+        the API server's authorizers answer a SubjectAccessReview (cached).
+
+        The namespace is the pod's, as PodSecurityPolicy's `use` check did: a RoleBinding
+        there to a ClusterRole granting `use` suffices, though PodNetworks are
+        cluster-scoped. Raises `admission.UseUnavailable` when the API does not answer.
+        """
+        key = (subject, podnetwork, namespace)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        if self.api is None:
+            raise admission.UseUnavailable(f"{self.who} has not connected to the API yet")
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            **subject.spec(),
+            "resourceAttributes": {"group": constants.GROUP, "resource": admission.USE_RESOURCE,
+                                   "verb": admission.USE_VERB, "name": podnetwork, "namespace": namespace}}}
+        try:
+            answer = await self.api.create(kube.SubjectAccessReview, review)
+        except kube.ApiError as exc:
+            raise admission.UseUnavailable(f"POST /apis/authorization.k8s.io/v1/subjectaccessreviews "
+                                           f"failed: {exc}") from None
+        status = answer.get("status")
+        if not isinstance(status, Mapping):
+            raise admission.UseUnavailable("the SubjectAccessReview came back without a status")
+        allowed = status.get("allowed") is True and status.get("denied") is not True
+        self.cache.put(key, allowed)
+        return allowed
+
+
 def namespace_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the namespace cache keeps of a Namespace: its name and its networks profile."""
     meta = body.get("metadata") or {}
@@ -113,34 +155,9 @@ class AdmissionReads:
         return self.namespaces.setdefault(name, slim)
 
     async def may_use(self, subject: admission.Subject, podnetwork: str, namespace: str) -> bool:
-        """Whether `subject` may `use` the PodNetwork `podnetwork` for a pod in `namespace`, as
-        the API server's authorizers answer a SubjectAccessReview (cached: `use_cache`).
-
-        The namespace is the pod's, as PodSecurityPolicy's `use` check did: a RoleBinding
-        there to a ClusterRole granting `use` suffices, though PodNetworks are
-        cluster-scoped. Raises `admission.UseUnavailable` when the API does not answer.
-        """
-        key = (subject, podnetwork, namespace)
-        cached = self.use_cache.get(key)
-        if cached is not None:
-            return cached
-        if self.api is None:
-            raise admission.UseUnavailable("the controller has not connected to the API yet")
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
-            **subject.spec(),
-            "resourceAttributes": {"group": constants.GROUP, "resource": admission.USE_RESOURCE,
-                                   "verb": admission.USE_VERB, "name": podnetwork, "namespace": namespace}}}
-        try:
-            answer = await self.api.create(kube.SubjectAccessReview, review)
-        except kube.ApiError as exc:
-            raise admission.UseUnavailable(f"POST /apis/authorization.k8s.io/v1/subjectaccessreviews "
-                                           f"failed: {exc}") from None
-        status = answer.get("status")
-        if not isinstance(status, Mapping):
-            raise admission.UseUnavailable("the SubjectAccessReview came back without a status")
-        allowed = status.get("allowed") is True and status.get("denied") is not True
-        self.use_cache.put(key, allowed)
-        return allowed
+        """Whether `subject` may `use` the PodNetwork `podnetwork` for a pod in `namespace`
+        (`UseReviews.may_use`, with the controller's API and `use_cache`)."""
+        return await UseReviews(self.api, self.use_cache).may_use(subject, podnetwork, namespace)
 
     async def attachment_network(self, namespace: str, name: str) -> str | None:
         """The PodNetwork of a PodNetworkAttachment, or None when it does not exist.
@@ -170,4 +187,4 @@ class AdmissionReads:
             return None  # admission refuses new pods there; existing ones used `default`
 
 
-__all__ = ["NAMESPACE_GET_TIMEOUT", "AdmissionReads", "UseCache", "namespace_entry"]
+__all__ = ["NAMESPACE_GET_TIMEOUT", "AdmissionReads", "UseCache", "UseReviews", "namespace_entry"]

@@ -126,19 +126,27 @@ def _who_may_not(requester: Subject | None, account: Subject) -> str:
 
 
 def use_refusal(uid: str, pod: Pod, namespace: str, use: UseRequest,
-                requester: Subject | None, account: Subject) -> dict[str, Any]:
+                requester: Subject | None, account: Subject, *,
+                field: str | None = None, via: str | None = None) -> dict[str, Any]:
     """The answer refusing a pod whose requester and ServiceAccount may not use `use.podnetwork`:
     403 Forbidden, naming the network, the verb, the resource and who lacks it, and how to
-    grant it. `requester` is None when the request names no user (the demo's)."""
+    grant it. `requester` is None when the request names no user (the demo's).
+
+    `field` is the cause's field (default: entry `use.index` of the networks annotation) and
+    `via` says how the pod named the network (default: through `use.attachment`, if any),
+    for callers that found the network elsewhere (the bridge, in the NPWG selection)."""
     name = pod.name
-    via = (f' (through PodNetworkAttachment "{use.attachment}")' if use.attachment else "")
+    if via is None:
+        via = f"through PodNetworkAttachment \"{use.attachment}\"" if use.attachment else ""
+    via = f" ({via})" if via else ""
     message = (f'Pod "{name}" is forbidden: {_who_may_not(requester, account)} use PodNetwork '
                f'"{use.podnetwork}"{via}: '
                f'missing permission: verb "{USE_VERB}" on resource "{USE_RESOURCE}" in API group '
                f'"{constants.GROUP}" with resourceName "{use.podnetwork}" in namespace "{namespace}"; '
                "grant it to the pod's ServiceAccount or to the user with a Role or ClusterRole and a "
                "RoleBinding (docs/controller.md \"Permission to use a PodNetwork\")")
-    field = f"{networks.ANNOTATION_FIELD}[{use.index}]"
+    if field is None:
+        field = f"{networks.ANNOTATION_FIELD}[{use.index}]"
     return {"apiVersion": admissionreview.API_VERSION, "kind": admissionreview.KIND, "response": {
         "uid": uid, "allowed": False, "status": {
             "status": "Failure", "code": 403, "reason": "Forbidden", "message": message,
@@ -203,10 +211,7 @@ async def authorize_use(request: AdmissionRequest, may_use: MayUse,
         return None
     pod = request.pod()  # read: `use_requests` found entries in it
     namespace = request.namespace or pod.namespace
-    account = service_account(pod, namespace)
-    asker = requester(request.user_info) if request.user_info is not None else None
-    subjects = [account] if asker is None or not asker.user or asker.user == account.user else [
-        asker, account]
+    asker, account, subjects = subjects_of(request, pod, namespace)
     record = podchange.record_of(pod) or {}
     for use in uses:
         if use.attachment:
@@ -218,12 +223,25 @@ async def authorize_use(request: AdmissionRequest, may_use: MayUse,
                 return record_mismatch(request.uid, pod, namespace, use, record.get(use.attachment))
             if target == constants.DEFAULT_PODNETWORK:
                 continue
-        if not await _anyone_may_use(subjects, use.podnetwork, namespace, may_use):
+        if not await anyone_may_use(subjects, use.podnetwork, namespace, may_use):
             return use_refusal(request.uid, pod, namespace, use, asker, account)
     return None
 
 
-async def _anyone_may_use(subjects: list[Subject], podnetwork: str, namespace: str, may_use: MayUse) -> bool:
+def subjects_of(request: AdmissionRequest, pod: Pod,
+                namespace: str) -> tuple[Subject | None, Subject, list[Subject]]:
+    """(the requester or None, the pod's ServiceAccount, whom to ask in order): the requester
+    first, then the ServiceAccount; once when they are one; the ServiceAccount alone when the
+    request names no user (in-process callers)."""
+    account = service_account(pod, namespace)
+    asker = requester(request.user_info) if request.user_info is not None else None
+    subjects = [account] if asker is None or not asker.user or asker.user == account.user else [
+        asker, account]
+    return asker, account, subjects
+
+
+async def anyone_may_use(subjects: list[Subject], podnetwork: str, namespace: str, may_use: MayUse) -> bool:
+    """Whether one of `subjects` (asked in order, stopping at the first yes) may use `podnetwork`."""
     for subject in subjects:
         if await may_use(subject, podnetwork, namespace):
             return True
@@ -240,11 +258,13 @@ __all__ = [
     "Subject",
     "UseRequest",
     "UseUnavailable",
+    "anyone_may_use",
     "attachment_missing",
     "authorize_use",
     "record_mismatch",
     "requester",
     "service_account",
+    "subjects_of",
     "use_refusal",
     "use_requests",
 ]

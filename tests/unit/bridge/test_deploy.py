@@ -121,9 +121,16 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     assert {controller.writes.resource_of(kind) for kind in ("Pod", "PodNetwork", "PodNetworkAttachment")} == {
         kube.Pod, kube.PodNetwork, kube.PodNetworkAttachment}
     # --manage-webhooks (podnetwork.kube.registration): its configuration, by name where RBAC can.
-    webhook = {("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "create"),
-               ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
-               ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "delete")}
+    # With --enforce-use-permission, its validating configuration too.
+    kinds = {c["kind"].lower() + "s" for c in admission.webhook_configurations({"url": "https://x"},
+                                                                              enforce_use=True)}
+    assert kinds == {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+    webhook = {("admissionregistration.k8s.io", kind, verb) for kind in kinds
+               for verb in ("create", "patch", "delete")}
+    # --enforce-use-permission asks SubjectAccessReviews (UseReviews.may_use, the bridge's API client).
+    selection_use = (ROOT / "podnetwork" / "kep" / "admissionreads.py").read_text()
+    assert "self.api.create(kube.SubjectAccessReview," in selection_use
+    reviews = {("authorization.k8s.io", "subjectaccessreviews", "create")}
     # The Services controller: EndpointSlices created, patched (the planned patches, applied as they
     # are) and deleted; Warning Events on Services; Services themselves never written.
     served = (ROOT / "bridge" / "operator" / "serviceslices.py").read_text()
@@ -135,7 +142,7 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     slices = {("discovery.k8s.io", "endpointslices", verb) for verb in ("create", "patch", "delete")}
     writes = {("", "pods", "patch"), ("", "events", "create"), ("", "events", "patch"), *slices,
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
-              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook}
+              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook, *reviews}
     # kopf's own write: this replica's keep-alive in the peering object (--peering).
     peering = {(references.CLUSTER_PEERINGS_K.group or "", references.CLUSTER_PEERINGS_K.any_name, "patch")}
     assert writes | peering <= allowed()
@@ -143,11 +150,11 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     assert {w for w in allowed() if w[2] not in read_verbs} == writes | peering
     cluster = support.grants(next(d for d in documents("rbac.yaml") if d["kind"] == "ClusterRole"))
     for verb in ("get", "patch", "delete"):
-        assert not support.allows(cluster, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb,
-                                  "podnetwork")  # the controller's, not the bridge's
-        assert ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", verb,
-                admission.CONFIGURATION_NAME) in cluster
-    assert not [g for g in cluster if g[1] in ("validatingwebhookconfigurations", "secrets")]
+        for kind in kinds:
+            assert not support.allows(cluster, "admissionregistration.k8s.io", kind, verb,
+                                      "podnetwork")  # the controller's, not the bridge's
+            assert ("admissionregistration.k8s.io", kind, verb, admission.CONFIGURATION_NAME) in cluster
+    assert not [g for g in cluster if g[1] == "secrets"]
     assert ("rbac.authorization.k8s.io", "clusterroles", "get", bridge_args().webhook_owner) in cluster
     (role,) = [d for d in documents("rbac.yaml") if d["kind"] == "Role"]
     (binding,) = [d for d in documents("rbac.yaml") if d["kind"] == "RoleBinding"]

@@ -1,0 +1,212 @@
+"""Which entries of an NPWG selection need `use` of a PodNetwork (`bridge.operator.selectionuse.uses`),
+how the selection is read for it, and which requests the API server sends the bridge's validating
+webhook (its matchConditions, evaluated with cel-python). Pure functions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge import translate
+from bridge.operator import admission, selectionuse
+from bridge.operator.selectionuse import NadUse
+from podnetwork.ground import constants
+from podnetwork.kep.admissionreview import AdmissionRequest
+from podnetwork.kep.usepermission import Subject
+from tests.unit.bridge_support import nad, podnetwork
+from tests.unit.crd_support import cel
+
+NPWG = constants.NPWG_NETWORKS_ANNOTATION
+KEP = constants.NETWORKS_ANNOTATION
+RECORD = constants.ATTACHMENT_NETWORKS_ANNOTATION
+NS = "app"
+
+
+def attachment(name: str, network: str) -> dict[str, Any]:
+    return {"apiVersion": constants.API_VERSION, "kind": constants.ATTACHMENT_KIND,
+            "metadata": {"name": name, "namespace": NS}, "spec": {"podNetworkName": network}}
+
+
+def objects(*extra: dict[str, Any]) -> translate.Objects:
+    return translate.Objects.from_objects([
+        podnetwork("default", nads=[("nets", "cluster")]), nad("cluster", "nets"),
+        podnetwork("dataplane", nads=[("nets", "dataplane")]), nad("dataplane", "nets"),
+        podnetwork("storage", nads=[("nets", "storage")]),
+        podnetwork("foreign", nads=[("nets", "foreign-nad")], provider="example.com/other"),
+        nad("plain", "nets"), *extra])
+
+
+def pod(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": NS,
+                                                           "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def request(new: dict[str, str], old: dict[str, str] | None = None, *, subresource: str = "") -> AdmissionRequest:
+    body: dict[str, Any] = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": NS,
+                            "operation": "CREATE" if old is None else "UPDATE", "object": pod(new),
+                            "subResource": subresource}
+    if old is not None:
+        body["oldObject"] = pod(old)
+    return AdmissionRequest.model_validate(body)
+
+
+def needed(new: dict[str, str], old: dict[str, str] | None = None, objs: translate.Objects | None = None,
+           **kw: Any) -> list[NadUse]:
+    return selectionuse.uses(request(new, old, **kw), objs or objects())
+
+
+def test_a_nad_backing_a_bridge_podnetwork_needs_use_of_it_and_others_need_nothing() -> None:
+    assert needed({NPWG: "nets/dataplane"}) == [NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+    # A NAD no PodNetwork backs (plain NPWG), one backing another provider's PodNetwork, one that
+    # does not exist, one in the pod's namespace of the same name: nothing to ask.
+    assert needed({NPWG: "nets/plain,nets/foreign-nad,nets/nowhere,dataplane"}) == []
+
+
+def test_a_nad_backing_default_needs_nothing() -> None:
+    assert needed({NPWG: "nets/cluster"}) == []
+
+
+def test_a_podnetwork_named_in_the_kep_annotation_exempts_its_nad_and_only_its_own() -> None:
+    kep = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "dataplane", "interfaceName": "net1"}])
+    assert needed({KEP: kep, NPWG: '[{"name":"dataplane","namespace":"nets","interface":"net1"}]'}) == []
+    assert needed({KEP: kep, NPWG: "nets/dataplane,nets/storage"}) == [
+        NadUse(1, ("nets", "storage"), ("storage",))]
+    # A KEP annotation that cannot be read exempts nothing (the controller refuses the pod anyway).
+    assert needed({KEP: "not json", NPWG: "nets/dataplane"}) == [NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+
+
+def test_an_attachment_exempts_the_podnetwork_of_the_admission_record_else_the_one_the_bridge_knows() -> None:
+    objs = objects(attachment("fast", "dataplane"))
+    kep = json.dumps([{"podNetworkAttachmentName": "fast"}])
+    assert needed({KEP: kep, NPWG: "nets/dataplane"}, objs=objs) == []
+    # The record wins: it is what the controller checked and what the bridge holds the attachment to.
+    assert needed({KEP: kep, RECORD: '{"fast":"storage"}', NPWG: "nets/dataplane"}, objs=objs) == [
+        NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+    assert needed({KEP: kep, RECORD: '{"fast":"storage"}', NPWG: "nets/storage"}, objs=objs) == []
+    # An attachment nobody knows exempts nothing.
+    assert needed({KEP: json.dumps([{"podNetworkAttachmentName": "gone"}]), NPWG: "nets/dataplane"},
+                  objs=objs) == [NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+
+
+def test_an_update_needs_use_only_for_the_nads_it_adds_and_so_does_a_status_update() -> None:
+    old = {NPWG: "nets/dataplane"}
+    assert needed({NPWG: "nets/dataplane@net2"}, old) == []  # the same NAD again, another interface
+    assert needed({NPWG: '[{"name":"dataplane","namespace":"nets"},{"name":"storage","namespace":"nets"}]'},
+                  old) == [NadUse(1, ("nets", "storage"), ("storage",))]
+    assert needed({NPWG: "nets/dataplane,nets/storage"}, {}, subresource="status") == [
+        NadUse(0, ("nets", "dataplane"), ("dataplane",)), NadUse(1, ("nets", "storage"), ("storage",))]
+    # Other subresources do not carry the pod's annotations.
+    assert needed({NPWG: "nets/dataplane"}, {}, subresource="ephemeralcontainers") == []
+
+
+def test_a_nad_backing_several_podnetworks_lists_them_all_and_one_named_exempts_it() -> None:
+    objs = objects(podnetwork("alias", nads=[("nets", "dataplane")]))
+    assert needed({NPWG: "nets/dataplane"}, objs=objs) == [NadUse(0, ("nets", "dataplane"), ("alias", "dataplane"))]
+    assert needed({KEP: '[{"podNetworkName":"alias"}]', NPWG: "nets/dataplane"}, objs=objs) == []
+
+
+async def test_a_binding_carrying_a_selection_needs_use_of_every_backed_nad_by_its_sender_alone() -> None:
+    binding = AdmissionRequest.model_validate({
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Binding"}, "namespace": NS,
+        "operation": "CREATE", "subResource": "binding", "userInfo": {"username": "sched"},
+        "object": {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": "web", "namespace": NS, "annotations": {NPWG: "nets/dataplane"}},
+                   "target": {"kind": "Node", "name": "n1"}}})
+    assert selectionuse.uses(binding, objects()) == [NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+    asked: list[tuple[str, str, str]] = []
+
+    async def nobody(subject: Subject, podnetwork: str, namespace: str) -> bool:
+        asked.append((subject.user, podnetwork, namespace))
+        return False
+
+    refusal = await selectionuse.authorize(binding, objects(), nobody)
+    assert asked == [("sched", "dataplane", NS)]  # a Binding carries no pod: no ServiceAccount to ask
+    assert refusal is not None and refusal["response"]["allowed"] is False
+    message = refusal["response"]["status"]["message"]
+    assert message.startswith(f'Pod "web" is forbidden: metadata.annotations[{NPWG}][0]: Forbidden: the user '
+                              '"sched" may not use PodNetwork "dataplane" (named through NetworkAttachmentDefinition '
+                              f'"nets/dataplane" in {NPWG}), and a Binding\'s annotations are copied onto the pod')
+
+
+def test_the_selection_is_read_in_both_forms_as_leniently_as_multus_reads_it() -> None:
+    refs = selectionuse.references
+    assert refs("nets/dataplane@net1, plain ,other/x", NS) == [
+        (0, ("nets", "dataplane")), (1, (NS, "plain")), (2, ("other", "x"))]
+    assert refs('[{"name":"dataplane","namespace":"nets"},{"name":"plain"}]', NS) == [
+        (0, ("nets", "dataplane")), (1, (NS, "plain"))]
+    # Go's JSON decoder matches keys in any case and takes the last of duplicates: every reading counts.
+    assert (0, ("nets", "dataplane")) in refs('[{"NAME":"dataplane","Namespace":"nets"}]', NS)
+    both = refs('[{"name":"plain","name":"dataplane","namespace":"nets"}]', NS)
+    assert (0, ("nets", "dataplane")) in both
+    # Keys and values the spec refuses (bridge.npwg.parse_selection would ignore the whole annotation)
+    # do not hide the NAD: Multus may attach it anyway.
+    assert (0, ("nets", "dataplane")) in refs('[{"name":"dataplane","namespace":"nets","mac":"nope"}]', NS)
+    assert (0, ("nets", "dataplane")) in refs('{"name":"dataplane","namespace":"nets"}', NS)
+    assert refs("", NS) == [] and refs("   ", NS) == []
+    assert needed({NPWG: '[{"name":"dataplane","namespace":"nets","ips":["not-an-ip"]}]'}) == [
+        NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+
+
+annotation_values = st.one_of(
+    st.text(max_size=60),
+    st.text(alphabet=st.sampled_from(list('[]{}",:/@ nets/dataplane-x')), max_size=60),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                         st.dictionaries(st.sampled_from(["name", "Name", "namespace", "x"]),
+                                                         inner, max_size=3)),
+                 max_leaves=8).map(json.dumps))
+
+
+@settings(max_examples=300, deadline=None)
+@given(new=annotation_values, old=st.none() | annotation_values, kep=st.none() | annotation_values)
+def test_the_decision_never_raises_whatever_the_annotations_say(new: str, old: str | None, kep: str | None) -> None:
+    annotations = {NPWG: new} if kep is None else {NPWG: new, KEP: kep, RECORD: kep}
+    found = needed(annotations, None if old is None else {NPWG: old})
+    assert all(use.podnetworks for use in found)
+    assert len({use.nad for use in found}) == len(found)
+
+
+def sent(body: dict[str, Any]) -> bool:
+    """Whether the API server sends this request to the bridge's validating webhook: rules, then matchConditions."""
+    (configuration,) = [c for c in admission.webhook_configurations({"url": "https://x"}, enforce_use=True)
+                        if c["kind"] == "ValidatingWebhookConfiguration"]
+    (hook,) = configuration["webhooks"]
+    resource = "/".join(filter(None, ("pods", body.get("subResource"))))
+    if not any(body["operation"] in r["operations"] and resource in r["resources"] for r in hook["rules"]):
+        return False
+    activation = {"request": {"operation": body["operation"], "subResource": body.get("subResource", "")},
+                  "object": body["object"], "oldObject": body.get("oldObject")}
+    return all(bool(cel(c["expression"], activation)) for c in hook["matchConditions"])
+
+
+def test_only_requests_setting_or_changing_the_selection_reach_the_validating_webhook() -> None:
+    with_selection, without = pod({NPWG: "nets/dataplane"}), pod({})
+    changed = pod({NPWG: "nets/dataplane,nets/storage"})
+    assert sent({"operation": "CREATE", "object": with_selection})
+    assert not sent({"operation": "CREATE", "object": without})
+    assert not sent({"operation": "CREATE", "object": {"metadata": {"name": "web"}}})  # no annotations at all
+    for sub in ("", "status"):
+        assert sent({"operation": "UPDATE", "subResource": sub, "object": changed, "oldObject": with_selection})
+        assert sent({"operation": "UPDATE", "subResource": sub, "object": with_selection, "oldObject": without})
+        assert not sent({"operation": "UPDATE", "subResource": sub, "object": with_selection,
+                         "oldObject": with_selection})
+        assert not sent({"operation": "UPDATE", "subResource": sub, "object": without, "oldObject": with_selection})
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web"}, "target": {"name": "n1"}}
+    assert not sent({"operation": "CREATE", "subResource": "binding", "object": binding})
+    assert sent({"operation": "CREATE", "subResource": "binding",
+                 "object": {**binding, "metadata": {"name": "web", "annotations": {NPWG: "nets/x"}}}})
+    # Off by default: nothing registered, nothing sent.
+    assert [c["kind"] for c in admission.webhook_configurations({"url": "https://x"})] == [
+        "MutatingWebhookConfiguration"]
+
+
+def test_the_validating_webhook_covers_the_namespaces_of_the_mutating_one() -> None:
+    mutating, validating = admission.webhook_configurations({"service": {"namespace": "n", "name": "s"}},
+                                                            enforce_use=True)
+    assert validating["webhooks"][0]["namespaceSelector"] == mutating["webhooks"][0]["namespaceSelector"]
+    assert validating["webhooks"][0]["clientConfig"]["service"]["path"] == admission.VALIDATE_PATH
+    assert validating["webhooks"][0]["failurePolicy"] == "Fail"
