@@ -34,8 +34,8 @@ from typing import Any
 
 import pydantic
 
-from bridge import npwg, translate
-from bridge.operator import pods
+from bridge import translate
+from bridge.operator import pods, selectionuse
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from podnetwork.kep import admissionreview
@@ -164,8 +164,8 @@ def webhook_configuration(client_config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _selection_present(obj: str) -> str:
-    return f"(has({obj}.metadata.annotations) && '{npwg.NETWORKS_ANNOTATION}' in {obj}.metadata.annotations)"
+def _present(obj: str, key: str) -> str:
+    return f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations)"
 
 
 #: matchConditions of the validating webhook: only requests whose object carries an NPWG
@@ -175,8 +175,9 @@ def _selection_present(obj: str) -> str:
 #: for the bridge, even while it is down.
 VALIDATE_MATCH_CONDITIONS = [{
     "name": "npwg-selection-set-or-changed",
-    "expression": (f"{_selection_present('object')} && (request.operation != 'UPDATE' || "
-                   f"{annotation_changed(npwg.NETWORKS_ANNOTATION)})"),
+    "expression": " || ".join(
+        f"({_present('object', key)} && (request.operation != 'UPDATE' || {annotation_changed(key)}))"
+        for key in selectionuse.CHECKED),
 }]
 
 

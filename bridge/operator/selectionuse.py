@@ -46,6 +46,12 @@ from podnetwork.kep.usepermission import MayUse, Subject, UseRequest
 Key = tuple[str, str]
 SELECTION = npwg.NETWORKS_ANNOTATION
 SELECTION_FIELD = f"metadata.annotations[{SELECTION}]"
+#: Multus's own annotation (not NPWG's): the NAD, `name` or `namespace/name`, that Multus takes
+#: as the pod's cluster default network instead of its configured one. `podnetwork cni-agent`
+#: ignores it; Multus attaches it, so it is checked as a selection of one entry.
+MULTUS_DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
+#: The annotations whose NADs a pod is attached to, checked alike.
+CHECKED = (SELECTION, MULTUS_DEFAULT_NETWORK)
 _JSON_MARKS = "[{\""
 
 
@@ -57,6 +63,8 @@ class NadUse:
     index: int
     nad: Key
     podnetworks: tuple[str, ...]
+    annotation: str = SELECTION
+    """Where the pod names it: `SELECTION`, or `MULTUS_DEFAULT_NETWORK` (one entry, index 0)."""
 
 
 # --- reading the selection, leniently -----------------------------------------------------
@@ -94,6 +102,16 @@ def _comma_references(text: str, namespace: str) -> list[tuple[int, Key]]:
         space, _, name = ref.rpartition("/")
         found.append((index, ((space.strip() or namespace), name.strip())))
     return found
+
+
+def default_network_reference(text: Any, namespace: str) -> list[tuple[int, Key]]:
+    """The NAD of Multus's `v1.multus-cni.io/default-network` (`name` or `namespace/name`), as a
+    one-entry list, or none when it names nothing an object could be called. Never raises."""
+    if not isinstance(text, str):
+        return []
+    space, _, name = text.strip().rpartition("/")
+    key = ((space.strip() or namespace), name.strip())
+    return [] if any(npwg.subdomain_problem(part) for part in key) else [(0, key)]
 
 
 def references(text: str, namespace: str) -> list[tuple[int, Key]]:
@@ -188,28 +206,30 @@ def uses(request: AdmissionRequest, objects: translate.Objects) -> list[NadUse]:
                         or request.sub_resource not in ("", "status")):
         return []
     new = _annotations(request.object)
-    text = new.get(SELECTION)
-    if not isinstance(text, str):
+    if not any(isinstance(new.get(a), str) for a in CHECKED):
         return []
     namespace = request.namespace or str(_annotations_namespace(request.object))
     backed = backing(objects)
     if not backed:
         return []
-    had: set[Key] = set()
-    if request.operation == "UPDATE" and request.old_object is not None:
-        before = _annotations(request.old_object).get(SELECTION)
-        if isinstance(before, str):
-            had = {key for _, key in references(before, namespace)}
+    old = _annotations(request.old_object) if request.operation == "UPDATE" and request.old_object else {}
     exempt = set() if binding else declared(new, namespace, objects)
     exempt.add(constants.DEFAULT_PODNETWORK)
     needed: list[NadUse] = []
     asked: set[Key] = set()
-    for index, key in references(text, namespace):
-        podnetworks = backed.get(key)
-        if podnetworks is None or key in had or key in asked or exempt.intersection(podnetworks):
+    for annotation in CHECKED:
+        read = references if annotation == SELECTION else default_network_reference
+        text = new.get(annotation)
+        if not isinstance(text, str):
             continue
-        asked.add(key)
-        needed.append(NadUse(index, key, podnetworks))
+        before = old.get(annotation)
+        had = {key for _, key in read(before, namespace)} if isinstance(before, str) else set()
+        for index, key in read(text, namespace):
+            podnetworks = backed.get(key)
+            if podnetworks is None or key in had or key in asked or exempt.intersection(podnetworks):
+                continue
+            asked.add(key)
+            needed.append(NadUse(index, key, podnetworks, annotation))
     return needed
 
 
@@ -224,7 +244,7 @@ def _annotations_namespace(obj: Any) -> str:
 
 def _via(use: NadUse) -> str:
     namespace, name = use.nad
-    via = f'named through NetworkAttachmentDefinition "{namespace}/{name}" in {SELECTION}'
+    via = f'named through NetworkAttachmentDefinition "{namespace}/{name}" in {use.annotation}'
     others = use.podnetworks[1:]
     if others:
         listed = ", ".join(f'"{p}"' for p in others)
@@ -236,7 +256,8 @@ def refusal(request: AdmissionRequest, use: NadUse, requester: Subject | None,
             account: Subject | None) -> dict[str, Any]:
     """403 Forbidden on the selection's entry, worded as the controller's refusal
     (`usepermission.use_refusal`) plus how the network was named."""
-    field = f"{SELECTION_FIELD}[{use.index}]"
+    field = (f"{SELECTION_FIELD}[{use.index}]" if use.annotation == SELECTION
+             else f"metadata.annotations[{use.annotation}]")
     namespace = request.namespace
     if account is None:  # a Binding: no pod, so no ServiceAccount to ask
         name = admissionreview.name_of(request.object)
@@ -288,11 +309,14 @@ async def _anyone_may_use_any(subjects: list[Subject], podnetworks: Iterable[str
 
 
 __all__ = [
+    "CHECKED",
+    "MULTUS_DEFAULT_NETWORK",
     "SELECTION",
     "NadUse",
     "authorize",
     "backing",
     "declared",
+    "default_network_reference",
     "is_binding",
     "references",
     "refusal",

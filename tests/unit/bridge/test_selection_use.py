@@ -210,3 +210,42 @@ def test_the_validating_webhook_covers_the_namespaces_of_the_mutating_one() -> N
     assert validating["webhooks"][0]["namespaceSelector"] == mutating["webhooks"][0]["namespaceSelector"]
     assert validating["webhooks"][0]["clientConfig"]["service"]["path"] == admission.VALIDATE_PATH
     assert validating["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+MULTUS_DEFAULT = selectionuse.MULTUS_DEFAULT_NETWORK
+
+
+def test_multus_default_network_annotation_naming_a_backed_nad_needs_use_as_a_selection_does() -> None:
+    """Multus takes `v1.multus-cni.io/default-network` as the pod's cluster network: a way around
+    the selection's check unless it is checked alike."""
+    assert needed({MULTUS_DEFAULT: "nets/dataplane"}) == [
+        NadUse(0, ("nets", "dataplane"), ("dataplane",), MULTUS_DEFAULT)]
+    assert needed({MULTUS_DEFAULT: "nets/plain"}) == []
+    assert needed({MULTUS_DEFAULT: "nets/cluster"}) == []  # backs `default`
+    assert needed({MULTUS_DEFAULT: "../x/y"}) == []  # names nothing an object can be called
+    # Set once, kept by an update: not asked again; changed to a backed NAD: asked.
+    assert needed({MULTUS_DEFAULT: "nets/dataplane"}, {MULTUS_DEFAULT: "nets/dataplane"}) == []
+    assert needed({MULTUS_DEFAULT: "nets/storage"}, {MULTUS_DEFAULT: "nets/plain"}) == [
+        NadUse(0, ("nets", "storage"), ("storage",), MULTUS_DEFAULT)]
+    # One NAD named in both places is asked once.
+    assert needed({NPWG: "nets/dataplane", MULTUS_DEFAULT: "nets/dataplane"}) == [
+        NadUse(0, ("nets", "dataplane"), ("dataplane",))]
+
+
+def test_a_refusal_for_the_multus_default_network_names_that_annotation() -> None:
+    req = request({MULTUS_DEFAULT: "nets/dataplane"})
+    (use,) = selectionuse.uses(req, objects())
+    answer = selectionuse.refusal(req, use, Subject("alice"), Subject(f"system:serviceaccount:{NS}:default"))
+    (cause,) = answer["response"]["status"]["details"]["causes"]
+    assert cause["field"] == f"metadata.annotations[{MULTUS_DEFAULT}]"
+    assert f'NetworkAttachmentDefinition "nets/dataplane" in {MULTUS_DEFAULT}' in cause["message"]
+
+
+def test_requests_setting_or_changing_multus_default_network_reach_the_validating_webhook() -> None:
+    set_, other = pod({MULTUS_DEFAULT: "nets/dataplane"}), pod({MULTUS_DEFAULT: "nets/storage"})
+    assert sent({"operation": "CREATE", "object": set_})
+    assert sent({"operation": "UPDATE", "object": other, "oldObject": set_})
+    assert sent({"operation": "UPDATE", "subResource": "status", "object": set_, "oldObject": pod({})})
+    assert not sent({"operation": "UPDATE", "object": set_, "oldObject": set_})
+    both = pod({MULTUS_DEFAULT: "nets/dataplane", NPWG: "nets/x"})
+    assert not sent({"operation": "UPDATE", "object": both, "oldObject": both})
