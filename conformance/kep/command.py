@@ -77,7 +77,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="spec.schedulerName of the suite's pods (default: the cluster's default "
                              "scheduler)")
     parser.add_argument("--probe-image", metavar="IMAGE", default=PROBE_IMAGE,
-                        help="the NetworkPolicy, PrimaryPodNetwork and ServiceClusterIP tests' pods: a busybox with nc "
+                        help="the pods of the NetworkPolicy, PrimaryPodNetwork and ServiceClusterIP tests: a "
+                             "busybox with nc "
                              f"(default {PROBE_IMAGE})")
     parser.add_argument("--policy-network", metavar="NAME", default="",
                         help="the PodNetwork the NetworkPolicy tests run on: Ready, and attached to pods by "

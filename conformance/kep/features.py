@@ -47,8 +47,8 @@ PRIMARY = ("a PodNetwork the cluster attaches to pods as their only network (--p
 SERVICES = ("an implementation of Services on PodNetworks: EndpointSlices of a network's addresses for a "
             f"Service annotated {constants.SERVICE_PODNETWORK_ANNOTATION} (managed-by "
             f"{constants.ENDPOINTSLICE_MANAGED_BY}), Events on the Services it refuses")
-SERVICE_NETWORK = ("for the ClusterIP test: a PodNetwork the cluster attaches to pods (--service-network), on "
-                   "whose pods a Service's ClusterIP reaches its endpoints")
+SERVICE_NETWORK = ("for the ClusterIP test: a PodNetwork the cluster attaches to pods (--service-network), "
+                   "on whose pods a Service's ClusterIP reaches its endpoints")
 PROBE_IMAGE = "the probe image (--probe-image, a busybox with nc) pullable by the nodes"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")

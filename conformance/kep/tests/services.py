@@ -106,7 +106,8 @@ def service_families(service: Mapping[str, Any]) -> tuple[str, ...]:
     spec = service.get("spec") or {}
     if spec.get("ipFamilies"):
         return tuple(str(f) for f in spec["ipFamilies"])
-    found = [_family(str(ip)) for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None"]
+    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    found = [_family(str(ip)) for ip in ips if ip and ip != "None"]
     return tuple(dict.fromkeys(f for f in found if f)) or ("IPv4",)
 
 
@@ -150,7 +151,8 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
             addresses = [str(a) for a in ep.get("addresses") or []]
             pod = str((ep.get("targetRef") or {}).get("name") or "")
             if len(addresses) != 1:
-                return f"EndpointSlice {name}: the endpoint of pod {pod or '?'} has addresses {addresses}, not one"
+                return (f"EndpointSlice {name}: the endpoint of pod {pod or '?'} has addresses {addresses}, "
+                        "not one")
             (address,) = addresses
             if address in elsewhere:
                 owner, other = elsewhere[address]
@@ -160,8 +162,8 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
                 return f"EndpointSlice {name} of addressType {kind} lists {address}"
             wanted = by_pod.get(pod)
             if wanted is None:
-                return (f"EndpointSlice {name} lists {address} for {pod or 'no pod (no targetRef)'}, which is "
-                        "not a pod the Service selects")
+                return (f"EndpointSlice {name} lists {address} for {pod or 'no pod (no targetRef)'}, which "
+                        "is not a pod the Service selects")
             if wanted.addresses.get(kind) != address:
                 on = wanted.addresses.get(kind)
                 return (f"EndpointSlice {name} lists {address} for pod {pod}, whose {kind} address on "
@@ -172,12 +174,13 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
             conditions = ep.get("conditions") or {}
             got = (conditions.get("ready"), conditions.get("serving"), conditions.get("terminating"))
             if got != (wanted.ready, wanted.ready, False):
-                return (f"EndpointSlice {name}: pod {pod} (Ready {wanted.ready}, not terminating) has conditions "
-                        f"ready={got[0]}, serving={got[1]}, terminating={got[2]}; want "
+                return (f"EndpointSlice {name}: pod {pod} (Ready {wanted.ready}, not terminating) has "
+                        f"conditions ready={got[0]}, serving={got[1]}, terminating={got[2]}; want "
                         f"{wanted.ready}, {wanted.ready}, False")
             if wanted.port is not None and numbers.get(port_name) != wanted.port:
-                return (f"EndpointSlice {name}: port {port_name!r} is {numbers.get(port_name)} for pod {pod}, "
-                        f"whose container port {port_name!r} is {wanted.port} (a named targetPort resolves per pod)")
+                return (f"EndpointSlice {name}: port {port_name!r} is {numbers.get(port_name)} for pod "
+                        f"{pod}, whose container port {port_name!r} is {wanted.port} (a named targetPort "
+                        "resolves per pod)")
     missing = [f"{b.pod} ({kind} {b.addresses[kind]})" for b in backends for kind in families
                if kind in b.addresses and (kind, b.pod) not in seen]
     if missing:
@@ -217,16 +220,17 @@ class _Reported:
 
 def _pod_ips_of(index: int, network: str) -> list[dict[str, str]]:
     """Documentation addresses (RFC 5737, RFC 3849): one per family on default and on `network`."""
-    return [{"ip": f"192.0.2.{10 + index}", "podNetwork": constants.DEFAULT_PODNETWORK, "interfaceName": "eth0"},
-            {"ip": f"2001:db8:0:1::{10 + index:x}", "podNetwork": constants.DEFAULT_PODNETWORK,
-             "interfaceName": "eth0"},
+    default = constants.DEFAULT_PODNETWORK
+    return [{"ip": f"192.0.2.{10 + index}", "podNetwork": default, "interfaceName": "eth0"},
+            {"ip": f"2001:db8:0:1::{10 + index:x}", "podNetwork": default, "interfaceName": "eth0"},
             {"ip": f"198.51.100.{10 + index}", "podNetwork": network, "interfaceName": "net1"},
             {"ip": f"2001:db8:0:2::{10 + index:x}", "podNetwork": network, "interfaceName": "net1"}]
 
 
 async def _gated(ctx: Context, name: str, networks: list[dict[str, Any]], port: int) -> None:
-    await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(networks), GATES=json.dumps([{"name": GATE}]),
-                    IMAGE="registry.k8s.io/pause:3.10", COMMAND="[]", PORT=str(port))
+    await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(networks),
+                    GATES=json.dumps([{"name": GATE}]), IMAGE="registry.k8s.io/pause:3.10", COMMAND="[]",
+                    PORT=str(port))
 
 
 async def _report(ctx: Context, name: str, pod_ips: list[dict[str, str]], ready: bool) -> None:
@@ -235,8 +239,9 @@ async def _report(ctx: Context, name: str, pod_ips: list[dict[str, str]], ready:
         constants.POD_IPS_ANNOTATION: json.dumps(pod_ips)}}}, namespace=ctx.namespace)
     current = await ctx.client.get(kc.Pod, name, ctx.namespace) or {}
     kept = [x for x in (current.get("status") or {}).get("conditions") or [] if x.get("type") != "Ready"]
-    await ctx.client.patch(kc.Pod, name, {"status": {"conditions": [
-        *kept, {"type": "Ready", "status": "True" if ready else "False"}]}}, namespace=ctx.namespace, status=True)
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    await ctx.client.patch(kc.Pod, name, {"status": {"conditions": [*kept, condition]}},
+                           namespace=ctx.namespace, status=True)
 
 
 async def _backends(ctx: Context, network: str) -> list[Backend]:
@@ -335,15 +340,15 @@ def _server_command(answer: str, family: str) -> list[str]:
     """Listen on the pod's own `net1` address of `family` only (a connection reaching it was sent to
     its address on the network), answering `answer` to each connection."""
     flag = "-6" if family == "IPv6" else "-4"
-    return ["sh", "-c", f"until A=$(ip -o {flag} addr show dev net1 scope global | awk '{{print $4}}' | "
+    return ["sh", "-c", f"until A=$(ip -o {flag} addr show dev net1 | awk '$4 !~ /^fe80/ {{print $4}}' | "
                         f"cut -d/ -f1 | head -n1) && [ -n \"$A\" ]; do sleep 1; done; "
                         f"while true; do echo {answer} | nc -l -s \"$A\" -p 8080; done"]
 
 
 def _client_command(address: str, port: int, answers: Sequence[str]) -> list[str]:
     want = " && ".join(f"grep -qx {a} /tmp/seen" for a in answers)
-    return ["sh", "-c", f"for i in $(seq {CONNECTIONS}); do nc -w {CONNECT_SECONDS} {address} {port} </dev/null; "
-                        f"done | sort -u > /tmp/seen; cat /tmp/seen; {want}"]
+    return ["sh", "-c", f"for i in $(seq {CONNECTIONS}); do nc -w {CONNECT_SECONDS} {address} {port} "
+                        f"</dev/null; done | sort -u > /tmp/seen; cat /tmp/seen; {want}"]
 
 
 async def _ended(ctx: Context, name: str) -> bool:
@@ -366,8 +371,9 @@ async def cluster_ip(ctx: Context) -> None:
     (service,) = await ctx.apply("service.yaml", NAME="backend", NETWORK=network, TYPE="ClusterIP")
     served = await ctx.client.get(kc.Service, "backend", ctx.namespace) or service
     family = service_families(served)[0]
-    cluster_ips = [str(ip) for ip in (served.get("spec") or {}).get("clusterIPs") or [] if _family(str(ip)) == family]
-    assert cluster_ips, f"the API server gave Service backend no {family} ClusterIP: {kc.shown(served.get('spec'))}"
+    spec = served.get("spec") or {}
+    cluster_ips = [str(ip) for ip in spec.get("clusterIPs") or [] if _family(str(ip)) == family]
+    assert cluster_ips, f"the API server gave Service backend no {family} ClusterIP: {kc.shown(spec)}"
     answers = ("backend-a", "backend-b")
     for name in answers:
         await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(on), GATES="[]",
@@ -377,7 +383,7 @@ async def cluster_ip(ctx: Context) -> None:
     async def running() -> bool:
         for name in answers:
             pod = await ctx.client.get(kc.Pod, name, ctx.namespace)
-            if kc.condition(pod, "Ready") is None or (kc.condition(pod, "Ready") or {}).get("status") != "True":
+            if (kc.condition(pod, "Ready") or {}).get("status") != "True":
                 raise kc.Unmet(f"backend {name} is not Ready: {kc.shown((pod or {}).get('status'))}")
             if family not in backend(pod or {}, network, PORT_NAME).addresses:
                 raise kc.Unmet(f"backend {name} reports no {family} address on PodNetwork {network}")
@@ -391,8 +397,9 @@ async def cluster_ip(ctx: Context) -> None:
     command = json.dumps(_client_command(cluster_ips[0], 80, answers))
     for attempt in range(1, 100):
         name = f"client-{attempt}"
-        await ctx.apply("pod-probe.yaml", NAME=name, NETWORKS=json.dumps(on), LABELS=json.dumps({"app": "client"}),
-                        COMMAND=command, RESTART="Never", PROBE_IMAGE=ctx.settings["PROBE_IMAGE"])
+        await ctx.apply("pod-probe.yaml", NAME=name, NETWORKS=json.dumps(on),
+                        LABELS=json.dumps({"app": "client"}), COMMAND=command, RESTART="Never",
+                        PROBE_IMAGE=ctx.settings["PROBE_IMAGE"])
         if await _ended(ctx, name):
             return
         assert loop.time() < deadline, (
@@ -415,8 +422,8 @@ TESTS: tuple[ConformanceTest, ...] = (
         "ServiceClusterIP",
         "A client pod on a PodNetwork reaches, through a Service's ClusterIP, each of the Service's two "
         "backends at its address on that network.",
-        ("Services",), "KEP Req 22 (Phase III)", cluster_ip, ("pod.yaml", "pod-backend.yaml", "pod-probe.yaml",
-                                                                "service.yaml")),
+        ("Services",), "KEP Req 22 (Phase III)", cluster_ip,
+        ("pod.yaml", "pod-backend.yaml", "pod-probe.yaml", "service.yaml")),
 )
 
 __all__ = ["TESTS", "Backend", "backend", "cluster_ip", "endpoint_slices", "ours", "service_families",
