@@ -29,6 +29,8 @@ Namespace = kube.Namespace
 Event = kube.Event
 NetworkAttachmentDefinition = kube.NetworkAttachmentDefinition
 MultiNetworkPolicy = kube.MultiNetworkPolicy
+Service = kube.Service
+EndpointSlice = kube.EndpointSlice
 ApiError = kube.ApiError
 NotFound = kube.NotFound
 

@@ -77,7 +77,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="spec.schedulerName of the suite's pods (default: the cluster's default "
                              "scheduler)")
     parser.add_argument("--probe-image", metavar="IMAGE", default=PROBE_IMAGE,
-                        help="the NetworkPolicy tests' client and server pods: a busybox with nc "
+                        help="the pods of the NetworkPolicy, PrimaryPodNetwork and ServiceClusterIP tests: a "
+                             "busybox with nc "
                              f"(default {PROBE_IMAGE})")
     parser.add_argument("--policy-network", metavar="NAME", default="",
                         help="the PodNetwork the NetworkPolicy tests run on: Ready, and attached to pods by "
@@ -86,6 +87,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="the PodNetwork the PrimaryPodNetwork tests run pods on alone: Ready, attached "
                              "to pods by the cluster, its pods reachable from the nodes (default: none, the "
                              "tests are skipped saying so)")
+    parser.add_argument("--service-network", metavar="NAME", default="",
+                        help="the PodNetwork the ServiceClusterIP test runs backends and a client on: Ready, "
+                             "attached to pods by the cluster (default: none, the test is skipped saying so)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -150,7 +154,8 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
                                                             "SCHEDULER_NAME": args.scheduler_name,
                                                             "PROBE_IMAGE": args.probe_image,
                                                             "POLICY_NETWORK": args.policy_network,
-                                                            "PRIMARY_NETWORK": args.primary_network},
+                                                            "PRIMARY_NETWORK": args.primary_network,
+                                                            "SERVICE_NETWORK": args.service_network},
                                   progress=_progress(out))
     finally:
         await client.close()

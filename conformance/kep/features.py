@@ -44,6 +44,11 @@ POLICY = (f"an implementation of {constants.POLICY_KIND} ({constants.POLICY_API_
           "installed) for PodNetworks, and a PodNetwork the cluster attaches to pods (--policy-network)")
 PRIMARY = ("a PodNetwork the cluster attaches to pods as their only network (--primary-network), whose "
            "pods the nodes reach for the readiness probe (this project: its node-access annotation)")
+SERVICES = ("an implementation of Services on PodNetworks: EndpointSlices of a network's addresses for a "
+            f"Service annotated {constants.SERVICE_PODNETWORK_ANNOTATION} (managed-by "
+            f"{constants.ENDPOINTSLICE_MANAGED_BY}), Events on the Services it refuses")
+SERVICE_NETWORK = ("for the ClusterIP test: a PodNetwork the cluster attaches to pods (--service-network), "
+                   "on whose pods a Service's ClusterIP reaches its endpoints")
 PROBE_IMAGE = "the probe image (--probe-image, a busybox with nc) pullable by the nodes"
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
@@ -96,6 +101,11 @@ FEATURES: tuple[Feature, ...] = (
             "a pod that lists one PodNetwork and not default gets exactly that network, marked default; "
             "a kubelet readiness probe reaches it over that network (KEP \"the list is explicit\", Req 19)",
             (SCHEDULER, KUBELET, CNI_AGENT, PRIMARY, PROBE_IMAGE)),
+    Feature("Services", Level.EXTENDED,
+            "a Service annotated with a PodNetwork gets EndpointSlices of exactly its pods' addresses on "
+            "that network; with pods that run, a client on the network reaches the backends through the "
+            "ClusterIP (Phase III Req 22)",
+            (CRDS, CONTROLLER, SERVICES, SCHEDULER, KUBELET, CNI_AGENT, SERVICE_NETWORK, PROBE_IMAGE)),
 )
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}

@@ -27,6 +27,9 @@ extender v1 body to `/filter` over HTTP, binds a pod to a passing node (`spec.no
 It polls the API instead of watching (a rejected pod is retried every `retry` seconds, as
 kube-scheduler's backoff would). There is no kubelet: no pod ever runs.
 
+`collect_slices` plays the garbage collector for EndpointSlices: one owned by a Service that is
+gone is deleted (what removes a deleted Service's slices on a cluster).
+
 `cluster()` starts all of it: `podnetwork controller` (with its webhook), `podnetwork bridge` and
 `podnetwork scheduler-extender` as processes against the emulator, each optional, so a test can
 leave one out (or put a broken stand-in in its place).
@@ -74,6 +77,8 @@ NAD = f"{npwg.NAD_GROUP}/{npwg.NAD_VERSION}/{npwg.NAD_PLURAL}"
 _NAMESPACES = re.compile(r"/api/v1/namespaces(?:/([^/]+))?")
 _KEP_PATH = re.compile(rf"/apis/{re.escape(constants.GROUP)}/{constants.VERSION}(?:/namespaces/[^/]+)?/"
                        rf"({constants.PODNETWORK_PLURAL}|{constants.ATTACHMENT_PLURAL})(?:/([^/]+))?(/status)?$")
+SERVICES = "v1/services"
+SLICES = "discovery.k8s.io/v1/endpointslices"
 _POD_CREATE = re.compile(r"/api/v1/namespaces/[^/]+/pods$")
 
 
@@ -346,6 +351,8 @@ def declare_resources(k: kmock.KubernetesEmulator) -> None:
                                                           verbs=verbs)
     k.resources[kube_emulator.EVENTS] = kmock.ResourceInfo(kind="Event", namespaced=True, verbs=verbs)
     k.resources[NAD] = kmock.ResourceInfo(kind=npwg.NAD_KIND, namespaced=True, verbs=verbs)
+    k.resources[SERVICES] = kmock.ResourceInfo(kind="Service", namespaced=True, verbs=verbs)
+    k.resources[SLICES] = kmock.ResourceInfo(kind="EndpointSlice", namespaced=True, verbs=verbs)
 
 
 def node(name: str) -> dict[str, Any]:
@@ -440,6 +447,32 @@ class Scheduler:
         current = await self.api.get(kube.Pod, name, ns)
         others = [c for c in (current.get("status") or {}).get("conditions") or [] if c.get("type") != cond["type"]]
         await self.api.patch(kube.Pod, name, {"status": {"conditions": [*others, cond]}}, namespace=ns, status=True)
+
+
+# --- the garbage collector ------------------------------------------------------------------------
+
+
+async def collect_slices(api: kube.AsyncApi, poll: float = 0.2) -> None:
+    """kube-controller-manager's garbage collector, for EndpointSlices only: one whose
+    ownerReferences name a Service that is gone (or another of that name, a new uid) is deleted.
+    Runs until cancelled."""
+    while True:
+        try:
+            for piece in (await api.list(kube.EndpointSlice)).items:
+                meta = piece["metadata"]
+                owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Service"]
+                for owner in owners:
+                    try:
+                        alive = (await api.get(kube.Service, owner["name"], meta["namespace"]))["metadata"]["uid"]
+                    except kube.NotFound:
+                        alive = None
+                    if alive != owner.get("uid"):
+                        with contextlib.suppress(kube.NotFound):
+                            await api.delete(kube.EndpointSlice, meta["name"], meta["namespace"])
+                        break
+        except kube.ApiError as exc:
+            log.warning("garbage collector stand-in: %s", exc)
+        await asyncio.sleep(poll)
 
 
 # --- the components, as processes -----------------------------------------------------------------
@@ -538,6 +571,7 @@ async def cluster(workdir: Path, *, controller: bool = True, extender: bool = Tr
                     await _until("its webhook listened", bridge_serving, proc, the, "bridge")
             if scheduler:
                 tasks.append(asyncio.create_task(Scheduler(api, extender_url, scheduler_name).run()))
+            tasks.append(asyncio.create_task(collect_slices(api)))
             yield the
         finally:
             for task in tasks:

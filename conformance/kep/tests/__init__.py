@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conformance.kep.suite import ConformanceTest
-from conformance.kep.tests import admission, core, extended, policy, primary
+from conformance.kep.tests import admission, core, extended, policy, primary, services
 
 ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS, *policy.TESTS,
-                                    *primary.TESTS)
+                                    *primary.TESTS, *services.TESTS)
 BY_NAME: dict[str, ConformanceTest] = {t.name: t for t in ALL}

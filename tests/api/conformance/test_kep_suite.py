@@ -34,6 +34,7 @@ async def test_the_extended_profile_passes_against_our_components_and_the_report
         api = kube_emulator.api(the.emulator)
         left_pods = (await api.list(cs.kube.Pod)).items
         left_networks = [p["metadata"]["name"] for p in (await api.list(cs.kube.PodNetwork)).items]
+        left_slices = (await api.list(cs.kube.EndpointSlice)).items
         node_annotations = [(n["metadata"].get("annotations") or {}).get(constants.NODE_PODNETWORKS_ANNOTATION)
                             for n in (await api.list(cs.kube.Node)).items]
         await api.close()
@@ -54,12 +55,17 @@ async def test_the_extended_profile_passes_against_our_components_and_the_report
                              "the cluster attaches to pods")
     assert found.pop("PrimaryPodNetworkExplicitList") == no_network
     assert found.pop("PrimaryPodNetworkReadinessProbe") == no_network
+    # Nor a PodNetwork to run a Service's backends on (--service-network); ServiceEndpointSlices,
+    # whose pods never run, passes.
+    assert found.pop("ServiceClusterIP") == ("skipped", "no PodNetwork to serve a Service on: pass --service-network "
+                                                        "NAME, a Ready PodNetwork the cluster attaches to pods")
     assert {name: outcome for name, (outcome, _) in found.items()} == dict.fromkeys(found, "passed")
     assert [p["result"] for p in document["profiles"]] == ["success", "partial"]
     assert document["kubernetesVersion"] and document["implementation"]["name"] == "podnetwork"
     assert f"[{len(ALL)}/{len(ALL)}]" in out, "progress is shown per test"
     # Each test removed what it made.
     assert left_pods == [] and left_networks == [constants.DEFAULT_PODNETWORK] and left_namespaces == []
+    assert left_slices == [], "the Services the tests made took their EndpointSlices with them"
     assert node_annotations == [None, None], "BoundWhereOffered put the nodes' annotation back"
     assert "cleanupProblems" not in document
 
@@ -190,3 +196,35 @@ async def test_primary_podnetwork_is_skipped_saying_which_part_is_missing_the_ne
                              "the cluster attaches to pods")
     no_kubelet = ("skipped", "no pod reached Running in 8s: no kubelet runs pods on the nodes")
     assert runs == [(no_network, no_network), (no_kubelet, no_kubelet)]
+
+
+async def test_service_cluster_ip_is_skipped_saying_which_part_is_missing_the_network_or_a_kubelet(
+    tmp_path: Path
+) -> None:
+    """ServiceClusterIP says it needs --service-network, then a kubelet (ServiceEndpointSlices, which
+    needs neither, passes in the extended profile's run)."""
+    async with cs.cluster(tmp_path / "cluster", extender=False) as the:
+        runs = []
+        for extra in ((), ("--service-network", "blue")):
+            report_file = tmp_path / f"r{len(runs)}.json"
+            code, out = await cs.conformance(the, "--features", "Services", "--skip-tests", "ServiceEndpointSlices",
+                                             "--report", str(report_file), *IMPLEMENTATION, *FAST, *extra)
+            assert code == 0, out
+            runs.append(cs.outcomes(cs.load_report(report_file))["ServiceClusterIP"])
+    assert runs == [
+        ("skipped", "no PodNetwork to serve a Service on: pass --service-network NAME, a Ready PodNetwork the "
+                    "cluster attaches to pods"),
+        ("skipped", "no pod reached Running in 8s: no kubelet runs pods on the nodes"),
+    ]
+
+
+async def test_service_endpoint_slices_fails_when_no_controller_writes_slices(tmp_path: Path) -> None:
+    """Without the bridge (the Services implementation) the slices never come: the test fails, naming
+    the pods whose addresses are missing."""
+    async with cs.cluster(tmp_path / "cluster", extender=False, bridge=False) as the:
+        code, out = await cs.conformance(the, "--features", "Services", "--report", str(tmp_path / "r.json"),
+                                         *IMPLEMENTATION, "--settle-timeout", "3", "--schedule-timeout", "3")
+    assert code == 1, out
+    outcome, message = cs.outcomes(cs.load_report(tmp_path / "r.json"))["ServiceEndpointSlices"]
+    assert outcome == "failed", message
+    assert "no endpoint for pod backend-a (IPv4 198.51.100.11), backend-b (IPv4 198.51.100.12)" in message, message

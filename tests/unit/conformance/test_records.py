@@ -11,7 +11,8 @@ from conformance.kep.tests import ALL, BY_NAME
 
 VALUES = {"NAME": "n", "NAMESPACE": "ns", "NETWORK": "net", "NETWORKS": "[]", "NAD": "nad", "LABELS": "{}",
           "COMMAND": "[]", "RESTART": "Never", "PROBE_IMAGE": "busybox", "INGRESS": "[]",
-          "NPWG_PROVIDER": "example.com/bridge", "SUFFIX": "abc123"}
+          "NPWG_PROVIDER": "example.com/bridge", "SUFFIX": "abc123", "GATES": "[]", "IMAGE": "busybox",
+          "PORT": "8080", "TYPE": "ClusterIP"}
 
 
 def test_test_names_are_unique_and_short_camel_case() -> None:

@@ -88,4 +88,7 @@ def test_the_published_report_validates_and_covers_the_current_suite() -> None:
                        *({"name": name,
                           "reason": "no PodNetwork to run a pod on alone: pass --primary-network NAME, a Ready "
                                     "PodNetwork the cluster attaches to pods"}
-                         for name in ("PrimaryPodNetworkExplicitList", "PrimaryPodNetworkReadinessProbe"))]
+                         for name in ("PrimaryPodNetworkExplicitList", "PrimaryPodNetworkReadinessProbe")),
+                       {"name": "ServiceClusterIP",
+                        "reason": "no PodNetwork to serve a Service on: pass --service-network NAME, a Ready "
+                                  "PodNetwork the cluster attaches to pods"}]
