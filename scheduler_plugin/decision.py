@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import json
 import operator
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any, TypeVar
@@ -284,6 +284,116 @@ def _split_one_by_one(known: _ClusterVerdicts, names: Sequence[str]) -> FilterRe
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A `/filter` reply already written as JSON, and how many candidates it puts where."""
+
+    content: bytes
+    passed: int
+    failed: int
+    unresolvable: int
+
+
+def _plain(name: str) -> bool:
+    """Whether JSON writes `name` as it is, with no escape (orjson and Go's encoder alike)."""
+    return name.isascii() and name.isprintable() and '"' not in name and "\\" not in name and bool(name)
+
+
+class _EncodedVerdicts:
+    """Every cached node with a plain name judged for one list of networks, keyed by the
+    name's bytes as JSON writes it, with each reason already written as JSON.
+
+    Built once per snapshot and list of networks (`_remembered`), from `_ClusterVerdicts`
+    when there is a list, so the two ways always agree. Holds one entry per cached node:
+    the memo's bound (`_MEMO_LIMIT` lists per snapshot) bounds it.
+    """
+
+    __slots__ = ("codes", "reasons")
+
+    def __init__(self, codes: dict[bytes, int], reasons: tuple[bytes, ...]) -> None:
+        self.codes = codes
+        """Node name -> index of its reason in `reasons`; 0 passes."""
+        self.reasons = reasons
+        """Each reason written as a JSON string, the empty one first."""
+
+
+def _plain_names(snapshot: Snapshot) -> tuple[bytes, ...]:
+    """The snapshot's plain node names as bytes: one object per name, shared by every table."""
+    return _remembered(snapshot, "plain-names", None,
+                       lambda: tuple(name.encode() for name in snapshot.nodes if _plain(name)))
+
+
+def _encoded_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _EncodedVerdicts:
+    def build() -> _EncodedVerdicts:
+        names = _plain_names(snapshot)
+        if not needed:
+            return _EncodedVerdicts(dict.fromkeys(names, 0), (b'""',))
+        known = _cluster_verdicts(snapshot, needed)
+        codes = known.codes
+        return _EncodedVerdicts(
+            {raw: codes[raw.decode()] for raw in names},
+            tuple(map(orjson.dumps, known.reasons)),
+        )
+
+    if sum(map(len, needed)) > _MEMO_TEXT_LIMIT:
+        return build()
+    return _remembered(snapshot, "encoded-verdicts", needed, build)
+
+
+_OPEN = b'{"Nodes":null,"NodeNames":['
+_FAILED = b'],"FailedNodes":{'
+_UNRESOLVABLE = b'},"FailedAndUnresolvableNodes":{'
+_CLOSE = b'},"Error":""}'
+
+
+def _entries(names: Iterable[bytes], reason: bytes) -> bytes:
+    """`"name":reason` for each of `names`, joined with commas (one C-level join)."""
+    joined = (b'":' + reason + b',"').join(names)
+    return b'"' + joined + b'":' + reason if joined else b""
+
+
+def filter_encoded(
+    pod: Pod, names: list[bytes], snapshot: Snapshot, *, enabled: bool = True
+) -> EncodedResult | None:
+    """`filter_nodes` for names given as bytes (`wire.SchedulerBody`), answered as JSON bytes.
+
+    The reply decodes to exactly what `filter_nodes` answers, written by `bytes.join`
+    from the names themselves and one JSON text per reason: the per-candidate work is one
+    table lookup, in C. None when a name is not a plain name of a cached node (or more
+    than 256 reasons): then the caller takes the long way, which judges those too.
+    """
+    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    verdict = _PASS if not enabled or text is None else _pod_verdict(pod, text, snapshot)
+    known = _encoded_verdicts(snapshot, verdict.needed)
+    count = len(names)
+    try:  # the lookup also proves each name a plain name of a cached node
+        found = operator.itemgetter(*names)(known.codes) if count > 1 else [known.codes[n] for n in names]
+    except KeyError:
+        return None
+    if verdict.unresolvable:
+        entries = _entries(names, orjson.dumps(verdict.unresolvable))
+        return EncodedResult(b"".join([_OPEN, _FAILED, _UNRESOLVABLE, entries, _CLOSE]), 0, 0, count)
+    if verdict.failed:
+        entries = _entries(names, orjson.dumps(verdict.failed))
+        return EncodedResult(b"".join([_OPEN, _FAILED, entries, _UNRESOLVABLE, _CLOSE]), 0, count, 0)
+    if len(known.reasons) > _BYTE_CODES:
+        return None
+    codes = bytes(found)
+    passing = codes.count(0)
+    parts = [_OPEN]
+    if passing == count:
+        parts.append(b'"' + b'","'.join(names) + b'"' if names else b"")
+    elif passing:
+        parts += [b'"', b'","'.join(compress(names, codes.translate(_selector(0)))), b'"']
+    parts.append(_FAILED)
+    if passing < count:
+        groups = (_entries(compress(names, codes.translate(_selector(code))), reason)
+                  for code, reason in enumerate(known.reasons) if code and code in codes)
+        parts.append(b",".join(groups))
+    parts += [_UNRESOLVABLE, _CLOSE]
+    return EncodedResult(b"".join(parts), passing, count - passing, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class _PodVerdict:
     """What the pod's networks mean on every node, before looking at any node."""
 
@@ -293,6 +403,9 @@ class _PodVerdict:
     """Why no node can take it yet (the cache is not synced)."""
     needed: tuple[str, ...] = ()
     """The PodNetworks each node must offer (never `default`)."""
+
+
+_PASS = _PodVerdict()
 
 
 def _cut(text: str, limit: int) -> str:
@@ -351,17 +464,19 @@ def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
     namespace = pod.metadata.namespace
     host_network = pod.spec.host_network
     os_name = None if pod.spec.os is None else pod.spec.os.name
+    key = (text, namespace, host_network, os_name)
+    memo = snapshot.memo.get("pod-verdicts")
+    found: _PodVerdict | None = None if memo is None else memo.get(key)
+    if found is not None:  # most calls: a replica of an earlier pod
+        return found
     # validation and networks read a pod as JSON: they get one made of the key's fields.
     fields = {
         "metadata": {"namespace": namespace, "annotations": {constants.NETWORKS_ANNOTATION: text}},
         "spec": {"hostNetwork": host_network, "os": None if os_name is None else {"name": os_name}},
     }
     judge = functools.partial(_judge_pod, fields, namespace or "default", snapshot)
-    if len(text) > _MEMO_TEXT_LIMIT:
-        return judge()  # huge: judged afresh, never kept
-    key = (text, namespace, host_network, os_name)
     if len(text) + len(namespace or "") + len(os_name or "") > _MEMO_TEXT_LIMIT:
-        return judge()
+        return judge()  # huge: judged afresh, never kept
     return _remembered(snapshot, "pod-verdicts", key, judge)
 
 
