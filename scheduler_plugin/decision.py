@@ -352,7 +352,7 @@ def _entries(names: Iterable[bytes], reason: bytes) -> bytes:
 
 
 def filter_encoded(
-    pod: Pod, names: list[bytes], snapshot: Snapshot, *, enabled: bool = True
+    pod: wire.PodFields, names: list[bytes], snapshot: Snapshot, *, enabled: bool = True
 ) -> EncodedResult | None:
     """`filter_nodes` for names given as bytes (`wire.SchedulerBody`), answered as JSON bytes.
 
@@ -361,7 +361,7 @@ def filter_encoded(
     table lookup, in C. None when a name is not a plain name of a cached node (or more
     than 256 reasons): then the caller takes the long way, which judges those too.
     """
-    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    text = pod.networks
     verdict = _PASS if not enabled or text is None else _pod_verdict(pod, text, snapshot)
     known = _encoded_verdicts(snapshot, verdict.needed)
     count = len(names)
@@ -453,7 +453,7 @@ def _judge_pod(fields: Mapping[str, Any], namespace: str, snapshot: Snapshot) ->
     return _PodVerdict(needed=tuple(n for n in needed if n != constants.DEFAULT_PODNETWORK))
 
 
-def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
+def _pod_verdict(pod: wire.PodFields, text: str, snapshot: Snapshot) -> _PodVerdict:
     """`_judge_pod`, remembered per snapshot for the fields it reads.
 
     The replicas of one workload differ in name only. The verdict is computed from a
@@ -461,9 +461,7 @@ def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
     networks annotation `text`, the namespace (attachments are namespaced), and the
     `hostNetwork` and `os` the static rules read.
     """
-    namespace = pod.metadata.namespace
-    host_network = pod.spec.host_network
-    os_name = None if pod.spec.os is None else pod.spec.os.name
+    namespace, host_network, os_name = pod.namespace, pod.host_network, pod.os_name
     key = (text, namespace, host_network, os_name)
     memo = snapshot.memo.get("pod-verdicts")
     found: _PodVerdict | None = None if memo is None else memo.get(key)
@@ -498,10 +496,11 @@ def filter_nodes(
     constant work per node, plus, once per snapshot and list of networks,
     O(cached nodes) to judge them all.
     """
-    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    fields = wire.PodFields.of(pod)
+    text = fields.networks
     if not enabled or text is None:
         return FilterResult(passed=list(node_names))
-    verdict = _pod_verdict(pod, text, snapshot)
+    verdict = _pod_verdict(fields, text, snapshot)
     if verdict.unresolvable:
         return FilterResult(unresolvable=dict.fromkeys(node_names, verdict.unresolvable))
     if verdict.failed:
