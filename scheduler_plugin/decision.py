@@ -345,10 +345,14 @@ _UNRESOLVABLE = b'},"FailedAndUnresolvableNodes":{'
 _CLOSE = b'},"Error":""}'
 
 
-def _entries(names: Iterable[bytes], reason: bytes) -> bytes:
-    """`"name":reason` for each of `names`, joined with commas (one C-level join)."""
+def _entries(parts: list[bytes], names: Iterable[bytes], reason: bytes) -> None:
+    """Append `"name":reason` for each of `names`, separated by commas, to `parts` (with a
+    comma first unless `parts` ends by opening the object)."""
     joined = (b'":' + reason + b',"').join(names)
-    return b'"' + joined + b'":' + reason if joined else b""
+    if joined:
+        if not parts[-1].endswith(b"{"):
+            parts.append(b",")
+        parts += (b'"', joined, b'":', reason)
 
 
 def filter_encoded(
@@ -369,27 +373,31 @@ def filter_encoded(
         found = operator.itemgetter(*names)(known.codes) if count > 1 else [known.codes[n] for n in names]
     except KeyError:
         return None
-    if verdict.unresolvable:
-        entries = _entries(names, orjson.dumps(verdict.unresolvable))
-        return EncodedResult(b"".join([_OPEN, _FAILED, _UNRESOLVABLE, entries, _CLOSE]), 0, 0, count)
-    if verdict.failed:
-        entries = _entries(names, orjson.dumps(verdict.failed))
-        return EncodedResult(b"".join([_OPEN, _FAILED, entries, _UNRESOLVABLE, _CLOSE]), 0, count, 0)
+    parts = [_OPEN]
+    if verdict.unresolvable or verdict.failed:
+        if verdict.unresolvable:
+            parts += (_FAILED, _UNRESOLVABLE)
+        else:
+            parts.append(_FAILED)
+        _entries(parts, names, orjson.dumps(verdict.unresolvable or verdict.failed))
+        if verdict.failed:
+            parts.append(_UNRESOLVABLE)
+        parts.append(_CLOSE)
+        return EncodedResult(b"".join(parts), 0, 0 if verdict.unresolvable else count,
+                             count if verdict.unresolvable else 0)
     if len(known.reasons) > _BYTE_CODES:
         return None
     codes = bytes(found)
     passing = codes.count(0)
-    parts = [_OPEN]
-    if passing == count:
-        parts.append(b'"' + b'","'.join(names) + b'"' if names else b"")
-    elif passing:
-        parts += [b'"', b'","'.join(compress(names, codes.translate(_selector(0)))), b'"']
+    if passing:
+        passed = names if passing == count else compress(names, codes.translate(_selector(0)))
+        parts += (b'"', b'","'.join(passed), b'"')
     parts.append(_FAILED)
     if passing < count:
-        groups = (_entries(compress(names, codes.translate(_selector(code))), reason)
-                  for code, reason in enumerate(known.reasons) if code and code in codes)
-        parts.append(b",".join(groups))
-    parts += [_UNRESOLVABLE, _CLOSE]
+        for code, reason in enumerate(known.reasons):
+            if code and code in codes:
+                _entries(parts, compress(names, codes.translate(_selector(code))), reason)
+    parts += (_UNRESOLVABLE, _CLOSE)
     return EncodedResult(b"".join(parts), passing, count - passing, 0)
 
 
