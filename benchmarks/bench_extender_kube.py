@@ -162,6 +162,7 @@ def check_reply(body: bytes, reply: bytes, null: bool) -> None:
     args, answer = json.loads(body), json.loads(reply)
     names = args["NodeNames"]
     if null:
+        answer.pop("Pad", None)
         assert answer == {"NodeNames": names}, "the null extender must pass every node"
         return
     nets = [n["podNetworkName"] for n in json.loads(args["Pod"]["metadata"]["annotations"][NETWORKS_ANNOTATION])]
@@ -212,7 +213,10 @@ def null_app() -> Any:
 
 class NullApp(FastAPI):
     """The null extender in the stack podnetwork serves `/filter` with: the FastAPI
-    application, `POST /filter` handed straight to a plain ASGI endpoint."""
+    application, `POST /filter` handed straight to a plain ASGI endpoint. With `pad`, its
+    reply carries that many more bytes (a `Pad` string kube-scheduler would ignore)."""
+
+    pad = b""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/filter" and scope["method"] == "POST":
@@ -223,6 +227,8 @@ class NullApp(FastAPI):
                 if not message.get("more_body", False):
                     break
             content = orjson.dumps({"NodeNames": orjson.loads(b"".join(chunks))["NodeNames"]})
+            if self.pad:
+                content = content[:-1] + self.pad
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]})
             await send({"type": "http.response.body", "body": content})
@@ -230,10 +236,12 @@ class NullApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def serve_null(port: int, raw: bool) -> None:
+def serve_null(port: int, raw: bool, pad: int = 0) -> None:
     import uvicorn
 
     application = NullApp(docs_url=None, redoc_url=None, openapi_url=None) if raw else null_app()
+    if pad:
+        application.pad = b',"Pad":"' + b" " * max(pad - 9, 0) + b'"}'
     uvicorn.run(application, host="127.0.0.1", port=port, **SERVE_OPTIONS)
 
 
@@ -338,9 +346,11 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
     snap = cache.snapshot()
     endpoint = app_mod.create_app(cache, Settings()).filter_endpoint
     assert endpoint is not None
+    extra = 0
     for body in calls:  # every benchmark body takes the short way, and answers as the long way does
         short = endpoint._answer_fast(body)
         assert short is not None and orjson.loads(short) == orjson.loads(endpoint._answer_long(body))
+        extra += len(short) - len(orjson.dumps({"NodeNames": orjson.loads(body)["NodeNames"]}))
     parsed = [wire.parse_args(b) for b in calls]
     names = [a.candidate_names() for a in parsed]
 
@@ -364,7 +374,7 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
         return min(timeit.repeat(fn, number=5, repeat=5)) / 5 / len(calls) * 1e6
 
     return {"short way": best(short_way), "long way": best(long_way), "decision": best(decide),
-            "null handling": best(null)}
+            "null handling": best(null), "extra bytes": extra / len(calls)}
 
 
 def ratios(rates: dict[str, list[float]], arm: str, base: str) -> list[float]:
@@ -390,7 +400,7 @@ def main() -> None:
     if args.serve:
         role, port = args.serve[0], int(args.serve[1])
         if role.startswith("null"):
-            serve_null(port, raw=role == "null")
+            serve_null(port, raw=role != "null-fastapi", pad=int(role[11:]) if role.startswith("null-sized") else 0)
         else:
             serve_podnetwork(port, args.nodes[0])
         return
@@ -404,7 +414,9 @@ def main() -> None:
     rows = []
     for nodes, candidates in scenarios:
         calls = bodies(nodes, candidates)
+        cost = in_process(nodes, calls)
         procs = {"null": start("null", nodes), "null, FastAPI route": start("null-fastapi", nodes),
+                 "null, reply as long": start(f"null-sized:{cost['extra bytes']:.0f}", nodes),
                  "podnetwork": start("podnetwork", nodes)}
         if args.before:
             procs["before"] = start("podnetwork", nodes, args.before)
@@ -414,18 +426,21 @@ def main() -> None:
             for proc, _ in procs.values():
                 proc.terminate()
                 proc.wait(10)
-        cost = in_process(nodes, calls)
         rows.append((nodes, candidates, len(calls[0]), rates, cost))
     print("| nodes | candidates | request bytes | null pods/s | podnetwork pods/s | ratio to null, median | "
-          "middle half | null as a FastAPI route: pods/s, podnetwork's ratio |"
+          "middle half | null as a FastAPI route: pods/s, podnetwork's ratio | null with a reply as long as "
+          "podnetwork's: bytes added, its ratio to null, podnetwork's ratio to it |"
           + (" before: ratio to null |" if args.before else ""))
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |" + (" --- |" if args.before else ""))
-    for nodes, candidates, size, rates, _ in rows:
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |" + (" --- |" if args.before else ""))
+    for nodes, candidates, size, rates, cost in rows:
         r = ratios(rates, "podnetwork", "null")
         f = ratios(rates, "podnetwork", "null, FastAPI route")
+        sized, to_sized = ratios(rates, "null, reply as long", "null"), ratios(rates, "podnetwork", "null, reply as long")
         line = (f"| {nodes} | {candidates} | {size} | {statistics.median(rates['null']):.0f} | "
                 f"{statistics.median(rates['podnetwork']):.0f} | **{statistics.median(r):.2f}** | {spread(r)} | "
-                f"{statistics.median(rates['null, FastAPI route']):.0f}, {statistics.median(f):.2f} |")
+                f"{statistics.median(rates['null, FastAPI route']):.0f}, {statistics.median(f):.2f} | "
+                f"{cost['extra bytes']:.0f}, {statistics.median(sized):.2f} ({spread(sized)}), "
+                f"{statistics.median(to_sized):.2f} ({spread(to_sized)}) |")
         if args.before:
             b = ratios(rates, "before", "null")
             line += f" {statistics.median(b):.2f} ({spread(b)}) |"
