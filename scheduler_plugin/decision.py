@@ -298,41 +298,60 @@ def _plain(name: str) -> bool:
     return name.isascii() and name.isprintable() and '"' not in name and "\\" not in name and bool(name)
 
 
-class _EncodedVerdicts:
-    """Every cached node with a plain name judged for one list of networks, keyed by the
-    name's bytes as JSON writes it, with each reason already written as JSON.
+class _OfferClasses:
+    """The snapshot's node names that JSON writes without escapes, as bytes, each mapped to
+    the index of its node's offer among the snapshot's distinct offers.
 
-    Built once per snapshot and list of networks (`_remembered`), from `_ClusterVerdicts`
-    when there is a list, so the two ways always agree. Holds one entry per cached node:
-    the memo's bound (`_MEMO_LIMIT` lists per snapshot) bounds it.
+    Nodes of one pool carry the same annotation, so a cluster has a handful of distinct
+    offers: one table per snapshot serves every pod (and stays in the CPU's caches), and
+    a list of networks needs only a verdict per offer (`_EncodedVerdicts`).
     """
+
+    __slots__ = ("class_of", "offers")
+
+    def __init__(self, class_of: dict[bytes, int], offers: tuple[NodeOffer, ...]) -> None:
+        self.class_of = class_of
+        self.offers = offers
+        """The distinct offers; empty when there are more than `_MAX_CLASSES` (no short way)."""
+
+
+#: Offer indexes travel as bytes, and so do reason codes (at most one per offer, plus "").
+_MAX_CLASSES = _BYTE_CODES - 1
+
+
+def _offer_classes(snapshot: Snapshot) -> _OfferClasses:
+    def build() -> _OfferClasses:
+        index: dict[NodeOffer, int] = {}
+        class_of = {name.encode(): index.setdefault(offer, len(index))
+                    for name, offer in snapshot.nodes.items() if _plain(name)}
+        if len(index) > _MAX_CLASSES:
+            return _OfferClasses({}, ())
+        return _OfferClasses(class_of, tuple(index))
+
+    return _remembered(snapshot, "offer-classes", None, build)
+
+
+class _EncodedVerdicts:
+    """The snapshot's distinct offers judged for one list of networks."""
 
     __slots__ = ("codes", "reasons")
 
-    def __init__(self, codes: dict[bytes, int], reasons: tuple[bytes, ...]) -> None:
+    def __init__(self, codes: bytes, reasons: tuple[bytes, ...]) -> None:
         self.codes = codes
-        """Node name -> index of its reason in `reasons`; 0 passes."""
+        """A `bytes.translate` table: offer index -> index of its reason in `reasons` (0 passes)."""
         self.reasons = reasons
         """Each reason written as a JSON string, the empty one first."""
 
 
-def _plain_names(snapshot: Snapshot) -> tuple[bytes, ...]:
-    """The snapshot's plain node names as bytes: one object per name, shared by every table."""
-    return _remembered(snapshot, "plain-names", None,
-                       lambda: tuple(name.encode() for name in snapshot.nodes if _plain(name)))
-
-
-def _encoded_verdicts(snapshot: Snapshot, needed: tuple[str, ...]) -> _EncodedVerdicts:
+def _encoded_verdicts(
+    snapshot: Snapshot, classes: _OfferClasses, needed: tuple[str, ...]
+) -> _EncodedVerdicts:
     def build() -> _EncodedVerdicts:
-        names = _plain_names(snapshot)
-        if not needed:
-            return _EncodedVerdicts(dict.fromkeys(names, 0), (b'""',))
-        known = _cluster_verdicts(snapshot, needed)
-        codes = known.codes
-        return _EncodedVerdicts(
-            {raw: codes[raw.decode()] for raw in names},
-            tuple(map(orjson.dumps, known.reasons)),
-        )
+        # The long way's judge (`_Verdicts`), so both ways give every node the same reason.
+        verdicts = _Verdicts(needed)
+        code_of: dict[str, int] = {"": 0}
+        codes = bytes(code_of.setdefault(verdicts[offer], len(code_of)) for offer in classes.offers)
+        return _EncodedVerdicts(codes.ljust(_BYTE_CODES, b"\0"), tuple(map(orjson.dumps, code_of)))
 
     if sum(map(len, needed)) > _MEMO_TEXT_LIMIT:
         return build()
@@ -367,10 +386,10 @@ def filter_encoded(
     """
     text = pod.networks
     verdict = _PASS if not enabled or text is None else _pod_verdict(pod, text, snapshot)
-    known = _encoded_verdicts(snapshot, verdict.needed)
-    count = len(names)
+    classes = _offer_classes(snapshot)
+    class_of, count = classes.class_of, len(names)
     try:  # the lookup also proves each name a plain name of a cached node
-        found = operator.itemgetter(*names)(known.codes) if count > 1 else [known.codes[n] for n in names]
+        found = operator.itemgetter(*names)(class_of) if count > 1 else [class_of[n] for n in names]
     except KeyError:
         return None
     parts = [_OPEN]
@@ -385,16 +404,18 @@ def filter_encoded(
         parts.append(_CLOSE)
         return EncodedResult(b"".join(parts), 0, 0 if verdict.unresolvable else count,
                              count if verdict.unresolvable else 0)
-    if len(known.reasons) > _BYTE_CODES:
-        return None
-    codes = bytes(found)
+    if verdict.needed:
+        known = _encoded_verdicts(snapshot, classes, verdict.needed)
+        codes, reasons = bytes(found).translate(known.codes), known.reasons
+    else:  # every node passes
+        codes, reasons = bytes(count), (b'""',)
     passing = codes.count(0)
     if passing:
         passed = names if passing == count else compress(names, codes.translate(_selector(0)))
         parts += (b'"', b'","'.join(passed), b'"')
     parts.append(_FAILED)
     if passing < count:
-        for code, reason in enumerate(known.reasons):
+        for code, reason in enumerate(reasons):
             if code and code in codes:
                 _entries(parts, compress(names, codes.translate(_selector(code))), reason)
     parts += (_UNRESOLVABLE, _CLOSE)

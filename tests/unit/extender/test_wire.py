@@ -352,3 +352,22 @@ def test_a_pod_the_short_way_is_unsure_of_goes_the_long_way(path: tuple[str, ...
     target[path[-1]] = value
     assert wire.pod_fields(orjson.loads(json.dumps(the_pod))) is None
     assert wire.pod_fields(orjson.loads(json.dumps(pod([{"podNetworkName": "blue"}])))) is not None
+
+
+def test_more_distinct_offers_than_a_byte_holds_take_the_long_way() -> None:
+    """The short way numbers the snapshot's distinct node offers in a byte; past that, the long
+    way judges each node (and still names each node's own missing network)."""
+    cluster = cache_mod.Cache()
+    cluster.upsert(podnetwork("default"))
+    cluster.upsert(podnetwork("blue"))
+    names = [f"n{i}" for i in range(decision._MAX_CLASSES + 1)]
+    for i, name in enumerate(names):
+        cluster.upsert({**node(name, [f"other{i}"]), "kind": "Node"})
+    cluster.mark_synced()
+    body = go_json(by_names(pod([{"podNetworkName": "blue"}]), names[:3]), ascii_only=False)
+    fast, slow = answers(cluster, body, enabled=True)
+    assert fast is None
+    assert orjson.loads(slow)["FailedNodes"] == dict.fromkeys(names[:3], decision.not_available("blue"))
+    cluster.delete({"kind": "Node", "metadata": {"name": names[-1]}})  # one offer fewer: the short way
+    fast, slow = answers(cluster, body, enabled=True)
+    assert fast is not None and orjson.loads(fast) == orjson.loads(slow)
