@@ -224,6 +224,9 @@ def test_a_go_body_takes_the_short_way_and_names_each_nodes_missing_network() ->
     body = go_json(by_names(pod(nets), ["n4", "n3", "n2", "n1"]), ascii_only=False)
     fast, slow = answers(cluster, body, enabled=True)
     assert fast is not None
+    # A body read in several chunks arrives as a bytearray: the same answer.
+    endpoint = app_mod.create_app(cluster, Settings()).filter_endpoint
+    assert endpoint is not None and endpoint._answer_fast(bytearray(body)) == fast
     assert orjson.loads(fast) == orjson.loads(slow) == {
         "Nodes": None, "NodeNames": ["n4", "n1"],
         "FailedNodes": {"n3": 'podnetwork "blue" is not available on this node',
