@@ -381,8 +381,8 @@ def filter_encoded(
 
     The reply decodes to exactly what `filter_nodes` answers, written by `bytes.join`
     from the names themselves and one JSON text per reason: the per-candidate work is one
-    table lookup, in C. None when a name is not a plain name of a cached node (or more
-    than 256 reasons): then the caller takes the long way, which judges those too.
+    table lookup, in C. None when a name is not a plain name of a cached node (or the
+    snapshot has more than 255 distinct node offers): then the caller takes the long way.
     """
     text = pod.networks
     verdict = _PASS if not enabled or text is None else _pod_verdict(pod, text, snapshot)
@@ -393,17 +393,16 @@ def filter_encoded(
     except KeyError:
         return None
     parts = [_OPEN]
-    if verdict.unresolvable or verdict.failed:
-        if verdict.unresolvable:
-            parts += (_FAILED, _UNRESOLVABLE)
-        else:
-            parts.append(_FAILED)
-        _entries(parts, names, orjson.dumps(verdict.unresolvable or verdict.failed))
-        if verdict.failed:
-            parts.append(_UNRESOLVABLE)
+    if verdict.unresolvable:  # every node, in FailedAndUnresolvableNodes
+        parts += (_FAILED, _UNRESOLVABLE)
+        _entries(parts, names, orjson.dumps(verdict.unresolvable))
         parts.append(_CLOSE)
-        return EncodedResult(b"".join(parts), 0, 0 if verdict.unresolvable else count,
-                             count if verdict.unresolvable else 0)
+        return EncodedResult(b"".join(parts), 0, 0, count)
+    if verdict.failed:  # every node, in FailedNodes
+        parts.append(_FAILED)
+        _entries(parts, names, orjson.dumps(verdict.failed))
+        parts += (_UNRESOLVABLE, _CLOSE)
+        return EncodedResult(b"".join(parts), 0, count, 0)
     if verdict.needed:
         known = _encoded_verdicts(snapshot, classes, verdict.needed)
         codes, reasons = bytes(found).translate(known.codes), known.reasons
@@ -491,8 +490,9 @@ def _pod_verdict(pod: wire.PodFields, text: str, snapshot: Snapshot) -> _PodVerd
     `hostNetwork` and `os` the static rules read.
     """
     namespace, host_network, os_name = pod.namespace, pod.host_network, pod.os_name
+    kept = len(text) + len(namespace or "") + len(os_name or "") <= _MEMO_TEXT_LIMIT
     key = (text, namespace, host_network, os_name)
-    memo = snapshot.memo.get("pod-verdicts")
+    memo = snapshot.memo.get("pod-verdicts") if kept else None
     found: _PodVerdict | None = None if memo is None else memo.get(key)
     if found is not None:  # most calls: a replica of an earlier pod
         return found
@@ -502,8 +502,8 @@ def _pod_verdict(pod: wire.PodFields, text: str, snapshot: Snapshot) -> _PodVerd
         "spec": {"hostNetwork": host_network, "os": None if os_name is None else {"name": os_name}},
     }
     judge = functools.partial(_judge_pod, fields, namespace or "default", snapshot)
-    if len(text) + len(namespace or "") + len(os_name or "") > _MEMO_TEXT_LIMIT:
-        return judge()  # huge: judged afresh, never kept
+    if not kept:
+        return judge()  # huge: judged afresh, never kept (nor hashed)
     return _remembered(snapshot, "pod-verdicts", key, judge)
 
 
