@@ -231,13 +231,13 @@ class _Filter:
         (`decision.filter_encoded`). Same answers as `_answer`, byte for byte once
         decoded (tests/unit/extender/test_wire.py compares them).
         """
-        raw = wire.scheduler_body(body)
-        if raw is None:
-            return None
         try:
+            raw = wire.scheduler_body(body)
+            if raw is None:
+                return None
             result = decision.filter_encoded(raw.pod, raw.names, self._cache.snapshot(),
                                              enabled=self._settings.multi_network)
-        except Exception:  # the long way says it in the Error field
+        except Exception:  # the long way answers, or says it in the Error field
             logger.exception("filter failed on the short way; answering the long way")
             return None
         if result is None:
