@@ -32,9 +32,10 @@ scheduler-extender` serves (uvicorn with the same options, the same FastAPI stac
 Batches of pods go to each alternately (order swapped every batch), so a burst of
 other work on a shared machine hits both alike; the figure is the ratio of their
 throughputs (pods/s) in adjacent batches, median and middle half over the pairs.
-Beside it, in-process (no HTTP at all): what the decision alone costs per pod, and what
-the extender's whole handling does (parse, decide, write the reply), against the HTTP
-round trip of the null extender, which is the protocol's own cost.
+Beside it, in-process (no HTTP at all): what `/filter` does with these bodies (the short
+way: the names stay bytes, the reply is joined from per-snapshot pieces), what the long
+way every other body takes costs (parse, decide, write the reply) and its decision alone,
+against the HTTP round trip of the null extender, which is the protocol's own cost.
 
 The cluster: four PodNetworks, each offered by half of the nodes (node i offers network
 k when bit k of i is set); pods name one or two of them in turn, so a pod passes about
@@ -161,6 +162,7 @@ def check_reply(body: bytes, reply: bytes, null: bool) -> None:
     args, answer = json.loads(body), json.loads(reply)
     names = args["NodeNames"]
     if null:
+        answer.pop("Pad", None)
         assert answer == {"NodeNames": names}, "the null extender must pass every node"
         return
     nets = [n["podNetworkName"] for n in json.loads(args["Pod"]["metadata"]["annotations"][NETWORKS_ANNOTATION])]
@@ -211,7 +213,10 @@ def null_app() -> Any:
 
 class NullApp(FastAPI):
     """The null extender in the stack podnetwork serves `/filter` with: the FastAPI
-    application, `POST /filter` handed straight to a plain ASGI endpoint."""
+    application, `POST /filter` handed straight to a plain ASGI endpoint. With `pad`, its
+    reply carries that many more bytes (a `Pad` string kube-scheduler would ignore)."""
+
+    pad = b""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/filter" and scope["method"] == "POST":
@@ -222,6 +227,8 @@ class NullApp(FastAPI):
                 if not message.get("more_body", False):
                     break
             content = orjson.dumps({"NodeNames": orjson.loads(b"".join(chunks))["NodeNames"]})
+            if self.pad:
+                content = content[:-1] + self.pad
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]})
             await send({"type": "http.response.body", "body": content})
@@ -229,10 +236,12 @@ class NullApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def serve_null(port: int, raw: bool) -> None:
+def serve_null(port: int, raw: bool, pad: int = 0) -> None:
     import uvicorn
 
     application = NullApp(docs_url=None, redoc_url=None, openapi_url=None) if raw else null_app()
+    if pad:
+        application.pad = b',"Pad":"' + b" " * max(pad - 9, 0) + b'"}'
     uvicorn.run(application, host="127.0.0.1", port=port, **SERVE_OPTIONS)
 
 
@@ -318,11 +327,14 @@ def compare(ports: dict[str, int], calls: list[bytes], pods: int, batches: int) 
 
 
 def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
-    """Microseconds per pod without any HTTP: the decision alone, and the whole handling
-    (parse the body, decide, write the reply), over the same pods (best of 5)."""
+    """Microseconds per pod without any HTTP, over the same pods (best of 5): what `/filter`
+    does with kube-scheduler's bodies (the short way: names as bytes, the reply joined from
+    per-snapshot pieces), the long way every other body takes (parse the body, decide,
+    write the reply) and its decision alone, and the null extender's work."""
     from scheduler_plugin import app as app_mod
     from scheduler_plugin import cache as cache_mod
     from scheduler_plugin import decision, wire
+    from scheduler_plugin.settings import Settings
 
     cache = cache_mod.Cache()
     ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
@@ -332,18 +344,27 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
     cache.replace("Node", node_items(nodes))
     cache.mark_synced()
     snap = cache.snapshot()
+    endpoint = app_mod.create_app(cache, Settings()).filter_endpoint
+    assert endpoint is not None
+    extra = 0
+    for body in calls:  # every benchmark body takes the short way, and answers as the long way does
+        short = endpoint._answer_fast(body)
+        assert short is not None and orjson.loads(short) == orjson.loads(endpoint._answer_long(body))
+        extra += len(short) - len(orjson.dumps({"NodeNames": orjson.loads(body)["NodeNames"]}))
     parsed = [wire.parse_args(b) for b in calls]
     names = [a.candidate_names() for a in parsed]
+
+    def short_way() -> None:
+        for body in calls:
+            endpoint._answer_fast(body)
+
+    def long_way() -> None:
+        for body in calls:
+            endpoint._answer_long(body)
 
     def decide() -> None:
         for args, candidates in zip(parsed, names, strict=True):
             decision.filter_nodes(args.pod, candidates, snap)
-
-    def handle() -> None:
-        for body in calls:
-            args = wire.parse_args(body)
-            result = decision.filter_nodes(args.pod, args.candidate_names(), snap)
-            app_mod._reply(args, result).to_json()
 
     def null() -> None:
         for body in calls:
@@ -352,7 +373,8 @@ def in_process(nodes: int, calls: list[bytes]) -> dict[str, float]:
     def best(fn: Any) -> float:
         return min(timeit.repeat(fn, number=5, repeat=5)) / 5 / len(calls) * 1e6
 
-    return {"decision": best(decide), "handling": best(handle), "null handling": best(null)}
+    return {"short way": best(short_way), "long way": best(long_way), "decision": best(decide),
+            "null handling": best(null), "extra bytes": extra / len(calls)}
 
 
 def ratios(rates: dict[str, list[float]], arm: str, base: str) -> list[float]:
@@ -378,7 +400,7 @@ def main() -> None:
     if args.serve:
         role, port = args.serve[0], int(args.serve[1])
         if role.startswith("null"):
-            serve_null(port, raw=role == "null")
+            serve_null(port, raw=role != "null-fastapi", pad=int(role[11:]) if role.startswith("null-sized") else 0)
         else:
             serve_podnetwork(port, args.nodes[0])
         return
@@ -392,7 +414,9 @@ def main() -> None:
     rows = []
     for nodes, candidates in scenarios:
         calls = bodies(nodes, candidates)
+        cost = in_process(nodes, calls)
         procs = {"null": start("null", nodes), "null, FastAPI route": start("null-fastapi", nodes),
+                 "null, reply as long": start(f"null-sized:{cost['extra bytes']:.0f}", nodes),
                  "podnetwork": start("podnetwork", nodes)}
         if args.before:
             procs["before"] = start("podnetwork", nodes, args.before)
@@ -402,18 +426,21 @@ def main() -> None:
             for proc, _ in procs.values():
                 proc.terminate()
                 proc.wait(10)
-        cost = in_process(nodes, calls)
         rows.append((nodes, candidates, len(calls[0]), rates, cost))
     print("| nodes | candidates | request bytes | null pods/s | podnetwork pods/s | ratio to null, median | "
-          "middle half | null as a FastAPI route: pods/s, podnetwork's ratio |"
+          "middle half | null as a FastAPI route: pods/s, podnetwork's ratio | null with a reply as long as "
+          "podnetwork's: bytes added, its ratio to null, podnetwork's ratio to it |"
           + (" before: ratio to null |" if args.before else ""))
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |" + (" --- |" if args.before else ""))
-    for nodes, candidates, size, rates, _ in rows:
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |" + (" --- |" if args.before else ""))
+    for nodes, candidates, size, rates, cost in rows:
         r = ratios(rates, "podnetwork", "null")
         f = ratios(rates, "podnetwork", "null, FastAPI route")
+        sized, to_sized = ratios(rates, "null, reply as long", "null"), ratios(rates, "podnetwork", "null, reply as long")
         line = (f"| {nodes} | {candidates} | {size} | {statistics.median(rates['null']):.0f} | "
                 f"{statistics.median(rates['podnetwork']):.0f} | **{statistics.median(r):.2f}** | {spread(r)} | "
-                f"{statistics.median(rates['null, FastAPI route']):.0f}, {statistics.median(f):.2f} |")
+                f"{statistics.median(rates['null, FastAPI route']):.0f}, {statistics.median(f):.2f} | "
+                f"{cost['extra bytes']:.0f}, {statistics.median(sized):.2f} ({spread(sized)}), "
+                f"{statistics.median(to_sized):.2f} ({spread(to_sized)}) |")
         if args.before:
             b = ratios(rates, "before", "null")
             line += f" {statistics.median(b):.2f} ({spread(b)}) |"
@@ -423,12 +450,14 @@ def main() -> None:
           "in process")
     print()
     print("| nodes | candidates | null round trip | podnetwork round trip | podnetwork's extra | "
-          "in-process: decision | in-process: parse + decision + reply | in-process: null's parse + reply |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "in-process: short way (kube-scheduler's bodies) | in-process: long way (parse + decision + reply) | "
+          "in-process: its decision | in-process: null's parse + reply |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for nodes, candidates, _, rates, cost in rows:
         null_us, ours_us = 1e6 / statistics.median(rates["null"]), 1e6 / statistics.median(rates["podnetwork"])
         print(f"| {nodes} | {candidates} | {null_us:.0f} | {ours_us:.0f} | {ours_us - null_us:.0f} | "
-              f"{cost['decision']:.1f} | {cost['handling']:.1f} | {cost['null handling']:.1f} |")
+              f"{cost['short way']:.1f} | {cost['long way']:.1f} | {cost['decision']:.1f} | "
+              f"{cost['null handling']:.1f} |")
     print()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

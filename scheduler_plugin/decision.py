@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import json
 import operator
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any, TypeVar
@@ -284,6 +284,144 @@ def _split_one_by_one(known: _ClusterVerdicts, names: Sequence[str]) -> FilterRe
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A `/filter` reply already written as JSON, and how many candidates it puts where."""
+
+    content: bytes
+    passed: int
+    failed: int
+    unresolvable: int
+
+
+def _plain(name: str) -> bool:
+    """Whether JSON writes `name` as it is, with no escape (orjson and Go's encoder alike)."""
+    return name.isascii() and name.isprintable() and '"' not in name and "\\" not in name and bool(name)
+
+
+class _OfferClasses:
+    """The snapshot's node names that JSON writes without escapes, as bytes, each mapped to
+    the index of its node's offer among the snapshot's distinct offers.
+
+    Nodes of one pool carry the same annotation, so a cluster has a handful of distinct
+    offers: one table per snapshot serves every pod (and stays in the CPU's caches), and
+    a list of networks needs only a verdict per offer (`_EncodedVerdicts`).
+    """
+
+    __slots__ = ("class_of", "offers")
+
+    def __init__(self, class_of: dict[bytes, int], offers: tuple[NodeOffer, ...]) -> None:
+        self.class_of = class_of
+        self.offers = offers
+        """The distinct offers; empty when there are more than `_MAX_CLASSES` (no short way)."""
+
+
+#: Offer indexes travel as bytes, and so do reason codes (at most one per offer, plus "").
+_MAX_CLASSES = _BYTE_CODES - 1
+
+
+def _offer_classes(snapshot: Snapshot) -> _OfferClasses:
+    def build() -> _OfferClasses:
+        index: dict[NodeOffer, int] = {}
+        class_of = {name.encode(): index.setdefault(offer, len(index))
+                    for name, offer in snapshot.nodes.items() if _plain(name)}
+        if len(index) > _MAX_CLASSES:
+            return _OfferClasses({}, ())
+        return _OfferClasses(class_of, tuple(index))
+
+    return _remembered(snapshot, "offer-classes", None, build)
+
+
+class _EncodedVerdicts:
+    """The snapshot's distinct offers judged for one list of networks."""
+
+    __slots__ = ("codes", "reasons")
+
+    def __init__(self, codes: bytes, reasons: tuple[bytes, ...]) -> None:
+        self.codes = codes
+        """A `bytes.translate` table: offer index -> index of its reason in `reasons` (0 passes)."""
+        self.reasons = reasons
+        """Each reason written as a JSON string, the empty one first."""
+
+
+def _encoded_verdicts(
+    snapshot: Snapshot, classes: _OfferClasses, needed: tuple[str, ...]
+) -> _EncodedVerdicts:
+    def build() -> _EncodedVerdicts:
+        # The long way's judge (`_Verdicts`), so both ways give every node the same reason.
+        verdicts = _Verdicts(needed)
+        code_of: dict[str, int] = {"": 0}
+        codes = bytes(code_of.setdefault(verdicts[offer], len(code_of)) for offer in classes.offers)
+        return _EncodedVerdicts(codes.ljust(_BYTE_CODES, b"\0"), tuple(map(orjson.dumps, code_of)))
+
+    if sum(map(len, needed)) > _MEMO_TEXT_LIMIT:
+        return build()
+    return _remembered(snapshot, "encoded-verdicts", needed, build)
+
+
+_OPEN = b'{"Nodes":null,"NodeNames":['
+_FAILED = b'],"FailedNodes":{'
+_UNRESOLVABLE = b'},"FailedAndUnresolvableNodes":{'
+_CLOSE = b'},"Error":""}'
+
+
+def _entries(parts: list[bytes], names: Iterable[bytes], reason: bytes) -> None:
+    """Append `"name":reason` for each of `names`, separated by commas, to `parts` (with a
+    comma first unless `parts` ends by opening the object)."""
+    joined = (b'":' + reason + b',"').join(names)
+    if joined:
+        if not parts[-1].endswith(b"{"):
+            parts.append(b",")
+        parts += (b'"', joined, b'":', reason)
+
+
+def filter_encoded(
+    pod: wire.PodFields, names: list[bytes], snapshot: Snapshot, *, enabled: bool = True
+) -> EncodedResult | None:
+    """`filter_nodes` for names given as bytes (`wire.SchedulerBody`), answered as JSON bytes.
+
+    The reply decodes to exactly what `filter_nodes` answers, written by `bytes.join`
+    from the names themselves and one JSON text per reason: the per-candidate work is one
+    table lookup, in C. None when a name is not a plain name of a cached node (or the
+    snapshot has more than 255 distinct node offers): then the caller takes the long way.
+    """
+    text = pod.networks
+    verdict = _PASS if not enabled or text is None else _pod_verdict(pod, text, snapshot)
+    classes = _offer_classes(snapshot)
+    class_of, count = classes.class_of, len(names)
+    try:  # the lookup also proves each name a plain name of a cached node
+        found = operator.itemgetter(*names)(class_of) if count > 1 else [class_of[n] for n in names]
+    except KeyError:
+        return None
+    parts = [_OPEN]
+    if verdict.unresolvable:  # every node, in FailedAndUnresolvableNodes
+        parts += (_FAILED, _UNRESOLVABLE)
+        _entries(parts, names, orjson.dumps(verdict.unresolvable))
+        parts.append(_CLOSE)
+        return EncodedResult(b"".join(parts), 0, 0, count)
+    if verdict.failed:  # every node, in FailedNodes
+        parts.append(_FAILED)
+        _entries(parts, names, orjson.dumps(verdict.failed))
+        parts += (_UNRESOLVABLE, _CLOSE)
+        return EncodedResult(b"".join(parts), 0, count, 0)
+    if verdict.needed:
+        known = _encoded_verdicts(snapshot, classes, verdict.needed)
+        codes, reasons = bytes(found).translate(known.codes), known.reasons
+    else:  # every node passes
+        codes, reasons = bytes(count), (b'""',)
+    passing = codes.count(0)
+    if passing:
+        passed = names if passing == count else compress(names, codes.translate(_selector(0)))
+        parts += (b'"', b'","'.join(passed), b'"')
+    parts.append(_FAILED)
+    if passing < count:
+        for code, reason in enumerate(reasons):
+            if code and code in codes:
+                _entries(parts, compress(names, codes.translate(_selector(code))), reason)
+    parts += (_UNRESOLVABLE, _CLOSE)
+    return EncodedResult(b"".join(parts), passing, count - passing, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class _PodVerdict:
     """What the pod's networks mean on every node, before looking at any node."""
 
@@ -293,6 +431,9 @@ class _PodVerdict:
     """Why no node can take it yet (the cache is not synced)."""
     needed: tuple[str, ...] = ()
     """The PodNetworks each node must offer (never `default`)."""
+
+
+_PASS = _PodVerdict()
 
 
 def _cut(text: str, limit: int) -> str:
@@ -340,7 +481,7 @@ def _judge_pod(fields: Mapping[str, Any], namespace: str, snapshot: Snapshot) ->
     return _PodVerdict(needed=tuple(n for n in needed if n != constants.DEFAULT_PODNETWORK))
 
 
-def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
+def _pod_verdict(pod: wire.PodFields, text: str, snapshot: Snapshot) -> _PodVerdict:
     """`_judge_pod`, remembered per snapshot for the fields it reads.
 
     The replicas of one workload differ in name only. The verdict is computed from a
@@ -348,20 +489,21 @@ def _pod_verdict(pod: Pod, text: str, snapshot: Snapshot) -> _PodVerdict:
     networks annotation `text`, the namespace (attachments are namespaced), and the
     `hostNetwork` and `os` the static rules read.
     """
-    namespace = pod.metadata.namespace
-    host_network = pod.spec.host_network
-    os_name = None if pod.spec.os is None else pod.spec.os.name
+    namespace, host_network, os_name = pod.namespace, pod.host_network, pod.os_name
+    kept = len(text) + len(namespace or "") + len(os_name or "") <= _MEMO_TEXT_LIMIT
+    key = (text, namespace, host_network, os_name)
+    memo = snapshot.memo.get("pod-verdicts") if kept else None
+    found: _PodVerdict | None = None if memo is None else memo.get(key)
+    if found is not None:  # most calls: a replica of an earlier pod
+        return found
     # validation and networks read a pod as JSON: they get one made of the key's fields.
     fields = {
         "metadata": {"namespace": namespace, "annotations": {constants.NETWORKS_ANNOTATION: text}},
         "spec": {"hostNetwork": host_network, "os": None if os_name is None else {"name": os_name}},
     }
     judge = functools.partial(_judge_pod, fields, namespace or "default", snapshot)
-    if len(text) > _MEMO_TEXT_LIMIT:
-        return judge()  # huge: judged afresh, never kept
-    key = (text, namespace, host_network, os_name)
-    if len(text) + len(namespace or "") + len(os_name or "") > _MEMO_TEXT_LIMIT:
-        return judge()
+    if not kept:
+        return judge()  # huge: judged afresh, never kept (nor hashed)
     return _remembered(snapshot, "pod-verdicts", key, judge)
 
 
@@ -383,10 +525,11 @@ def filter_nodes(
     constant work per node, plus, once per snapshot and list of networks,
     O(cached nodes) to judge them all.
     """
-    text = pod.metadata.annotation(constants.NETWORKS_ANNOTATION)
+    fields = wire.PodFields.of(pod)
+    text = fields.networks
     if not enabled or text is None:
         return FilterResult(passed=list(node_names))
-    verdict = _pod_verdict(pod, text, snapshot)
+    verdict = _pod_verdict(fields, text, snapshot)
     if verdict.unresolvable:
         return FilterResult(unresolvable=dict.fromkeys(node_names, verdict.unresolvable))
     if verdict.failed:

@@ -14,6 +14,7 @@ of the request: kube-scheduler reads `NodeNames` back only when it sent them.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -163,6 +164,19 @@ _SCHEDULER_KEYS = frozenset({"Pod", "Nodes", "NodeNames"})
 _FAST_OPENERS = 200
 
 
+#: Every digit byte as `1`, every other byte as `0`.
+_DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+#: The shortest run of digits that may be an integer orjson cannot hold (past 64 bits it
+#: reads a float where pydantic reads the integer itself).
+_LONG_NUMBER = b"1" * 19
+
+
+def _orjson_reads_alike(text: bytes | bytearray) -> bool:
+    """Whether orjson reads every number of `text` as the long way does (conservative: a run
+    of 19 digits inside a string also says no)."""
+    return text.translate(_DIGITS).find(_LONG_NUMBER) < 0
+
+
 def parse_args(body: bytes | bytearray) -> ExtenderArgs:
     """A request body read into `ExtenderArgs`: the same result, and the same errors, as
     `ExtenderArgs.model_validate_json(body)`.
@@ -179,8 +193,8 @@ def parse_args(body: bytes | bytearray) -> ExtenderArgs:
 
 
 def _scheduler_args(body: bytes | bytearray) -> ExtenderArgs | None:
-    if body.count(b"[") + body.count(b"{") > _FAST_OPENERS:
-        return None  # maybe deeper than the long way allows: let it decide
+    if body.count(b"[") + body.count(b"{") > _FAST_OPENERS or not _orjson_reads_alike(body):
+        return None  # maybe deeper than the long way allows, or a huge integer: let it decide
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -190,11 +204,161 @@ def _scheduler_args(body: bytes | bytearray) -> ExtenderArgs | None:
     pod, names = data.get("Pod"), data.get("NodeNames")
     if type(pod) is not dict or type(names) is not list or not set(map(type, names)) <= {str}:
         return None
-    try:
-        view = Pod.model_validate(ExtenderArgs.pod_shape(pod))
-    except (ValueError, pydantic.ValidationError):  # the long way words the message
+    view = _pod_view(pod)
+    return None if view is None else ExtenderArgs.model_construct(pod=view, nodes=None, node_names=names)
+
+
+#: How Go's `json.Marshal(ExtenderArgs{Pod, Nodes: nil, NodeNames})` begins, and what
+#: stands between the pod and the names.
+_GO_HEAD = b'{"Pod":'
+_GO_NAMES = b',"Nodes":null,"NodeNames":['
+_GO_TAIL = b"]}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodFields:
+    """What the filter decision reads of a pod (the rest is kube-scheduler's)."""
+
+    namespace: str | None
+    networks: str | None
+    """The `multinetwork.x-k8s.io/networks` annotation, None when absent."""
+    host_network: bool | None
+    os_name: str | None
+    """`spec.os.name` (`""` when `spec.os` has no name), None without `spec.os`."""
+
+    @classmethod
+    def of(cls, pod: Pod) -> PodFields:
+        spec = pod.spec
+        return cls(pod.metadata.namespace, pod.metadata.annotation(constants.NETWORKS_ANNOTATION),
+                   spec.host_network, None if spec.os is None else spec.os.name)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerBody:
+    """A body in the exact layout kube-scheduler writes, its names left as bytes.
+
+    `names` is the text between the first and last quote of the `NodeNames` array,
+    split at `","`: when each piece is a name that JSON writes without escapes, the array
+    holds exactly those names. The caller must check that (`decision.filter_encoded`
+    looks each piece up among the known plain names, and goes the long way when one is
+    missing); until then a piece is only bytes.
+    """
+
+    pod: PodFields
+    names: list[bytes]
+
+
+def scheduler_body(body: bytes | bytearray) -> SchedulerBody | None:
+    """`body` read without reading the names, when it has kube-scheduler's layout and a
+    pod the long way surely accepts; None otherwise (then use `parse_args`).
+
+    Why the layout is certain once the names are known: the bytes
+    `,"Nodes":null,"NodeNames":[` cannot occur inside a JSON string (a `"` there always
+    follows a backslash); the pod between `{"Pod":` and their last occurrence must parse
+    as one JSON value; and what follows them is `"`-quoted plain names joined by `,`,
+    then `]}`. So the body is the object {Pod, Nodes: null, NodeNames}, each key once.
+    (orjson reads an integer past 64 bits as a float: that may change a number in the
+    pod's metadata, never whether the pod is accepted or a field the decision reads.)
+    """
+    if not body.startswith(_GO_HEAD) or not body.endswith(_GO_TAIL):
         return None
-    return ExtenderArgs.model_construct(pod=view, nodes=None, node_names=names)
+    cut = body.rfind(_GO_NAMES)
+    if cut < 0:
+        return None
+    pod_text = body[len(_GO_HEAD):cut]
+    if pod_text.count(b"[") + pod_text.count(b"{") + 2 > _FAST_OPENERS:
+        return None  # as in `_scheduler_args`
+    names_text = body[cut + len(_GO_NAMES):-len(_GO_TAIL)]
+    if names_text:
+        if names_text[:1] != b'"' or names_text[-1:] != b'"' or len(names_text) < 2:
+            return None
+        names = bytes(names_text[1:-1]).split(b'","')
+    else:
+        names = []
+    try:
+        pod = orjson.loads(pod_text)
+    except orjson.JSONDecodeError:
+        return None
+    fields = pod_fields(pod)
+    return None if fields is None else SchedulerBody(fields, names)
+
+
+#: The pod's keys the views read (`podnetwork.ground.core.Pod`), under their JSON names.
+POD_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+META_STRINGS = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+META_KEYS = frozenset({*META_STRINGS, "generation", "labels", "annotations", "finalizers"})
+SPEC_KEYS = frozenset({"nodeName", "hostNetwork", "os", "schedulingGates"})
+STATUS_KEYS = frozenset({"phase"})
+#: The views also accept their Python names (`populate_by_name`): such a pod takes the long way.
+PYTHON_NAMES = frozenset({"api_version", "resource_version", "creation_timestamp", "deletion_timestamp",
+                          "node_name", "host_network", "scheduling_gates"})
+_STRINGS = frozenset({str})
+
+
+def _strings(value: Any) -> bool:
+    """None, or a map whose every value is a string."""
+    return value is None or (type(value) is dict and set(map(type, value.values())) <= _STRINGS)
+
+
+def pod_fields(pod: Any) -> PodFields | None:
+    """The fields the decision reads, when the long way (`ExtenderArgs.pod_shape`, then the
+    `Pod` view) surely accepts `pod` as orjson read it; None when unsure: then ask the long way.
+
+    Each field the views read must have the one JSON type a pod from the API server has;
+    anything else (a number where a string goes, a Python spelling of a key) is for the
+    models to judge. The views' fields are listed above; tests/unit/extender/test_wire.py
+    fails when the views read a field this does not check.
+    """
+    if type(pod) is not dict:
+        return None
+    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+    if type(meta) is not dict or type(spec) is not dict or not _optional(status, dict):
+        return None
+    if not (_optional(pod.get("kind"), str) and _optional(pod.get("apiVersion"), str)):
+        return None
+    for key in META_STRINGS:
+        if not _optional(meta.get(key), str):
+            return None
+    annotations, finalizers = meta.get("annotations"), meta.get("finalizers")
+    if not (_optional(meta.get("generation"), int) and _strings(annotations)
+            and _strings(meta.get("labels"))):
+        return None
+    if finalizers is not None and (type(finalizers) is not list
+                                   or not set(map(type, finalizers)) <= _STRINGS):
+        return None
+    host_network, os_, gates = spec.get("hostNetwork"), spec.get("os"), spec.get("schedulingGates")
+    if not (_optional(spec.get("nodeName"), str) and _optional(host_network, bool)):
+        return None
+    os_name = None
+    if os_ is not None:
+        os_name = os_.get("name", "") if type(os_) is dict else None
+        if type(os_name) is not str:
+            return None
+    if gates is not None and (type(gates) is not list or not all(
+            type(gate) is dict and type(gate.get("name")) is str for gate in gates)):
+        return None
+    if status is not None and not _optional(status.get("phase"), str):
+        return None
+    if ("api_version" in pod or "resource_version" in meta or "creation_timestamp" in meta
+            or "deletion_timestamp" in meta or "node_name" in spec or "host_network" in spec
+            or "scheduling_gates" in spec):
+        return None  # PYTHON_NAMES
+    networks = annotations.get(constants.NETWORKS_ANNOTATION) if annotations else None
+    return PodFields(meta.get("namespace"), networks, host_network, os_name)
+
+
+def _optional(value: Any, kind: type) -> bool:
+    return value is None or type(value) is kind
+
+
+def _pod_view(pod: Any) -> Pod | None:
+    """The pod as the long way reads it, or None where the long way words a message."""
+    if type(pod) is not dict:
+        return None
+    try:
+        return Pod.model_validate(ExtenderArgs.pod_shape(pod))
+    except (ValueError, pydantic.ValidationError):
+        return None
 
 
 class ExtenderFilterResult(BaseModel):

@@ -50,12 +50,17 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def filter_(client: httpx.AsyncClient, body: dict[str, Any] | str) -> dict[str, Any]:
-    content = body if isinstance(body, str) else json.dumps(body)
-    response = await client.post("/filter", content=content, headers={"Content-Type": "application/json"})
-    assert response.status_code == 200, response.text
-    reply = response.json()
-    assert set(reply) == REPLY_KEYS
-    return reply
+    """The reply to `body`; a dict is sent twice, spaced (read the long way) and in Go's compact
+    layout (written from the body's bytes when kube-scheduler's), and both replies must agree."""
+    contents = [body] if isinstance(body, str) else [json.dumps(body), json.dumps(body, separators=(",", ":"))]
+    replies = []
+    for content in contents:
+        response = await client.post("/filter", content=content, headers={"Content-Type": "application/json"})
+        assert response.status_code == 200, response.text
+        replies.append(response.json())
+        assert set(replies[-1]) == REPLY_KEYS
+    assert all(reply == replies[0] for reply in replies), "the short and the long way disagree"
+    return replies[0]
 
 
 # --- pods that the KEP leaves alone -------------------------------------------------------------
@@ -420,19 +425,20 @@ async def test_readyz_turns_ready_once_the_cache_is_synced() -> None:
 
 
 async def test_metrics_count_requests_per_verb_and_report_cache_sizes(client: httpx.AsyncClient) -> None:
+    # Sent twice by `filter_`: read the long way, then the short way; both count alike.
     await filter_(client, by_names(pod([{"podNetworkName": "blue"}]), NAMES))
     await client.post("/prioritize", json=by_names(pod(None), NAMES))
     await client.post("/filter", content=b"{")
     response = await client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
-    assert 'podnetwork_extender_requests_total{code="200",verb="filter"} 1.0' in text
+    assert 'podnetwork_extender_requests_total{code="200",verb="filter"} 2.0' in text
     assert 'podnetwork_extender_requests_total{code="400",verb="filter"} 1.0' in text
     assert 'podnetwork_extender_requests_total{code="200",verb="prioritize"} 1.0' in text
-    assert 'podnetwork_extender_request_duration_seconds_count{verb="filter"} 1.0' in text
-    assert 'podnetwork_extender_request_duration_seconds_bucket{le="5.0",verb="filter"} 1.0' in text
-    assert 'podnetwork_extender_filtered_nodes_total{outcome="passed"} 2.0' in text
-    assert 'podnetwork_extender_filtered_nodes_total{outcome="failed"} 1.0' in text
+    assert 'podnetwork_extender_request_duration_seconds_count{verb="filter"} 2.0' in text
+    assert 'podnetwork_extender_request_duration_seconds_bucket{le="5.0",verb="filter"} 2.0' in text
+    assert 'podnetwork_extender_filtered_nodes_total{outcome="passed"} 4.0' in text
+    assert 'podnetwork_extender_filtered_nodes_total{outcome="failed"} 2.0' in text
     assert 'podnetwork_extender_cache_objects{kind="PodNetwork"} 4.0' in text
     assert 'podnetwork_extender_cache_objects{kind="PodNetworkAttachment"} 4.0' in text
     assert 'podnetwork_extender_cache_objects{kind="Node"} 3.0' in text

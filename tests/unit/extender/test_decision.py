@@ -135,9 +135,13 @@ def test_the_memo_of_a_snapshot_stays_bounded() -> None:
     c.mark_synced()
     snap = c.snapshot()
     for name in names:
-        result = decision.filter_nodes(Pod.model_validate(a_pod([{"podNetworkName": name}])), ["n1"], snap)
+        the_pod = Pod.model_validate(a_pod([{"podNetworkName": name}]))
+        result = decision.filter_nodes(the_pod, ["n1"], snap)
         assert (result.passed == ["n1"]) == (name in names[:3])
-    assert snap.memo and all(0 < len(family) <= decision._MEMO_LIMIT for family in snap.memo.values())
+        encoded = decision.filter_encoded(wire.PodFields.of(the_pod), [b"n1"], snap)  # the short way's tables
+        assert encoded is not None and (encoded.passed == 1) == (name in names[:3])
+    assert {"node-verdicts", "encoded-verdicts", "pod-verdicts"} <= set(snap.memo)
+    assert all(0 < len(family) <= decision._MEMO_LIMIT for family in snap.memo.values())
 
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "default"])
