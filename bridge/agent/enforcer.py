@@ -60,6 +60,8 @@ class Enforcer(Reconciler[Document]):
         self.apply, self.remove = apply, remove
         self.read_at_add: dict[str, PodInfo] = {}
         """Local pods as their ADD read them, by pod key: for those the watch has not delivered."""
+        self.last: enforcement.Pass | None = None
+        """The last pass's world and tables: the next recompiles only what its change reaches."""
 
     # --- the reconciler's hooks ------------------------------------------------------------------
 
@@ -83,7 +85,8 @@ class Enforcer(Reconciler[Document]):
         world = self.world()
         scope_of = scope.scopes(world)
         self.state.note(scope_of)
-        return enforcement.decide(world, scope_of, locals_, self.applied)
+        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last)
+        return steps
 
     # --- this node's containers ----------------------------------------------------------------
 
