@@ -92,6 +92,15 @@ def local_of(record: Record) -> Local:
     return Local(record.container_id, f"{record.pod_namespace}/{record.pod_name}", record.netns, interfaces)
 
 
+def planned_local(record: Record, interfaces: Iterable[tuple[str, str]]) -> Local:
+    """The container of `record` as its ADD plans it, before any delegate ran: its secondary
+    interfaces as (network name, interface name), with no address yet. Its table compiles the
+    same as with the addresses (`rules`: a pod's own addresses are in no set of its own), so the
+    ADD can write it while the delegates run."""
+    return Local(record.container_id, f"{record.pod_namespace}/{record.pod_name}", record.netns,
+                 tuple(PodInterface(network, ifname, ()) for network, ifname in interfaces))
+
+
 def pod_info_of(local: Local, watched: PodInfo | None, by_nad: Mapping[str, str]) -> PodInfo:
     """The local pod as decisions see it: labels and ports as watched (`watched`, None: a pod
     the watch has not delivered: no labels, no ports), interfaces from the record (keyed by
@@ -161,4 +170,4 @@ def decide_from(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[L
 
 
 __all__ = ["UNKNOWN", "Applied", "Compiled", "Document", "Local", "Pass", "Step", "decide", "decide_from",
-           "local_of", "pod_info_of", "selected"]
+           "local_of", "planned_local", "pod_info_of", "selected"]

@@ -306,6 +306,35 @@ async def test_add_writes_the_table_before_it_answers_and_an_nft_failure_fails_i
     assert "c3" not in enforcer.locals
 
 
+async def test_add_writes_the_table_from_the_plan_and_the_pass_after_the_delegates_keeps_it() -> None:
+    """The ADD writes the table beside the delegates, from the planned interfaces (no address yet):
+    the passes after it, with the address, compile the same table (a pod's own addresses are in
+    no set of its own), and the other local pods its policies name get its address."""
+    kernel = Kernel()
+    own_app = {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
+               "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "db"}}}]}]}
+    enforcer = Enforcer(state_with(*BASE, policy("db", "own-app", own_app)), FAST,
+                        apply=kernel.apply, remove=kernel.remove)
+    try:
+        first = record("c1", "db", "db-0", ip="10.1.0.5", netns="/n/1")
+        await enforcer.added(first, pod_view("db", "db-0", {"app": "db"}))
+        await enforcer.reconcile()
+        second = record("c2", "db", "db-1", ip="10.1.0.6", netns="/n/2")
+        planned = enforcement.planned_local(second, [("default/blue-nad", "net1")])
+        assert planned.interfaces and not planned.interfaces[0].addresses
+        await enforcer.added(second, pod_view("db", "db-1", {"app": "db"}), local=planned)
+        written = kernel.tables["/n/2"]
+        await enforcer.attached(second)
+        calls = len(kernel.calls)
+        await enforcer.reconcile()
+        assert kernel.tables["/n/2"] == written  # not written again: the same table
+        assert kernel.calls[calls:] == [("apply", "/n/1")]  # db-0 now allows from db-1's address
+        assert "10.1.0.6" in json.dumps(kernel.tables["/n/1"]) and "10.1.0.6" not in json.dumps(written)
+        assert "10.1.0.5" in json.dumps(written)
+    finally:
+        await enforcer.stop()
+
+
 async def test_add_before_the_policies_are_read_is_try_again_later() -> None:
     enforcer = Enforcer(PolicyState(), FAST, apply=Kernel().apply, remove=Kernel().remove)
     with pytest.raises(CNIError) as failed:
