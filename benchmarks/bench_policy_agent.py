@@ -17,6 +17,7 @@ Issue 21's targets, measured:
    `PolicyState` or not, then drop the list.
 
 Needs root, `nft` and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_policy_agent.py
+(`--only add --adds 40`: the ADD's ratio alone, more ADDs; `--only decisions`: the decisions alone).
 Prints Markdown for docs/benchmarks.md. Removes every namespace, bridge and file it made.
 """
 
@@ -226,7 +227,24 @@ def rss() -> dict[str, Any]:
 
 
 async def main() -> None:
-    d = await decisions(30)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=30, help="changes of each kind timed (default 30)")
+    parser.add_argument("--adds", type=int, default=20, help="ADDs of each arm, after 2 of each to warm up (default 20)")
+    parser.add_argument("--only", choices=["decisions", "add"], help="measure only this")
+    args = parser.parse_args()
+    if args.only == "add":
+        a = await add_cost(args.adds)
+        print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
+              f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}).")
+        return
+    d = await decisions(args.decisions)
+    if args.only == "decisions":
+        for name in ("a policy's rules", "a remote pod's labels", "a new peer pod"):
+            x = d[name]
+            print(f"| {name} | {x['p50']:.1f} ms | {x['p99']:.1f} ms | {x['steps_p50']:.0f}, {x['steps_max']} |")
+        return
     st = PolicyState(node="this")
     for kind in KINDS:
         st.listed(kind, {"Pod": [pod_object(i, "this" if i < 110 else "other") for i in range(1000)],
@@ -239,7 +257,7 @@ async def main() -> None:
     docs = [s.document for s in first_steps(enf) if s.document is not None]
     state_doc = max(docs, key=lambda doc: len(json.dumps(doc)))
     w = await writes(30, state_doc)
-    a = await add_cost(20)
+    a = await add_cost(args.adds)
     r = rss()
     rules = sum(1 for c in state_doc["nftables"] if "rule" in c.get("add", {}))
     print(f"## CNI agent: MultiNetworkPolicy on the node (issue 21)\n\n{platform.processor() or platform.machine()}, "

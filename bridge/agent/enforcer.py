@@ -87,10 +87,17 @@ class Enforcer(Reconciler[Document]):
                  len(self.state.namespaces), len(self.state.networks()), len(self.locals))
 
     def decide(self, locals_: list[Local]) -> list[Step[Document]]:
-        world = self.world()
+        local = self._local_infos()
+        world = self.state.world(local)
         scope_of = scope.scopes(world)
         self.state.note(scope_of)
-        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last)
+        # What the next pass compares with: the pods as the state keeps them (shared with it, not
+        # the world's copies with their networks keyed: ~0.5 kB a pod kept for nothing), this
+        # node's as their records have them. Within the same networks, one changes when the other does.
+        pods = dict(self.state.pods)
+        pods.update(local)
+        seen = World(pods, world.namespaces, world.networks, world.policies)
+        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last, seen)
         return steps
 
     # --- this node's containers ----------------------------------------------------------------
