@@ -17,6 +17,7 @@ Issue 21's targets, measured:
    `PolicyState` or not, then drop the list.
 
 Needs root, `nft` and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_policy_agent.py
+(`--only add --adds 40`: the ADD's ratio alone, more ADDs; `--only decisions`: the decisions alone).
 Prints Markdown for docs/benchmarks.md. Removes every namespace, bridge and file it made.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import platform
 import random
 import statistics
@@ -155,8 +157,26 @@ async def writes(samples: int, document: dict[str, Any]) -> dict[str, float]:
             subprocess.run(["ip", "netns", "del", n], check=False)
 
 
+class Phases(logging.Handler):
+    """The agent's "ADD container ... done in ... (phases)" lines: each ADD's spans (`request.Phases`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.spans: dict[str, dict[str, float]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if len(args) == 6 and args[0] == "ADD" and hasattr(args[5], "spans"):
+            self.spans[str(args[1])] = {k: v * 1000 for k, v in args[5].spans.items()}
+
+
 async def add_cost(iterations: int) -> dict[str, float]:
     from tests.cni.agent_support import World
+
+    phases = Phases()
+    agent_log = logging.getLogger("bridge.agent.agent")
+    agent_log.addHandler(phases)
+    agent_log.setLevel(logging.INFO)
 
     bin_dirs = [Path("/usr/lib/cni"), Path("/opt/cni/bin")]
     w = World([d for d in bin_dirs if d.is_dir()])
@@ -173,6 +193,7 @@ async def add_cost(iterations: int) -> dict[str, float]:
                                 constants.POLICY_KIND: [isolate]}.get(kind.name, []))
         await w.start_agent(enforcer=Enforcer(state, Settings()))
         times: dict[str, list[float]] = {"with": [], "without": []}
+        waited: list[float] = []
         netns = w.make_netns()
         for n in range(iterations * 2):
             which = ("with", "without")[(n + n // 2) % 2]
@@ -190,8 +211,11 @@ async def add_cost(iterations: int) -> dict[str, float]:
             assert answer.returncode == 0, answer.stdout
             if n >= 4:
                 times[which].append(elapsed)
-        return {k: statistics.median(v) for k, v in times.items()}
+                if which == "with":
+                    waited.append(phases.spans.get(f"c{n}", {}).get("policy", float("nan")))
+        return {**{k: statistics.median(v) for k, v in times.items()}, "policy_phase": statistics.median(waited)}
     finally:
+        agent_log.removeHandler(phases)
         await w.cleanup()
 
 
@@ -226,7 +250,25 @@ def rss() -> dict[str, Any]:
 
 
 async def main() -> None:
-    d = await decisions(30)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=30, help="changes of each kind timed (default 30)")
+    parser.add_argument("--adds", type=int, default=20, help="ADDs of each arm, after 2 of each to warm up (default 20)")
+    parser.add_argument("--only", choices=["decisions", "add"], help="measure only this")
+    args = parser.parse_args()
+    if args.only == "add":
+        a = await add_cost(args.adds)
+        print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
+              f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}); the ADD's \"policy\" phase "
+              f"(its wait for the table) {a['policy_phase']:.1f} ms.")
+        return
+    d = await decisions(args.decisions)
+    if args.only == "decisions":
+        for name in ("a policy's rules", "a remote pod's labels", "a new peer pod"):
+            x = d[name]
+            print(f"| {name} | {x['p50']:.1f} ms | {x['p99']:.1f} ms | {x['steps_p50']:.0f}, {x['steps_max']} |")
+        return
     st = PolicyState(node="this")
     for kind in KINDS:
         st.listed(kind, {"Pod": [pod_object(i, "this" if i < 110 else "other") for i in range(1000)],
@@ -239,7 +281,7 @@ async def main() -> None:
     docs = [s.document for s in first_steps(enf) if s.document is not None]
     state_doc = max(docs, key=lambda doc: len(json.dumps(doc)))
     w = await writes(30, state_doc)
-    a = await add_cost(20)
+    a = await add_cost(args.adds)
     r = rss()
     rules = sum(1 for c in state_doc["nftables"] if "rule" in c.get("add", {}))
     print(f"## CNI agent: MultiNetworkPolicy on the node (issue 21)\n\n{platform.processor() or platform.machine()}, "
@@ -252,7 +294,8 @@ async def main() -> None:
     print(f"\nWriting the largest table of that world ({rules} rules) with nft: one {w['one_p50']:.1f} ms p50 / "
           f"{w['one_p99']:.1f} ms p99; 8 at once {w['eight_p50']:.1f} / {w['eight_p99']:.1f} ms.\n")
     print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
-          f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}).\n")
+          f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}); the ADD's \"policy\" phase "
+          f"(its wait for the table) {a['policy_phase']:.1f} ms.\n")
     with_, without = r["with"], r["without"]
     grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
     print(f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "

@@ -13,11 +13,12 @@ hold the container's lock (`records.Records.lock`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bridge.agent import cache, invoke, plan, routes
+from bridge.agent import cache, enforcement, invoke, plan, routes
 from bridge.agent.cache import Attachment, Record, State
 from bridge.agent.enforcer import Enforcer
 from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
@@ -186,19 +187,35 @@ class Attachments:
     async def _set_up(self, record: Record, planned: list[plan.Planned], request: Request, pod: Pod) -> None:
         """Attaches every planned network, moves the default route and writes the pod's policy
         table, or none: any failure tears down everything attempted, and the error says at which
-        stage. The table is written before the answer: a pod a policy isolates never runs open.
+        stage. The table is written before the answer, beside the delegates (a rollback first waits
+        for that write, then removes the table): a pod a policy isolates never runs open.
         Then its ClusterIPs, before the answer too, but a failure there does not fail the ADD."""
+        policy: asyncio.Task[None] | None = None
+        if self.enforcer is not None:
+            # Beside the delegates (the table needs only the interfaces' names and networks).
+            local = enforcement.planned_local(record, [(p.name, p.ifname) for p in planned if not p.default])
+            policy = asyncio.create_task(self.enforcer.added(record, pod, local=local),
+                                         name=f"policy table of {record.container_id[:12]}")
         try:
-            await self.attach(record, planned, request.args, request.phases.timed)
             try:
-                with request.phases.timed("routes"):
-                    await self._apply_default_routes(record, planned)
-            except CNIError as exc:
-                exc.msg = f"moving the default route failed: {exc.msg}"
+                await self.attach(record, planned, request.args, request.phases.timed)
+                try:
+                    with request.phases.timed("routes"):
+                        await self._apply_default_routes(record, planned)
+                except CNIError as exc:
+                    exc.msg = f"moving the default route failed: {exc.msg}"
+                    raise
+            except BaseException:
+                if policy is not None:
+                    # Written or not before the rollback, which removes what was written.
+                    await asyncio.wait([policy])
+                    if not policy.cancelled():
+                        policy.exception()  # the attachment's failure is the one reported
                 raise
-            if self.enforcer is not None:
+            if self.enforcer is not None and policy is not None:
                 with request.phases.timed("policy"):
-                    await self.enforcer.added(record, pod)
+                    await policy
+                await self.enforcer.attached(record)
             if self.services is not None:
                 # After the policy (which fails closed): the ClusterIPs fail open (servicer).
                 with request.phases.timed("services"):

@@ -9,7 +9,9 @@ interface is ever left unenforced for want of a name.
 `decide` compares what each container's namespace should hold (`rules.compile_pod`) with what
 was last written there (`applied`; `UNKNOWN` after a restart, when a table may be there or
 not) and returns a `Step` for each container whose table must change. Compiling is done once
-per pod (its containers share it).
+per pod (its containers share it), and given the previous pass (`Pass`), only for the pods the
+change between the two worlds can reach (`bridge.policy.changes.affected`): a new peer pod
+recompiles the local pods whose policies may name it, not all of them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
 from bridge.agent.cache import Record, State
-from bridge.policy import evaluate, rules, views
+from bridge.policy import changes, evaluate, rules, views
 from bridge.policy.scope import Scope
 from bridge.policy.world import Address, PodInfo, PodInterface, World, pod_info
 
@@ -90,6 +92,15 @@ def local_of(record: Record) -> Local:
     return Local(record.container_id, f"{record.pod_namespace}/{record.pod_name}", record.netns, interfaces)
 
 
+def planned_local(record: Record, interfaces: Iterable[tuple[str, str]]) -> Local:
+    """The container of `record` as its ADD plans it, before any delegate ran: its secondary
+    interfaces as (network name, interface name), with no address yet. Its table compiles the
+    same as with the addresses (`rules`: a pod's own addresses are in no set of its own), so the
+    ADD can write it while the delegates run."""
+    return Local(record.container_id, f"{record.pod_namespace}/{record.pod_name}", record.netns,
+                 tuple(PodInterface(network, ifname, ()) for network, ifname in interfaces))
+
+
 def pod_info_of(local: Local, watched: PodInfo | None, by_nad: Mapping[str, str]) -> PodInfo:
     """The local pod as decisions see it: labels and ports as watched (`watched`, None: a pod
     the watch has not delivered: no labels, no ports), interfaces from the record (keyed by
@@ -112,23 +123,56 @@ def selected(policies: Iterable[Any], pod: PodInfo) -> bool:
     return any(evaluate.selects(p, pod) for p in policies)
 
 
+Compiled = tuple[Document | None, tuple[str, ...]]
+"""A pod's table (None: none) and what of it could not be enforced (`rules.Ruleset`)."""
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What a pass decided from, for the next to start from: its world and each pod's table."""
+
+    world: World
+    compiled: Mapping[str, Compiled]
+
+
 def decide(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local],
            applied: Mapping[str, Applied]) -> list[Step[Document]]:
     """A step for each local container whose table differs from what was last written there
     (`applied`, by container ID; a container missing from it counts as `UNKNOWN`)."""
-    compiled: dict[str, tuple[Document | None, tuple[str, ...]]] = {}
-    memo = rules.Memo(world)
+    return decide_from(world, scope_of, locals_, applied, None)[0]
+
+
+def decide_from(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local],
+                applied: Mapping[str, Applied], previous: Pass | None,
+                seen: World | None = None) -> tuple[list[Step[Document]], Pass]:
+    """`decide`, compiling only the pods that the change since `previous` can reach (the others'
+    tables are `previous`'s); and this pass, for the next. `seen` is what the passes compare
+    (`world` by default): a world of the same namespaces, networks and policies whose pods
+    change exactly when `world`'s do, such as the pods as the state keeps them, shared with it,
+    rather than `world`'s copies (which the agent then need not keep between passes)."""
+    locals_ = list(locals_)
+    seen = world if seen is None else seen
+    reached = None if previous is None else changes.affected(
+        previous.world, seen, {local.pod for local in locals_ if local.pod in previous.compiled})
+    compiled: dict[str, Compiled] = {}
+    memo: rules.Memo | None = None
     steps: list[Step[Document]] = []
     for local in locals_:
         if local.pod not in world.pods:
             continue
         if local.pod not in compiled:
-            ruleset = rules.compile_pod(world, local.pod, scope_of, memo)
-            compiled[local.pod] = (ruleset.document, ruleset.unenforced)
+            if previous is not None and reached is not None and local.pod not in reached \
+                    and local.pod in previous.compiled:
+                compiled[local.pod] = previous.compiled[local.pod]
+            else:
+                memo = memo or rules.Memo(world)
+                ruleset = rules.compile_pod(world, local.pod, scope_of, memo)
+                compiled[local.pod] = (ruleset.document, ruleset.unenforced)
         document, unenforced = compiled[local.pod]
         if applied.get(local.container_id, UNKNOWN) != document:
             steps.append(Step(local.container_id, local.pod, local.netns, document, unenforced))
-    return steps
+    return steps, Pass(seen, compiled)
 
 
-__all__ = ["UNKNOWN", "Applied", "Document", "Local", "Step", "decide", "local_of", "pod_info_of", "selected"]
+__all__ = ["UNKNOWN", "Applied", "Compiled", "Document", "Local", "Pass", "Step", "decide", "decide_from",
+           "local_of", "planned_local", "pod_info_of", "selected"]

@@ -3,11 +3,16 @@
 The decision is pure (`enforcement.decide` over `policystate.PolicyState.world`); this is the
 edge that applies it (`nftables.apply`, `nftables.remove`, in the pod's network namespace):
 
-- **On ADD** (`added`, called by the ADD after every attachment is made and before the answer):
+- **On ADD** (`added`, which the ADD starts beside its delegates and awaits before the answer):
   if a policy selects the pod, its table is written before the runtime hears of the pod.
   Failing to write it fails the ADD (CNI error 107) and the ADD is rolled back: the agent
   fails closed, a pod that a policy isolates never starts open. The ADD waits for the
   policies to be read first (`Settings.ready_timeout`, else error 11, try again later).
+  The table is compiled from the planned interfaces (names and networks, no address yet:
+  `enforcement.planned_local`) and written while the delegates run, so its `nsenter` + `nft`
+  costs the ADD little (docs/benchmarks.md); a pod's own addresses are in none of its own
+  sets, so the table is the one later passes compile. Once attached, `attached` gives the
+  pod's addresses to the other local pods' rules.
 - **On every change** of a policy, a pod (labels, addresses, a new pod), a namespace's labels
   or the networks, the state pokes the enforcer; after a short quiet time (`Settings.quiet`,
   at most `max_delay` after the first change: a burst is one pass) one pass decides every local
@@ -60,6 +65,8 @@ class Enforcer(Reconciler[Document]):
         self.apply, self.remove = apply, remove
         self.read_at_add: dict[str, PodInfo] = {}
         """Local pods as their ADD read them, by pod key: for those the watch has not delivered."""
+        self.last: enforcement.Pass | None = None
+        """The last pass's world and tables: the next recompiles only what its change reaches."""
 
     # --- the reconciler's hooks ------------------------------------------------------------------
 
@@ -80,10 +87,18 @@ class Enforcer(Reconciler[Document]):
                  len(self.state.namespaces), len(self.state.networks()), len(self.locals))
 
     def decide(self, locals_: list[Local]) -> list[Step[Document]]:
-        world = self.world()
+        local = self._local_infos()
+        world = self.state.world(local)
         scope_of = scope.scopes(world)
         self.state.note(scope_of)
-        return enforcement.decide(world, scope_of, locals_, self.applied)
+        # What the next pass compares with: the pods as the state keeps them (shared with it, not
+        # the world's copies with their networks keyed: ~0.5 kB a pod kept for nothing), this
+        # node's as their records have them. Within the same networks, one changes when the other does.
+        pods = dict(self.state.pods)
+        pods.update(local)
+        seen = World(pods, world.namespaces, world.networks, world.policies)
+        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last, seen)
+        return steps
 
     # --- this node's containers ----------------------------------------------------------------
 
@@ -101,11 +116,12 @@ class Enforcer(Reconciler[Document]):
         """The world of a pass: every kept pod, this node's as their records have them."""
         return self.state.world(self._local_infos())
 
-    async def added(self, record: Record, pod: Pod, *, fail_closed: bool = True) -> None:
-        """The container of `record` has its interfaces: write its table now if a policy selects
-        the pod, before the runtime hears of it. Raises CNIError (fail closed) unless not
-        `fail_closed` (a hot-plug: then the loop retries)."""
-        local = enforcement.local_of(record)
+    async def added(self, record: Record, pod: Pod, *, fail_closed: bool = True,
+                    local: Local | None = None) -> None:
+        """The container of `record` has its interfaces, or will have `local`'s (an ADD's plan):
+        write its table now if a policy selects the pod, before the runtime hears of it. Raises
+        CNIError (fail closed) unless not `fail_closed` (a hot-plug: then the loop retries)."""
+        local = local or enforcement.local_of(record)
         key = local.pod
         read = pod_info(pod.metadata.namespace or "", pod.metadata.name or "", pod.metadata.labels)
         if not await self._wait_ready() and fail_closed:
@@ -128,6 +144,14 @@ class Enforcer(Reconciler[Document]):
             raise CNIError(ErrorCode.POLICY_NOT_ENFORCED,
                            f"MultiNetworkPolicies select pod {key} but its rules could not be written, so it "
                            "is not started (the agent fails closed)", failed[:1000])
+
+    async def attached(self, record: Record) -> None:
+        """The ADD's delegates answered: the container's interfaces as its record has them now
+        (with their addresses, which other local pods' rules may name)."""
+        async with self._lock(record.container_id):
+            if record.container_id in self.locals:
+                self.locals[record.container_id] = enforcement.local_of(record)
+                self.poke()
 
     def _step_for(self, local: Local, fresh: PodInfo) -> Step[Document]:
         infos = self._local_infos(local, fresh)

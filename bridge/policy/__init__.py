@@ -5,7 +5,8 @@
 - `views`: the edge's builders of those inputs from Pod objects and typed views;
 - `scope`: which networks each policy applies to, and findings for what it names wrongly;
 - `evaluate`: the reference evaluator, `allowed(world, connection)`;
-- `rules`: the compiler of one pod's nftables table (libnftables JSON, one transaction).
+- `rules`: the compiler of one pod's nftables table (libnftables JSON, one transaction);
+- `changes`: which pods a change of the world can reach (what a pass recompiles).
 
 Nothing here does I/O: the agent's edge builds a `World`, asks which policies apply where,
 and writes the rules the compiler returns. docs/network-policy.md is the user's side.

@@ -21,7 +21,12 @@ The table, `inet podnetwork_policy`:
   policy; then `drop`;
 - named sets of peer addresses per rule and family (`ipv4_addr`/`ipv6_addr`, `flags
   interval`): the selected pods' addresses on that network, and `ipBlock` CIDRs with their
-  `except` cut out (`ipaddress.address_exclude`), merged.
+  `except` cut out (`ipaddress.address_exclude`), merged. The pod's own addresses are left
+  out of its own sets: its traffic to itself never crosses its interfaces (the kernel routes
+  it through `lo`, and a packet arriving with one of its own addresses as source is a
+  spoof), and the evaluator allows it anyway. So a pod's table does not depend on its own
+  addresses, and the one written at ADD before its delegates gave any (bridge.agent.enforcer)
+  is the one a later pass compiles.
 
 Interfaces of other networks, of networks no policy isolates the pod on, the cluster default
 network's (`eth0`) and `lo` meet no rule of ours. A pod that no policy isolates anywhere gets
@@ -126,12 +131,19 @@ def _collapse(nets: Iterable[IPNetwork]) -> dict[int, list[IPNetwork]]:
 
 
 def _merged(nets: list[IPNetwork]) -> list[IPNetwork]:
-    """Disjoint networks covering `nets`, in order. Pods' addresses alone (the usual case) are only
-    sorted and deduplicated: merging hosts into prefixes costs more than the few elements it saves,
-    and an interval set holds single addresses as well."""
+    """Disjoint networks covering `nets`, in order. Two prefixes are either disjoint or one holds
+    the other, so dropping every network inside another is enough: neighbours are not merged into
+    a wider prefix (an interval set holds them side by side; `ipaddress.collapse_addresses`, which
+    merges them, cost most of a pass over 110 pods with an `ipBlock` beside pods' addresses)."""
     if all(n.prefixlen == n.max_prefixlen for n in nets):
         return sorted(set(nets))
-    return list(ipaddress.collapse_addresses(nets))  # type: ignore[type-var]
+    out: list[IPNetwork] = []
+    end = -1
+    for net in sorted(set(nets), key=lambda n: (int(n.network_address), n.prefixlen)):
+        if int(net.network_address) > end:
+            out.append(net)
+            end = int(net.broadcast_address)
+    return out
 
 
 def _host(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> IPNetwork:
@@ -141,12 +153,14 @@ def _host(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> IPNetwork:
 class _Builder:
     """Collects sets and rules of one pod's table, naming sets in order."""
 
-    def __init__(self, memo: Memo) -> None:
+    def __init__(self, memo: Memo, own: frozenset[IPNetwork] = frozenset()) -> None:
         self.sets: list[Command] = []
         self.count = 0
         self.memo = memo
+        self.own = own
+        """The pod's own addresses, left out of its sets (module docstring)."""
 
-    def address_set(self, nets: list[IPNetwork], version: int) -> str:
+    def address_set(self, elements: list[Any], version: int) -> str:
         name = f"peers_{self.count}_v{version}"
         self.count += 1
         self.sets.append(
@@ -157,7 +171,7 @@ class _Builder:
                         "name": name,
                         "type": "ipv4_addr" if version == 4 else "ipv6_addr",
                         "flags": ["interval"],
-                        "elem": self.memo.elements(nets),
+                        "elem": elements,
                     }
                 }
             }
@@ -192,6 +206,7 @@ class Memo:
         self.named: dict[tuple[int, int, int, str], dict[int, dict[int, list[IPNetwork]]]] = {}
         self.hosts: dict[Address, IPNetwork] = {}
         self.rendered: dict[int, tuple[list[IPNetwork], list[Any]]] = {}
+        self.places: dict[int, tuple[list[IPNetwork], dict[IPNetwork, int]]] = {}
 
     def host(self, address: Address) -> IPNetwork:
         """`address` as a one-address network (ipaddress's constructor is slow; addresses repeat)."""
@@ -206,6 +221,26 @@ class Memo:
         if found is None or found[0] is not nets:
             found = self.rendered[id(nets)] = (nets, [_element(n) for n in nets])
         return found[1]
+
+    def elements_but(self, nets: list[IPNetwork], left_out: frozenset[IPNetwork]) -> list[Any]:
+        """`elements(nets)` without those of `left_out` (a pod's own addresses: one or two, so
+        the shared rendering is cut where they are rather than rendered again per pod)."""
+        rendered = self.elements(nets)
+        if not left_out:
+            return rendered
+        found = self.places.get(id(nets))
+        if found is None or found[0] is not nets:
+            found = self.places[id(nets)] = (nets, {n: i for i, n in enumerate(nets)})
+        cuts = sorted(i for n in left_out if (i := found[1].get(n)) is not None)
+        if not cuts:
+            return rendered
+        out: list[Any] = []
+        start = 0
+        for i in cuts:
+            out.extend(rendered[start:i])
+            start = i + 1
+        out.extend(rendered[start:])
+        return out
 
     def candidates(self, policy: MultiNetworkPolicy, peer: PolicyPeer) -> Iterable[PodInfo]:
         """The pods `peer` may select: those of the policy's namespace, or of the namespaces its
@@ -246,7 +281,10 @@ def _address_matches(
         return [[]]
     out = []
     for version, merged in sorted(collapsed.items()):
-        name = builder.address_set(merged, version)
+        elements = builder.memo.elements_but(merged, builder.own)
+        if not elements:
+            continue
+        name = builder.address_set(elements, version)
         address = {"payload": {"protocol": "ip" if version == 4 else "ip6", "field": field}}
         out.append([_match(address, f"@{name}")])
     return out
@@ -346,7 +384,7 @@ def compile_pod(
     scope_of = scopes(world) if scope_of is None else scope_of
     memo = Memo(world) if memo is None or memo.world is not world else memo
     pod = world.pods[pod_key]
-    builder = _Builder(memo)
+    builder = _Builder(memo, frozenset(memo.host(a) for i in pod.interfaces for a in i.addresses))
     chains: list[Command] = []
     jumps: dict[str, list[Command]] = {"input": [], "output": []}
     unenforced: list[str] = []

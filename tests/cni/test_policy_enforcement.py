@@ -143,3 +143,27 @@ async def test_the_agent_isolates_at_add_follows_changes_survives_a_restart_and_
         assert not await nftables.exists(a_netns)
     finally:
         await world.cleanup()
+
+
+async def test_an_add_whose_delegate_fails_leaves_no_table_though_it_was_written_beside_the_delegates(
+    cni_host: list[Path], node: Node
+) -> None:
+    """The table is written while the delegates run (bridge.agent.enforcer): when one fails, the
+    rollback waits for that write and removes the table, and the ADD reports the delegate's failure."""
+    world = World(cni_host)
+    try:
+        world.nad("pnnp-net1", node.plugin_config("net1"))
+        world.nad("broken", {"cniVersion": "1.0.0", "name": "broken", "plugins": [{"type": "no-such-plugin"}]})
+        state = listed_state(world, node, [FROM_CLIENTS])
+        await start_agent(world, node, state)
+        pod = pod_object("x", "a", {"pod": "a"})
+        pod["metadata"]["annotations"][constants.NPWG_NETWORKS_ANNOTATION] = json.dumps([
+            {"name": "broken", "namespace": "default", "interface": "net2"},  # fails first: before nft is done
+            {"name": "pnnp-net1", "namespace": "default", "interface": "net1"}])
+        world.objects.put(pod)
+        netns = node.new_pod_netns("x", "a")
+        answer = await world.cni("ADD", "c-x-a", netns, "a", namespace="x")
+        assert answer.returncode != 0 and "no-such-plugin" in answer.stdout, answer.stdout
+        assert not await nftables.exists(netns), "the table written beside the failed ADD stayed"
+    finally:
+        await world.cleanup()

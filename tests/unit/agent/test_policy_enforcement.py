@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.agent import enforcement, nftables, watchcache
 from bridge.agent.cache import Attachment, Record, State
@@ -306,6 +308,35 @@ async def test_add_writes_the_table_before_it_answers_and_an_nft_failure_fails_i
     assert "c3" not in enforcer.locals
 
 
+async def test_add_writes_the_table_from_the_plan_and_the_pass_after_the_delegates_keeps_it() -> None:
+    """The ADD writes the table beside the delegates, from the planned interfaces (no address yet):
+    the passes after it, with the address, compile the same table (a pod's own addresses are in
+    no set of its own), and the other local pods its policies name get its address."""
+    kernel = Kernel()
+    own_app = {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
+               "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "db"}}}]}]}
+    enforcer = Enforcer(state_with(*BASE, policy("db", "own-app", own_app)), FAST,
+                        apply=kernel.apply, remove=kernel.remove)
+    try:
+        first = record("c1", "db", "db-0", ip="10.1.0.5", netns="/n/1")
+        await enforcer.added(first, pod_view("db", "db-0", {"app": "db"}))
+        await enforcer.reconcile()
+        second = record("c2", "db", "db-1", ip="10.1.0.6", netns="/n/2")
+        planned = enforcement.planned_local(second, [("default/blue-nad", "net1")])
+        assert planned.interfaces and not planned.interfaces[0].addresses
+        await enforcer.added(second, pod_view("db", "db-1", {"app": "db"}), local=planned)
+        written = kernel.tables["/n/2"]
+        await enforcer.attached(second)
+        calls = len(kernel.calls)
+        await enforcer.reconcile()
+        assert kernel.tables["/n/2"] == written  # not written again: the same table
+        assert kernel.calls[calls:] == [("apply", "/n/1")]  # db-0 now allows from db-1's address
+        assert "10.1.0.6" in json.dumps(kernel.tables["/n/1"]) and "10.1.0.6" not in json.dumps(written)
+        assert "10.1.0.5" in json.dumps(written)
+    finally:
+        await enforcer.stop()
+
+
 async def test_add_before_the_policies_are_read_is_try_again_later() -> None:
     enforcer = Enforcer(PolicyState(), FAST, apply=Kernel().apply, remove=Kernel().remove)
     with pytest.raises(CNIError) as failed:
@@ -376,3 +407,48 @@ async def test_del_removes_a_table_only_where_one_may_be() -> None:
 def test_the_world_the_enforcer_builds_is_a_world() -> None:
     assert isinstance(state_with(*BASE).world(), World)
     assert views.reported_interfaces(Pod.model_validate(pod("a", "b", {}, ip="10.0.0.1")).metadata)
+
+
+_EVENTS = st.sampled_from([
+    (watchcache.POD, "MODIFIED", pod("db", "web-0", {"app": "web"}, ip="10.1.1.7")),
+    (watchcache.POD, "MODIFIED", pod("db", "web-0", {"app": "other"}, ip="10.1.1.7")),
+    (watchcache.POD, "MODIFIED", pod("db", "web-0", {"app": "web"}, ip="10.1.1.8")),
+    (watchcache.POD, "DELETED", pod("db", "web-0", {"app": "web"})),
+    (watchcache.POD, "ADDED", pod("web", "w-1", {"app": "web"}, ip="10.1.2.9")),
+    (watchcache.POD, "MODIFIED", pod("db", "db-0", {"app": "db"}, ip="10.1.0.5", node="here")),
+    (watchcache.POD, "MODIFIED", pod("db", "db-0", {"app": "web"}, ip="10.1.0.5", node="here")),
+    (watchcache.POLICY, "ADDED", policy("db", "from-web", FROM_WEB)),
+    (watchcache.POLICY, "DELETED", policy("db", "from-web", FROM_WEB)),
+    (watchcache.POLICY, "ADDED", policy("db", "from-team", {
+        "podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "web"}}}]}]})),
+    (watchcache.POLICY, "ADDED", policy("db", "deny", DENY_INGRESS)),
+    (watchcache.NAMESPACE, "MODIFIED", namespace("web", team="none")),
+    (watchcache.NAMESPACE, "MODIFIED", namespace("web", team="web")),
+    # This node's containers, as their records have them (no Pod object for db-2).
+    (None, "record", {"container": "c3", "pod": "db-2", "ip": "10.1.0.9"}),
+    (None, "record", {"container": "c2", "pod": "db-1", "ip": "10.1.0.16"}),
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_EVENTS, min_size=1, max_size=12))
+async def test_the_enforcer_s_incremental_passes_decide_what_deciding_every_pod_afresh_does(
+        events: list[tuple[watchcache.Kind | None, str, dict[str, Any]]]) -> None:
+    state = state_with(*BASE, pod("db", "db-0", {"app": "db"}, node="here"), pod("db", "db-1", {"app": "web"}, node="here"),
+                       pod("db", "web-0", {"app": "web"}, ip="10.1.1.7"))
+    enforcer = Enforcer(state, FAST, apply=Kernel().apply, remove=Kernel().remove)
+    enforcer.track(record("c1", "db", "db-0", ip="10.1.0.5"))
+    enforcer.track(record("c2", "db", "db-1", ip="10.1.0.6"))
+    await enforcer.reconcile()
+    for kind, event, obj in events:
+        if kind is None:
+            enforcer.locals[obj["container"]] = enforcement.local_of(record(obj["container"], "db", obj["pod"], ip=obj["ip"]))
+        else:
+            state.changed(kind, event, obj)
+        await enforcer.reconcile()
+        world = enforcer.world()
+        keys = {local.pod for local in enforcer.locals.values()}
+        fresh = {key: rules.compile_pod(world, key, scope.scopes(world)).document for key in keys}
+        assert enforcer.last is not None
+        assert {key: table for key, (table, _) in enforcer.last.compiled.items()} == fresh
+        assert all(enforcer.applied[cid] == fresh[local.pod] for cid, local in enforcer.locals.items())
