@@ -65,6 +65,13 @@ class Kernel:
     async def apply(self, netns: str, ruleset: Ruleset, *, timeout: float) -> None:
         self.tables[netns] = ruleset
 
+    async def update(self, netns: str, before: Ruleset, after: Ruleset, changes: list[Any] | None, *,
+                     timeout: float) -> bool:
+        """As `clusterips.update`: in place from the table there, else the whole table."""
+        in_place = changes is not None and self.tables.get(netns) == before
+        self.tables[netns] = after
+        return in_place
+
     async def remove(self, netns: str, *, timeout: float) -> None:
         self.tables.pop(netns, None)
 
@@ -120,7 +127,7 @@ async def test_services_and_our_slices_reach_the_client_pods_rules_through_the_w
     served = command.service_clusterips(argparse.Namespace(services=True), cache, source.api)
     assert isinstance(served, servicer.ClusterIPs)
     kernel = Kernel()
-    served.apply, served.remove, served.flush = kernel.apply, kernel.remove, kernel.flush
+    served.apply, served.update, served.remove, served.flush = kernel.apply, kernel.update, kernel.remove, kernel.flush
     cache.start()
     served.start([record()])
     try:
