@@ -20,13 +20,11 @@ import contextlib
 import json
 import shutil
 import sys
-from typing import Any, Protocol
+from typing import Any
 
 from bridge.agent import nftables
-from bridge.agent.running import Running
-from demo.kubelet import Kubelet
-from demo.report import Report
-from demo.store import NotFound, Store
+from demo import stages
+from demo.store import NotFound
 from demo.world import BLUE, GREEN, POD
 from podnetwork.ground import constants
 
@@ -34,41 +32,12 @@ POLICY = (constants.POLICY_API_VERSION, constants.POLICY_KIND)
 PORT = 8080
 #: Seconds a probe waits to connect: a dropped SYN is not answered at all.
 PROBE_TIMEOUT = 1.0
-#: Seconds each agent may take to bring its pods' policy tables up to date after a change.
-SETTLE_TIMEOUT = 30.0
-
-
-class Demo(Protocol):
-    """What the stage uses of `demo.demo.Demo` (which imports this module, not the reverse)."""
-
-    report: Report
-    api: Store
-    kubelets: dict[str, Kubelet]
-    agents: list[Running]
-
-    def _flush_notes(self) -> None: ...
-
-    def _sandbox(self, pod: str) -> Any: ...
-
-    def _ip_on(self, pod: str, network: str) -> str | None: ...
-
-    def _pod_ips(self, pod: str) -> list[dict[str, Any]]: ...
+Demo = stages.Demo
 
 
 async def settle(demo: Demo) -> None:
     """Until every node's agent has brought its pods' policy tables to what the store says."""
-    demo._flush_notes()
-    for running in demo.agents:
-        enforcer = running.agent.enforcer
-        if enforcer is None:
-            continue
-        try:
-            await asyncio.wait_for(enforcer.idle(), SETTLE_TIMEOUT)
-        except TimeoutError:
-            raise RuntimeError(
-                f"the agent of {running.agent.config.socket_path.stem} did not bring its pods' policy "
-                f"tables up to date within {SETTLE_TIMEOUT:.0f}s (each failed write is logged above "
-                "with nft's message)") from None
+    await stages.settle(demo, lambda agent: agent.enforcer, "policy tables")
 
 
 async def chains(netns_path: str) -> list[str] | None:

@@ -39,12 +39,11 @@ import random
 import shutil
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from bridge.agent import clusterips, nftables
-from bridge.agent.running import Running
 from demo import host as host_mod
-from demo.kubelet import Kubelet
+from demo import stages
 from demo.report import Report
 from demo.store import CREATE, UPDATE, Invalid, Store
 from demo.world import BLUE, DEFAULT, NODE_A, NODE_B, POD, pod_manifest
@@ -64,8 +63,6 @@ INTERFACE = "blue0"
 #: Connections the client opens each time: with two endpoints picked at random, the chance that
 #: one of them gets none of 20 is 2 in a million.
 CONNECTIONS = 20
-#: Seconds an agent may take to bring its pods' rules to the Services (it takes milliseconds).
-SETTLE_TIMEOUT = 30.0
 
 
 # --- the API server's part: ClusterIP allocation ------------------------------------------------
@@ -152,21 +149,7 @@ def register(store: Store, allocator: ServiceIPs | None = None) -> ServiceIPs:
 # --- the stage ----------------------------------------------------------------------------------
 
 
-class Demo(Protocol):
-    """What the stage uses of `demo.demo.Demo` (which imports this module, not the reverse)."""
-
-    report: Report
-    api: Store
-    kubelets: dict[str, Kubelet]
-    agents: list[Running]
-
-    def _flush_notes(self) -> None: ...
-
-    def _sandbox(self, pod: str) -> Any: ...
-
-    def _ip_on(self, pod: str, network: str) -> str | None: ...
-
-    async def _create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
+Demo = stages.Demo
 
 
 def service_manifest(ns: str) -> dict[str, Any]:
@@ -241,18 +224,7 @@ async def connect_many(netns: str, address: str, count: int = CONNECTIONS) -> li
 
 async def settle(demo: Demo) -> None:
     """Until every node's agent has brought its pods' ClusterIP rules to what the store says."""
-    demo._flush_notes()
-    for running in demo.agents:
-        served = running.agent.services
-        if served is None:
-            continue
-        try:
-            await asyncio.wait_for(served.idle(), SETTLE_TIMEOUT)
-        except TimeoutError:
-            raise RuntimeError(
-                f"the agent of {running.agent.config.socket_path.stem} did not bring its pods' ClusterIP "
-                f"rules up to date within {SETTLE_TIMEOUT:.0f}s ({served.failures} failed writes, each "
-                "logged above with nft's or ip's message)") from None
+    await stages.settle(demo, lambda agent: agent.services, "ClusterIP rules")
 
 
 def _slices(api: Store, ns: str) -> list[dict[str, Any]]:
