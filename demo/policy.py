@@ -66,28 +66,7 @@ async def tables(demo: Demo) -> dict[str, tuple[str, str, list[str]]]:
     return found
 
 
-class Servers:
-    """TCP servers in a pod's namespace (`demo.tcpprobe serve`), stopped by `stop`."""
-
-    def __init__(self) -> None:
-        self.procs: list[asyncio.subprocess.Process] = []
-
-    async def start(self, netns: str, address: str) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            "ip", "netns", "exec", netns, sys.executable, "-m", "demo.tcpprobe", "serve", address, str(PORT),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout=10)
-        if line.strip() != b"listening":
-            raise RuntimeError(f"the TCP server on {address}:{PORT} in {netns} did not start")
-
-    async def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-        self.procs.clear()
+Servers = stages.Servers
 
 
 async def connects(netns: str, address: str) -> tuple[bool, str]:
@@ -141,8 +120,8 @@ async def run(demo: Demo, *, ns: str) -> None:
         return ok
 
     try:
-        await servers.start(server, on_blue)
-        await servers.start(server, on_green)
+        await servers.start(server, on_blue, PORT)
+        await servers.start(server, on_green, PORT)
         r.say(f"web-a ({_node_of(api, 'web-a', ns)}) serves TCP {PORT} on blue and green; "
               f"web-b ({_node_of(api, 'web-b', ns)}) connects from its own namespace")
         r.check(await probe(on_blue, BLUE.name), "web-b connects to web-a on blue before any policy")

@@ -186,29 +186,7 @@ def tally(answers: list[str]) -> tuple[collections.Counter[str], set[str]]:
     return names, peers
 
 
-class Servers:
-    """The backends' named TCP servers (`demo.tcpprobe serve --name`), stopped by `stop`."""
-
-    def __init__(self) -> None:
-        self.procs: list[asyncio.subprocess.Process] = []
-
-    async def start(self, netns: str, name: str) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            "ip", "netns", "exec", netns, sys.executable, "-m", "demo.tcpprobe", "serve", "0.0.0.0",
-            str(TARGET_PORT), "--name", name, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL)
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout=10)
-        if line.strip() != b"listening":
-            raise RuntimeError(f"the TCP server of {name} on port {TARGET_PORT} in {netns} did not start")
-
-    async def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-        self.procs.clear()
+Servers = stages.Servers
 
 
 async def connect_many(netns: str, address: str, count: int = CONNECTIONS) -> list[str]:
@@ -292,7 +270,7 @@ async def run(demo: Demo, *, ns: str) -> None:
             r.check(False, "the Service's pods have addresses on blue", blue)
             return
         for name in BACKENDS:
-            await servers.start(demo._sandbox(name).netns, name)
+            await servers.start(demo._sandbox(name).netns, "0.0.0.0", TARGET_PORT, name=name)
         r.say(f"echo-1 and echo-2 serve TCP {TARGET_PORT} (container port 'echo') on every address, "
               "answering '<name> from <the client's address>'")
 

@@ -103,7 +103,7 @@ async def run(demo: Demo, *, ns: str) -> None:
                 status)
 
         assert ip is not None
-        await servers.start(demo._sandbox(POD_NAME).netns, ip)
+        await servers.start(demo._sandbox(POD_NAME).netns, ip, PORT)
         ok, said = await connects(node_ns, ip)
         r.say(f"  {NODE_C} -> {POD_NAME} ({ip}:{PORT}) over TCP, as the kubelet's probe: {said}")
         r.check(not ok, f"without node access {NODE_C} cannot reach {POD_NAME} (isolation is the default)",

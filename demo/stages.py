@@ -4,6 +4,8 @@ and waiting for the node agents' reconcilers after a change."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -54,4 +56,30 @@ async def settle(demo: Demo, reconciler: Callable[[Agent], Reconciler[Any] | Non
                 "above with nft's or ip's message)") from None
 
 
-__all__ = ["SETTLE_TIMEOUT", "Demo", "settle"]
+class Servers:
+    """TCP servers in pods' namespaces (`demo.tcpprobe serve`), stopped by `stop`."""
+
+    def __init__(self) -> None:
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self, netns: str, address: str, port: int, *, name: str | None = None) -> None:
+        """A server on `address`:`port` in `netns`, answering each connection with `name` when given."""
+        named = ["--name", name] if name else []
+        proc = await asyncio.create_subprocess_exec(
+            "ip", "netns", "exec", netns, sys.executable, "-m", "demo.tcpprobe", "serve", address, str(port),
+            *named, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=10)
+        if line.strip() != b"listening":
+            raise RuntimeError(f"the TCP server {name or ''} on {address}:{port} in {netns} did not start")
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        self.procs.clear()
+
+
+__all__ = ["SETTLE_TIMEOUT", "Demo", "Servers", "settle"]

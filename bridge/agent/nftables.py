@@ -114,19 +114,26 @@ def document(ruleset: Mapping[str, Any], table: Table = POLICY) -> dict[str, Any
     in `table` (another table, ours or not, `flush ruleset`, `list`) is refused with
     ValueError naming the item, before nft runs: each call owns one table and never another's.
     """
-    items = ruleset.get("nftables") if isinstance(ruleset, Mapping) else None
-    if not isinstance(items, list):
-        raise ValueError(
-            f'a ruleset is a libnftables JSON object {{"nftables": [...]}}, not {_quote(ruleset)}')
-    for index, item in enumerate(items):
-        problem = _refusal(item, table)
-        if problem:
-            raise ValueError(f"ruleset item {index} ({_quote(item)}): {problem}")
+    items = _items(ruleset, table, "ruleset")
     ours = {"table": table.ref()}
     # A metainfo (the schema version nft checks) stays first, where nft itself writes it.
     meta = [i for i in items if "metainfo" in i]
     rest = [i for i in items if "metainfo" not in i]
     return {"nftables": [*meta, {"add": ours}, {"delete": ours}, *rest]}
+
+
+def _items(document: Mapping[str, Any], table: Table, what: str) -> list[Any]:
+    """The items of a libnftables JSON `document`, each checked to touch `table` only (ValueError
+    naming the first that does not, `what` saying whose)."""
+    items = document.get("nftables") if isinstance(document, Mapping) else None
+    if not isinstance(items, list):
+        raise ValueError(
+            f'a {what} is a libnftables JSON object {{"nftables": [...]}}, not {_quote(document)}')
+    for index, item in enumerate(items):
+        problem = _refusal(item, table)
+        if problem:
+            raise ValueError(f"{what} item {index} ({_quote(item)}): {problem}")
+    return list(items)
 
 
 def _refusal(item: Any, table: Table) -> str:
@@ -173,15 +180,7 @@ async def apply(netns: str, ruleset: Mapping[str, Any], *, table: Table = POLICY
 def changing(commands: Mapping[str, Any], table: Table = POLICY) -> dict[str, Any]:
     """The transaction `change` sends: `commands` as they are, checked like `document`'s (each
     touches `table` and nothing else: ValueError naming the item otherwise)."""
-    items = commands.get("nftables") if isinstance(commands, Mapping) else None
-    if not isinstance(items, list):
-        raise ValueError(
-            f'a change is a libnftables JSON object {{"nftables": [...]}}, not {_quote(commands)}')
-    for index, item in enumerate(items):
-        problem = _refusal(item, table)
-        if problem:
-            raise ValueError(f"change item {index} ({_quote(item)}): {problem}")
-    return {"nftables": list(items)}
+    return {"nftables": _items(commands, table, "change")}
 
 
 async def change(netns: str, commands: Mapping[str, Any], *, table: Table = POLICY,
