@@ -17,6 +17,7 @@ Issue 21's targets, measured:
    `PolicyState` or not, then drop the list.
 
 Needs root, `nft` and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_policy_agent.py
+The memory alone (3., any user):             .venv/bin/python benchmarks/bench_policy_agent.py --rss-only
 Prints Markdown for docs/benchmarks.md. Removes every namespace, bridge and file it made.
 """
 
@@ -196,7 +197,7 @@ async def add_cost(iterations: int) -> dict[str, float]:
 
 
 RSS_PROBE = """
-import gc, json, sys
+import gc, json, sys, tracemalloc
 sys.path.insert(0, {root!r})
 import bridge.agent.agent, bridge.agent.enforcer
 from bridge.agent.policystate import PolicyState
@@ -208,21 +209,35 @@ def rss():
 before = rss()
 items = [pod_object(i, "other") for i in range(10000)]
 state = PolicyState(node="this")
+if {trace}:
+    gc.collect()
+    tracemalloc.start()
 if {feed}:
     state.listed(POD, items)
 del items
 gc.collect()
-print(json.dumps({{"before": before, "after": rss(), "pods": len(state.pods)}}))
+kept = tracemalloc.get_traced_memory()[0] if {trace} else 0
+print(json.dumps({{"before": before, "after": rss(), "pods": len(state.pods), "kept": kept}}))
 """
 
 
 def rss() -> dict[str, Any]:
+    """RSS of a process that fed 10,000 pods to a `PolicyState` and of one that did not; and what
+    the state holds (tracemalloc, in a third process: tracing changes the RSS)."""
     out = {}
-    for feed in (False, True):
-        code = RSS_PROBE.format(root=str(ROOT), bench=str(Path(__file__).parent), feed=feed)
+    for name, feed, trace in (("without", False, False), ("with", True, False), ("traced", True, True)):
+        code = RSS_PROBE.format(root=str(ROOT), bench=str(Path(__file__).parent), feed=feed, trace=trace)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        out["with" if feed else "without"] = json.loads(done.stdout)
+        out[name] = json.loads(done.stdout)
     return out
+
+
+def rss_line(r: dict[str, Any]) -> str:
+    with_, without = r["with"], r["without"]
+    grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
+    return (f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "
+            f"{with_['pods']} pods in the policy state: +{grow / 1024:.1f} MB; the state holds "
+            f"{r['traced']['kept'] / 2**20:.1f} MB (tracemalloc).")
 
 
 async def main() -> None:
@@ -253,10 +268,7 @@ async def main() -> None:
           f"{w['one_p99']:.1f} ms p99; 8 at once {w['eight_p50']:.1f} / {w['eight_p99']:.1f} ms.\n")
     print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
           f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}).\n")
-    with_, without = r["with"], r["without"]
-    grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
-    print(f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "
-          f"{with_['pods']} pods in the policy state: +{grow / 1024:.1f} MB.")
+    print(rss_line(r))
 
 
 def first_steps(enf: Enforcer) -> list[enforcement.Step]:
@@ -267,4 +279,7 @@ def first_steps(enf: Enforcer) -> list[enforcement.Step]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:] == ["--rss-only"]:  # the memory alone: no root, nft or plugins needed
+        print(rss_line(rss()))
+    else:
+        asyncio.run(main())
