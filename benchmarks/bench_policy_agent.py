@@ -18,6 +18,7 @@ Issue 21's targets, measured:
 
 Needs root, `nft` and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_policy_agent.py
 (`--only add --adds 40`: the ADD's ratio alone, more ADDs; `--only decisions`: the decisions alone).
+The memory alone (3., any user):             .venv/bin/python benchmarks/bench_policy_agent.py --rss-only
 Prints Markdown for docs/benchmarks.md. Removes every namespace, bridge and file it made.
 """
 
@@ -220,7 +221,7 @@ async def add_cost(iterations: int) -> dict[str, float]:
 
 
 RSS_PROBE = """
-import gc, json, sys
+import gc, json, sys, tracemalloc
 sys.path.insert(0, {root!r})
 import bridge.agent.agent, bridge.agent.enforcer
 from bridge.agent.policystate import PolicyState
@@ -232,21 +233,35 @@ def rss():
 before = rss()
 items = [pod_object(i, "other") for i in range(10000)]
 state = PolicyState(node="this")
+if {trace}:
+    gc.collect()
+    tracemalloc.start()
 if {feed}:
     state.listed(POD, items)
 del items
 gc.collect()
-print(json.dumps({{"before": before, "after": rss(), "pods": len(state.pods)}}))
+kept = tracemalloc.get_traced_memory()[0] if {trace} else 0
+print(json.dumps({{"before": before, "after": rss(), "pods": len(state.pods), "kept": kept}}))
 """
 
 
 def rss() -> dict[str, Any]:
+    """RSS of a process that fed 10,000 pods to a `PolicyState` and of one that did not; and what
+    the state holds (tracemalloc, in a third process: tracing changes the RSS)."""
     out = {}
-    for feed in (False, True):
-        code = RSS_PROBE.format(root=str(ROOT), bench=str(Path(__file__).parent), feed=feed)
+    for name, feed, trace in (("without", False, False), ("with", True, False), ("traced", True, True)):
+        code = RSS_PROBE.format(root=str(ROOT), bench=str(Path(__file__).parent), feed=feed, trace=trace)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        out["with" if feed else "without"] = json.loads(done.stdout)
+        out[name] = json.loads(done.stdout)
     return out
+
+
+def rss_line(r: dict[str, Any]) -> str:
+    with_, without = r["with"], r["without"]
+    grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
+    return (f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "
+            f"{with_['pods']} pods in the policy state: +{grow / 1024:.1f} MB; the state holds "
+            f"{r['traced']['kept'] / 2**20:.1f} MB (tracemalloc).")
 
 
 async def main() -> None:
@@ -256,7 +271,12 @@ async def main() -> None:
     parser.add_argument("--decisions", type=int, default=30, help="changes of each kind timed (default 30)")
     parser.add_argument("--adds", type=int, default=20, help="ADDs of each arm, after 2 of each to warm up (default 20)")
     parser.add_argument("--only", choices=["decisions", "add"], help="measure only this")
+    parser.add_argument("--rss-only", action="store_true",
+                        help="the memory alone (3.): no root, nft or plugins needed")
     args = parser.parse_args()
+    if args.rss_only:
+        print(rss_line(rss()))
+        return
     if args.only == "add":
         a = await add_cost(args.adds)
         print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
@@ -296,10 +316,7 @@ async def main() -> None:
     print(f"ADD (2 attachments, through the shim): {a['without']:.1f} ms with no policy selecting the pod, "
           f"{a['with']:.1f} ms with one (ratio {a['with'] / a['without']:.2f}); the ADD's \"policy\" phase "
           f"(its wait for the table) {a['policy_phase']:.1f} ms.\n")
-    with_, without = r["with"], r["without"]
-    grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
-    print(f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "
-          f"{with_['pods']} pods in the policy state: +{grow / 1024:.1f} MB.")
+    print(rss_line(r))
 
 
 def first_steps(enf: Enforcer) -> list[enforcement.Step]:

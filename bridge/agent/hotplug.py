@@ -290,7 +290,10 @@ class HotPlug:
         self._seen: dict[tuple[str, str], tuple[str | None, ...]] = {}
         """Per pod, the networks annotations its containers were last brought to: an event
         that changes neither (the pod's status, our own network-status) costs nothing."""
-        self._pending: dict[tuple[str, str], Pod] = {}
+        self._pending: dict[tuple[str, str], Mapping[str, Any] | Pod] = {}
+        """Pods to handle, as given: a listing's objects are read into a `Pod` view one at a time
+        by the worker, so that a node's listing is not held twice (its objects and their views,
+        each view larger than its object) until the last is handled."""
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self.idle = asyncio.Event()
@@ -300,7 +303,8 @@ class HotPlug:
     # --- feeding ---
 
     def pod_changed(self, body: Mapping[str, Any] | Pod) -> None:
-        """A pod of this node as a watch saw it (added or modified); queued, never blocks."""
+        """A pod of this node as a watch saw it (added or modified); queued, never blocks. The
+        object is queued as given (a watch's, never changed after): not changed afterwards."""
         try:
             pod = body if isinstance(body, Pod) else Pod.model_validate(body)
         except ValueError as exc:  # pydantic's ValidationError
@@ -315,7 +319,7 @@ class HotPlug:
             return
         if self._seen.get(key) == networks_of(pod):
             return
-        self._pending[key] = pod
+        self._pending[key] = body
         self.idle.clear()
         self._wake.set()
 
@@ -344,9 +348,10 @@ class HotPlug:
             self._wake.clear()
             while self._pending:
                 key = next(iter(self._pending))
-                pod = self._pending.pop(key)
+                body = self._pending.pop(key)
                 try:
-                    await self.handle(pod)
+                    # pod_changed read it into a view before: it fits
+                    await self.handle(body if isinstance(body, Pod) else Pod.model_validate(body))
                 except Exception:  # one pod's trouble must not stop the others'
                     log.exception("hot-plug of pod %s/%s failed", *key)
             if not self._pending:

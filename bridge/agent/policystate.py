@@ -31,16 +31,25 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
 from bridge import translate
 from bridge.agent.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY, Kind
 from bridge.policy import views
-from bridge.policy.model import MultiNetworkPolicy, PolicyError, parse_policy
+from bridge.policy.model import MultiNetworkPolicy, PolicyError, Protocol, parse_policy
 from bridge.policy.scope import Finding, Scope
-from bridge.policy.world import NamespaceInfo, NetworkInfo, PodInfo, World, namespace_info, pod_info
+from bridge.policy.world import (
+    ContainerPort,
+    NamespaceInfo,
+    NetworkInfo,
+    PodInfo,
+    PodInterface,
+    World,
+    namespace_info,
+)
 from podnetwork.ground import constants
 from podnetwork.ground.core import ObjectMeta
 
@@ -51,20 +60,112 @@ KINDS = (POD, NAMESPACE, NAD, PODNETWORK, POLICY)
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+def _own(text: str) -> str:
+    """`text` interned, as a string of its own if it was not interned yet.
+
+    Interning `text` itself would keep the list's memory alive: CPython's small-object
+    allocator returns an arena to the system only when nothing in it lives, and the object a
+    list or event decoded sits among that object's other strings. A copy made here sits with
+    what is kept instead (docs/benchmarks.md, "MultiNetworkPolicy on the node", Memory)."""
+    return sys.intern("".join((text, "")))
+
+
 def _interned(labels: Mapping[str, Any] | None) -> dict[str, str]:
     """Labels with shared strings: thousands of pods carry the same few keys and values."""
-    return {sys.intern(k): sys.intern(v) for k, v in (labels or {}).items()
-            if isinstance(k, str) and isinstance(v, str)}
+    return {_own(k): _own(v) for k, v in (labels or {}).items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _meta(obj: Mapping[str, Any]) -> ObjectMeta | None:
+class _Meta(NamedTuple):
+    """What is read of an object's metadata, valid as `ObjectMeta` reads it."""
+
+    name: str
+    namespace: str | None
+    labels: Mapping[str, str] | None
+    annotations: Mapping[str, str] | None
+
+
+_OPTIONAL_TEXT = ("namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+_FIELD_NAMES = ("resource_version", "creation_timestamp", "deletion_timestamp")
+"""`ObjectMeta`'s Python names, which it accepts too: an object using one is read by the model."""
+
+
+def _texts(value: Any) -> bool:
+    return value is None or (
+        type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()))
+
+
+def _plain(raw: Mapping[str, Any]) -> bool:
+    """Whether `ObjectMeta` accepts `raw` as it is, seen without building the model: each field it
+    reads of the type an API server sends. Anything else is left to the model (`_meta`)."""
+    generation, finalizers = raw.get("generation"), raw.get("finalizers")
+    return (
+        all(raw.get(key) is None or type(raw.get(key)) is str for key in _OPTIONAL_TEXT)
+        and (generation is None or type(generation) is int)
+        and _texts(raw.get("labels")) and _texts(raw.get("annotations"))
+        and (finalizers is None or (type(finalizers) is list and all(type(f) is str for f in finalizers)))
+        and not any(key in raw for key in _FIELD_NAMES)
+    )
+
+
+def _meta(obj: Mapping[str, Any]) -> _Meta | None:
+    """The object's metadata, or None when `ObjectMeta` refuses it (the object is then ignored).
+
+    Building the pydantic model for each of a cluster's pods costs time and leaves garbage
+    among the kept values (`_own`), so the model is built only for metadata of unusual types,
+    to decide exactly as it would."""
     raw = obj.get("metadata")
     if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
         return None
+    if type(raw["name"]) is str and _plain(raw):
+        return _Meta(raw["name"], raw.get("namespace"), raw.get("labels"), raw.get("annotations"))
     try:
-        return ObjectMeta.model_validate(raw)
+        meta = ObjectMeta.model_validate(raw)
     except ValidationError:
         return None
+    return _Meta(meta.name or "", meta.namespace, meta.labels, meta.annotations)
+
+
+_PortsKey = tuple[tuple[str, Protocol, int], ...]
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Shared(Generic[_K, _V]):
+    """One value for many pods alike (labels, named ports): pods of one workload carry the same.
+
+    Values only the pool still holds are dropped when it has doubled since the last time, so
+    label sets that pods no longer carry (an old ReplicaSet's `pod-template-hash`) go too."""
+
+    __slots__ = ("_limit", "_values")
+
+    def __init__(self) -> None:
+        self._values: dict[_K, _V] = {}
+        self._limit = 256
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, key: _K, make: Callable[[], tuple[_K, _V]]) -> _V:
+        """The value kept for `key`; `make` gives a new key (of strings of its own, `_own`) and value."""
+        value = self._values.get(key)
+        if value is None:
+            own, value = make()
+            self._values[own] = value
+            if len(self._values) > self._limit:
+                self.prune()
+        return value
+
+    def prune(self) -> None:
+        for key in list(self._values):
+            value = self._values[key]
+            # A value no pod holds is referred to by the pool, `value` and getrefcount's argument.
+            if sys.getrefcount(value) <= 3:
+                del self._values[key]
+        self._limit = max(256, 2 * len(self._values))
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._limit = 256
 
 
 def _not_installed(exc: Exception) -> bool:
@@ -96,6 +197,10 @@ class PolicyState:
         """Pods of this node's containers: kept even with no secondary address (`keep`)."""
         self.version = 0
         """Grows with every change that can change a decision."""
+        self.shared_labels: _Shared[tuple[tuple[str, str], ...], Mapping[str, str]] = _Shared()
+        """Pods' label sets, each kept once (`_labels`)."""
+        self.shared_ports: _Shared[_PortsKey, tuple[ContainerPort, ...]] = _Shared()
+        """Pods' named ports, each set kept once (`_ports`)."""
 
     @property
     def ready(self) -> bool:
@@ -158,6 +263,9 @@ class PolicyState:
         store = stores[kind.name]
         had = bool(store)
         store.clear()
+        if kind is POD:
+            self.shared_labels.clear()
+            self.shared_ports.clear()
         if kind is POLICY:
             self.invalid.clear()
             self.findings.clear()
@@ -171,7 +279,7 @@ class PolicyState:
             return self._put_pod(meta, obj)
         if kind is NAMESPACE:
             return self._set(self.namespaces, meta.name or "",
-                             namespace_info(sys.intern(meta.name or ""), _interned(meta.labels)))
+                             namespace_info(_own(meta.name or ""), _interned(meta.labels)))
         if kind is NAD:
             key = f"{meta.namespace}/{meta.name}"
             if key in self.nads:
@@ -209,21 +317,53 @@ class PolicyState:
         store[key] = value
         return True
 
-    def _put_pod(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+    def _put_pod(self, meta: _Meta, obj: Mapping[str, Any]) -> bool:
         key = f"{meta.namespace}/{meta.name}"
         status, spec = obj.get("status"), obj.get("spec")
         phase = status.get("phase") if isinstance(status, Mapping) else None
         node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        interfaces = views.reported_interfaces(meta)
+        interfaces = self._interfaces(meta)
         mine = key in self.local or (self.node is not None and node == self.node)
         if phase in ENDED_PHASES or not (interfaces or mine):
             return self.pods.pop(key, None) is not None
-        info = pod_info(sys.intern(meta.namespace or ""), meta.name or "", _interned(meta.labels),
-                        node=sys.intern(node) if isinstance(node, str) else None,
-                        ports=views.container_ports(obj), interfaces=interfaces)
+        # The key (an f-string) and the name are new strings: the object's own would keep its
+        # memory (`_own`).
+        info = PodInfo(_own(meta.namespace or ""), "".join((meta.name, "")), self._labels(meta.labels),
+                       node=_own(node) if isinstance(node, str) else None,
+                       ports=self._ports(views.container_ports(obj)), interfaces=interfaces)
         return self._set(self.pods, key, info)
 
-    def _put_podnetwork(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+    @staticmethod
+    def _interfaces(meta: _Meta) -> tuple[PodInterface, ...]:
+        """`views.reported_interfaces`, with the networks' and interfaces' names interned."""
+        annotations = meta.annotations or {}
+        if not (annotations.get(constants.NPWG_NETWORK_STATUS_ANNOTATION)
+                or annotations.get(constants.POD_IPS_ANNOTATION)):
+            return ()  # what reported_interfaces finds in a pod without either annotation
+        reported = views.reported_interfaces(ObjectMeta.model_construct(
+            namespace=meta.namespace, annotations=dict(annotations)))
+        return tuple(PodInterface(_own(i.network), None if i.interface is None else _own(i.interface),
+                                  i.addresses) for i in reported)
+
+    def _labels(self, labels: Mapping[str, str] | None) -> Mapping[str, str]:
+        """The pod's labels as a read-only mapping, one for all the pods that carry the same."""
+        items = tuple((labels or {}).items())
+
+        def make() -> tuple[tuple[tuple[str, str], ...], Mapping[str, str]]:
+            own = _interned(labels)
+            return tuple(own.items()), MappingProxyType(own)
+        return self.shared_labels.get(items, make)
+
+    def _ports(self, ports: list[ContainerPort]) -> tuple[ContainerPort, ...]:
+        """The pod's named ports, one tuple for all the pods that have the same."""
+        key = tuple((p.name, p.protocol, p.port) for p in ports)
+
+        def make() -> tuple[_PortsKey, tuple[ContainerPort, ...]]:
+            own = tuple(ContainerPort(_own(p.name), p.protocol, p.port) for p in ports)
+            return tuple((p.name, p.protocol, p.port) for p in own), own
+        return self.shared_ports.get(key, make)
+
+    def _put_podnetwork(self, meta: _Meta, obj: Mapping[str, Any]) -> bool:
         name = meta.name or ""
         if name == constants.DEFAULT_PODNETWORK:
             return False  # the cluster default network is not a policy's (views.networks_of)
@@ -235,7 +375,7 @@ class PolicyState:
             return self.podnetworks.pop(name, None) is not None
         return self._set(self.podnetworks, name, network)
 
-    def _put_policy(self, meta: ObjectMeta, obj: Mapping[str, Any]) -> bool:
+    def _put_policy(self, meta: _Meta, obj: Mapping[str, Any]) -> bool:
         key = f"{meta.namespace}/{meta.name}"
         try:
             policy = parse_policy(obj)

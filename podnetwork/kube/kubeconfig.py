@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from podnetwork.kube.credentialmodel import EXEC_API_VERSIONS, Credentials, CredentialsError, ExecPlugin
 
 
@@ -37,6 +35,10 @@ class _Merged:
 
 
 def _read(paths: list[Path], explicit: bool) -> _Merged:
+    # Imported here: a process with in-cluster credentials (the CNI agent's DaemonSet) never
+    # loads the YAML parser (~1 MB of its RSS, docs/benchmarks.md).
+    import yaml
+
     merged = _Merged()
     for path in paths:
         try:

@@ -449,6 +449,8 @@ async def list_and_watch(
         try:
             items, version = await _list(api, path, params)
             on_list(items)
+            # Not held while watching: a listing of every pod would stay in memory for hours.
+            del items
             while True:  # the server ends each watch after a while: watch on from where it was
                 began = clock()
                 try:

@@ -4,6 +4,8 @@ and selection elements in, a Change out."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bridge import npwg
@@ -151,6 +153,32 @@ async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_qu
     hot.pod_changed(body(**{constants.NETWORKS_ANNOTATION: "[]"}))
     assert not hot.idle.is_set(), "queued for the worker"
     assert await hot.handle(Pod.model_validate(body())) == [], "no container of it in the cache: nothing to do"
+
+
+async def test_queued_pods_wait_as_the_watch_gave_them_and_the_worker_reads_each_in_turn(tmp_path) -> None:
+    """A node's listing queues every pod: held as views too, it was held twice until the last was
+    handled (a view is larger than its object; docs/benchmarks.md, "Agent RSS, every feature on")."""
+    from bridge.agent.agent import Agent, AgentConfig
+    from bridge.agent.objects import MemoryObjects
+
+    class Sink:
+        async def post_event(self, body: object) -> None:
+            raise AssertionError("nothing to report")
+
+    hot = hotplug.HotPlug(Agent(MemoryObjects(), AgentConfig(cache_dir=tmp_path)), Sink(), "node-a")
+    listing = [{"metadata": {"name": f"vm{i}", "namespace": "team", "annotations": {
+        constants.NETWORKS_ANNOTATION: "[]"}}, "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}}
+        for i in range(3)]
+    for obj in listing:
+        hot.pod_changed(obj)
+    assert all(a is b for a, b in zip(hot._pending.values(), listing, strict=True))
+    hot.start()
+    try:
+        async with asyncio.timeout(10):
+            await hot.idle.wait()
+    finally:
+        await hot.stop()
+    assert hot._pending == {}
 
 
 def test_an_unreadable_npwg_selection_of_a_running_pod_is_refused_not_read_as_empty() -> None:
