@@ -37,7 +37,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import ValidationError
 
 from bridge import translate
-from bridge.agent.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY, Kind
+from bridge.agent.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY, KeptKinds, Kind
 from bridge.policy import views
 from bridge.policy.model import MultiNetworkPolicy, PolicyError, Protocol, parse_policy
 from bridge.policy.scope import Finding, Scope
@@ -168,17 +168,17 @@ class _Shared(Generic[_K, _V]):
         self._limit = 256
 
 
-def _not_installed(exc: Exception) -> bool:
-    return getattr(exc, "status", None) == 404
-
-
-class PolicyState:
+class PolicyState(KeptKinds):
     """The cluster as policies see it (module docstring). `on_change` is called after each change
     that can change a decision (not after an event that changes nothing a policy reads)."""
 
+    kinds = KINDS
+    label = "policies"
+    log = log
+
     def __init__(self, node: str | None = None, on_change: Callable[[], None] | None = None) -> None:
+        super().__init__(on_change)
         self.node = node
-        self.on_change = on_change
         self.pods: dict[str, PodInfo] = {}
         """By `namespace/name`; interfaces' networks as the pod reports them (module docstring)."""
         self.namespaces: dict[str, NamespaceInfo] = {}
@@ -189,22 +189,12 @@ class PolicyState:
         """Policy key -> why it does not parse (logged once per change)."""
         self.findings: dict[str, tuple[Finding, ...]] = {}
         """Policy key -> what its scope found wrong, as last logged."""
-        self.synced: set[str] = set()
-        """Kinds listed at least once (or found missing)."""
-        self.missing: set[str] = set()
-        """Kinds whose list answered 404 (no CRD) the last time."""
         self.local: set[str] = set()
         """Pods of this node's containers: kept even with no secondary address (`keep`)."""
-        self.version = 0
-        """Grows with every change that can change a decision."""
         self.shared_labels: _Shared[tuple[tuple[str, str], ...], Mapping[str, str]] = _Shared()
         """Pods' label sets, each kept once (`_labels`)."""
         self.shared_ports: _Shared[_PortsKey, tuple[ContainerPort, ...]] = _Shared()
         """Pods' named ports, each set kept once (`_ports`)."""
-
-    @property
-    def ready(self) -> bool:
-        return all(kind.name in self.synced for kind in KINDS)
 
     def keep(self, pod: str, keep: bool = True) -> None:
         """Whether the pod `namespace/name` is one of this node's (kept whatever it reports)."""
@@ -213,45 +203,12 @@ class PolicyState:
         else:
             self.local.discard(pod)
 
-    def _changed(self) -> None:
-        self.version += 1
-        if self.on_change is not None:
-            self.on_change()
-
-    # --- watchcache.Listener ---------------------------------------------------------------------
-
-    def listed(self, kind: Kind, items: list[dict[str, Any]]) -> None:
-        if kind.name in self.missing:
-            self.missing.discard(kind.name)
-            log.warning("policies: the %s kind is served now (%s); following it", kind.name, kind.path)
-        self._clear(kind)
-        for obj in items:
-            self._put(kind, obj)
-        self.synced.add(kind.name)
-        self._changed()
-
-    def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None:
-        changed = self._delete(kind, obj) if event == "DELETED" else self._put(kind, obj)
-        if changed:
-            self._changed()
-
-    def failed(self, kind: Kind, exc: Exception) -> None:
-        if not _not_installed(exc):
-            log.info("policies: the watch of %ss ended (%s); keeping what was read, listing them again",
-                     kind.name, exc)
-            return
-        if kind.name not in self.missing:
-            self.missing.add(kind.name)
-            if kind is POLICY:
-                log.warning("policies: the %s CRD is not installed (%s answered 404): enforcing no "
-                            "policies; looking for it again every 30 s at most", kind.name, kind.path)
-            else:
-                log.warning("policies: %s answered 404 (no %s CRD): there are none; looking again every "
-                            "30 s at most", kind.path, kind.name)
-        had = kind.name not in self.synced or self._clear(kind)
-        self.synced.add(kind.name)
-        if had:
-            self._changed()
+    def _missing_said(self, kind: Kind) -> str:
+        if kind is POLICY:
+            return (f"the {kind.name} CRD is not installed ({kind.path} answered 404): enforcing no "
+                    "policies; looking for it again every 30 s at most")
+        return (f"{kind.path} answered 404 (no {kind.name} CRD): there are none; looking again every "
+                "30 s at most")
 
     # --- keeping ---------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bridge import translate
-from bridge.agent.watchcache import ENDPOINTSLICE, PODNETWORK, SERVICE, Kind
+from bridge.agent.watchcache import ENDPOINTSLICE, PODNETWORK, SERVICE, KeptKinds, Kind
 from bridge.policy import views as policy_views
 from bridge.services import Endpoint, Service, views
 from podnetwork.ground import constants
@@ -47,11 +47,15 @@ def _key(obj: Mapping[str, Any]) -> str | None:
     return f"{namespace}/{meta['name']}" if isinstance(namespace, str) else meta["name"]
 
 
-class ServiceState:
+class ServiceState(KeptKinds):
     """The Services on PodNetworks, their endpoints and the networks' NADs (module docstring)."""
 
+    kinds = KINDS
+    label = "services"
+    log = log
+
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
-        self.on_change = on_change
+        super().__init__(on_change)
         self.services: dict[str, Service] = {}
         """By `namespace/name`: the Services served on a PodNetwork that have a ClusterIP."""
         self.slices: dict[str, tuple[str, tuple[Endpoint, ...]]] = {}
@@ -60,52 +64,6 @@ class ServiceState:
         """Service key -> its slices' endpoints, by slice key (`endpoints` joins them)."""
         self.nads: dict[str, str] = {}
         """A PodNetwork's name -> the NAD (`namespace/name`) the NPWG bridge attaches it with."""
-        self.synced: set[str] = set()
-        self.missing: set[str] = set()
-        self.version = 0
-
-    @property
-    def ready(self) -> bool:
-        return all(kind.name in self.synced for kind in KINDS)
-
-    def _changed(self) -> None:
-        self.version += 1
-        if self.on_change is not None:
-            self.on_change()
-
-    # --- watchcache.Listener ---------------------------------------------------------------------
-
-    def listed(self, kind: Kind, items: list[dict[str, Any]]) -> None:
-        if kind.name in self.missing:
-            self.missing.discard(kind.name)
-            log.warning("services: the %s kind is served now (%s); following it", kind.name, kind.path)
-        self._clear(kind)
-        for obj in items:
-            self._put(kind, obj)
-        self.synced.add(kind.name)
-        self._changed()
-
-    def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None:
-        key = _key(obj)
-        if key is None:
-            return
-        changed = self._delete(kind, key) if event == "DELETED" else self._put(kind, obj)
-        if changed:
-            self._changed()
-
-    def failed(self, kind: Kind, exc: Exception) -> None:
-        if getattr(exc, "status", None) != 404:
-            log.info("services: the watch of %ss ended (%s); keeping what was read, listing them again",
-                     kind.name, exc)
-            return
-        if kind.name not in self.missing:
-            self.missing.add(kind.name)
-            log.warning("services: %s answered 404 (no %s kind served): there are none; looking again every "
-                        "30 s at most", kind.path, kind.name)
-        had = kind.name not in self.synced or self._clear(kind)
-        self.synced.add(kind.name)
-        if had:
-            self._changed()
 
     # --- keeping ---------------------------------------------------------------------------------
 
@@ -133,7 +91,10 @@ class ServiceState:
             return self._put_slice(key, obj)
         return self._put_podnetwork(key, obj)
 
-    def _delete(self, kind: Kind, key: str) -> bool:
+    def _delete(self, kind: Kind, obj: dict[str, Any]) -> bool:
+        key = _key(obj)
+        if key is None:
+            return False
         if kind is SERVICE:
             return self.services.pop(key, None) is not None
         if kind is ENDPOINTSLICE:

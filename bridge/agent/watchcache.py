@@ -29,11 +29,12 @@ Rules (docs/benchmarks.md, "watch cache"):
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -105,6 +106,87 @@ class Listener(Protocol):
     def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None: ...
 
     def failed(self, kind: Kind, exc: Exception) -> None: ...
+
+
+class KeptKinds(abc.ABC):
+    """A `Listener` that keeps what it needs of `kinds` (the policies' state, the Services' state).
+
+    `ready` once every kind was listed, or found missing (a 404: no CRD, nothing of it).
+    `version` grows and `on_change` is called after each change that can change a decision: an
+    event that changes nothing kept does neither. A failed watch keeps what was read (the
+    watch lists again); a missing kind is said once, and again when it is served.
+    """
+
+    kinds: tuple[Kind, ...] = ()
+    label: str = ""
+    """What the log lines start with ("policies", "services")."""
+    log: logging.Logger = log
+
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self.on_change = on_change
+        self.synced: set[str] = set()
+        """Kinds listed at least once (or found missing)."""
+        self.missing: set[str] = set()
+        """Kinds whose list answered 404 the last time."""
+        self.version = 0
+
+    @property
+    def ready(self) -> bool:
+        return all(kind.name in self.synced for kind in self.kinds)
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    # --- what a subclass keeps ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _clear(self, kind: Kind) -> bool:
+        """Forgets every object of `kind`; whether there was any."""
+
+    @abc.abstractmethod
+    def _put(self, kind: Kind, obj: dict[str, Any]) -> bool:
+        """Keeps what is needed of `obj`; whether that changed anything kept."""
+
+    @abc.abstractmethod
+    def _delete(self, kind: Kind, obj: dict[str, Any]) -> bool:
+        """Forgets `obj`; whether anything was kept of it."""
+
+    def _missing_said(self, kind: Kind) -> str:
+        """What the log says, once, when `kind` answers 404."""
+        return (f"{kind.path} answered 404 (no {kind.name} kind served): there are none; looking again "
+                "every 30 s at most")
+
+    # --- Listener ----------------------------------------------------------------------------------
+
+    def listed(self, kind: Kind, items: list[dict[str, Any]]) -> None:
+        if kind.name in self.missing:
+            self.missing.discard(kind.name)
+            self.log.warning("%s: the %s kind is served now (%s); following it", self.label, kind.name,
+                             kind.path)
+        self._clear(kind)
+        for obj in items:
+            self._put(kind, obj)
+        self.synced.add(kind.name)
+        self._changed()
+
+    def changed(self, kind: Kind, event: str, obj: dict[str, Any]) -> None:
+        if self._delete(kind, obj) if event == "DELETED" else self._put(kind, obj):
+            self._changed()
+
+    def failed(self, kind: Kind, exc: Exception) -> None:
+        if getattr(exc, "status", None) != 404:
+            self.log.info("%s: the watch of %ss ended (%s); keeping what was read, listing them again",
+                          self.label, kind.name, exc)
+            return
+        if kind.name not in self.missing:
+            self.missing.add(kind.name)
+            self.log.warning("%s: %s", self.label, self._missing_said(kind))
+        had = kind.name not in self.synced or self._clear(kind)
+        self.synced.add(kind.name)
+        if had:
+            self._changed()
 
 
 async def follow(api: Any, kind: Kind, listener: Listener) -> None:
@@ -309,4 +391,4 @@ class CachedObjects:
 
 __all__ = ["ENDPOINTSLICE", "KINDS", "MAX_KIND_BYTES", "MAX_OBJECTS", "MAX_OBJECT_BYTES", "NAMESPACE", "POD",
            "POLICY", "SERVICE",
-           "CachedObjects", "Kind", "Listener", "Mirror", "follow", "held_bytes"]
+           "CachedObjects", "KeptKinds", "Kind", "Listener", "Mirror", "follow", "held_bytes"]

@@ -6,8 +6,11 @@ The real nft, routes and traffic through the agent: tests/cni/test_service_enfor
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+import pytest
 
 from bridge.agent import enforcement, nftables, serving
 from bridge.agent.cache import Attachment, Record, State
@@ -95,6 +98,27 @@ def test_a_change_that_does_not_change_what_rules_read_pokes_nothing() -> None:
     state.changed(SERVICE, "DELETED", service())
     assert len(pokes) == 2
     assert state.endpoints() == {}  # endpoints of a Service not kept are not served
+
+
+class Gone(Exception):
+    status = 404
+
+
+def test_a_kind_not_served_is_said_once_counts_as_none_and_is_followed_once_served(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "bridge.agent.servicestate")
+    state = listed(*BASE)
+    pokes: list[int] = []
+    state.on_change = lambda: pokes.append(state.version)
+    for _ in range(3):  # the watch's retries
+        state.failed(ENDPOINTSLICE, Gone("404"))
+    said = [r.message for r in caplog.records if "answered 404" in r.message]
+    assert len(said) == 1 and said[0].startswith("services: ") and state.ready
+    assert state.endpoints() == {} and len(pokes) == 1  # forgotten once, then nothing to change
+    state.failed(ENDPOINTSLICE, OSError("connection reset"))  # a watch that ends keeps what was read
+    assert len(pokes) == 1 and any("keeping what was read" in r.message for r in caplog.records)
+    state.listed(ENDPOINTSLICE, [BASE[2]])
+    assert "app/db" in state.endpoints() and any("served now" in r.message for r in caplog.records)
 
 
 # --- the decision ------------------------------------------------------------------------------
