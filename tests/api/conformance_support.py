@@ -389,6 +389,11 @@ class Scheduler:
                     pass  # a pod deleted while it was being scheduled
                 except kube.ApiError as exc:
                     log.warning("scheduler stand-in: %s", exc)
+                except httpx.HTTPError as exc:
+                    # As kube-scheduler: an extender call that fails (here, a kept-alive connection
+                    # the extender closed as it was reused) fails this attempt; the pod is tried again.
+                    log.warning("scheduler stand-in: POST %s/filter: %s: %s", self.extender_url,
+                                type(exc).__name__, exc)
                 await asyncio.sleep(self.poll)
 
     async def once(self, http: httpx.AsyncClient) -> None:
