@@ -56,7 +56,10 @@ class ControlStory:
     ipam_dirs: dict[str, Path]
 
     def _flush_notes(self) -> None:
-        raise NotImplementedError
+        """Say the notes gathered since the last flush (the bridge's and the scheduler's), in order."""
+        for text in self.notes:
+            self.report.say(text)
+        self.notes.clear()
 
     def _nad(self, net: Net) -> dict[str, Any]:
         ipam_dir = self.ipam_dirs.setdefault(net.name, self.host.tempdir(f"ipam-{net.name}"))

@@ -127,11 +127,6 @@ class Demo(ControlStory):
     def _note(self, text: str) -> None:
         self.notes.append(text)
 
-    def _flush_notes(self) -> None:
-        for text in self.notes:
-            self.report.say(text)
-        self.notes.clear()
-
     def _decision(self, decision: Decision) -> None:
         """Scheduler decisions join the notes, so the story prints in the order things happened."""
         reply = decision.reply
