@@ -218,6 +218,13 @@ def webhook_configurations(client_config: Mapping[str, Any], *,
     return found
 
 
+def retired_configurations(*, enforce_use: bool = False) -> list[tuple[str, str]]:
+    """What `podnetwork.kube.registration.Keeper` deletes when it is ours: without `enforce_use`,
+    the validating configuration (a bridge restarted without `--enforce-use-permission` withdraws
+    the webhook it registered with it)."""
+    return [] if enforce_use else [("ValidatingWebhookConfiguration", CONFIGURATION_NAME)]
+
+
 __all__ = [
     "CONFIGURATION_NAME",
     "MUTATE_PATH",
@@ -226,6 +233,7 @@ __all__ = [
     "VALIDATE_WEBHOOK_NAME",
     "WEBHOOK_NAME",
     "mutate",
+    "retired_configurations",
     "review",
     "validating_configuration",
     "webhook_configuration",

@@ -205,7 +205,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 if flags.manage:
                     shell.keep_webhooks(endpoint, server, bridge.api, component=COMPONENT,
                                         configurations=functools.partial(admission.webhook_configurations,
-                                                                         enforce_use=enforce))
+                                                                         enforce_use=enforce),
+                                        retired=admission.retired_configurations(enforce_use=enforce))
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,

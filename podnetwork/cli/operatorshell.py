@@ -390,11 +390,13 @@ class Shell:
         self._background.append((name, run))
 
     def keep_webhooks(self, endpoint: Endpoint, server: Any, api: Any, *, component: str,
-                      configurations: Callable[[Mapping[str, Any]], list[dict[str, Any]]]) -> None:
+                      configurations: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+                      retired: Sequence[tuple[str, str]] = ()) -> None:
         """With --manage-webhooks: register the webhook configurations `configurations` builds
-        once `server` answers, with --webhook-secret serve and renew the Secret's certificate
-        (`podnetwork.kube.registration.Keeper`), while the shell runs. `api` is an AsyncApi.
-        With a URL (development), `/readyz` waits for the registration, as pods created
+        once `server` answers, delete those of `retired` (kind, name) that are ours (a
+        configuration served only behind a flag now off), with --webhook-secret serve and renew
+        the Secret's certificate (`podnetwork.kube.registration.Keeper`), while the shell runs.
+        `api` is an AsyncApi. With a URL (development), `/readyz` waits for the registration, as pods created
         before are not seen by the webhooks; behind a Service, it must not: the API server
         calls only ready endpoints, so the registration waits for the readiness instead."""
         from podnetwork.kube import registration, webhooksecret
@@ -412,7 +414,7 @@ class Shell:
             host=flags.host, port=flags.port, server_hostname=endpoint.server_hostname(),
             served=lambda: bool(server.started), tls=endpoint.tls, secret=secret,
             ca_bundle=base64.b64decode(endpoint.ca_bundle),
-            service=flags.service, owner=flags.owner, interval=flags.check_interval)
+            service=flags.service, owner=flags.owner, interval=flags.check_interval, retired=retired)
         if flags.service is None:
             self.readiness.wait_for(REGISTRATION)
             keeper.on_registered = lambda: self.readiness.done(REGISTRATION)

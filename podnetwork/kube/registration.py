@@ -14,7 +14,10 @@ backend refuses every pod it covers). A `Keeper` per command, on every replica:
    a ready endpoint (an EndpointSlice saying so): the API server calls the Service;
 4. creates each configuration, or patches it (with the resourceVersion it read) when its
    webhooks, caBundle, labels or owner differ from what it should be;
-5. does it again every `--webhook-check-interval` seconds, and sooner when a renewal is due.
+5. deletes the configurations the command serves only behind a flag that is now off
+   (`retired`: the bridge's validating one without `--enforce-use-permission`), when they
+   carry its managed-by label: turning the flag off withdraws the webhook with it;
+6. does it again every `--webhook-check-interval` seconds, and sooner when a renewal is due.
 
 Each configuration carries the labels `app.kubernetes.io/part-of: podnetwork` and
 `app.kubernetes.io/managed-by: COMPONENT` and, with `--webhook-owner CLUSTERROLE`, an
@@ -123,6 +126,14 @@ def _configuration(obj: Mapping[str, Any]) -> _Configuration | None:
         return _Configuration.model_validate(obj)
     except ValidationError:
         return None
+
+
+def ours(current: Mapping[str, Any], component: str) -> bool:
+    """Whether `current` carries the managed-by label of `component` (a configuration of the same
+    name that someone else made is never ours to delete)."""
+    stored = _configuration(current)
+    labels = {} if stored is None else (stored.metadata.labels or {})
+    return labels.get(webhooksecret.MANAGED_BY) == component
 
 
 def up_to_date(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
@@ -310,6 +321,9 @@ class Keeper:
     owner: str | None = None
     """The ClusterRole that owns the configurations (`--webhook-owner`)."""
     interval: float = 60.0
+    retired: Sequence[tuple[str, str]] = ()
+    """(kind, name) of the configurations the command serves only behind a flag now off: deleted
+    when they carry our managed-by label."""
     on_registered: Callable[[], None] | None = None
     clock: Callable[[], datetime.datetime] = webhooksecret.utcnow
     _said: set[str] = field(default_factory=set)
@@ -374,7 +388,8 @@ class Keeper:
         return delay
 
     async def register(self, bundle_b64: str) -> bool:
-        """Create or update every configuration; False when one has to wait or failed."""
+        """Create or update every configuration and withdraw the retired ones; False when one has to
+        wait or failed."""
         from podnetwork.kube import client as kube
 
         owner = None
@@ -418,8 +433,40 @@ class Keeper:
                 logger.error("cannot register %s %s: %s; retrying (deploy/ grants the permission in "
                              "its rbac.yaml)", kind, name, exc)
                 return False
+        # A configuration we could not withdraw is retried sooner, but never holds up readiness:
+        # the ones wanted are registered.
+        withdrawn = await self.withdraw()
         if self.on_registered is not None:
             self.on_registered()
+        return withdrawn
+
+    async def withdraw(self) -> bool:
+        """Delete each of `retired` that is ours; False when one could not be read or deleted."""
+        from podnetwork.kube import client as kube
+
+        for kind, name in self.retired:
+            resource = kube.BY_KIND[kind]
+            try:
+                current = await self.api.get(resource, name)
+            except kube.NotFound:
+                continue
+            except kube.ApiError as exc:
+                logger.error("cannot read %s %s to withdraw it: %s; retrying", kind, name, exc)
+                return False
+            if not ours(current, self.component):
+                self._once(f"foreign {kind} {name}", "leaving %s %s alone: its label %s is not %s, so "
+                           "another installation manages it", kind, name, webhooksecret.MANAGED_BY,
+                           self.component)
+                continue
+            try:
+                await self.api.delete(resource, name)
+            except kube.NotFound:
+                continue
+            except kube.ApiError as exc:
+                logger.error("cannot withdraw %s %s: %s; retrying (deploy/ grants delete by name in its "
+                             "rbac.yaml)", kind, name, exc)
+                return False
+            logger.info("withdrew %s %s: the flag that serves it is off", kind, name)
         return True
 
     async def _backend_ready(self) -> bool:

@@ -236,14 +236,14 @@ async def test_without_the_flag_the_validating_path_allows_everything_and_asks_n
 VWC = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
 
-@pytest.mark.timeout(90)
-async def test_the_command_flag_serves_and_registers_the_validating_webhook_asking_with_the_bridges_credentials(
+@pytest.mark.timeout(150)
+async def test_the_command_flag_serves_and_registers_the_validating_webhook_asking_with_the_bridges_credentials_and_withdraws_it_once_off(
         kmock: bs.Emulator, tmp_path: Path) -> None:
     world(kmock)
     authorizer(kmock, set())
     for resource, kind in ((MWC, "MutatingWebhookConfiguration"), (VWC, "ValidatingWebhookConfiguration")):
         kmock.resources[resource] = kmock_lib.ResourceInfo(kind=kind, namespaced=False,
-                                                           verbs={"create", "get", "list", "patch"})
+                                                           verbs={"create", "get", "list", "patch", "delete"})
     parser = cli.build_parser({"bridge": bridge_command.command})
     assert parser.parse_args(["bridge"]).enforce_use_permission is False  # off unless asked
     config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"), token="secret-token")
@@ -276,6 +276,23 @@ async def test_the_command_flag_serves_and_registers_the_validating_webhook_aski
     sent = [r for r in list(kmock) if r.method.value == "POST" and str(r.url.path) == SAR_PATH]
     assert sent and {r.data["spec"]["user"] for r in sent} == {"alice", POD_SA}
     assert all(r.headers.get("Authorization") == "Bearer secret-token" for r in sent)
+
+    # Restarted without the flag, the bridge withdraws the validating webhook it had registered
+    # (a configuration left behind would send every matching pod to a bridge that no longer checks).
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook",
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--manage-webhooks",
+        "--webhook-url", f"https://localhost:{port}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": ""})
+    try:
+        await bs.eventually(lambda: kmock.objects[VWC, None, admission.CONFIGURATION_NAME].deleted, timeout=30)
+        assert kmock.objects[MWC, None, admission.CONFIGURATION_NAME].raw["webhooks"]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out.decode()
+    assert "withdrew ValidatingWebhookConfiguration podnetwork-bridge" in out.decode()
 
 
 async def test_enforce_use_permission_without_the_webhook_is_refused_before_touching_the_cluster() -> None:

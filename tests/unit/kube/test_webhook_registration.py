@@ -151,3 +151,22 @@ def test_a_service_has_a_ready_endpoint_only_in_its_own_slices() -> None:
                                                ("10.0.0.5", "10.0.0.5"), ("[fd00::5]", "fd00::5")])
 def test_the_self_check_dials_the_loopback_for_a_wildcard_listen_address(host: str, dialled: str) -> None:
     assert registration.loopback(host) == dialled
+
+
+def test_only_a_configuration_carrying_our_managed_by_label_is_ours_to_withdraw() -> None:
+    (mutating,) = desired(bridge_admission.webhook_configurations(SERVICE), "Q0E=", "podnetwork-bridge", None)
+    assert registration.ours(as_stored(mutating), "podnetwork-bridge")
+    assert not registration.ours(as_stored(mutating), "podnetwork-controller")
+    foreign = as_stored(mutating)
+    del foreign["metadata"]["labels"]
+    assert not registration.ours(foreign, "podnetwork-bridge")
+    assert not registration.ours({"metadata": "not an object"}, "podnetwork-bridge")
+
+
+def test_the_bridge_withdraws_its_validating_configuration_exactly_when_the_flag_is_off() -> None:
+    names = {(c["kind"], c["metadata"]["name"]) for c in bridge_admission.webhook_configurations(SERVICE, enforce_use=True)}
+    (retired,) = bridge_admission.retired_configurations(enforce_use=False)
+    assert retired in names and retired[0] == "ValidatingWebhookConfiguration"
+    assert bridge_admission.retired_configurations(enforce_use=True) == []
+    kept = {(c["kind"], c["metadata"]["name"]) for c in bridge_admission.webhook_configurations(SERVICE)}
+    assert retired not in kept  # never registered and withdrawn by one bridge
