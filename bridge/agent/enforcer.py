@@ -87,6 +87,14 @@ class Enforcer(Reconciler[Document]):
                  len(self.state.namespaces), len(self.state.networks()), len(self.locals))
 
     def decide(self, locals_: list[Local]) -> list[Step[Document]]:
+        if not self.state.policies:
+            # No MultiNetworkPolicy anywhere (most clusters): no pod is isolated, so no pod has a
+            # table, and a pass needs no world of every watched pod to say so (building one is
+            # O(pods in the cluster), on every pod event). Same steps as the full pass below.
+            self.state.note({})
+            self.last = None  # the first pass with a policy compiles every local pod
+            return [Step(local.container_id, local.pod, local.netns, None) for local in locals_
+                    if self.applied.get(local.container_id, enforcement.UNKNOWN) is not None]
         local = self._local_infos()
         world = self.state.world(local)
         scope_of = scope.scopes(world)
