@@ -13,11 +13,17 @@ CNI_BIN ?= /usr/lib/cni
 demo: setup
 	$(VENV)/bin/podnetwork demo
 
+# pytest runs on TEST_WORKERS pytest-xdist workers: most of the suite waits (the API emulator's
+# round trips, processes starting, polling), so more workers than the 2 cores CI has pay off.
+# The CNI and e2e tiers form one group that one worker runs in order (tests/README.md, "How the
+# suite runs"). TEST_WORKERS=0 runs everything in this one process, in order.
+TEST_WORKERS ?= 4
+
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --durations=15
 
 setup: $(STAMP) system-deps
 

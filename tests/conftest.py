@@ -7,6 +7,11 @@ installed by `make test`) a missing prerequisite is a failure, never a skip.
 Every temporary file a test makes, or a process it starts (and maybe kills), goes under one
 directory of the session (`temporary_files_are_removed`), which must be empty when the session
 ends; a session killed before its end leaves it to the next one, which removes it.
+
+`make test` runs the suite on several pytest-xdist workers (`-n`). The CNI and e2e tiers share
+the root network namespace's state (bridges, nftables tables, the IPAM directories, the plugins'
+locks), so they form one group (`SERIAL_GROUP`) that one worker runs, one test after the other,
+while the unit and api tiers spread over all workers (`GROUPS`, `pytest_xdist_make_scheduler`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,29 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+#: The xdist groups (tests/README.md, "How the suite runs"): node id prefix -> group. One worker
+#: runs a group's tests, in order, while the other workers share the rest of the suite.
+GROUPS = {
+    # Bridges, veths, nftables tables and IPAM files in the root network namespace and the
+    # plugins' shared directories; each test checks that nothing is left there afterwards.
+    "tests/cni/": "root-netns",
+    "tests/e2e/": "root-netns",
+    # The components as their manifests run them, on the manifests' fixed ports (the controller
+    # and the bridge both take 9090).
+    "tests/api/deploy/test_components_start_as_deployed.py": "deploy-fixed-ports",
+}
+SERIAL_GROUP = "root-netns"
+SERIAL_MARKERS = ("cni", "e2e")
+
+
+def group_of(nodeid: str) -> str | None:
+    """The group of a test by its node id (all xdist's scheduler sees of it), or None."""
+    return next((group for prefix, group in GROUPS.items() if nodeid.startswith(prefix)), None)
+
 
 CNI_BIN_DIRS = [Path("/opt/cni/bin"), Path("/usr/lib/cni")]
 REQUIRED_PLUGINS = ("bridge", "host-local", "loopback")
@@ -44,6 +70,48 @@ def cni_host() -> list[Path]:
             pytest.fail(f"CNI tier cannot run in CI: {missing}")
         pytest.skip(missing)
     return [d for d in CNI_BIN_DIRS if d.is_dir()]
+
+
+def _needs_the_host(item: pytest.Item) -> bool:
+    """Marked as a CNI or e2e test, or asking for the real plugins (`cni_host`): it makes netns,
+    bridges, nftables tables and IPAM files on this host."""
+    return (any(item.get_closest_marker(m) for m in SERIAL_MARKERS)
+            or "cni_host" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The scheduler below groups by node id alone, so a test that needs the host must live where
+    # GROUPS puts it in the serial group; and xdist's own `xdist_group` marker is silently
+    # ignored with this pytest (xdist 3.8 renames `item._nodeid`, which pytest 9.2 no longer reads).
+    wrong = [item.nodeid for item in items if _needs_the_host(item) and group_of(item.nodeid) != SERIAL_GROUP]
+    marked = [item.nodeid for item in items if item.get_closest_marker("xdist_group")]
+    if wrong:
+        raise pytest.UsageError(
+            f"{len(wrong)} test(s) need the root network namespace (marked cni or e2e, or using cni_host) "
+            f"but are not in the {SERIAL_GROUP!r} group, so they could run beside each other: "
+            f"{', '.join(wrong[:5])}; put them under tests/cni/ (or tests/e2e/) or add their path to "
+            "GROUPS in tests/conftest.py")
+    if marked:
+        raise pytest.UsageError(
+            f"pytest.mark.xdist_group has no effect here: {', '.join(marked[:5])}; add the test's path "
+            "to GROUPS in tests/conftest.py instead")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's load scheduling with GROUPS: each group is one unit of work, which one worker runs
+    in order; the largest unit goes out first (the CNI and e2e tiers, which thus start at once),
+    then every other test one by one as workers free up. Any --dist but `each` gets it, so a
+    plain `pytest -n 4` never runs two CNI tests at once either."""
+    if config.getvalue("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupedScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupedScheduling(config, log)
 
 
 #: The session's temporary directory: `<tmp>/pn-tests-<pid>-<random>`.

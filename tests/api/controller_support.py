@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from podnetwork.commands import controller as command
 from podnetwork.ground import constants
 from podnetwork.kep import controller
 from tests.api import kube_emulator
+from tests.unit.ports_support import free_port as free_port
 
 
 @contextlib.asynccontextmanager
@@ -70,13 +70,6 @@ def node(name: str, override: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": {"conditions": [
         {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "",
          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (yet)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def ask_the_command(k: kmock.KubernetesEmulator, tmp_path: Path, path: str, review: Any,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +26,7 @@ from fastapi import FastAPI
 from podnetwork.ground import constants
 from scheduler_plugin import cache
 from tests.api.kube_emulator import write_kubeconfig
+from tests.unit.ports_support import free_port
 
 NETWORKS = "multinetwork.x-k8s.io/networks"
 NODE_NETWORKS = "multinetwork.x-k8s.io/podnetworks"
@@ -169,12 +169,6 @@ def served(application: FastAPI) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "uvicorn did not stop"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def declare_extender_resources(k: kmock.KubernetesEmulator) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import ssl
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -25,6 +24,7 @@ from podnetwork.ground import constants
 from podnetwork.kep import admission
 from podnetwork.kube import certificates, webhooks
 from tests.api import bridge_api_support as bs
+from tests.unit.ports_support import free_port as free_port
 
 ANN = constants.NETWORKS_ANNOTATION
 NS = bs.NS
@@ -127,12 +127,6 @@ def serving_in_thread(app: Any, cert: certificates.Certificate, **options: Any) 
         stop.set()
         thread.join(30)
     assert not failure, failure
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def client_tls() -> ssl.SSLContext:

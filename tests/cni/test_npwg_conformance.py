@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +46,21 @@ def _netns() -> set[str]:
 
 def harness(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """Runs the command with its own TMPDIR; returns the process and its JSON report."""
-    report, tmp = tmp_path / "report.json", tmp_path / "tmp"
-    tmp.mkdir(exist_ok=True)
-    before = _netns()
-    proc = subprocess.run(
-        [sys.executable, "-m", "podnetwork.cli", "npwg-conformance", *args, "--report", str(report)],
-        env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert list(tmp.iterdir()) == [], f"the harness left {list(tmp.iterdir())} behind"
+    report = tmp_path / "report.json"
+    # TMPDIR is short (the session's directory, not tmp_path): the harness puts its agent's socket
+    # under it, and an AF_UNIX path has at most 107 bytes; pytest's basetemp grows under xdist
+    # (.../pytest-N/popen-gwN/<test name>/), which once pushed the socket's path past that.
+    tmp = Path(tempfile.mkdtemp(prefix="npwg-"))
+    try:
+        before = _netns()
+        proc = subprocess.run(
+            [sys.executable, "-m", "podnetwork.cli", "npwg-conformance", *args, "--report", str(report)],
+            env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=600, check=False,
+        )
+        left_behind = list(tmp.iterdir())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert left_behind == [], f"the harness left {left_behind} behind"
     assert report.exists(), proc.stdout + proc.stderr
     doc = json.loads(report.read_text())
     # Only this run's own namespaces: another run of the harness on the machine makes its own.

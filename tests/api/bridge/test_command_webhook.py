@@ -20,17 +20,12 @@ import pytest
 from bridge.operator import admission, pods
 from tests.api import bridge_api_support as bs
 from tests.api.kube_emulator import write_kubeconfig
+from tests.unit.ports_support import free_port as free_port
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
 MWC = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_podnetwork_bridge_serves_the_webhook_over_https_with_a_self_signed_certificate(

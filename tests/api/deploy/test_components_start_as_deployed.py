@@ -11,8 +11,10 @@ one change to the command. Then the kubelet's readiness probe, as the manifest w
 (httpGet on the pod's address, which is loopback here, or exec), must pass.
 
 The manifests' fixed ports (9443, 9444, 9090, 8888, 8889) are used as they are, one
-component at a time. The agent's init container reads the host's /proc/1, which a test
-sandbox may hide; tests/unit/agent/test_node_checks.py runs it on a stand-in /proc.
+component at a time: the controller and the bridge both take 9090, so under `make test`'s
+pytest-xdist workers this module's tests form one group, which one worker runs in order
+(`GROUPS` in tests/conftest.py). The agent's init container reads the host's /proc/1, which a
+test sandbox may hide; tests/unit/agent/test_node_checks.py runs it on a stand-in /proc.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
+
+from tests.unit.ports_support import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -226,12 +227,6 @@ def context_skips_the_service_account(s: Sources) -> str:
 
 SCENARIOS = [flag_beats_everything, flag_with_context, kubeconfig_env_beats_the_service_account,
              service_account_beats_home, home_when_nothing_else, context_skips_the_service_account]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def command_lines(root: Path) -> dict[str, list[str]]:

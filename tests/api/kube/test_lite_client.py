@@ -4,7 +4,6 @@ credentials' token rules, the API's errors, kept-alive connections the server cl
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from podnetwork.kube import credentials, lite
 from tests.api.kube.test_client import JSON, Scripted, scripted
+from tests.unit.ports_support import free_port
 
 __all__ = ["scripted"]  # the fixture, shared with the lightkube client's tests
 
@@ -91,9 +91,7 @@ async def test_a_connection_the_server_closes_is_not_used_again_and_a_patch_is_a
 
 
 async def test_a_server_that_does_not_answer_is_unreachable() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     api = lite.LiteApi(credentials.Credentials(server=f"http://127.0.0.1:{port}"), timeout=5)
     try:
         with pytest.raises(lite.Unreachable) as caught:

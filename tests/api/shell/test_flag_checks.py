@@ -15,18 +15,13 @@ import pytest
 
 from podnetwork.kube import certificates
 from tests.api.kube_emulator import Emulator, write_kubeconfig
+from tests.unit.ports_support import free_port
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(120)]
 
 PODNETWORK = [sys.executable, "-m", "podnetwork"]
 #: What makes each command serve its webhooks: the controller does by default.
 SERVING = {"controller": [], "bridge": ["--webhook"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def run(command: str, *args: str) -> tuple[int, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,16 +22,11 @@ import pytest
 from tests.api import bridge_api_support as bs
 from tests.api.extender_support import node, podnetwork
 from tests.api.kube_emulator import NODES, PN, PNA, Emulator, declare_resources, eventually, write_kubeconfig
+from tests.unit.ports_support import free_port as free_port
 
 pytestmark = [pytest.mark.kmock(cls=Emulator), pytest.mark.timeout(120)]
 
 PODNETWORK = [sys.executable, "-m", "podnetwork", "-v"]  # -v: the servers' INFO lines too
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def crashed(out: str) -> bool:

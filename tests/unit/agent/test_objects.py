@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -24,6 +23,7 @@ import yaml
 from bridge.agent import agent, objects
 from bridge.agent.invoke import CNIError, ErrorCode
 from tests.unit.hostile_api_support import HostileApi, ok
+from tests.unit.ports_support import free_port
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -117,9 +117,7 @@ async def test_404_is_still_not_found(tmp_path: Path, api: ScriptedServer) -> No
 
 
 async def test_a_refused_connection_is_try_again_later(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a loopback port nothing listens on
     source = await _source(tmp_path, f"http://127.0.0.1:{port}")
     try:
         with pytest.raises(CNIError) as caught:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +12,12 @@ from pathlib import Path
 from conformance.kep import command
 from conformance.kep.tests import ALL
 from tests.api.kube_emulator import write_kubeconfig
+from tests.unit.ports_support import free_port
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "podnetwork", "conformance", *argv], capture_output=True,
                           text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_list_shows_every_test() -> None:
@@ -55,7 +49,7 @@ def test_profile_and_features_are_exclusive() -> None:
 
 
 def test_an_unreachable_cluster_exits_2_naming_it(tmp_path: Path) -> None:
-    port = _closed_port()
+    port = free_port()
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
     done = _run("--kubeconfig", str(kubeconfig), "--request-timeout", "2")
     assert done.returncode == 2
@@ -73,7 +67,7 @@ def _named(*argv: str) -> tuple[str, ...]:
 
 def test_a_report_that_cannot_be_written_is_refused_before_the_cluster_is_asked(tmp_path: Path) -> None:
     # An unreachable cluster would be the first error if the report were checked only at the end.
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{_closed_port()}")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")
     for target, words in [(tmp_path / "missing" / "r.yaml", f"the directory {tmp_path / 'missing'} does not exist"),
                           (tmp_path, "is a directory; give a file name inside it"),
                           ("", "--report: an empty path; give a file name")]:
