@@ -26,19 +26,19 @@ from typing import Any
 
 import pytest
 
+SERIAL_GROUP = "root-netns"
+SERIAL_MARKERS = ("cni", "e2e")
 #: The xdist groups (tests/README.md, "How the suite runs"): node id prefix -> group. One worker
 #: runs a group's tests, in order, while the other workers share the rest of the suite.
 GROUPS = {
     # Bridges, veths, nftables tables and IPAM files in the root network namespace and the
     # plugins' shared directories; each test checks that nothing is left there afterwards.
-    "tests/cni/": "root-netns",
-    "tests/e2e/": "root-netns",
+    "tests/cni/": SERIAL_GROUP,
+    "tests/e2e/": SERIAL_GROUP,
     # The components as their manifests run them, on the manifests' fixed ports (the controller
     # and the bridge both take 9090).
     "tests/api/deploy/test_components_start_as_deployed.py": "deploy-fixed-ports",
 }
-SERIAL_GROUP = "root-netns"
-SERIAL_MARKERS = ("cni", "e2e")
 
 
 def group_of(nodeid: str) -> str | None:

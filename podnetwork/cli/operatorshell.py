@@ -396,9 +396,9 @@ class Shell:
         once `server` answers, delete those of `retired` (kind, name) that are ours (a
         configuration served only behind a flag now off), with --webhook-secret serve and renew
         the Secret's certificate (`podnetwork.kube.registration.Keeper`), while the shell runs.
-        `api` is an AsyncApi. With a URL (development), `/readyz` waits for the registration, as pods created
-        before are not seen by the webhooks; behind a Service, it must not: the API server
-        calls only ready endpoints, so the registration waits for the readiness instead."""
+        `api` is an AsyncApi. With a URL (development), `/readyz` waits for the registration, as
+        pods created before are not seen by the webhooks; behind a Service, it must not: the API
+        server calls only ready endpoints, so the registration waits for the readiness instead."""
         from podnetwork.kube import registration, webhooksecret
 
         flags = endpoint.flags
