@@ -301,9 +301,9 @@ class ControlStory:
             )
         last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/db-2")
         r.check(
-            last.reply.get("FailedNodes", {}).get(NODE_B) == 'podnetwork "red" is not available on this node',
+            last.reply.failed_nodes.get(NODE_B) == 'podnetwork "red" is not available on this node',
             f'the extender answered FailedNodes[{NODE_B}] = podnetwork "red" is not available on this node',
-            last.reply,
+            last.reply.to_json().decode(),
         )
 
     async def _disable_and_enable(self) -> None:
@@ -365,13 +365,13 @@ class ControlStory:
         obj = self.api.get(*POD, pod, NS)
         last = next(d for d in reversed(self.scheduler.decisions) if d.pod == f"{NS}/{pod}")
         field_name = "FailedAndUnresolvableNodes" if unresolvable else "FailedNodes"
-        answers = last.reply.get(field_name) or {}
+        answers = last.reply.failed_and_unresolvable_nodes if unresolvable else last.reply.failed_nodes
         self.report.check(
             not obj["spec"].get("nodeName")
             and set(answers) == set(nodes)
             and all(reason in msg for msg in answers.values()),
             f"{pod} stays Pending; the extender put every candidate node in {field_name}: {reason}",
-            last.reply,
+            last.reply.to_json().decode(),
         )
         cond = condition(obj, "PodScheduled")
         self.report.say(

@@ -130,10 +130,11 @@ class Demo(ControlStory):
     def _decision(self, decision: Decision) -> None:
         """Scheduler decisions join the notes, so the story prints in the order things happened."""
         reply = decision.reply
-        answer = f"NodeNames={reply.get('NodeNames') or []}"
-        for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
-            if reply.get(key):
-                answer += f" {key}={json.dumps(reply[key])}"
+        answer = f"NodeNames={reply.node_names or []}"
+        for key, failed in (("FailedNodes", reply.failed_nodes),
+                            ("FailedAndUnresolvableNodes", reply.failed_and_unresolvable_nodes)):
+            if failed:
+                answer += f" {key}={json.dumps(failed)}"
         self._note(
             f"scheduler: POST /filter {{Pod: {decision.pod}, NodeNames: {decision.candidates}}} -> {answer}"
         )

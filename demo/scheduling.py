@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from pydantic import Field
 
 from demo.store import Event, EventType, Store
-from podnetwork.ground import constants
+from podnetwork.ground import constants, core
 from podnetwork.kube import webhooks
 from scheduler_plugin import app as extender_app
 from scheduler_plugin import cache as extender_cache
 from scheduler_plugin.settings import Settings
+from scheduler_plugin.wire import ExtenderFilterResult
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,22 @@ class Extender:
         self._server = self._task = None
 
 
+class _SchedulingSpec(core.PodSpec):
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+
+
+class _SchedulingPod(core.Pod):
+    """The pod as kube-scheduler's own filters read it (the view, plus its nodeSelector)."""
+
+    spec: _SchedulingSpec = Field(default_factory=_SchedulingSpec)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the pod still needs a node: unbound, not ended, not being deleted."""
+        return (not self.spec.node_name and self.status.phase not in ("Succeeded", "Failed")
+                and not self.metadata.deletion_timestamp)
+
+
 @dataclass
 class Decision:
     """What the scheduler did with one attempt for one pod."""
@@ -95,7 +113,7 @@ class Decision:
     pod: str
     candidates: list[str]
     request: dict[str, Any]
-    reply: dict[str, Any]
+    reply: ExtenderFilterResult
     node: str | None = None
     message: str = ""
 
@@ -134,11 +152,7 @@ class Scheduler:
 
     def _on_pod(self, event: Event) -> None:
         pod = event.object
-        if event.type == EventType.DELETED or (pod.get("spec") or {}).get("nodeName"):
-            return
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if event.type == EventType.DELETED or not _SchedulingPod.model_validate(pod).waiting:
             return
         if _only_status_changed(pod, self.decisions):
             return
@@ -167,24 +181,25 @@ class Scheduler:
     async def schedule_one(self, key: str) -> Decision | None:
         ns, _, name = key.partition("/")
         pod = self.api.find("v1", "Pod", name, ns)
-        if pod is None or (pod.get("spec") or {}).get("nodeName"):
+        if pod is None:
             return None
-        nodes = self.api.list("v1", "Node")
-        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        view = _SchedulingPod.model_validate(pod)
+        if view.spec.node_name:
+            return None
+        nodes = [core.Node.model_validate(n) for n in self.api.list("v1", "Node")]
+        selector = view.spec.node_selector.items()
         candidates = [
-            n["metadata"]["name"]
-            for n in nodes
-            if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+            n.metadata.name or "" for n in nodes if selector <= (n.metadata.labels or {}).items()
         ]
         body = {"Pod": pod, "NodeNames": candidates}
         assert self._client is not None
         response = await self._client.post("/filter", json=body)
         response.raise_for_status()
-        reply = response.json()
+        reply = ExtenderFilterResult.model_validate_json(response.content)
         decision = Decision(pod=key, candidates=candidates, request=body, reply=reply)
-        passed = reply.get("NodeNames") or []
-        if reply.get("Error"):
-            decision.message = f"extender error: {reply['Error']}"
+        passed = reply.node_names or []
+        if reply.error:
+            decision.message = f"extender error: {reply.error}"
         elif passed:
             decision.node = self._pick(passed)
         self.decisions.append(decision)
@@ -194,10 +209,7 @@ class Scheduler:
         else:
             if not decision.message:
                 decision.message = unschedulable_message(
-                    len(nodes),
-                    len(nodes) - len(candidates),
-                    {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})},
-                )
+                    len(nodes), len(nodes) - len(candidates), reply.failures)
             self._set_scheduled(name, ns, False, "Unschedulable", decision.message)
         if self.on_decision:
             self.on_decision(decision)
@@ -205,7 +217,8 @@ class Scheduler:
 
     def _pick(self, passed: list[str]) -> str:
         """Spread: the passing node with the fewest pods (then by name)."""
-        load = collections.Counter((p.get("spec") or {}).get("nodeName") for p in self.api.list("v1", "Pod"))
+        pods = self.api.list("v1", "Pod")
+        load = collections.Counter(core.Pod.model_validate(p).spec.node_name for p in pods)
         return min(passed, key=lambda n: (load[n], n))
 
     def _set_scheduled(self, name: str, ns: str, ok: bool, reason: str, message: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 import pydantic
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticSerializationError
 
 from podnetwork.ground import constants
@@ -362,17 +362,27 @@ def _pod_view(pod: Any) -> Pod | None:
 
 
 class ExtenderFilterResult(BaseModel):
-    """The reply to `filter`, with the Go field names."""
+    """The reply to `filter`, with the Go field names (read back by the demo's kube-scheduler)."""
 
     model_config = ConfigDict(populate_by_name=True)
 
-    nodes: dict[str, Any] | None = Field(None, serialization_alias="Nodes")
-    node_names: list[str] | None = Field(None, serialization_alias="NodeNames")
-    failed_nodes: dict[str, str] = Field(default_factory=dict, serialization_alias="FailedNodes")
+    nodes: dict[str, Any] | None = Field(None, alias="Nodes")
+    node_names: list[str] | None = Field(None, alias="NodeNames")
+    # Go's encoder writes a nil map as null, which kube-scheduler reads as empty.
+    failed_nodes: dict[str, str] = Field(default_factory=dict, alias="FailedNodes")
     failed_and_unresolvable_nodes: dict[str, str] = Field(
-        default_factory=dict, serialization_alias="FailedAndUnresolvableNodes"
-    )
-    error: str = Field("", serialization_alias="Error")
+        default_factory=dict, alias="FailedAndUnresolvableNodes")
+    error: str = Field("", alias="Error")
+
+    @field_validator("failed_nodes", "failed_and_unresolvable_nodes", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Every failed node with its reason, whichever field it came in."""
+        return {**self.failed_nodes, **self.failed_and_unresolvable_nodes}
 
     def to_json(self) -> bytes:
         """The reply as kube-scheduler reads it: every field, under its Go name.

@@ -101,7 +101,7 @@ async def test_a_pod_on_a_missing_network_stays_pending_with_the_extenders_reaso
     assert scheduled["message"] == '0/2 nodes are available: 2 podnetwork "red" not found.'
     decision = scheduler.decisions[-1]
     assert decision.request == {"Pod": decision.request["Pod"], "NodeNames": ["n1", "n2"]}
-    assert set(decision.reply["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
+    assert set(decision.reply.failed_and_unresolvable_nodes) == {"n1", "n2"}
 
 
 @with_cluster
@@ -114,7 +114,7 @@ async def test_the_pod_is_retried_and_bound_when_its_network_turns_ready(cluster
     got = api.get("v1", "Pod", "p", "demo")
     # n2 offers only blue; the extender fails it, so the pod lands on n1.
     assert got["spec"]["nodeName"] == "n1"
-    assert scheduler.decisions[-1].reply["FailedNodes"] == {
+    assert scheduler.decisions[-1].reply.failed_nodes == {
         "n2": 'podnetwork "red" is not available on this node'
     }
 

@@ -444,6 +444,18 @@ def test_reply_uses_the_go_field_names() -> None:
     }
 
 
+def test_a_reply_reads_back_as_written_and_go_nil_maps_read_as_empty() -> None:
+    reply = wire.ExtenderFilterResult(node_names=["a"], failed_nodes={"b": "why"},
+                                      failed_and_unresolvable_nodes={"c": "gone"})
+    again = wire.ExtenderFilterResult.model_validate_json(reply.to_json())
+    assert again == reply
+    assert again.failures == {"b": "why", "c": "gone"}
+    # What Go's encoder writes for an ExtenderFilterResult whose maps were never made.
+    go = wire.ExtenderFilterResult.model_validate_json(
+        b'{"Nodes":null,"NodeNames":["a"],"FailedNodes":null,"FailedAndUnresolvableNodes":null,"Error":""}')
+    assert go.node_names == ["a"] and go.failures == {}
+
+
 
 def test_the_fast_reply_writes_the_bytes_pydantic_would() -> None:
     replies = [
