@@ -17,6 +17,7 @@ from podnetwork.ground import constants
 from podnetwork.kube import credentials
 
 if TYPE_CHECKING:
+    from bridge.operator.admissionapp import PodNetworkListing
     from bridge.operator.serviceslices import Services
     from podnetwork.cli.metrics import OperatorMetrics
 
@@ -148,14 +149,20 @@ def _problem(args: argparse.Namespace) -> str | None:
     return problem
 
 
-def metrics(bridge: Any) -> Any:
+def metrics(bridge: Any, listing: PodNetworkListing | None = None) -> Any:
     """The bridge's metrics (docs/metrics.md): the shared operator ones, the writes of its API
-    client, and what it holds in memory. Returns a `podnetwork.cli.metrics.OperatorMetrics`."""
+    client, the LISTs of PodNetworks of its validating webhook (`listing`), and what it holds
+    in memory. Returns a `podnetwork.cli.metrics.OperatorMetrics`."""
     from podnetwork.cli import metrics as kube_metrics
 
     measured = kube_metrics.OperatorMetrics("bridge")
     if bridge.api is not None:
         bridge.api.on_write = measured.on_write
+    listings = measured.counter(
+        "podnetwork_listings", "LISTs of PodNetworks by the validating webhook of --enforce-use-permission, "
+        "for a NAD its memory cannot vouch for, by outcome (listed, failed).", ["outcome"])
+    if listing is not None:
+        listing.on_read = lambda outcome: listings.labels(outcome).inc()
     measured.gauge("cached_objects", "Objects the bridge's translations read, held in memory, by kind.",
                    lambda: {(constants.PODNETWORK_KIND,): len(bridge.podnetworks),
                             (constants.ATTACHMENT_KIND,): len(bridge.attachments),
@@ -168,7 +175,8 @@ def metrics(bridge: Any) -> Any:
     return measured
 
 
-async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured: Any = None) -> int:
+async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured: Any = None,
+                 listing: PodNetworkListing | None = None) -> int:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
     webhook cannot be served (port in use, unusable certificate), before anything started;
     1 when an active replica was outranked by a peer (it restarts as a standby)."""
@@ -192,7 +200,11 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                 operatorshell.register_demotion_guard(registry, bridge.api, identity, demote)
             enforce = args.enforce_use_permission
             may_use = UseReviews(bridge.api, UseCache(), who="the bridge").may_use if enforce else None
-            webhook = admissionapp.app(bridge.objects, may_use=may_use)
+            # What the watch-fed memory cannot vouch for (a PodNetwork created a moment ago, or
+            # any while peering pauses this replica) is listed from the API, with the same client.
+            listing = listing or admissionapp.PodNetworkListing(bridge.api)
+            webhook = admissionapp.app(bridge.objects, may_use=may_use,
+                                       podnetworks=listing.podnetworks if enforce else None)
             if measured is not None:
                 from podnetwork.cli import metrics as kube_metrics
 
@@ -238,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
 
-    from bridge.operator import admission
+    from bridge.operator import admission, admissionapp
     from podnetwork.kube import client as kube
 
     logs.operator_logging(args.verbose)
@@ -254,7 +266,8 @@ def _run(args: argparse.Namespace) -> int:
         write_pod_ips=args.write_pod_ips,
         write_attachments=args.write_attachments,
     ), api=api)
-    measured = metrics(bridge)
+    listing = admissionapp.PodNetworkListing(api)
+    measured = metrics(bridge, listing)
     controller.register(registry, bridge, measured)
     if args.services:
         from bridge.operator import serviceslices
@@ -263,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         serviceslices.register(registry, slices, measured)
         service_metrics(measured, slices)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
-    return asyncio.run(_serve(args, registry, bridge, measured))
+    return asyncio.run(_serve(args, registry, bridge, measured, listing))
 
 
 def service_metrics(measured: OperatorMetrics, slices: Services) -> None:

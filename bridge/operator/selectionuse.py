@@ -25,14 +25,21 @@ from it, in either format, whether or not the spec calls it valid. Multus reads 
 `bridge.npwg.parse_selection` accepts (JSON keys in any case, values the spec refuses), so a
 strict read would leave it a way around; a reference no one would attach is only asked about.
 
-`uses` is the pure decision; `authorize` asks through the `MayUse` it is given and words
-the refusal with `podnetwork.kep.usepermission.use_refusal`.
+Which PodNetworks back a NAD is read from the bridge's watch-fed memory only for the NADs of
+the PodNetworks the pod names in its KEP annotation (its own selections); memory lags the API
+(a PodNetwork created a moment ago; all of them while peering pauses the replica), so for any
+other NAD (`unvouched`) `authorize` lists the PodNetworks once and decides over that listing
+(`listed`): a permission check must not pass a pod because memory has not caught up.
+
+`uses` is the pure decision; `authorize` asks through the `MayUse` and the `ListPodNetworks`
+it is given and words the refusal with `podnetwork.kep.usepermission.use_refusal`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +60,12 @@ MULTUS_DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 #: The annotations whose NADs a pod is attached to, checked alike.
 CHECKED = (SELECTION, MULTUS_DEFAULT_NETWORK)
 _JSON_MARKS = "[{\""
+#: `podnetworks()`: the PodNetworks the API holds now (a consistent LIST), read into their models
+#: (`translate.Objects`, its PodNetworks and those that do not fit). Raises
+#: `usepermission.UseUnavailable` when it cannot tell.
+ListPodNetworks = Callable[[], Awaitable[translate.Objects]]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -198,25 +211,21 @@ def is_binding(request: AdmissionRequest) -> bool:
             and not request.kind.group and request.operation == "CREATE")
 
 
-def uses(request: AdmissionRequest, objects: translate.Objects) -> list[NadUse]:
-    """The entries of the pod's NPWG selection that need `use` (module docstring), in order.
-    Never raises: objects of the wrong shape are read as far as they go."""
+def _added(request: AdmissionRequest) -> tuple[list[tuple[str, int, Key]], str]:
+    """(annotation, element index, NAD) of every NAD the request adds to the pod's selections, each
+    NAD once, at its first entry; and the pod's namespace. Nothing for a request the webhook
+    does not judge."""
     binding = is_binding(request)
     if not binding and (not request.is_pod or request.operation not in ("CREATE", "UPDATE")
                         or request.sub_resource not in ("", "status")):
-        return []
+        return [], ""
     new = _annotations(request.object)
-    if not any(isinstance(new.get(a), str) for a in CHECKED):
-        return []
     namespace = request.namespace or str(_annotations_namespace(request.object))
-    backed = backing(objects)
-    if not backed:
-        return []
+    if not any(isinstance(new.get(a), str) for a in CHECKED):
+        return [], namespace
     old = _annotations(request.old_object) if request.operation == "UPDATE" and request.old_object else {}
-    exempt = set() if binding else declared(new, namespace, objects)
-    exempt.add(constants.DEFAULT_PODNETWORK)
-    needed: list[NadUse] = []
-    asked: set[Key] = set()
+    added: list[tuple[str, int, Key]] = []
+    seen: set[Key] = set()
     for annotation in CHECKED:
         read = references if annotation == SELECTION else default_network_reference
         text = new.get(annotation)
@@ -225,12 +234,62 @@ def uses(request: AdmissionRequest, objects: translate.Objects) -> list[NadUse]:
         before = old.get(annotation)
         had = {key for _, key in read(before, namespace)} if isinstance(before, str) else set()
         for index, key in read(text, namespace):
-            podnetworks = backed.get(key)
-            if podnetworks is None or key in had or key in asked or exempt.intersection(podnetworks):
-                continue
-            asked.add(key)
+            if key not in had and key not in seen:
+                seen.add(key)
+                added.append((annotation, index, key))
+    return added, namespace
+
+
+def _exempt(request: AdmissionRequest, namespace: str, objects: translate.Objects) -> set[str]:
+    exempt = set() if is_binding(request) else declared(_annotations(request.object), namespace, objects)
+    exempt.add(constants.DEFAULT_PODNETWORK)
+    return exempt
+
+
+def uses(request: AdmissionRequest, objects: translate.Objects) -> list[NadUse]:
+    """The entries of the pod's NPWG selection that need `use` (module docstring), in order.
+    Never raises: objects of the wrong shape are read as far as they go."""
+    added, namespace = _added(request)
+    backed = backing(objects) if added else {}
+    if not backed:
+        return []
+    exempt = _exempt(request, namespace, objects)
+    needed: list[NadUse] = []
+    for annotation, index, key in added:
+        podnetworks = backed.get(key)
+        if podnetworks is not None and not exempt.intersection(podnetworks):
             needed.append(NadUse(index, key, podnetworks, annotation))
     return needed
+
+
+def unvouched(request: AdmissionRequest, objects: translate.Objects) -> list[Key]:
+    """The NADs the request adds whose decision `objects` (the bridge's watch-fed memory) cannot
+    vouch for, in order: every one but those backing a PodNetwork the pod names in its KEP
+    annotation. Memory lags the API (a PodNetwork created a moment ago; every PodNetwork, while
+    peering pauses this replica and its watches are closed), so a NAD it knows no PodNetwork of
+    might back one now, and one it knows might back another now (deleted and created again over
+    the same NAD: parametersRefs are immutable): `authorize` confirms those with the API. The
+    NADs of KEP-named PodNetworks are the bridge's own selections, exempt without a read (the
+    module docstring; "Known limits" in docs/bridge.md). Never raises."""
+    added, namespace = _added(request)
+    if not added:
+        return []
+    backed = backing(objects)
+    exempt = _exempt(request, namespace, objects)
+    return [key for _, _, key in added if not exempt.intersection(backed.get(key, ()))]
+
+
+def listed(objects: translate.Objects, api: translate.Objects) -> translate.Objects:
+    """`objects` with its PodNetworks replaced by those the API listed (`api`): a consistent LIST
+    is newer than anything the watches delivered, so a PodNetwork it lacks is gone. One the API
+    listed that does not fit its model (`api.invalid`; a real API server validates them) keeps
+    the body memory has of it. Attachments, NADs and options stay memory's: which PodNetworks
+    back a NAD depends on the PodNetworks alone, and the NAD need not exist."""
+    podnetworks = dict(api.podnetworks)
+    for kind, _, name in api.invalid:
+        if kind == constants.PODNETWORK_KIND and name not in podnetworks and name in objects.podnetworks:
+            podnetworks[name] = objects.podnetworks[name]
+    return translate.Objects(podnetworks, objects.attachments, objects.nads, objects.options, objects.invalid)
 
 
 def _annotations_namespace(obj: Any) -> str:
@@ -275,10 +334,16 @@ def refusal(request: AdmissionRequest, use: NadUse, requester: Subject | None,
                                      field=field, via=_via(use))
 
 
-async def authorize(request: AdmissionRequest, objects: translate.Objects,
-                    may_use: MayUse) -> dict[str, Any] | None:
+async def authorize(request: AdmissionRequest, objects: translate.Objects, may_use: MayUse,
+                    podnetworks: ListPodNetworks | None = None) -> dict[str, Any] | None:
     """The refusal of a pod whose NPWG selection reaches a PodNetwork that neither its requester
-    nor its ServiceAccount may use, or None. Raises `usepermission.UseUnavailable`."""
+    nor its ServiceAccount may use, or None. `objects` is the bridge's memory; with
+    `podnetworks`, a NAD it cannot vouch for (`unvouched`) is decided over the PodNetworks the
+    API lists now (`listed`), read once per request. Raises `usepermission.UseUnavailable`."""
+    if podnetworks is not None and (doubted := unvouched(request, objects)):
+        logger.debug("listing PodNetworks for %s: memory cannot vouch for which back %s", _describe(request),
+                     ", ".join(f"{ns}/{name}" for ns, name in doubted))
+        objects = listed(objects, await podnetworks())
     needed = uses(request, objects)
     if not needed:
         return None
@@ -300,6 +365,12 @@ async def authorize(request: AdmissionRequest, objects: translate.Objects,
     return None
 
 
+def _describe(request: AdmissionRequest) -> str:
+    name = admissionreview.name_of(request.object) or "(generated name)"
+    what = "Binding" if is_binding(request) else "pod"
+    return f"{request.operation} of {what} {request.namespace or '?'}/{name}"
+
+
 async def _anyone_may_use_any(subjects: list[Subject], podnetworks: Iterable[str], namespace: str,
                               may_use: MayUse) -> bool:
     for podnetwork in podnetworks:
@@ -312,13 +383,16 @@ __all__ = [
     "CHECKED",
     "MULTUS_DEFAULT_NETWORK",
     "SELECTION",
+    "ListPodNetworks",
     "NadUse",
     "authorize",
     "backing",
     "declared",
     "default_network_reference",
     "is_binding",
+    "listed",
     "references",
     "refusal",
+    "unvouched",
     "uses",
 ]

@@ -175,6 +175,11 @@ class OperatorMetrics:
         name = f"{PREFIX}{self.component}_{suffix}"
         self.registry.register(CallbackGauge(name, documentation, read, labels))
 
+    def counter(self, suffix: str, documentation: str, labels: Iterable[str] = ()) -> Counter:
+        """A component's own counter, named as the others (`_total` added by the client)."""
+        return Counter(f"{PREFIX}{self.component}_{suffix}", documentation, list(labels),
+                       registry=self.registry)
+
     def on_write(self, kind: str, verb: str, outcome: str) -> None:
         """`podnetwork.kube.client.AsyncApi.on_write`."""
         self.api_writes.labels(kind, verb, outcome).inc()

@@ -49,13 +49,14 @@ def declare_resources(k: kmock.KubernetesEmulator) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(k: kmock.KubernetesEmulator, config: controller.BridgeSettings | None = None
-                  ) -> AsyncIterator[controller.Bridge]:
-    """The bridge alone in an operator task of this loop; stopped and awaited on exit."""
+async def running(k: kmock.KubernetesEmulator, config: controller.BridgeSettings | None = None,
+                  **spawn_options: Any) -> AsyncIterator[controller.Bridge]:
+    """The bridge alone in an operator task of this loop; stopped and awaited on exit.
+    `spawn_options` go to `kube_emulator.operator` (peering, identity)."""
     registry = kopf.OperatorRegistry()
     bridge = controller.Bridge(config=config or controller.BridgeSettings(), api=kube_emulator.api(k))
     controller.register(registry, bridge)
-    async with kube_emulator.operator(k, registry):
+    async with kube_emulator.operator(k, registry, **spawn_options):
         yield bridge
 
 

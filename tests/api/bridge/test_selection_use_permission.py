@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import datetime
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from tests.api import bridge_api_support as bs
 from tests.api.bridge.test_command_webhook import MWC, PODNETWORK, free_port
 from tests.api.controller.test_use_permission import SAR_PATH, authorizer, reviews
 from tests.api.kube_emulator import write_kubeconfig
+from tests.api.metrics_support import scrape, value
 from tests.unit.crd_support import cel
 
 pytestmark = pytest.mark.kmock(cls=bs.Emulator)
@@ -80,7 +82,8 @@ def sent_by_the_api_server(body: dict[str, Any], *, enforce: bool = True) -> boo
 
 async def validate(bridge: Any, body: dict[str, Any], *, enforce: bool = True) -> httpx.Response:
     reviews_ = UseReviews(bridge.api, UseCache(), who="the bridge")
-    app = admissionapp.app(bridge.objects, may_use=reviews_.may_use if enforce else None)
+    app = admissionapp.app(bridge.objects, may_use=reviews_.may_use if enforce else None,
+                           podnetworks=admissionapp.PodNetworkListing(bridge.api).podnetworks)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://webhook") as client:
         return await client.post(admission.VALIDATE_PATH, json=body)
 
@@ -222,6 +225,110 @@ async def test_a_failing_subject_access_review_answers_503_with_the_reason(kmock
     assert "HTTP 403" in detail and detail.endswith("retry the request")
 
 
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+
+
+def paused_by_a_peer(k: bs.Emulator, name: str = "podnetwork-bridge") -> dict[str, Any]:
+    """A rollout's new replica: deploy/peering/'s ClusterKopfPeering holds a live peer of a higher
+    priority (the old replica), so kopf keeps this one paused, its watches closed, while its
+    webhook serves. The `bs.running` options that start it so."""
+    k.resources[PEERINGS] = kmock_lib.ResourceInfo(kind="ClusterKopfPeering", namespaced=False,
+                                                   verbs={"list", "watch", "get", "patch"})
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    k.objects[PEERINGS, None, name] = {
+        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "status": {"the-old-replica": {"priority": 100, "lifetime": 600, "lastseen": now}}}
+    return {"standalone": False, "peering_name": name, "priority": 0, "identity": "the-new-replica"}
+
+
+def listings(k: bs.Emulator) -> list[Any]:
+    """The LISTs of PodNetworks sent (not kopf's watches)."""
+    return [r for r in list(k) if r.method.value == "GET" and str(r.url.path) == bs.PN_URL
+            and r.params.get("watch") not in ("true", "1")]
+
+
+async def test_a_replica_paused_by_peering_confirms_with_the_api_which_podnetworks_back_a_nad(
+        kmock: bs.Emulator) -> None:
+    world(kmock)
+    grants: set[tuple[str, str]] = set()
+    authorizer(kmock, grants)
+    hand_written = review(new_pod({NPWG: "nets/dataplane@net1"}))
+    async with bs.running(kmock, **paused_by_a_peer(kmock)) as bridge:
+        refused = (await validate(bridge, hand_written)).json()["response"]
+        grants.add((POD_SA, "dataplane"))
+        allowed = (await validate(bridge, hand_written)).json()["response"]
+        plain = (await validate(bridge, review(new_pod({NPWG: "nets/plain"})))).json()["response"]
+        memory = bridge.objects()
+    # The premise: its watches closed, the paused replica's memory has seen no PodNetwork.
+    assert not memory.podnetworks
+    assert refused["allowed"] is False
+    assert refused["status"]["code"] == 403
+    assert refused["status"]["details"]["causes"][0]["field"] == f"metadata.annotations[{NPWG}][0]"
+    assert 'may use PodNetwork "dataplane" (named through NetworkAttachmentDefinition "nets/dataplane"' in \
+        refused["status"]["message"]
+    assert allowed == {"uid": "u-1", "allowed": True}
+    assert plain == {"uid": "u-1", "allowed": True}  # a NAD no PodNetwork backs, confirmed: nothing to ask
+    assert reviews(kmock) == [("alice", "dataplane"), (POD_SA, "dataplane"), ("alice", "dataplane"),
+                              (POD_SA, "dataplane")]
+    # One LIST per request its memory could not vouch for, a consistent read (no resourceVersion).
+    sent = listings(kmock)
+    assert len(sent) == 3
+    assert all("resourceVersion" not in r.params for r in sent)
+
+
+async def test_a_failing_listing_of_podnetworks_answers_503_saying_which_podnetworks_back_the_nad_is_unknown(
+        kmock: bs.Emulator) -> None:
+    world(kmock)
+    authorizer(kmock, {(POD_SA, "dataplane")})
+    kmock[f"get {bs.PN_URL}"] << 403
+    async with bs.running(kmock, **paused_by_a_peer(kmock)) as bridge:
+        resp = await validate(bridge, review(new_pod({NPWG: "nets/dataplane"})))
+    assert resp.status_code == 503
+    detail = resp.json()["detail"]
+    assert detail.startswith("cannot check the permission to use the PodNetworks of the pod's NPWG selection "
+                             f"({NPWG}): the bridge could not confirm which PodNetworks back the "
+                             "NetworkAttachmentDefinitions the selection names: ")
+    assert "HTTP 403" in detail and detail.endswith("retry the request")
+    assert reviews(kmock) == []
+
+
+@pytest.mark.timeout(90)
+async def test_the_command_paused_by_peering_lists_the_podnetworks_its_memory_lacks_and_counts_the_lists(
+        kmock: bs.Emulator, tmp_path: Path) -> None:
+    world(kmock)
+    authorizer(kmock, set())
+    paused_by_a_peer(kmock)
+    config = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    port, metrics_port = free_port(), free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *PODNETWORK, "bridge", "--kubeconfig", str(config), "--webhook", "--enforce-use-permission",
+        "--webhook-host", "127.0.0.1", "--webhook-port", str(port), "--metrics-port", str(metrics_port),
+        "--peering", "podnetwork-bridge", "--no-services",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "KUBECONFIG": ""})
+    try:
+        async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=False) as client:
+            for _ in range(300):
+                try:
+                    sent = await client.post(admission.VALIDATE_PATH, json=review(new_pod({NPWG: "nets/dataplane"})))
+                    break
+                except httpx.TransportError:  # not serving yet
+                    await asyncio.sleep(0.1)
+        samples = await scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out.decode()
+    # The premise: paused from the start, it never watched PodNetworks, so its memory holds none.
+    assert not [r for r in list(kmock) if str(r.url.path) == bs.PN_URL and r.params.get("watch") in ("true", "1")]
+    answer = sent.json()["response"]
+    assert answer["allowed"] is False
+    assert 'may use PodNetwork "dataplane"' in answer["status"]["message"]
+    assert value(samples, "podnetwork_bridge_podnetwork_listings_total", outcome="listed") == 1
+    assert value(samples, "podnetwork_bridge_podnetwork_listings_total", outcome="failed") == 0
+
+
 async def test_without_the_flag_the_validating_path_allows_everything_and_asks_nothing(kmock: bs.Emulator) -> None:
     # A configuration left registered after the flag was turned off must not refuse pods.
     world(kmock)
@@ -260,13 +367,9 @@ async def test_the_command_flag_serves_and_registers_the_validating_webhook_aski
         assert hook["clientConfig"]["url"] == f"https://localhost:{port}{admission.VALIDATE_PATH}"
         assert hook["failurePolicy"] == "Fail"
         async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=False) as client:
-            # Until the bridge's watches delivered the PodNetwork, no NAD is known to back one: allowed.
-            for _ in range(300):
-                answer = (await client.post(admission.VALIDATE_PATH,
-                                            json=review(new_pod({NPWG: "nets/dataplane"})))).json()["response"]
-                if not answer["allowed"]:
-                    break
-                await asyncio.sleep(0.1)
+            # Whether or not its watches delivered the PodNetwork yet: what memory lacks is listed.
+            answer = (await client.post(admission.VALIDATE_PATH,
+                                        json=review(new_pod({NPWG: "nets/dataplane"})))).json()["response"]
         assert 'may use PodNetwork "dataplane"' in answer["status"]["message"]
     finally:
         if proc.returncode is None:

@@ -4,18 +4,20 @@ webhook (its matchConditions, evaluated with cel-python). Pure functions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge import translate
-from bridge.operator import admission, selectionuse
+from bridge.operator import admission, admissionapp, selectionuse
 from bridge.operator.selectionuse import NadUse
 from podnetwork.ground import constants
 from podnetwork.kep.admissionreview import AdmissionRequest
-from podnetwork.kep.usepermission import Subject
+from podnetwork.kep.usepermission import Subject, UseUnavailable
 from tests.unit.bridge_support import nad, podnetwork
 from tests.unit.crd_support import cel
 
@@ -249,3 +251,102 @@ def test_requests_setting_or_changing_multus_default_network_reach_the_validatin
     assert not sent({"operation": "UPDATE", "object": set_, "oldObject": set_})
     both = pod({MULTUS_DEFAULT: "nets/dataplane", NPWG: "nets/x"})
     assert not sent({"operation": "UPDATE", "object": both, "oldObject": both})
+
+
+# --- what the watch-fed memory cannot vouch for, and the listing that confirms it ---------------
+
+
+def unvouched(new: dict[str, str], objs: translate.Objects, old: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    return selectionuse.unvouched(request(new, old), objs)
+
+
+def test_memory_vouches_only_for_the_nads_of_the_podnetworks_the_pod_names_in_its_kep_annotation() -> None:
+    kep = json.dumps([{"podNetworkName": "dataplane"}])
+    # The bridge's own selection: the NAD of a KEP-named PodNetwork, or of `default`.
+    assert unvouched({KEP: kep, NPWG: "nets/dataplane"}, objects()) == []
+    assert unvouched({NPWG: "nets/cluster"}, objects()) == []
+    # A NAD memory knows no PodNetwork of might back one created a moment ago; one it knows
+    # might back another now (deleted and created again over it): both are confirmed.
+    assert unvouched({KEP: kep, NPWG: "nets/plain,nets/dataplane,nets/storage,other"}, objects()) == [
+        ("nets", "plain"), ("nets", "storage"), (NS, "other")]
+    # A paused replica's memory has seen nothing: every NAD, even the KEP-named PodNetwork's.
+    assert unvouched({KEP: kep, NPWG: "nets/dataplane"}, translate.Objects()) == [("nets", "dataplane")]
+    # What an update keeps was checked when it was added; other subresources carry no selection.
+    assert unvouched({NPWG: "nets/plain,nets/storage"}, objects(), old={NPWG: "nets/plain"}) == [("nets", "storage")]
+    assert selectionuse.unvouched(request({NPWG: "nets/plain"}, {}, subresource="ephemeralcontainers"),
+                                  objects()) == []
+    assert unvouched({KEP: kep}, translate.Objects()) == []
+
+
+def test_the_listing_replaces_memorys_podnetworks_keeping_its_body_of_one_listed_that_does_not_fit() -> None:
+    memory = objects(podnetwork("alias", nads=[("nets", "dataplane")]), attachment("fast", "dataplane"))
+    unfit = {**podnetwork("alias"), "spec": {"parametersRefs": "not a list"}}
+    api = translate.Objects.from_objects([podnetwork("dataplane"), podnetwork("storage-v2", nads=[("nets", "storage")]),
+                                          unfit])
+    seen = selectionuse.listed(memory, api)
+    # `default` and `storage` were deleted; `alias` is listed but unreadable: memory's body stays.
+    assert sorted(seen.podnetworks) == ["alias", "dataplane", "storage-v2"]
+    assert seen.podnetworks["alias"] is memory.podnetworks["alias"]
+    assert seen.attachments == memory.attachments and seen.nads == memory.nads
+    assert selectionuse.uses(request({NPWG: "nets/storage,nets/dataplane"}), seen) == [
+        NadUse(0, ("nets", "storage"), ("storage-v2",)), NadUse(1, ("nets", "dataplane"), ("alias", "dataplane"))]
+
+
+class Lister:
+    """`selectionuse.ListPodNetworks` answering `api`, counting the calls."""
+
+    def __init__(self, api: translate.Objects) -> None:
+        self.api = api
+        self.calls = 0
+
+    async def podnetworks(self) -> translate.Objects:
+        self.calls += 1
+        return self.api
+
+
+async def test_authorize_lists_once_what_memory_cannot_vouch_for_and_decides_over_the_listing() -> None:
+    asked: list[tuple[str, str]] = []
+    grants = {("system:serviceaccount:app:default", "storage")}
+
+    async def may_use(subject: Subject, podnetwork: str, namespace: str) -> bool:
+        asked.append((subject.user, podnetwork))
+        return (subject.user, podnetwork) in grants
+
+    # Memory empty (a paused replica): the listing shows the NAD backs `dataplane`, not granted.
+    lister = Lister(objects())
+    refused = await selectionuse.authorize(request({NPWG: "nets/dataplane,nets/plain"}), translate.Objects(),
+                                           may_use, lister.podnetworks)
+    assert refused is not None and refused["response"]["status"]["code"] == 403
+    assert lister.calls == 1
+    # Memory says `storage` (granted) backs nets/storage; the API says it was replaced by
+    # `storage-v2` (not granted): the listing decides.
+    lister = Lister(translate.Objects.from_objects([podnetwork("storage-v2", nads=[("nets", "storage")])]))
+    asked.clear()
+    refused = await selectionuse.authorize(request({NPWG: "nets/storage"}), objects(), may_use, lister.podnetworks)
+    assert refused is not None and asked == [("system:serviceaccount:app:default", "storage-v2")]
+    # The bridge's own selection is decided from memory, without a read.
+    lister = Lister(translate.Objects())
+    kep = json.dumps([{"podNetworkName": "dataplane"}])
+    assert await selectionuse.authorize(request({KEP: kep, NPWG: "nets/dataplane"}), objects(), may_use,
+                                        lister.podnetworks) is None
+    assert lister.calls == 0
+
+
+class Stalled:
+    """An API client whose LIST never answers."""
+
+    async def list(self, resource: Any, namespace: str | None = None) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_a_listing_that_does_not_answer_in_time_or_cannot_be_sent_is_unavailable_and_counted() -> None:
+    outcomes: list[str] = []
+    listing = admissionapp.PodNetworkListing(Stalled(), timeout=0.01, on_read=outcomes.append)
+    with pytest.raises(UseUnavailable) as stalled:
+        await listing.podnetworks()
+    assert str(stalled.value) == ("the bridge could not confirm which PodNetworks back the "
+                                  "NetworkAttachmentDefinitions the selection names: the API server did not "
+                                  "answer a LIST of PodNetworks within 0.01s")
+    with pytest.raises(UseUnavailable, match="the bridge has not connected to the API yet"):
+        await admissionapp.PodNetworkListing(None, on_read=outcomes.append).podnetworks()
+    assert outcomes == ["failed", "failed"]
