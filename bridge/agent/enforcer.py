@@ -89,23 +89,20 @@ class Enforcer(Reconciler[Document]):
     def decide(self, locals_: list[Local]) -> list[Step[Document]]:
         if not self.state.policies:
             # No MultiNetworkPolicy anywhere (most clusters): no pod is isolated, so no pod has a
-            # table, and a pass needs no world of every watched pod to say so (building one is
-            # O(pods in the cluster), on every pod event). Same steps as the full pass below.
+            # table, and a pass needs no world of every watched pod to say so. Same steps as the
+            # full pass below.
             self.state.note({})
             self.last = None  # the first pass with a policy compiles every local pod
+            self.state.forget_world()  # and keys every watched pod again: nothing kept for passes
             return [Step(local.container_id, local.pod, local.netns, None) for local in locals_
                     if self.applied.get(local.container_id, enforcement.UNKNOWN) is not None]
         local = self._local_infos()
         world = self.state.world(local)
         scope_of = scope.scopes(world)
         self.state.note(scope_of)
-        # What the next pass compares with: the pods as the state keeps them (shared with it, not
-        # the world's copies with their networks keyed: ~0.5 kB a pod kept for nothing), this
-        # node's as their records have them. Within the same networks, one changes when the other does.
-        pods = dict(self.state.pods)
-        pods.update(local)
-        seen = World(pods, world.namespaces, world.networks, world.policies)
-        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last, seen)
+        # The next pass compares its world with this one: the pods in it are those the state
+        # keeps keyed between passes (`PolicyState.keyed_pods`), so keeping it costs one mapping.
+        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last)
         return steps
 
     # --- this node's containers ----------------------------------------------------------------
