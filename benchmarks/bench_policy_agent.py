@@ -19,6 +19,7 @@ Issue 21's targets, measured:
 Needs root, `nft` and the CNI plugins. Run:  sudo .venv/bin/python benchmarks/bench_policy_agent.py
 (`--only add --adds 40`: the ADD's ratio alone, more ADDs; `--only decisions`: the decisions alone).
 The memory alone (3., any user):             .venv/bin/python benchmarks/bench_policy_agent.py --rss-only
+  [--before DIR]  # also the memory of the project's code in DIR (git archive REV | tar -x -C DIR)
 Prints Markdown for docs/benchmarks.md. Removes every namespace, bridge and file it made.
 """
 
@@ -224,10 +225,11 @@ RSS_PROBE = """
 import gc, json, sys, tracemalloc
 sys.path.insert(0, {root!r})
 import bridge.agent.agent, bridge.agent.enforcer
+from bridge.agent.enforcer import Enforcer
 from bridge.agent.policystate import PolicyState
-from bridge.agent.watchcache import POD
+from bridge.agent.watchcache import NAD, POD, PODNETWORK, POLICY
 sys.path.insert(0, {bench!r})
-from bench_policy_agent import pod_object
+from bench_policy_agent import pod_object, podnetwork_object, policy_object
 def rss():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
 before = rss()
@@ -239,29 +241,57 @@ if {trace}:
 if {feed}:
     state.listed(POD, items)
 del items
+if {passed}:  # a pass with a policy, its world kept for the next (`Enforcer.last`)
+    state.listed(NAD, [{{"metadata": {{"namespace": "default", "name": "blue"}}}}])
+    state.listed(PODNETWORK, [podnetwork_object()])
+    state.listed(POLICY, [policy_object(0)])
+    enforcer = Enforcer(state)
+    enforcer.decide([])
+    assert enforcer.last is not None
 gc.collect()
 kept = tracemalloc.get_traced_memory()[0] if {trace} else 0
 print(json.dumps({{"before": before, "after": rss(), "pods": len(state.pods), "kept": kept}}))
 """
 
 
-def rss() -> dict[str, Any]:
-    """RSS of a process that fed 10,000 pods to a `PolicyState` and of one that did not; and what
-    the state holds (tracemalloc, in a third process: tracing changes the RSS)."""
+def podnetwork_object() -> dict[str, Any]:
+    """The bridge's PodNetwork `blue`, backed by NAD `NAD`: every pod's network-status names the NAD,
+    so a pass keys every pod's interface by the PodNetwork (the most a pass keeps per pod)."""
+    namespace, _, name = NAD.partition("/")
+    return {"apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetwork", "metadata": {"name": "blue"},
+            "spec": {"enabled": True, "provider": "multinetwork.x-k8s.io/npwg-bridge", "parametersRefs": [
+                {"group": "k8s.cni.cncf.io", "kind": "network-attachment-definitions", "name": name,
+                 "namespace": namespace}]}}
+
+
+def rss(root: Path = ROOT) -> dict[str, Any]:
+    """RSS of a process that fed 10,000 pods to a `PolicyState`, of one that did not, and of one that
+    also ran a pass with a policy (the NAD backed by a PodNetwork: every pod keyed) and kept its world
+    as the enforcer does; and what the state holds (tracemalloc, in other processes: tracing changes
+    the RSS). `root`: the project's code to measure (another tree: `git archive REV | tar -x -C DIR`)."""
     out = {}
-    for name, feed, trace in (("without", False, False), ("with", True, False), ("traced", True, True)):
-        code = RSS_PROBE.format(root=str(ROOT), bench=str(Path(__file__).parent), feed=feed, trace=trace)
+    for name, feed, passed, trace in (("without", False, False, False), ("with", True, False, False),
+                                      ("traced", True, False, True), ("pass", True, True, False),
+                                      ("pass traced", True, True, True)):
+        code = RSS_PROBE.format(root=str(root), bench=str(Path(__file__).parent), feed=feed, passed=passed,
+                                trace=trace)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         out[name] = json.loads(done.stdout)
     return out
 
 
 def rss_line(r: dict[str, Any]) -> str:
-    with_, without = r["with"], r["without"]
-    grow = (with_["after"] - with_["before"]) - (without["after"] - without["before"])
+    with_, without, passed = r["with"], r["without"], r["pass"]
+
+    def grow(arm: dict[str, Any]) -> float:
+        return ((arm["after"] - arm["before"]) - (without["after"] - without["before"])) / 1024
+
     return (f"RSS: {without['after'] / 1024:.1f} MB without the pods, {with_['after'] / 1024:.1f} MB with "
-            f"{with_['pods']} pods in the policy state: +{grow / 1024:.1f} MB; the state holds "
-            f"{r['traced']['kept'] / 2**20:.1f} MB (tracemalloc).")
+            f"{with_['pods']} pods in the policy state: +{grow(with_):.1f} MB; the state holds "
+            f"{r['traced']['kept'] / 2**20:.1f} MB (tracemalloc). After a pass with a policy (every pod keyed "
+            f"by a PodNetwork), its world kept for the next: +{grow(passed):.1f} MB; the state and that world "
+            f"hold {r['pass traced']['kept'] / 2**20:.1f} MB "
+            f"({(r['pass traced']['kept'] - r['traced']['kept']) / with_['pods']:.0f} bytes a pod more).")
 
 
 async def main() -> None:
@@ -273,9 +303,14 @@ async def main() -> None:
     parser.add_argument("--only", choices=["decisions", "add"], help="measure only this")
     parser.add_argument("--rss-only", action="store_true",
                         help="the memory alone (3.): no root, nft or plugins needed")
+    parser.add_argument("--before", type=Path, metavar="DIR",
+                        help="with --rss-only: also the memory of the project's code in DIR "
+                             "(git archive REV | tar -x -C DIR)")
     args = parser.parse_args()
     if args.rss_only:
         print(rss_line(rss()))
+        if args.before:
+            print(f"Before ({args.before}): {rss_line(rss(args.before.resolve()))}")
         return
     if args.only == "add":
         a = await add_cost(args.adds)

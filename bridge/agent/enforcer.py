@@ -67,6 +67,11 @@ class Enforcer(Reconciler[Document]):
         """Local pods as their ADD read them, by pod key: for those the watch has not delivered."""
         self.last: enforcement.Pass | None = None
         """The last pass's world and tables: the next recompiles only what its change reaches."""
+        self.infos: dict[str, tuple[Local, PodInfo | None, PodInfo]] = {}
+        """By container: its pod as the last pass saw it (`enforcement.pod_info_of`) and what that
+        was made of (the record's view, the watched pod), for `infos_by`. While both are the same
+        objects, the pod is the same object too: a pass neither rebuilds it nor compares it."""
+        self.infos_by: dict[str, str] = {}
 
     # --- the reconciler's hooks ------------------------------------------------------------------
 
@@ -89,23 +94,20 @@ class Enforcer(Reconciler[Document]):
     def decide(self, locals_: list[Local]) -> list[Step[Document]]:
         if not self.state.policies:
             # No MultiNetworkPolicy anywhere (most clusters): no pod is isolated, so no pod has a
-            # table, and a pass needs no world of every watched pod to say so (building one is
-            # O(pods in the cluster), on every pod event). Same steps as the full pass below.
+            # table, and a pass needs no world of every watched pod to say so. Same steps as the
+            # full pass below.
             self.state.note({})
             self.last = None  # the first pass with a policy compiles every local pod
+            self.state.forget_world()  # and keys every watched pod again: nothing kept for passes
             return [Step(local.container_id, local.pod, local.netns, None) for local in locals_
                     if self.applied.get(local.container_id, enforcement.UNKNOWN) is not None]
         local = self._local_infos()
         world = self.state.world(local)
         scope_of = scope.scopes(world)
         self.state.note(scope_of)
-        # What the next pass compares with: the pods as the state keeps them (shared with it, not
-        # the world's copies with their networks keyed: ~0.5 kB a pod kept for nothing), this
-        # node's as their records have them. Within the same networks, one changes when the other does.
-        pods = dict(self.state.pods)
-        pods.update(local)
-        seen = World(pods, world.namespaces, world.networks, world.policies)
-        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last, seen)
+        # The next pass compares its world with this one: the pods in it are those the state
+        # keeps keyed between passes (`PolicyState.keyed_pods`), so keeping it costs one mapping.
+        steps, self.last = enforcement.decide_from(world, scope_of, locals_, self.applied, self.last)
         return steps
 
     # --- this node's containers ----------------------------------------------------------------
@@ -113,9 +115,18 @@ class Enforcer(Reconciler[Document]):
     def _local_infos(self, extra: Local | None = None, fresh: PodInfo | None = None) -> dict[str, PodInfo]:
         """This node's pods as decisions see them; `extra` (an ADD's container) as read (`fresh`)."""
         by_nad = self.state.by_nad()
-        infos = {local.pod: enforcement.pod_info_of(
-                     local, self.state.pods.get(local.pod) or self.read_at_add.get(local.pod), by_nad)
-                 for local in self.locals.values()}
+        if by_nad != self.infos_by:
+            self.infos, self.infos_by = {}, by_nad
+        kept: dict[str, tuple[Local, PodInfo | None, PodInfo]] = {}
+        infos: dict[str, PodInfo] = {}
+        for local in self.locals.values():
+            watched = self.state.pods.get(local.pod) or self.read_at_add.get(local.pod)
+            last = self.infos.get(local.container_id)
+            info = last[2] if last is not None and last[0] is local and last[1] is watched \
+                else enforcement.pod_info_of(local, watched, by_nad)
+            kept[local.container_id] = (local, watched, info)
+            infos[local.pod] = info
+        self.infos = kept
         if extra is not None:
             infos[extra.pod] = enforcement.pod_info_of(extra, fresh, by_nad)
         return infos

@@ -8,8 +8,9 @@ pod of a large cluster stays small (docs/benchmarks.md):
 
 - a Pod: namespace, name, labels, node, named container ports, and its secondary interfaces
   with their addresses as its annotations report them (network-status, pod-ips; networks
-  named as reported, `views.reported_interfaces`, and keyed when a `World` is built, so a
-  PodNetwork created after the pod still finds it). A pod with no secondary address is a peer
+  named as reported, `views.reported_interfaces`, and keyed for a `World`, so a PodNetwork
+  created after the pod still finds it: the pods keyed are kept from pass to pass, `world`,
+  so that a pass keys only what changed). A pod with no secondary address is a peer
   of nothing: it is kept only if it is on this node or is one of this node's pods
   (`keep`). Pods that ended (Succeeded, Failed) are dropped: their addresses are reused;
 - a Namespace: its labels; a NAD: its `namespace/name`; a PodNetwork: its name and, for the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -195,6 +197,14 @@ class PolicyState(KeptKinds):
         """Pods' label sets, each kept once (`_labels`)."""
         self.shared_ports: _Shared[_PortsKey, tuple[ContainerPort, ...]] = _Shared()
         """Pods' named ports, each set kept once (`_ports`)."""
+        self.keyed_pods: dict[str, PodInfo] | None = None
+        """`pods` as a pass's world has them, their networks keyed for `keyed_by` (`_keyed`), in
+        the same order: kept from pass to pass and changed with `pods`, so that a pass keys only
+        the pods that changed (`world`). None until a pass needs them (a cluster without a policy
+        never does), after a relist of the pods, and when no policy is left (`forget_world`)."""
+        self.keyed_by: dict[str, str] = {}
+        """The `by_nad` that `keyed_pods` were keyed for: when the networks change it, `world` keys
+        every pod again."""
 
     def keep(self, pod: str, keep: bool = True) -> None:
         """Whether the pod `namespace/name` is one of this node's (kept whatever it reports)."""
@@ -223,6 +233,7 @@ class PolicyState(KeptKinds):
         if kind is POD:
             self.shared_labels.clear()
             self.shared_ports.clear()
+            self.keyed_pods = None
         if kind is POLICY:
             self.invalid.clear()
             self.findings.clear()
@@ -254,7 +265,7 @@ class PolicyState(KeptKinds):
         name = meta.name or ""
         key = f"{meta.namespace}/{name}"
         if kind is POD:
-            return self.pods.pop(key, None) is not None
+            return self._drop_pod(f"{meta.namespace or ''}/{name}")
         if kind is NAMESPACE:
             return self.namespaces.pop(name, None) is not None
         if kind is NAD:
@@ -275,20 +286,32 @@ class PolicyState(KeptKinds):
         return True
 
     def _put_pod(self, meta: _Meta, obj: Mapping[str, Any]) -> bool:
-        key = f"{meta.namespace}/{meta.name}"
+        key = f"{meta.namespace or ''}/{meta.name}"  # the kept `PodInfo.key` (a world's key)
         status, spec = obj.get("status"), obj.get("spec")
         phase = status.get("phase") if isinstance(status, Mapping) else None
         node = spec.get("nodeName") if isinstance(spec, Mapping) else None
         interfaces = self._interfaces(meta)
         mine = key in self.local or (self.node is not None and node == self.node)
         if phase in ENDED_PHASES or not (interfaces or mine):
-            return self.pods.pop(key, None) is not None
+            return self._drop_pod(key)
         # The key (an f-string) and the name are new strings: the object's own would keep its
         # memory (`_own`).
         info = PodInfo(_own(meta.namespace or ""), "".join((meta.name, "")), self._labels(meta.labels),
                        node=_own(node) if isinstance(node, str) else None,
                        ports=self._ports(views.container_ports(obj)), interfaces=interfaces)
-        return self._set(self.pods, key, info)
+        if self.pods.get(key) == info:
+            return False
+        self.pods[key] = info
+        if self.keyed_pods is not None:  # in place if it was there, last if not: as in `pods`
+            self.keyed_pods[key] = self._keyed(info, self.keyed_by)
+        return True
+
+    def _drop_pod(self, key: str) -> bool:
+        if self.pods.pop(key, None) is None:
+            return False
+        if self.keyed_pods is not None:
+            del self.keyed_pods[key]
+        return True
 
     @staticmethod
     def _interfaces(meta: _Meta) -> tuple[PodInterface, ...]:
@@ -365,19 +388,38 @@ class PolicyState(KeptKinds):
 
     def world(self, local: Mapping[str, PodInfo] | None = None) -> World:
         """The `World` of a decision: every kept pod, with `local` (keyed interfaces, from this
-        node's records) in place of the watched pods of the same keys."""
-        local = local or {}
+        node's records; by each one's `key`) in place of the watched pods of the same keys.
+
+        The pods keyed are kept between passes (`keyed_pods`): a pass keys again only the pods
+        that changed since the last, or every pod when the networks changed how NADs are keyed.
+        The world's pods are its own mapping (a copy of references): it does not change when the
+        state does after it. tests/unit/agent/test_policy_state_keeping.py checks that it is the
+        world built afresh, after any sequence of changes."""
         networks = self.networks()
         by_nad = self.by_nad(networks)
-        pods = [local.get(key) or self._keyed(pod, by_nad) for key, pod in self.pods.items()]
-        pods.extend(info for key, info in local.items() if key not in self.pods)
-        return World.build(pods, self.namespaces.values(), networks, self.policies.values())
+        if self.keyed_pods is None or by_nad != self.keyed_by:
+            self.keyed_pods = {key: self._keyed(pod, by_nad) for key, pod in self.pods.items()}
+            self.keyed_by = by_nad
+        pods = dict(self.keyed_pods)
+        pods.update(local or {})
+        return World(pods, {n.name: n for n in self.namespaces.values()}, {n.key: n for n in networks},
+                     tuple(self.policies.values()))
+
+    def forget_world(self) -> None:
+        """Lets the pods keyed for passes go (no policy is left: passes need no world); the next
+        pass that needs one keys every pod again."""
+        self.keyed_pods = None
 
     @staticmethod
     def _keyed(pod: PodInfo, by_nad: Mapping[str, str]) -> PodInfo:
+        """`pod` with its networks keyed (`views.keyed`); `pod` itself when that changes nothing (a
+        network that is only a NAD is keyed by its own name): kept pods cost no copy then."""
         if not any(i.network in by_nad for i in pod.interfaces):
             return pod
-        return dataclasses.replace(pod, interfaces=views.keyed(pod.interfaces, by_nad))
+        interfaces = views.keyed(pod.interfaces, by_nad)
+        if len(interfaces) == len(pod.interfaces) and all(map(operator.is_, interfaces, pod.interfaces)):
+            return pod
+        return dataclasses.replace(pod, interfaces=interfaces)
 
     def note(self, scope_of: Mapping[str, Scope]) -> None:
         """Logs each policy's findings (`scope`) once per change: a policy naming no network, one

@@ -145,13 +145,24 @@ def reported_interfaces(meta: ObjectMeta) -> list[PodInterface]:
 
 def keyed(interfaces: Iterable[PodInterface], by_nad: Mapping[str, str]) -> tuple[PodInterface, ...]:
     """`reported_interfaces` with each NAD named by its network's key (`by_nad`: a NAD-backed
-    PodNetwork's name); one interface reported twice (network-status and pod-ips) becomes one."""
-    found: dict[tuple[str, str | None], list[Address]] = {}
+    PodNetwork's name); one interface reported twice (network-status and pod-ips) becomes one.
+
+    What is the same as reported is the same object: the agent keeps every pod keyed between
+    passes (`PolicyState.world`), beside the pods as reported."""
+    found: dict[tuple[str, str | None], list[PodInterface]] = {}
     for itf in interfaces:
-        addresses = found.setdefault((by_nad.get(itf.network, itf.network), itf.interface), [])
-        addresses.extend(a for a in itf.addresses if a not in addresses)
-    return tuple(PodInterface(network, interface, tuple(addrs))
-                 for (network, interface), addrs in found.items())
+        found.setdefault((by_nad.get(itf.network, itf.network), itf.interface), []).append(itf)
+    out = []
+    for (network, interface), same in found.items():
+        own = same[0].addresses
+        if len(same) == 1 and (len(own) < 2 or len(set(own)) == len(own)):  # nothing to merge
+            out.append(same[0] if same[0].network == network else PodInterface(network, interface, own))
+            continue
+        addresses: list[Address] = []
+        for itf in same:
+            addresses.extend(a for a in itf.addresses if a not in addresses)
+        out.append(PodInterface(network, interface, tuple(addresses)))
+    return tuple(out)
 
 
 def _merged(

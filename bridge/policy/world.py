@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
 
@@ -110,14 +111,15 @@ class World:
     """Everything a decision reads; built at the edge, read-only afterwards.
 
     `pods` and `namespaces` are keyed by `namespace/name` and name; `networks` by `NetworkInfo.key`.
-    `address_index` maps (network, address) to the pods holding that address there.
+    `address_index` maps (network, address) to the pods holding that address there. It is built
+    from `pods` when first read: the rule compiler reads each pod's addresses instead, so the
+    agent's passes (a world of every pod of the cluster, on every change) never build it.
     """
 
     pods: Mapping[str, PodInfo] = field(default_factory=dict)
     namespaces: Mapping[str, NamespaceInfo] = field(default_factory=dict)
     networks: Mapping[str, NetworkInfo] = field(default_factory=dict)
     policies: tuple[MultiNetworkPolicy, ...] = ()
-    address_index: Mapping[tuple[str, Address], tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -127,19 +129,21 @@ class World:
         networks: Iterable[NetworkInfo] = (),
         policies: Iterable[MultiNetworkPolicy] = (),
     ) -> World:
-        pod_map = {p.key: p for p in pods}
-        index: dict[tuple[str, Address], list[str]] = {}
-        for pod in pod_map.values():
-            for itf in pod.interfaces:
-                for addr in itf.addresses:
-                    index.setdefault((itf.network, addr), []).append(pod.key)
         return cls(
-            pods=pod_map,
+            pods={p.key: p for p in pods},
             namespaces={n.name: n for n in namespaces},
             networks={n.key: n for n in networks},
             policies=tuple(policies),
-            address_index={k: tuple(v) for k, v in index.items()},
         )
+
+    @cached_property
+    def address_index(self) -> Mapping[tuple[str, Address], tuple[str, ...]]:
+        index: dict[tuple[str, Address], list[str]] = {}
+        for pod in self.pods.values():
+            for itf in pod.interfaces:
+                for addr in itf.addresses:
+                    index.setdefault((itf.network, addr), []).append(pod.key)
+        return MappingProxyType({k: tuple(v) for k, v in index.items()})
 
     def namespace_labels(self, name: str) -> Mapping[str, str]:
         """A namespace's labels; a namespace the world does not know has none (it matches only `{}`)."""

@@ -24,6 +24,7 @@ from bridge.policy import rules, scope, views
 from bridge.policy.world import World
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
+from tests.unit.policy_world_support import afresh, assert_same_world
 
 NET = "blue"  # a PodNetwork of the bridge, backed by NAD default/blue-nad
 
@@ -424,6 +425,11 @@ _EVENTS = st.sampled_from([
     (watchcache.POLICY, "ADDED", policy("db", "deny", DENY_INGRESS)),
     (watchcache.NAMESPACE, "MODIFIED", namespace("web", team="none")),
     (watchcache.NAMESPACE, "MODIFIED", namespace("web", team="web")),
+    # The networks: pods' NAD named by its PodNetwork, by itself, or by no network at all.
+    (watchcache.PODNETWORK, "DELETED", podnetwork(NET, "blue-nad")),
+    (watchcache.PODNETWORK, "ADDED", podnetwork(NET, "blue-nad")),
+    (watchcache.NAD, "DELETED", nad("default", "blue-nad")),
+    (watchcache.NAD, "ADDED", nad("default", "blue-nad")),
     # This node's containers, as their records have them (no Pod object for db-2).
     (None, "record", {"container": "c3", "pod": "db-2", "ip": "10.1.0.9"}),
     (None, "record", {"container": "c2", "pod": "db-1", "ip": "10.1.0.16"}),
@@ -446,7 +452,11 @@ async def test_the_enforcer_s_incremental_passes_decide_what_deciding_every_pod_
         else:
             state.changed(kind, event, obj)
         await enforcer.reconcile()
-        world = enforcer.world()
+        by_nad = state.by_nad()
+        local = {local.pod: enforcement.pod_info_of(local, state.pods.get(local.pod), by_nad)
+                 for local in enforcer.locals.values()}
+        world, index = afresh(state, local)  # every pod keyed anew, as passes once built it
+        assert_same_world(enforcer.world(), world, index)
         keys = {local.pod for local in enforcer.locals.values()}
         fresh = {key: rules.compile_pod(world, key, scope.scopes(world)).document for key in keys}
         if state.policies:

@@ -1,5 +1,6 @@
 """The edge's builders (bridge.policy.views): a pod's addresses per network from network-status
-(NPWG 5) and multinetwork.x-k8s.io/pod-ips, its named ports, and the networks with their aliases."""
+(NPWG 5) and multinetwork.x-k8s.io/pod-ips, its named ports, the networks with their aliases, and
+a pod's interfaces keyed by network."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import ipaddress
 import json
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from bridge import npwg, translate
 from bridge.policy import NetworkInfo, Protocol, views
+from bridge.policy.world import PodInterface
 
 NETWORKS = [NetworkInfo(podnetwork="storage", nad="infra/storage-nad"), NetworkInfo(podnetwork="telco"), NetworkInfo(nad="x/mv")]
 
@@ -76,3 +81,28 @@ def test_networks_are_podnetworks_with_their_nad_alias_and_the_nads_no_podnetwor
     assert views.networks_of([bridged, native, default], nads) == [
         NetworkInfo(podnetwork="storage", nad="infra/storage-nad"), NetworkInfo(podnetwork="telco"), NetworkInfo(nad="x/mv"),
     ]
+
+
+_ADDRESS = st.sampled_from([ipaddress.ip_address(a) for a in ("10.0.0.1", "10.0.0.2", "fd00::1")])
+_INTERFACES = st.lists(st.builds(PodInterface, st.sampled_from(["ns/blue", "blue", "ns/red"]),
+                                 st.sampled_from(["net1", "net2", None]), st.lists(_ADDRESS, max_size=3).map(tuple)),
+                       max_size=4)
+
+
+@given(_INTERFACES, st.sampled_from([{}, {"ns/blue": "blue"}, {"ns/blue": "blue", "ns/red": "ns/red"}]))
+def test_keyed_merges_each_interface_of_one_network_and_shares_what_it_does_not_change(
+        interfaces: list[PodInterface], by_nad: dict[str, str]) -> None:
+    got = views.keyed(interfaces, by_nad)
+    # One interface per (network key, name), in the order first seen, its addresses each once.
+    merged: dict[tuple[str, str | None], list[ipaddress.IPv4Address | ipaddress.IPv6Address]] = {}
+    for itf in interfaces:
+        addresses = merged.setdefault((by_nad.get(itf.network, itf.network), itf.interface), [])
+        for address in itf.addresses:
+            if address not in addresses:
+                addresses.append(address)
+    assert [(i.network, i.interface, list(i.addresses)) for i in got] == [(*k, v) for k, v in merged.items()]
+    # An interface that keying leaves as it was reported is the reported object (the agent keeps both).
+    for itf in got:
+        same = [i for i in interfaces if (by_nad.get(i.network, i.network), i.interface) == (itf.network, itf.interface)]
+        if len(same) == 1 and same[0] == itf:
+            assert same[0] is itf
