@@ -87,9 +87,9 @@ conformance-report: setup
 # The CNI agent against the plugins executed directly (docs/benchmarks.md, "CNI agent"):
 # ADD and DEL, 1-3 attachments, 10 pods at once, per-phase breakdown, RSS over 1,000 pods.
 # Root and the CNI plugins; ~5 minutes on 2 cores.
-# First the Python shim (the fallback) with the two shims compared, then the compiled shim
-# (`--compiled-shim`, which needs cc): what `cni-agent --install` and the DaemonSet install.
-# The default install first (the compiled shim), then the Python shim (the fallback) for comparison.
+# First the default install, the compiled shim (`--compiled-shim`, which needs cc: what
+# `cni-agent --install` and the DaemonSet install), with the two shims compared; then the
+# Python shim (the fallback).
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py --compiled-shim --compare-shims
 	$(PY) benchmarks/bench_agent.py --rss-pods 0

@@ -155,7 +155,11 @@ def host_netns_problem(netns_dir: Path, *, proc: Path = HOST_PROC) -> str | None
     """Why the kubelet would refuse to give the agent's container `netns_dir` with
     `mountPropagation: HostToContainer`, or None: on the host (as its init process `proc` sees
     it, in `proc`/root) the mount holding the directory must be shared or a slave."""
-    resolved = in_host_root(proc / "root", str(netns_dir))
+    try:
+        resolved = in_host_root(proc / "root", str(netns_dir))
+    except OSError as exc:  # a sandbox's init is not ours to read, even as root
+        return (f"cannot read {proc / 'root'} to resolve {netns_dir} as the node does (the agent needs "
+                f"hostPID: true, and the node's init readable): {exc.strerror or exc}: {exc.filename}")
     try:
         mounts = parse_mountinfo((proc / "mountinfo").read_text())
     except OSError as exc:

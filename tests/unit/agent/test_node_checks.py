@@ -147,3 +147,36 @@ def test_check_host_as_the_init_container_runs_it_exits_1_with_what_the_node_nee
     assert "is mounted on /, which is not a shared or slave mount" in private.stderr
     shared = check(fake_proc(tmp_path / "b", HOST))
     assert shared.returncode == 0, shared.stderr
+
+
+def test_check_host_where_the_hosts_root_cannot_be_read_says_so_and_exits_1(tmp_path: Path) -> None:
+    # /proc/1/root of a sandbox's init is not ours to read even as root (EACCES): --check-host said
+    # it with a traceback. Here the host's root is a directory we may not enter; root is held to its
+    # mode by running the command without the capabilities that bypass it.
+    import shutil
+    import subprocess
+    import sys
+
+    proc = fake_proc(tmp_path, HOST)
+    command = [sys.executable, "-m", "podnetwork", "cni-agent", "--check-host",
+               "--netns-dir=/var/run/netns", f"--host-proc={proc}"]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is needed to run the command as root without CAP_DAC_*"
+        drop = "-dac_override,-dac_read_search"
+        command = [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", *command]
+    (proc / "root").chmod(0)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                              cwd=Path(__file__).resolve().parents[3])
+    finally:
+        (proc / "root").chmod(0o755)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"the node is not ready for the agent: cannot read {proc / 'root'}" in done.stderr
+    assert "hostPID: true" in done.stderr and "Permission denied" in done.stderr
+
+
+def test_a_netns_dir_the_host_cannot_resolve_is_a_problem_not_an_exception(tmp_path: Path) -> None:
+    problem = node.host_netns_problem(Path("/var/run/" + "n" * 300), proc=fake_proc(tmp_path, HOST))
+    assert problem is not None and "File name too long" in problem
