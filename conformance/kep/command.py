@@ -147,6 +147,10 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
             version = await client.get_path("/version")
         except kc.ApiError as exc:
             raise BadArguments(f"cannot reach the cluster at {creds.describe}: {exc}") from None
+        if not isinstance(version, dict):
+            raise BadArguments(f"cannot reach the cluster at {creds.describe}: get /version: the answer is a "
+                               f"JSON {type(version).__name__}, not the object a Kubernetes API server "
+                               "sends; does the kubeconfig's server name one?")
         out.write(f"KEP-3698 conformance {SUITE_VERSION} against {creds.describe}, Kubernetes "
                   f"{version.get('gitVersion', '?')}; features: {', '.join(requested)}\n")
         to_run = [t for t in chosen if t.name not in excluded]

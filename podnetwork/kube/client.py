@@ -16,7 +16,8 @@ its own aiohttp client for its watches, logged in from the same credentials
   lightkube generic resource (a dict), also the core kinds, whose typed models
   would drop fields they do not know and reshape the rest.
 - Errors become `ApiError` (`NotFound` 404, `Conflict` 409, `Unreachable`
-  when no answer came), each naming the request.
+  when no answer came, `Malformed` when the answer is not the JSON asked for), each
+  naming the request.
 
 This module is what callers import: it re-exports its parts, the resources
 (`podnetwork.kube.resources`), the errors (`apierrors`) and the clients with our
@@ -45,6 +46,7 @@ from podnetwork.kube.apierrors import (
     ApiError,
     Conflict,
     Gone,
+    Malformed,
     NotFound,
     Unreachable,
     error_of,
@@ -468,6 +470,7 @@ __all__ = [
     "Gone",
     "Job",
     "Listing",
+    "Malformed",
     "MultiNetworkPolicy",
     "MutatingWebhookConfiguration",
     "Namespace",
