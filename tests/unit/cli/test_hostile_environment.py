@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.unit.hostile_api_support import HostileApi, ok
+from tests.unit.ports_support import free_port
 
 #: One way to ask each command that reads the cluster for something, with --kubeconfig last.
 CLUSTER_COMMANDS = {
@@ -26,7 +27,7 @@ CLUSTER_COMMANDS = {
 SERVERS = {
     "controller": ["controller", "--no-webhook"],
     "bridge": ["bridge"],
-    "scheduler-extender": ["scheduler-extender", "--port", "0"],
+    "scheduler-extender": ["scheduler-extender", "--port", str(free_port())],
     "cni-agent": ["cni-agent", "--node-name", "n1"],
 }
 
