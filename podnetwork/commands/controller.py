@@ -363,6 +363,11 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
                                         "FILE (and --context) or run in a pod with a service account")
+        from podnetwork.kube import client as kube
+
+        problem = kube.answer_problem(credentials.resolve(args.kubeconfig, args.context))
+        if problem is not None:
+            return operatorshell.refuse(COMMAND, problem)
     logs.operator_logging(args.verbose)
     return asyncio.run(serve(args))
 

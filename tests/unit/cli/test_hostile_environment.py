@@ -75,3 +75,14 @@ def test_an_api_server_that_answers_garbage_is_a_clear_error(tmp_path: Path, arg
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 2, proc.stderr
     assert "API server" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [SERVERS["controller"], SERVERS["bridge"]], ids=["controller", "bridge"])
+def test_an_operator_refuses_a_server_that_is_no_api_server_before_kopf_starts(tmp_path: Path, args: list[str],
+                                                                              babbling_server: HostileApi):
+    # kopf's first discovery request would end the operator with a traceback.
+    path = kubeconfig(tmp_path / "kc", babbling_server.url)
+    proc = run([*args, "--kubeconfig", str(path)], tmp_path)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert f"the server at {babbling_server.url} does not answer as a Kubernetes API server" in proc.stderr
