@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from podnetwork.cli import Command
-from podnetwork.cli.arguments import tcp_port
+from podnetwork.cli.arguments import byte_count, positive_count, tcp_port
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
 
@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     credentials.add_arguments(parser, what="the cluster to watch")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8888, help="TCP port to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=tcp_port, default=8888, metavar="PORT",
+                        help="TCP port to listen on (default: %(default)s)")
     parser.add_argument(
         "--probe-host", default="0.0.0.0",
         help="address of --probe-port (default: %(default)s: the pod's address, which the kubelet probes)",
@@ -58,16 +59,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"on every node (default: {constants.FEATURE_GATE}=true)",
     )
     parser.add_argument(
-        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+        "--max-body-bytes", type=byte_count, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
         help="refuse larger request bodies with HTTP 413 (default: %(default)s, 16 MiB)",
     )
     parser.add_argument(
-        "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+        "--max-connections", type=positive_count, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
         help="serve at most N connections at once, idle ones included; a request on another "
         "gets HTTP 503 (default: %(default)s)",
     )
     parser.add_argument(
-        "--watch-timeout", type=int, default=300, metavar="SECONDS",
+        "--watch-timeout", type=positive_count, default=300, metavar="SECONDS",
         help="how long one watch request stays open before it is resumed (default: %(default)s)",
     )
 
@@ -81,12 +82,6 @@ def run(args: argparse.Namespace) -> int:
         gates = settings.parse_feature_gates(args.feature_gates)
     except ValueError as exc:
         print(f"{COMMAND}: --feature-gates: {exc}", file=sys.stderr)
-        return 2
-    if args.max_body_bytes <= 0:
-        print(f"{COMMAND}: --max-body-bytes must be a positive number of bytes", file=sys.stderr)
-        return 2
-    if args.max_connections <= 0:
-        print(f"{COMMAND}: --max-connections must be a positive number", file=sys.stderr)
         return 2
     try:
         creds = credentials.resolve(args.kubeconfig, args.context)

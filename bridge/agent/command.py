@@ -23,7 +23,7 @@ from bridge.agent import agent as agent_mod
 from bridge.agent import install, invoke, node, settings
 from bridge.agent.install import DEFAULT_SHIM_PYTHON, install_shim
 from podnetwork.cli import Command
-from podnetwork.cli.arguments import tcp_port
+from podnetwork.cli.arguments import byte_count, positive_seconds, tcp_port
 from podnetwork.kube import credentials
 
 log = logging.getLogger(__name__)
@@ -34,13 +34,6 @@ def _paths(text: str) -> tuple[Path, ...]:
     if not dirs:
         raise argparse.ArgumentTypeError("give at least one directory")
     return dirs
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -89,14 +82,14 @@ def _paths_and_limits(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--plugin-timeout",
-        type=_positive,
+        type=positive_seconds,
         default=60.0,
         metavar="SECONDS",
         help="time one delegate plugin call may take (default: %(default)s)",
     )
     p.add_argument(
         "--max-request-bytes",
-        type=int,
+        type=byte_count,
         default=1024 * 1024,
         help="largest network configuration accepted (default: %(default)s)",
     )

@@ -249,9 +249,13 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
+    from podnetwork.kube import client as kube
+
+    problem = kube.answer_problem(credentials.resolve(args.kubeconfig, args.context))
+    if problem is not None:
+        return operatorshell.refuse(COMMAND, problem)
 
     from bridge.operator import admission, admissionapp
-    from podnetwork.kube import client as kube
 
     logs.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)

@@ -17,6 +17,7 @@ from conformance.kep import SUITE_VERSION, features, report, suite
 from conformance.kep import client as kc
 from conformance.kep.tests import ALL, BY_NAME
 from podnetwork.cli import Command, outputs
+from podnetwork.cli.arguments import positive_seconds
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
 
@@ -91,12 +92,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         help="the PodNetwork the ServiceClusterIP test runs backends and a client on: Ready, "
                              "attached to pods by the cluster (default: none, the test is skipped saying so)")
     timeouts = kc.Timeouts()
-    parser.add_argument("--request-timeout", type=float, metavar="S", default=timeouts.request,
+    parser.add_argument("--request-timeout", type=positive_seconds, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
-    parser.add_argument("--settle-timeout", type=float, metavar="S", default=timeouts.settle,
+    parser.add_argument("--settle-timeout", type=positive_seconds, metavar="S", default=timeouts.settle,
                         help="seconds a controller has to act, e.g. set a condition "
                              f"(default {timeouts.settle:g})")
-    parser.add_argument("--schedule-timeout", type=float, metavar="S", default=timeouts.schedule,
+    parser.add_argument("--schedule-timeout", type=positive_seconds, metavar="S", default=timeouts.schedule,
                         help=f"seconds for a pod to be bound or held back (default {timeouts.schedule:g})")
 
 
@@ -147,6 +148,10 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
             version = await client.get_path("/version")
         except kc.ApiError as exc:
             raise BadArguments(f"cannot reach the cluster at {creds.describe}: {exc}") from None
+        if not isinstance(version, dict):
+            raise BadArguments(f"cannot reach the cluster at {creds.describe}: get /version: the answer is a "
+                               f"JSON {type(version).__name__}, not the object a Kubernetes API server "
+                               "sends; does the kubeconfig's server name one?")
         out.write(f"KEP-3698 conformance {SUITE_VERSION} against {creds.describe}, Kubernetes "
                   f"{version.get('gitVersion', '?')}; features: {', '.join(requested)}\n")
         to_run = [t for t in chosen if t.name not in excluded]

@@ -36,6 +36,40 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def non_negative_seconds(text: str) -> float:
+    """A number of seconds, 0 or more (0: the flag's "off", as its help says)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"invalid interval {text!r}: expected a number of seconds, 0 or more")
+    return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number, 1 or more: connections, seconds of a server-side timeout."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: expected a whole number, 1 or more")
+    return value
+
+
+def byte_count(text: str) -> int:
+    """A whole number of bytes, 1 or more: the limits on what a client may send."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid byte count {text!r}: expected a whole number, 1 or more")
+    return value
+
+
 def service_reference(text: str) -> tuple[str, str]:
     """`--webhook-service`: NAMESPACE/NAME, both DNS-1123 labels."""
     namespace, sep, name = text.partition("/")
@@ -77,5 +111,5 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
                         "port (default: not served)")
 
 
-__all__ = ["START_TIME", "add_metrics_arguments", "parse_priority", "positive_seconds", "service_reference",
-           "tcp_port"]
+__all__ = ["START_TIME", "add_metrics_arguments", "byte_count", "non_negative_seconds", "parse_priority",
+           "positive_count", "positive_seconds", "service_reference", "tcp_port"]

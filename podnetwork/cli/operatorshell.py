@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from podnetwork.cli.arguments import positive_seconds, service_reference, tcp_port
+from podnetwork.cli.arguments import byte_count, positive_seconds, service_reference, tcp_port
 from podnetwork.kube.certificates import Certificate, CertificateError
 
 logger = logging.getLogger(__name__)
@@ -60,17 +60,6 @@ def refuse(command: str, problem: str) -> int:
 #: The API server refuses request bodies over 3 MiB (its MaxRequestBodyBytes), so the
 #: AdmissionReviews it sends stay near that; larger ones come from elsewhere.
 MAX_BODY_BYTES = 3 * 1024 * 1024
-
-
-def byte_count(text: str) -> int:
-    """`--webhook-max-body-bytes`: a whole number of bytes, 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid byte count {text!r}: expected a whole number, 1 or more")
-    return value
 
 
 def add_webhook_arguments(parser: argparse.ArgumentParser, *, default_port: int) -> None:

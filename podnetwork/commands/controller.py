@@ -89,7 +89,8 @@ COMPONENT = "podnetwork-controller"
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
-    """`A=true,B=false` as kube components take it. Raises ValueError naming the bad part."""
+    """`A=true,B=false` as kube components take it, of the one gate this controller knows. Raises
+    ValueError naming the bad part."""
     gates: dict[str, bool] = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -97,6 +98,10 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip() or value.strip().lower() not in ("true", "false"):
             raise ValueError(f"invalid feature gate {part!r}: expected NAME=true or NAME=false")
+        if name.strip() != constants.FEATURE_GATE:
+            # As kube components refuse an unrecognized gate: a misspelt MultiNetwork=false
+            # would otherwise leave the controller on.
+            raise ValueError(f"unknown feature gate {name.strip()!r}; known gates: {constants.FEATURE_GATE}")
         gates[name.strip()] = value.strip().lower() == "true"
     return gates
 
@@ -131,24 +136,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         "reconciles, the others pause; equal priorities pause all of them. "
                         "`start-time` makes it minus the start time in microseconds, so replicas of "
                         "one Deployment differ and the longest-running one stays active (default 0)")
-    parser.add_argument("--inuse-message-interval", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--inuse-message-interval", type=arguments.non_negative_seconds, default=10.0,
+                        metavar="SECONDS",
                         help="coalescing period of InUse message updates (default 10)")
-    parser.add_argument("--resync-interval", type=non_negative, default=300.0, metavar="SECONDS",
+    parser.add_argument("--resync-interval", type=arguments.non_negative_seconds, default=300.0,
+                        metavar="SECONDS",
                         help="period of the re-listing of PodNetworks and attachments that forgets "
                         "objects deleted while a watch was down (kopf sends no DELETED for them); "
                         "0 disables (default 300)")
-
-
-def non_negative(text: str) -> float:
-    """A number of seconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(
-            f"invalid interval {text!r}: expected a number of seconds, 0 or more")
-    return value
 
 
 def peering_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -368,6 +363,11 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
                                         "FILE (and --context) or run in a pod with a service account")
+        from podnetwork.kube import client as kube
+
+        problem = kube.answer_problem(credentials.resolve(args.kubeconfig, args.context))
+        if problem is not None:
+            return operatorshell.refuse(COMMAND, problem)
     logs.operator_logging(args.verbose)
     return asyncio.run(serve(args))
 

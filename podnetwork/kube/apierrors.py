@@ -8,11 +8,13 @@ which are worth retrying (no answer, 429, 5xx), with the Retry-After the server 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 import lightkube
+import msgspec
 
 
 class ApiError(Exception):
@@ -49,6 +51,12 @@ class Unreachable(ApiError):
     """No answer: connection refused or reset, timeout, TLS failure."""
 
 
+class Malformed(ApiError):
+    """A success whose body is not what an API server sends (not JSON, a list for an object):
+    a proxy's page, or a server that is no Kubernetes API server. `status` 0: transient, as
+    `podnetwork.kube.lite` says of the same answers."""
+
+
 def _retry_after(headers: Mapping[str, str] | None, details: Mapping[str, Any] | None) -> float | None:
     value = (headers or {}).get("Retry-After") or (details or {}).get("retryAfterSeconds")
     try:
@@ -74,12 +82,17 @@ def error_of(exc: BaseException, what: str) -> ApiError:
         retry_after = _retry_after(response.headers, None)
     elif isinstance(exc, httpx2.HTTPError | OSError):
         message = f"no answer from the API server ({type(exc).__name__}: {exc})"
+    elif isinstance(exc, MALFORMED):
+        return Malformed(what, 0, f"the API server's answer is malformed ({str(exc)[:200]}): does the "
+                         "kubeconfig's server name a Kubernetes API server?")
     cls = {404: NotFound, 409: Conflict, 410: Gone, 0: Unreachable}.get(status, ApiError)
     return cls(what, status, message, reason=reason, retry_after=retry_after)
 
 
+#: What lightkube (msgspec) and httpx2's `Response.json` raise for a body that is not the JSON asked for.
+MALFORMED = (msgspec.DecodeError, json.JSONDecodeError)
 #: What a lightkube call raises that `error_of` turns into an `ApiError` (after `unwrap`).
-FAILURES = (lightkube.ApiError, httpx2.HTTPError, OSError, KeyError)
+FAILURES = (lightkube.ApiError, httpx2.HTTPError, OSError, KeyError, *MALFORMED)
 
 
 def unwrap(exc: BaseException) -> BaseException:
@@ -93,4 +106,5 @@ def unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["FAILURES", "ApiError", "Conflict", "Gone", "NotFound", "Unreachable", "error_of", "unwrap"]
+__all__ = ["FAILURES", "MALFORMED", "ApiError", "Conflict", "Gone", "Malformed", "NotFound", "Unreachable",
+           "error_of", "unwrap"]

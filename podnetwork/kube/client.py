@@ -16,7 +16,8 @@ its own aiohttp client for its watches, logged in from the same credentials
   lightkube generic resource (a dict), also the core kinds, whose typed models
   would drop fields they do not know and reshape the rest.
 - Errors become `ApiError` (`NotFound` 404, `Conflict` 409, `Unreachable`
-  when no answer came), each naming the request.
+  when no answer came, `Malformed` when the answer is not the JSON asked for), each
+  naming the request.
 
 This module is what callers import: it re-exports its parts, the resources
 (`podnetwork.kube.resources`), the errors (`apierrors`) and the clients with our
@@ -42,9 +43,11 @@ from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
 from podnetwork.kube.apierrors import (
     FAILURES,
+    MALFORMED,
     ApiError,
     Conflict,
     Gone,
+    Malformed,
     NotFound,
     Unreachable,
     error_of,
@@ -244,6 +247,36 @@ class Api:
         if self._raw is not None:
             self._raw.close()
             self._raw = None
+
+
+def answer_problem(credentials: Credentials, *, timeout: float = 10.0) -> str | None:
+    """Why the server of `credentials` is no Kubernetes API server, from one GET /version: an
+    answer that is not HTTP, or a success that is not a JSON object. None when it answers as
+    one, and when it does not answer at all (an operator then waits for it, as kopf does).
+
+    The operators ask before kopf starts: kopf's first discovery request would end them with
+    a traceback on such an answer."""
+    with httpx2.Client(base_url=credentials.server, timeout=timeout,
+                       transport=Transport(credentials, Authenticator(credentials))) as raw:
+        try:
+            response = raw.get("/version")
+        except httpx2.RemoteProtocolError as exc:
+            reason = f"not HTTP: {str(exc)[:200]}"
+        except (httpx2.HTTPError, OSError):
+            return None
+        else:
+            if not response.is_success:
+                return None
+            try:
+                body = response.json()
+            except MALFORMED as exc:
+                body, reason = None, f"GET /version: not JSON ({str(exc)[:200]})"
+            else:
+                reason = f"GET /version: a JSON {type(body).__name__}, not an object"
+            if isinstance(body, dict):
+                return None
+    return (f"the server at {credentials.server} does not answer as a Kubernetes API server ({reason}); "
+            "check the server of --kubeconfig (and --context)")
 
 
 def _list_version(pages: Any) -> str:
@@ -468,6 +501,7 @@ __all__ = [
     "Gone",
     "Job",
     "Listing",
+    "Malformed",
     "MultiNetworkPolicy",
     "MutatingWebhookConfiguration",
     "Namespace",
@@ -488,6 +522,7 @@ __all__ = [
     "SubjectAccessReview",
     "Unreachable",
     "ValidatingWebhookConfiguration",
+    "answer_problem",
     "api_version_of",
     "async_client",
     "error_of",

@@ -46,6 +46,8 @@ def _read(paths: list[Path], explicit: bool) -> _Merged:
         except OSError as exc:
             hint = "; check the path of --kubeconfig" if explicit else ""
             raise CredentialsError(f"{path}: cannot read: {exc.strerror or exc}{hint}") from None
+        except UnicodeDecodeError as exc:
+            raise CredentialsError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         except yaml.YAMLError as exc:
             raise CredentialsError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, Mapping):

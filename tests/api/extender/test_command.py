@@ -76,8 +76,8 @@ async def test_a_connection_beyond_max_connections_gets_503_until_one_closes(
     ("args", "expected"),
     [
         (["--feature-gates", "Other=true"], "--feature-gates: unknown feature gate 'Other'; known gates: MultiNetwork"),
-        (["--max-body-bytes", "0"], "--max-body-bytes must be a positive number of bytes"),
-        (["--max-connections", "0"], "--max-connections must be a positive number"),
+        (["--max-body-bytes", "0"], "--max-body-bytes: invalid byte count '0': expected a whole number, 1 or more"),
+        (["--max-connections", "0"], "--max-connections: invalid number '0': expected a whole number, 1 or more"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load a cluster configuration"),
     ],
 )

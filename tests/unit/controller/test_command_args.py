@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -16,11 +18,20 @@ from podnetwork.commands import controller as command
 
 
 def test_feature_gates_parse_like_kube_components():
-    assert command.parse_feature_gates("MultiNetwork=false, Other=true") == {"MultiNetwork": False, "Other": True}
+    assert command.parse_feature_gates("MultiNetwork=false, ") == {"MultiNetwork": False}
     assert command.multinetwork_enabled({}) is True
     assert command.multinetwork_enabled(command.parse_feature_gates("MultiNetwork=false")) is False
     with pytest.raises(ValueError, match=r"'MultiNetwork': expected NAME=true"):
         command.parse_feature_gates("MultiNetwork")
+
+
+def test_an_unknown_feature_gate_is_refused_as_kube_components_refuse_it(tmp_path):
+    # A misspelt MultiNetwork=false would otherwise leave the controller writing.
+    proc = subprocess.run([sys.executable, "-m", "podnetwork", "controller", "--no-webhook",
+                           "--feature-gates", "MultiNetwrok=false", "--kubeconfig", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr == ("podnetwork controller: unknown feature gate 'MultiNetwrok'; known gates: MultiNetwork\n")
 
 
 def test_bad_feature_gate_is_a_usage_error(capsys):
