@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from bridge.operator.admissionapp import PodNetworkListing
     from bridge.operator.serviceslices import Services
     from podnetwork.cli.metrics import OperatorMetrics
+    from podnetwork.kube.credentials import Credentials
 
 DESCRIPTION = """\
 Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconfig
@@ -176,10 +177,11 @@ def metrics(bridge: Any, listing: PodNetworkListing | None = None) -> Any:
 
 
 async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured: Any = None,
-                 listing: PodNetworkListing | None = None) -> int:
+                 listing: PodNetworkListing | None = None, cluster: Credentials | None = None) -> int:
     """kopf's operator and, with --webhook, the webhook, until SIGINT/SIGTERM; 2 when the
-    webhook cannot be served (port in use, unusable certificate), before anything started;
-    1 when an active replica was outranked by a peer (it restarts as a standby)."""
+    webhook cannot be served (port in use, unusable certificate), or `cluster` does not answer
+    as an API server, before anything started; 1 when an active replica was outranked by a
+    peer (it restarts as a standby)."""
     from bridge.operator import admission, admissionapp
     from podnetwork.kep.admissionreads import UseCache, UseReviews
     from podnetwork.kube import peering
@@ -219,6 +221,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
                                         configurations=functools.partial(admission.webhook_configurations,
                                                                          enforce_use=enforce),
                                         retired=admission.retired_configurations(enforce_use=enforce))
+            if cluster is not None:
+                shell.check_server(cluster)
             shell.operator(
                 registry=registry,
                 standalone=args.peering is None,
@@ -249,13 +253,8 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig FILE "
                                     "(and --context) or run in a pod with a service account")
-    from podnetwork.kube import client as kube
-
-    problem = kube.answer_problem(credentials.resolve(args.kubeconfig, args.context))
-    if problem is not None:
-        return operatorshell.refuse(COMMAND, problem)
-
     from bridge.operator import admission, admissionapp
+    from podnetwork.kube import client as kube
 
     logs.operator_logging(args.verbose)
     creds = credentials.resolve(args.kubeconfig, args.context)
@@ -280,7 +279,7 @@ def _run(args: argparse.Namespace) -> int:
         serviceslices.register(registry, slices, measured)
         service_metrics(measured, slices)
     kopf.on.login(registry=registry, id="bridge_login")(credentials.kopf_login(creds))
-    return asyncio.run(_serve(args, registry, bridge, measured, listing))
+    return asyncio.run(_serve(args, registry, bridge, measured, listing, creds))
 
 
 def service_metrics(measured: OperatorMetrics, slices: Services) -> None:

@@ -34,10 +34,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podnetwork.cli.arguments import byte_count, positive_seconds, service_reference, tcp_port
 from podnetwork.kube.certificates import Certificate, CertificateError
+
+if TYPE_CHECKING:
+    from podnetwork.kube.credentials import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -311,6 +314,7 @@ class Shell:
         self._servers: list[tuple[Any, list[socket.socket], str, Any]] = []
         self._background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = []
         self._operator: dict[str, Any] | None = None
+        self._server_check: Credentials | None = None
         self._signalled: list[signal.Signals] = []
         self.readiness = Readiness()
         """What `/readyz` of the servers made with `ready_probe` waits for."""
@@ -427,9 +431,23 @@ class Shell:
             options["identity"] = peering.identity()
         self._operator = options
 
+    def check_server(self, credentials: Credentials) -> None:
+        """Before anything runs (`run`), refuse a server of `credentials` that answers as no
+        Kubernetes API server does (`podnetwork.kube.client.answer_problem`): kopf's first
+        request would end the command with a traceback. Asked after the local checks (ports,
+        certificates), so that a wrong flag is said without a request to the cluster."""
+        self._server_check = credentials
+
     async def run(self) -> None:
         """Run the servers and the operator until a signal, `stop`, or the end of any of
-        them; then stop them all, and re-raise the first failure."""
+        them; then stop them all, and re-raise the first failure. `Refused` first when the
+        server of `check_server` is not an API server."""
+        if self._server_check is not None:
+            from podnetwork.kube import client as kube
+
+            problem = await asyncio.to_thread(kube.answer_problem, self._server_check)
+            if problem is not None:
+                raise Refused(problem)
         loop = asyncio.get_running_loop()
         self._take_signals(loop)
         tasks = [asyncio.create_task(self._serve(server, sockets, where, tls), name=f"serving {where}")

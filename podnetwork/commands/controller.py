@@ -331,6 +331,7 @@ async def serve(args: argparse.Namespace, *, stop: asyncio.Event | None = None) 
 
                     register_demotion_guard(registry, api, identity, demote)
                 kopf.on.login(registry=registry)(credentials.kopf_login(creds))
+                shell.check_server(creds)
                 # kopf types `identity` as its NewType of str, which only its private modules export.
                 shell.operator(registry=registry, clusterwide=True, identity=cast(Any, identity),
                                **peering_options(args))
@@ -363,11 +364,6 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             return operatorshell.refuse(COMMAND, f"cannot reach a cluster: {problem}; pass --kubeconfig "
                                         "FILE (and --context) or run in a pod with a service account")
-        from podnetwork.kube import client as kube
-
-        problem = kube.answer_problem(credentials.resolve(args.kubeconfig, args.context))
-        if problem is not None:
-            return operatorshell.refuse(COMMAND, problem)
     logs.operator_logging(args.verbose)
     return asyncio.run(serve(args))
 
