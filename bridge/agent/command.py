@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent import agent as agent_mod
-from bridge.agent import install, invoke, node, settings
+from bridge.agent import install, invoke, node, preflight, settings
 from bridge.agent.install import DEFAULT_SHIM_PYTHON, install_shim
 from podnetwork.cli import Command
 from podnetwork.cli.arguments import byte_count, positive_seconds, tcp_port
@@ -376,6 +376,22 @@ def check_flags(args: argparse.Namespace) -> None:
         raise Refused(f"--default-network-conf {args.default_network_conf}: no such file", 2)
 
 
+def check_paths(args: argparse.Namespace, config: settings.AgentConfig) -> None:
+    """The paths the agent will create things in, before it creates any: `Refused` (exit 2)
+    names the first it cannot use, so a refused start leaves nothing behind."""
+    checks = [("--socket", config.socket_path, preflight.socket_problem),
+              ("--cache-dir", config.cache_dir, preflight.directory_problem)]
+    if args.install:
+        bin_flag = "--install-bin-dir" if args.install_bin_dir is not None else "--cni-bin-dir"
+        conf_flag = "--agent-conf-dir" if args.agent_conf_dir is not None else "--cni-conf-dir"
+        checks += [(bin_flag, Path(args.install_bin_dir or config.bin_dirs[0]), preflight.directory_problem),
+                   (conf_flag, Path(args.agent_conf_dir or config.conf_dir), preflight.directory_problem)]
+    for flag, path, problem_of in checks:
+        problem = problem_of(path)
+        if problem is not None:
+            raise Refused(f"{flag} {path}: {problem}", 2)
+
+
 def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
     return settings.AgentConfig(
         socket_path=args.socket,
@@ -547,6 +563,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = agent_config(args)
         check_flags(args)
+        check_paths(args, config)
         if args.install:
             config.conf_file = install_step(args, config)
         objects = object_source(args)
