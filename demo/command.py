@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from podnetwork.cli import Command
@@ -48,9 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cni-bin-dir",
-        default="/opt/cni/bin:/usr/lib/cni",
+        default=None,
         metavar="DIRS",
-        help="colon-separated directories holding the CNI plugins (default: %(default)s)",
+        help="colon-separated directories holding the CNI plugins; each must exist (default: "
+        "/opt/cni/bin:/usr/lib/cni, the CNI part skipped where the plugins are missing)",
     )
     parser.add_argument(
         "--control-plane-only",
@@ -71,6 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_CNI_BIN_DIRS = "/opt/cni/bin:/usr/lib/cni"
+
+
 def run(args: argparse.Namespace) -> int:
     from demo import demo, report
 
@@ -85,10 +90,18 @@ def run(args: argparse.Namespace) -> int:
         verbosity = report.Verbosity.DETAIL
     else:
         verbosity = report.Verbosity.NORMAL
+    cni_bin_dirs = [Path(d) for d in (args.cni_bin_dir or DEFAULT_CNI_BIN_DIRS).split(":") if d]
+    # Given explicitly, a directory that is not there is a typo: say it rather than skip step 4.
+    absent = [d for d in cni_bin_dirs if not d.is_dir()] if args.cni_bin_dir is not None else []
+    if absent or (args.cni_bin_dir is not None and not cni_bin_dirs):
+        what = f"{absent[0]} is not a directory" if absent else "no directory given"
+        print(f"podnetwork demo: --cni-bin-dir: {what}; give the directories that hold the CNI plugins, "
+              "or leave the flag out to skip the CNI part where they are missing", file=sys.stderr)
+        return 2
     options = demo.Options(
         check=args.check,
         keep=args.keep,
-        cni_bin_dirs=[Path(d) for d in args.cni_bin_dir.split(":") if d],
+        cni_bin_dirs=cni_bin_dirs,
         control_plane_only=args.control_plane_only,
     )
     return demo.main(options, report.Report(verbosity=verbosity))

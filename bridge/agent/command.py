@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bridge.agent import agent as agent_mod
-from bridge.agent import install, invoke, node, settings
+from bridge.agent import install, invoke, node, preflight, settings
 from bridge.agent.install import DEFAULT_SHIM_PYTHON, install_shim
 from podnetwork.cli import Command
 from podnetwork.cli.arguments import byte_count, positive_seconds, tcp_port
+from podnetwork.cli.manifestlimits import add_limit_arguments
 from podnetwork.kube import credentials
 
 log = logging.getLogger(__name__)
@@ -279,20 +280,28 @@ def _serving_flags(p: argparse.ArgumentParser) -> None:
         help="serve from the objects in this YAML/JSON file instead of a cluster "
         "(pods, NADs; annotation patches stay in memory)",
     )
+    add_limit_arguments(p, help="refuse an --objects file larger than this, e.g. 16Mi")
 
 
-def _load_objects(path: Path) -> Any:
-    """The objects of a YAML/JSON file (documents, lists, or `kind: List`); ValueError says what is wrong."""
-    import yaml
-
+def _load_objects(path: Path, max_file_bytes: int) -> Any:
+    """The objects of a YAML/JSON file (documents, lists, or `kind: List`), read as the manifest
+    commands read theirs (`podnetwork.cli.manifests`: a regular file, within `max_file_bytes`,
+    UTF-8, YAML aliases and nesting bounded); ValueError says what is wrong, starting with the path."""
     from bridge.agent.objects import MemoryObjects
+    from podnetwork.cli import manifestfiles, manifestlimits, manifestparse
 
-    try:
-        loaded = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML/JSON: {exc}") from None
+    limits = manifestlimits.Limits(max_file_bytes=max_file_bytes)
+    text = manifestfiles.read_file(path, limits=limits, stdin_hint=False)
+    if path.suffix.lower() == ".json":
+        parsed = manifestparse.parse_json(text, str(path), limits)
+    else:
+        parsed = manifestparse.parse_yaml(text, str(path), limits, manifestlimits.YAMLParser.AUTO)
+    if parsed.error is not None:
+        raise parsed.error
     docs: list[Any] = []
-    for doc in loaded:
+    for _, _, doc in parsed.documents:
+        if doc is None:
+            continue
         if isinstance(doc, dict) and doc.get("kind") == "List":
             docs.extend(doc.get("items") or [])
         elif isinstance(doc, list):
@@ -302,11 +311,11 @@ def _load_objects(path: Path) -> Any:
     store = MemoryObjects()
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
-            raise ValueError(f"object {i} is not a mapping")
+            raise ValueError(f"{path}: object {i} is not a mapping")
         try:
             store.put(doc)
         except ValueError as exc:
-            raise ValueError(f"object {i}: {exc}") from None
+            raise ValueError(f"{path}: object {i}: {exc}") from None
     return store
 
 
@@ -376,6 +385,22 @@ def check_flags(args: argparse.Namespace) -> None:
         raise Refused(f"--default-network-conf {args.default_network_conf}: no such file", 2)
 
 
+def check_paths(args: argparse.Namespace, config: settings.AgentConfig) -> None:
+    """The paths the agent will create things in, before it creates any: `Refused` (exit 2)
+    names the first it cannot use, so a refused start leaves nothing behind."""
+    checks = [("--socket", config.socket_path, preflight.socket_problem),
+              ("--cache-dir", config.cache_dir, preflight.directory_problem)]
+    if args.install:
+        bin_flag = "--install-bin-dir" if args.install_bin_dir is not None else "--cni-bin-dir"
+        conf_flag = "--agent-conf-dir" if args.agent_conf_dir is not None else "--cni-conf-dir"
+        checks += [(bin_flag, Path(args.install_bin_dir or config.bin_dirs[0]), preflight.directory_problem),
+                   (conf_flag, Path(args.agent_conf_dir or config.conf_dir), preflight.directory_problem)]
+    for flag, path, problem_of in checks:
+        problem = problem_of(path)
+        if problem is not None:
+            raise Refused(f"{flag} {path}: {problem}", 2)
+
+
 def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
     return settings.AgentConfig(
         socket_path=args.socket,
@@ -420,9 +445,9 @@ def object_source(args: argparse.Namespace) -> Any:
     """What the agent reads the cluster through: --objects, else the API (behind the watch cache)."""
     if args.objects is not None:
         try:
-            return _load_objects(args.objects)
-        except (OSError, ValueError) as exc:
-            raise Refused(f"cannot read --objects {args.objects}: {exc}") from None
+            return _load_objects(args.objects, args.max_file_size)
+        except (OSError, ValueError) as exc:  # a ManifestError is a ValueError
+            raise Refused(f"--objects {exc}", 2) from None
     from bridge.agent import watchcache
     from bridge.agent.objects import KubernetesObjects
 
@@ -547,6 +572,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = agent_config(args)
         check_flags(args)
+        check_paths(args, config)
         if args.install:
             config.conf_file = install_step(args, config)
         objects = object_source(args)

@@ -96,7 +96,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    "the others pause; equal priorities pause all of them. `start-time` makes it minus the "
                    "start time in microseconds, so replicas of one Deployment differ and the "
                    "longest-running one stays active (default 0)")
-    p.add_argument("--liveness", metavar="URL",
+    p.add_argument("--liveness", metavar="URL", type=arguments.liveness_url,
                    help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--no-params-ready", dest="params_ready", action="store_false",
                    help="do not write ParamsReady")

@@ -115,7 +115,7 @@ def selection(args: argparse.Namespace) -> tuple[tuple[str, ...], list[suite.Con
         requested = (features.resolve(_names(args.features)) if args.features
                      else features.PROFILES[args.profile or "core"])
     except features.UnknownFeature as exc:
-        raise BadArguments(str(exc)) from None
+        raise BadArguments(f"--features: {exc}") from None
     if not requested:
         raise BadArguments("--features names no feature")
     excluded = _names(args.skip_tests)
@@ -213,6 +213,11 @@ def _list(out: TextIO) -> None:
 def _run(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.list:
+        try:
+            selection(args)  # a name --list would not show is refused here too
+        except BadArguments as exc:
+            sys.stderr.write(f"podnetwork conformance: {exc}\n")
+            return 2
         _list(out)
         return 0
     named = args.implementation_name and args.implementation_version and args.implementation_url

@@ -9,6 +9,7 @@ contract "npwg-conformance-standalone").
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -157,12 +158,47 @@ def _plugin_setup(
         return bench_mod.PODNETWORK_CONF, "the built-in podnetwork shim configuration", daemon, ready
     if not args.conf.is_file():
         return None, "", None, None
-    try:
-        template = args.conf.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"--conf {args.conf}: cannot read it: {exc}")
+    template, problem = read_conf(args.conf)
+    if problem is not None:
+        problems.append(f"--conf {args.conf}: {problem}")
         return None, "", None, None
     return template, f"--conf {args.conf}", args.daemon, args.daemon_ready
+
+
+#: The largest --conf read: a CNI configuration is a few KiB; the runtime pipes it to the plugin,
+#: and this project's agent refuses more than 1 MiB of it by default (--max-request-bytes).
+MAX_CONF_BYTES = 1024 * 1024
+
+
+def read_conf(path: Path, limit: int = MAX_CONF_BYTES) -> tuple[str | None, str | None]:
+    """(the text of --conf, None), or (None, what is wrong with it and the fix): a regular file
+    of at most `limit` bytes, UTF-8. Worded as the manifest commands word their files."""
+    fix = "give the plugin's CNI configuration file"
+    most = f"the {limit // 1024 // 1024} MiB ({limit} bytes) a network configuration may have; {fix}"
+    try:
+        # O_NONBLOCK: a path that became a FIFO since it was checked must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        problem = (exc.strerror or str(exc)).lower()
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return None, f"{problem}; give a file this user (uid {os.geteuid()}) may read"
+        return None, problem
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"not a regular file; {fix}"
+        if info.st_size > limit:
+            return None, f"is {info.st_size} bytes, more than {most}"
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            return None, (exc.strerror or str(exc)).lower()
+    if len(data) > limit:  # it grew since fstat
+        return None, f"is more than {most}"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import urllib.parse
 
 from podnetwork.ground import names
 
@@ -79,6 +80,21 @@ def service_reference(text: str) -> tuple[str, str]:
     return namespace, name
 
 
+def liveness_url(text: str) -> str:
+    """`--liveness`: where kopf serves its liveness probe, http://HOST:PORT/PATH. kopf takes only
+    http, and the probe must be found where the pod's livenessProbe looks: host and port given."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or not 0 < port < 65536 \
+            or not parts.path.startswith("/") or parts.username is not None or parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"invalid URL {text!r}: expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz")
+    return text
+
+
 START_TIME = "start-time"
 
 
@@ -111,5 +127,5 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
                         "port (default: not served)")
 
 
-__all__ = ["START_TIME", "add_metrics_arguments", "byte_count", "non_negative_seconds", "parse_priority",
-           "positive_count", "positive_seconds", "service_reference", "tcp_port"]
+__all__ = ["START_TIME", "add_metrics_arguments", "byte_count", "liveness_url", "non_negative_seconds",
+           "parse_priority", "positive_count", "positive_seconds", "service_reference", "tcp_port"]

@@ -84,8 +84,9 @@ def parse_size(text: str) -> int:
     return int(digits) * units[unit]
 
 
-def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--max-file-size`, for every command that reads manifest files."""
+def add_limit_arguments(parser: argparse.ArgumentParser,
+                        help: str = "refuse manifest files (and stdin) larger than this, e.g. 16Mi") -> None:
+    """`--max-file-size`, for every command that reads manifest files; `help` says which."""
 
     def size(text: str) -> int:
         try:
@@ -98,8 +99,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         type=size,
         default=DEFAULT_LIMITS.max_file_bytes,
         metavar="SIZE",
-        help="refuse manifest files (and stdin) larger than this, e.g. 16Mi "
-        f"(default {size_text(DEFAULT_LIMITS.max_file_bytes).split(' (')[0]})",
+        help=f"{help} (default {size_text(DEFAULT_LIMITS.max_file_bytes).split(' (')[0]})",
     )
 
 

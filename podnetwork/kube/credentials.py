@@ -104,11 +104,21 @@ def resolve(kubeconfig: str | None = None, context: str | None = None, *,
     raise CredentialsError(f"{NO_CLUSTER}; in-cluster: {in_cluster_problem}")
 
 
+def _service_problem(host: str | None, port: str | None) -> str:
+    """What is missing of the two variables the kubelet sets in every pod's containers."""
+    if not host and not port:
+        return "not in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set)"
+    given, missing = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT") if host else (
+        "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_HOST")
+    state = "is empty" if (port if host else host) is not None else "is not"
+    return f"{given} is set but {missing} {state}; a pod has both: set {missing}, or unset {given}"
+
+
 def in_cluster(environ: Mapping[str, str], account: Path) -> Credentials:
     """The pod's service account, as client-go's InClusterConfig reads it."""
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
-        raise CredentialsError("not in a pod (KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set)")
+        raise CredentialsError(_service_problem(host, port))
     token = account / "token"
     if not token.is_file():
         raise CredentialsError(f"no service account token at {token} (automountServiceAccountToken: false?)")

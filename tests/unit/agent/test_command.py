@@ -83,11 +83,11 @@ def test_an_unreadable_objects_file_is_an_error_that_says_which_object(tmp_path:
     parser = argparse.ArgumentParser()
     command.configure(parser)
     (tmp_path / "o.yaml").write_text("kind: Pod\nmetadata: {}\n")
-    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 2
     assert "object 0: an object needs a kind and metadata.name" in capsys.readouterr().err
     (tmp_path / "o.yaml").write_text("a: [\n")
-    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 1
-    assert "not YAML/JSON" in capsys.readouterr().err
+    assert command.run(parser.parse_args(["--objects", str(tmp_path / "o.yaml"), "--cache-dir", str(tmp_path)])) == 2
+    assert f"--objects {tmp_path / 'o.yaml'}:doc 1: " in capsys.readouterr().err
 
 
 

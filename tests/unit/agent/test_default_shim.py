@@ -157,7 +157,7 @@ def test_a_build_id_covers_the_c_source_and_the_protocols_constants(tmp_path: Pa
 
 def cni_agent(tmp_path: Path, *flags: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
     """`podnetwork cni-agent --install ...` as a process; it installs, then stops at its unreadable
-    --objects (exit 1): the install step alone, as the DaemonSet's container runs it."""
+    --objects (exit 2): the install step alone, as the DaemonSet's container runs it."""
     env = {**os.environ, "PATH": path if path is not None else os.environ.get("PATH", os.defpath)}
     return subprocess.run(
         [sys.executable, "-m", "podnetwork.cli", "cni-agent", "--install", "--install-bin-dir", str(tmp_path / "bin"),
@@ -172,7 +172,7 @@ def test_the_command_installs_the_compiled_shim_by_default_and_the_python_one_wi
 ) -> None:
     needs_cc()
     done = cni_agent(tmp_path / "default")
-    assert "cannot read --objects" in done.stderr, done.stderr
+    assert "missing.yaml: no such file or directory" in done.stderr, done.stderr
     assert f"installed {tmp_path / 'default' / 'bin' / 'multinetwork'}: the compiled shim (built with " in done.stderr
     assert (tmp_path / "default" / "bin" / "multinetwork").read_bytes()[:4] == ELF
     assert "WARNING" not in done.stderr
@@ -182,7 +182,7 @@ def test_the_command_installs_the_compiled_shim_by_default_and_the_python_one_wi
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line]
     assert len(warnings) == 1, done.stderr
     assert f"no C compiler found: looked for cc and gcc in PATH={path}" in warnings[0]
-    assert "the Python shim (the fallback: see the warning)" in done.stderr and "cannot read --objects" in done.stderr
+    assert "the Python shim (the fallback: see the warning)" in done.stderr and "missing.yaml: no such file or directory" in done.stderr
     assert done.stderr.count("looked for cc and gcc") == 1, "the reason is said once"
     assert (tmp_path / "bare" / "bin" / "multinetwork").read_text().startswith(f"#!{PYTHON} -IS")
 
@@ -194,7 +194,7 @@ def test_the_command_with_compiled_shim_and_no_compiler_fails_before_starting_an
     assert done.returncode == 1
     assert "error: --compiled-shim: the compiled shim cannot be installed: no C compiler found" in done.stderr
     assert "install a C compiler" in done.stderr and "--prebuilt-shim" in done.stderr
-    assert "cannot read --objects" not in done.stderr, "it stopped at the install"
+    assert "missing.yaml: no such file or directory" not in done.stderr, "it stopped at the install"
     assert not (tmp_path / "bin" / "multinetwork").exists()
 
 

@@ -28,6 +28,17 @@ CASES = [
      "argument --schedule-timeout: invalid interval 'nan': expected a number of seconds, more than 0"),
     (["cni-agent", "--max-request-bytes", "-1"],
      "argument --max-request-bytes: invalid byte count '-1': expected a whole number, 1 or more"),
+    (["bridge", "--liveness", "notaurl"],
+     "argument --liveness: invalid URL 'notaurl': expected http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz"),
+    (["bridge", "--liveness", "https://0.0.0.0:8080/healthz"],
+     "argument --liveness: invalid URL 'https://0.0.0.0:8080/healthz': expected http://HOST:PORT/PATH, "
+     "e.g. http://0.0.0.0:8080/healthz"),
+    (["bridge", "--liveness", "http://0.0.0.0:99999/healthz"],
+     "argument --liveness: invalid URL 'http://0.0.0.0:99999/healthz': expected http://HOST:PORT/PATH, "
+     "e.g. http://0.0.0.0:8080/healthz"),
+    (["bridge", "--liveness", "http://0.0.0.0/healthz"],
+     "argument --liveness: invalid URL 'http://0.0.0.0/healthz': expected http://HOST:PORT/PATH, "
+     "e.g. http://0.0.0.0:8080/healthz"),
     (["cni-agent", "--plugin-timeout", "nan"],
      "argument --plugin-timeout: invalid interval 'nan': expected a number of seconds, more than 0"),
 ]

@@ -32,6 +32,15 @@ def test_an_unknown_feature_exits_2_naming_the_known_ones() -> None:
     assert "unknown feature(s) Teleport; known: PodNetworkAPI, PodNetworkConditions" in done.stderr
 
 
+def test_list_refuses_an_unknown_feature_or_test_too() -> None:
+    done = _run("--features", "nosuch", "--list")
+    assert done.returncode == 2, done.stdout
+    assert done.stdout == ""
+    assert "podnetwork conformance: --features: unknown feature(s) nosuch; known: PodNetworkAPI, " in done.stderr
+    done = _run("--skip-tests", "NoSuchTest", "--list")
+    assert done.returncode == 2 and "--skip-tests: unknown test(s) NoSuchTest; see --list" in done.stderr
+
+
 def test_an_unknown_test_to_skip_exits_2() -> None:
     done = _run("--skip-tests", "NoSuchTest")
     assert done.returncode == 2 and "--skip-tests: unknown test(s) NoSuchTest; see --list" in done.stderr

@@ -8,8 +8,10 @@ to be usable. These checks come before the root check, so they hold for any user
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,11 +74,11 @@ def test_a_plugin_that_is_not_executable_is_refused_with_the_fix(tmp_path: Path)
         ('{"type": "multus", "name": "m", "kubeconfig": "${KUBE_CONFIG}"}',
          "unknown placeholder(s) ${KUBE_CONFIG}; known: ${KUBECONFIG}"),
         ("[" * 200_000 + "]" * 200_000, "nested too deeply to be a CNI configuration"),
-        ('{"type": "multus", "name": "m", "x": ' + '{"a": ' * 200_000 + "1" + "}" * 200_001,
+        ('{"type": "multus", "name": "m", "x": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001,
          "nested too deeply to be a CNI configuration"),
     ],
     ids=["not-json", "not-an-object", "a-list", "no-type", "no-name", "bad-capabilities", "unknown-placeholder",
-         "200k-deep-list", "200k-deep-object"],
+         "200k-deep-list", "100k-deep-object"],
 )
 def test_a_bad_conf_is_refused_naming_the_file_and_the_fault(
     tmp_path: Path, plugin: Path, text: str, message: str
@@ -148,3 +150,50 @@ def test_list_shows_every_scenario_with_its_sections_and_every_placeholder(tmp_p
     assert "del-reverse            [7.2]" in proc.stdout
     assert "key-infiniband-guid    [4.1.2.1.10.2]" in proc.stdout
     assert "${KUBECONFIG}: the kubeconfig of the harness's Kubernetes API" in proc.stdout
+
+
+def test_a_conf_that_is_not_utf8_says_where(tmp_path: Path, plugin: Path) -> None:
+    path = tmp_path / "conf.json"
+    path.write_bytes(b'{"cniVersion": "\xff"}')
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", str(path))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "codec" not in proc.stderr, proc.stderr
+    assert f"error: --conf {path}: not UTF-8 text (byte 16); save it as UTF-8" in proc.stderr, proc.stderr
+
+
+def test_a_conf_past_the_size_limit_is_refused_before_it_is_read(tmp_path: Path, plugin: Path) -> None:
+    path = tmp_path / "conf.json"
+    with path.open("wb") as f:
+        f.truncate(50 * 1024 * 1024)  # sparse: 50 MiB the harness must not read
+    proc = run(tmp_path, "--plugin", str(plugin), "--conf", str(path))
+    assert proc.returncode == 2
+    assert (f"error: --conf {path}: is {50 * 1024 * 1024} bytes, more than the 1 MiB (1048576 bytes) a network "
+            "configuration may have; give the plugin's CNI configuration file") in proc.stderr, proc.stderr
+
+
+def test_a_conf_the_user_may_not_read_is_named_without_errno_text(tmp_path: Path, plugin: Path) -> None:
+    from tests.unit.uid_support import NONROOT, needs_root, python_for, switch_to
+
+    needs_root()
+    shared = Path(tempfile.mkdtemp(prefix="npwg-conf-"))
+    try:
+        shared.chmod(0o755)
+        (shared / "tmp").mkdir()
+        os.chown(shared / "tmp", NONROOT, NONROOT)
+        path = shared / "conf.json"
+        path.write_text('{"cniVersion": "1.1.0", "name": "n", "type": "multus"}')
+        path.chmod(0o600)
+        shim = shared / "plugin"
+        shim.write_text("#!/bin/sh\nexit 0\n")
+        shim.chmod(0o755)
+        python, extra = python_for(NONROOT)
+        proc = subprocess.run([python, "-m", "podnetwork.cli", "npwg-conformance", "--plugin", str(shim),
+                               "--conf", str(path)], capture_output=True, text=True, timeout=60, cwd=shared,
+                              env={"PATH": "/usr/bin:/bin", "TMPDIR": str(shared / "tmp"), **extra},
+                              preexec_fn=switch_to(NONROOT))
+        assert list((shared / "tmp").iterdir()) == []
+    finally:
+        shutil.rmtree(shared)
+    assert proc.returncode == 2, proc.stderr
+    assert "Errno" not in proc.stderr, proc.stderr
+    assert f"error: --conf {path}: permission denied; give a file this user (uid {NONROOT}) may read" in proc.stderr
