@@ -465,6 +465,13 @@ class Node:
         """Our table out of every pod: what a test sharing the node leaves for the next."""
         self.enforce(dict.fromkeys(self.pods))
 
+    def forget_connections(self) -> None:
+        """Every pod's conntrack entries flushed: the next probes are new connections, judged by
+        the tables now, not let through as part of a flow an earlier table allowed (a UDP
+        exchange whose ephemeral source port happens to repeat within conntrack's timeout)."""
+        for pod in self.pods.values():
+            run("ip", "netns", "exec", pod.netns, "conntrack", "-F", check=False)
+
 
 class InNode:
     """An `Exec` (bridge.agent.invoke) that runs each delegate plugin inside the node namespace: an

@@ -55,6 +55,9 @@ def enforce(node: Node, t: policy_cases.Topology, policies: list[dict[str, Any]]
     world = policy_cases.world(t, policies)
     scopes = scope.scopes(world)
     node.enforce({key: rules.compile_pod(world, key, scopes).document for key in node.pods})
+    # A table judges new connections; established ones survive it by design (rules.py). The
+    # matrix asks about new ones only.
+    node.forget_connections()
     return world
 
 
