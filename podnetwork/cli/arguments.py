@@ -49,26 +49,24 @@ def non_negative_seconds(text: str) -> float:
     return value
 
 
-def positive_count(text: str) -> int:
-    """A whole number, 1 or more: connections, seconds of a server-side timeout."""
+def _whole_number(what: str, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}: expected a whole number, 1 or more")
+        raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: expected a whole number, 1 or more")
     return value
+
+
+def positive_count(text: str) -> int:
+    """A whole number, 1 or more: connections, seconds of a server-side timeout."""
+    return _whole_number("number", text)
 
 
 def byte_count(text: str) -> int:
     """A whole number of bytes, 1 or more: the limits on what a client may send."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid byte count {text!r}: expected a whole number, 1 or more")
-    return value
+    return _whole_number("byte count", text)
 
 
 def service_reference(text: str) -> tuple[str, str]:
