@@ -90,6 +90,11 @@ class DefaultNetwork:
                 raise CNIError(
                     ErrorCode.INVALID_CONFIG, "cannot read the default network configuration", str(exc)
                 ) from None
+            except UnicodeDecodeError as exc:
+                raise CNIError(
+                    ErrorCode.INVALID_CONFIG, "cannot read the default network configuration",
+                    f"{source}: not UTF-8 text (byte {exc.start}); save it as UTF-8",
+                ) from None
             return from_text(text, str(source), k8s_runtime_config)
         return from_text(json.dumps(dict(source)), str(source), k8s_runtime_config)
 

@@ -14,7 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bridge.agent import agent, objects, settings
+from bridge.agent.invoke import CNIError, ErrorCode
 from tests.unit.agent.test_networks import Recorder, add, nad, pod, podnetwork
 
 KUBENET = {"cniVersion": "1.0.0", "name": "kubenet",
@@ -103,3 +106,19 @@ async def test_a_default_podnetwork_of_the_bridge_still_comes_from_its_nad(tmp_p
                         {"10-kubenet.conflist": KUBENET})
     await add(a)
     assert rec.adds() == [("eth0", "kubenet-nad")]
+
+
+async def test_a_default_network_conf_that_is_not_utf8_is_the_agents_stated_problem_not_a_crash(
+        tmp_path: Path) -> None:
+    """--default-network-conf naming a binary file: STATUS and ADD say so (CNI error 7), naming the
+    file and the byte, as every other file the project reads does."""
+    a, rec = node_agent(tmp_path, [pod({}), installed_default()], {})
+    conf = tmp_path / "default.conf"
+    conf.write_bytes(b'{"cniVersion": "1.0.0", "name": "\xc2"}')
+    a.config.default_network = conf
+    problem = await a.default_network_problem()
+    assert problem is not None and f"{conf}: not UTF-8 text (byte 33); save it as UTF-8" in problem, problem
+    with pytest.raises(CNIError) as raised:
+        await add(a)
+    assert raised.value.code == ErrorCode.INVALID_CONFIG and "not UTF-8 text" in str(raised.value)
+    assert rec.adds() == []
