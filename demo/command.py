@@ -34,6 +34,9 @@ exit status: 0 when every check passed, 1 when one failed, 2 on bad
 arguments, 130 when interrupted (everything made so far is still removed)."""
 
 
+DEFAULT_CNI_BIN_DIRS = "/opt/cni/bin:/usr/lib/cni"
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check",
@@ -52,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIRS",
         help="colon-separated directories holding the CNI plugins; each must exist (default: "
-        "/opt/cni/bin:/usr/lib/cni, the CNI part skipped where the plugins are missing)",
+        f"{DEFAULT_CNI_BIN_DIRS}, the CNI part skipped where the plugins are missing)",
     )
     parser.add_argument(
         "--control-plane-only",
@@ -71,9 +74,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="also print the objects, requests and CNI results as JSON",
     )
-
-
-DEFAULT_CNI_BIN_DIRS = "/opt/cni/bin:/usr/lib/cni"
 
 
 def run(args: argparse.Namespace) -> int:

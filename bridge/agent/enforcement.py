@@ -143,17 +143,13 @@ def decide(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local]
 
 
 def decide_from(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[Local],
-                applied: Mapping[str, Applied], previous: Pass | None,
-                seen: World | None = None) -> tuple[list[Step[Document]], Pass]:
+                applied: Mapping[str, Applied], previous: Pass | None) -> tuple[list[Step[Document]], Pass]:
     """`decide`, compiling only the pods that the change since `previous` can reach (the others'
-    tables are `previous`'s); and this pass, for the next. `seen` is what the passes compare
-    (`world` by default): a world of the same namespaces, networks and policies whose pods
-    change exactly when `world`'s do, such as the pods as the state keeps them, shared with it,
-    rather than `world`'s copies (which the agent then need not keep between passes)."""
+    tables are `previous`'s); and this pass, for the next. The agent's worlds share their pods
+    with the state between passes (`PolicyState.keyed_pods`), so keeping one costs a mapping."""
     locals_ = list(locals_)
-    seen = world if seen is None else seen
     reached = None if previous is None else changes.affected(
-        previous.world, seen, {local.pod for local in locals_ if local.pod in previous.compiled})
+        previous.world, world, {local.pod for local in locals_ if local.pod in previous.compiled})
     compiled: dict[str, Compiled] = {}
     memo: rules.Memo | None = None
     steps: list[Step[Document]] = []
@@ -171,7 +167,7 @@ def decide_from(world: World, scope_of: Mapping[str, Scope], locals_: Iterable[L
         document, unenforced = compiled[local.pod]
         if applied.get(local.container_id, UNKNOWN) != document:
             steps.append(Step(local.container_id, local.pod, local.netns, document, unenforced))
-    return steps, Pass(seen, compiled)
+    return steps, Pass(world, compiled)
 
 
 __all__ = ["UNKNOWN", "Applied", "Compiled", "Document", "Local", "Pass", "Step", "decide", "decide_from",
