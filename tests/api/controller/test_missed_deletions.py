@@ -45,7 +45,9 @@ async def test_podnetwork_gone_without_an_event_is_dropped_and_its_attachment_tu
         await eventually(lambda: ready(kmock, "ns", "fast")["status"] == "True")
         del kmock.objects[PN, None, "blue"]
         await eventually(lambda: ready(kmock, "ns", "fast")["status"] == "False")
-        assert inuse.podnetwork_ref("blue") not in ctl.objects
+        # The attachment may turn not Ready from its own read of the PodNetwork (404) a moment
+        # before the resync drops the PodNetwork from memory: wait for that too.
+        await eventually(lambda: inuse.podnetwork_ref("blue") not in ctl.objects)
     cond = ready(kmock, "ns", "fast")
     assert (cond["reason"], cond["message"]) == ("PodNetworkNotReady", 'PodNetwork "blue" not found')
 
