@@ -35,6 +35,10 @@ GROUPS = {
     # plugins' shared directories; each test checks that nothing is left there afterwards.
     "tests/cni/": SERIAL_GROUP,
     "tests/e2e/": SERIAL_GROUP,
+    # The real tier's kubelet node and its agent (tests/real/): veths, bridges and the node
+    # access table in the root network namespace, as the CNI tier's; and one cluster per session,
+    # which this group's worker alone starts.
+    "tests/real/": SERIAL_GROUP,
     # The components as their manifests run them, on the manifests' fixed ports (the controller
     # and the bridge both take 9090).
     "tests/api/deploy/test_components_start_as_deployed.py": "deploy-fixed-ports",

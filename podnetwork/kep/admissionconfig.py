@@ -38,11 +38,13 @@ def annotation_changed(key: str) -> str:
 #: either among their annotations (the API server copies them onto the pod). The kubelet's
 #: status updates, kube-scheduler's Bindings and the agent's and the bridge's annotations
 #: (network-status, pod-ips) never reach the webhook, so they are never held up by it, even
-#: while it is down.
+#: while it is down. The API server leaves `request.subResource` out of a request on the pod
+#: itself, and reading an absent field is an error (under failurePolicy Fail, a refusal of every
+#: pod), so `has()` guards it.
 VALIDATE_MATCH_CONDITIONS = [{
     "name": "create-or-networks-change",
     "expression": (
-        "request.subResource == 'binding' ? has(object.metadata.annotations) && ("
+        "has(request.subResource) && request.subResource == 'binding' ? has(object.metadata.annotations) && ("
         + " || ".join(f"'{key}' in object.metadata.annotations" for key in PROTECTED_ANNOTATIONS)
         + f") : request.operation != 'UPDATE' || {annotation_changed(constants.NETWORKS_ANNOTATION)} || "
         f"{annotation_changed(constants.ATTACHMENT_NETWORKS_ANNOTATION)}"),

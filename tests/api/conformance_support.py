@@ -273,7 +273,7 @@ class ClusterEmulator(kube_emulator.Emulator):
                     continue
                 if not all(_selects(e, labels) for e in hook["namespaceSelector"].get("matchExpressions", [])):
                     continue
-                activation = {"request": {"operation": "CREATE", "subResource": ""}, "object": pod,
+                activation = {"request": {"operation": "CREATE"}, "object": pod,
                               "oldObject": None}
                 if all(bool(crd_support.cel(c["expression"], activation)) for c in hook.get("matchConditions", [])):
                     found.append(hook)

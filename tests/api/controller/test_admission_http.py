@@ -108,7 +108,8 @@ def _sent_by_the_api_server(webhook: dict[str, Any], body: dict[str, Any]) -> bo
     resource = "/".join(filter(None, ("pods", request.get("subResource"))))
     if not any(request["operation"] in r["operations"] and resource in r["resources"] for r in webhook["rules"]):
         return False
-    activation = {"request": {"operation": request["operation"], "subResource": request.get("subResource", "")},
+    # the API server leaves subResource out of a request on the pod itself
+    activation = {"request": {k: request[k] for k in ("operation", "subResource") if request.get(k)},
                   "object": request["object"], "oldObject": request.get("oldObject")}
     return all(bool(cel(c["expression"], activation)) for c in webhook.get("matchConditions", []))
 

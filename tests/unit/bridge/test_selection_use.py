@@ -180,7 +180,8 @@ def sent(body: dict[str, Any]) -> bool:
     resource = "/".join(filter(None, ("pods", body.get("subResource"))))
     if not any(body["operation"] in r["operations"] and resource in r["resources"] for r in hook["rules"]):
         return False
-    activation = {"request": {"operation": body["operation"], "subResource": body.get("subResource", "")},
+    # the API server leaves subResource out of a request on the pod itself
+    activation = {"request": {k: body[k] for k in ("operation", "subResource") if body.get(k)},
                   "object": body["object"], "oldObject": body.get("oldObject")}
     return all(bool(cel(c["expression"], activation)) for c in hook["matchConditions"])
 

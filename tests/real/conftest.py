@@ -1,0 +1,147 @@
+"""Fixtures of the real tier: one real Kubernetes per session, shared; a namespace per test.
+
+- `control_plane`: etcd, kube-apiserver, kube-controller-manager and kube-scheduler (with our
+  extender registered, as deploy/scheduler/ registers it), and this project's CRDs and
+  admission policies applied from `crds/`.
+- `components`: on that, our operators from the checkout as a user runs them outside a pod:
+  the controller (`--manage-webhooks --enforce-use-permission`), the bridge (`--webhook
+  --manage-webhooks --enforce-use-permission`) and the scheduler extender.
+- `node`: a kubelet with containerd, with our CNI agent installed as a user installs it.
+- `ns`: a namespace of the test's own, deleted (and waited for) afterwards.
+
+Without binaries the tier is skipped with one line that says how to get them; in CI (`CI`
+set) that, or a node's missing prerequisite, is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from tests.real.cluster_support import (
+    REPO,
+    Api,
+    Cluster,
+    KitMissing,
+    Node,
+    binaries,
+    eventually,
+    new_root,
+    node_prerequisites,
+    scheduler_config,
+)
+from tests.unit.ports_support import free_port
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"the real-cluster tier cannot run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/real/" in item.nodeid:
+            item.add_marker(pytest.mark.real)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Cluster]:
+    try:
+        kit, bins = binaries()
+    except KitMissing as missing:
+        _unavailable(str(missing))
+    root = new_root()
+    cluster = Cluster(kit=kit, bins=bins, root=root)
+    extender_port = free_port()
+    cluster.ports["extender"] = extender_port
+    try:
+        config = scheduler_config(root / "scheduler-config.yaml", root / "scheduler.kubeconfig", extender_port)
+        cluster.start(scheduler_config=config)
+        cluster.kubectl("apply", "-f", str(REPO / "crds"))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: Cluster) -> Api:
+    assert control_plane.api is not None
+    return control_plane.api
+
+
+@pytest.fixture(scope="session")
+def components(control_plane: Cluster, api: Api) -> Cluster:
+    """The controller, the bridge and the extender, each with its webhooks registered at loopback."""
+    cluster = control_plane
+    if "controller" not in cluster.components:
+        port = free_port()
+        cluster.start_component("controller", [
+            "controller", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
+            "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
+            str(cluster.kubeconfig)],
+            lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork")
+            and _ready(api.find("/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks/default")))
+        port = free_port()
+        cluster.start_component("bridge", [
+            "bridge", "--webhook", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port",
+            str(port), "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
+            str(cluster.kubeconfig)],
+            lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+                             "podnetwork-bridge"))
+        probe = free_port()
+        cluster.start_component("extender", [
+            "scheduler-extender", "--host", "127.0.0.1", "--port", str(cluster.ports["extender"]),
+            "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
+            lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def node(components: Cluster) -> Node:
+    """A kubelet node with containerd, our agent installed on it (shim and conflist)."""
+    missing = node_prerequisites()
+    if missing:
+        _unavailable(missing)
+    existing = [n for n in components.nodes.values() if n.agent is not None]
+    if existing:
+        return existing[0]
+    created = components.add_node(1)
+    components.install_agent(created)
+    return created
+
+
+@pytest.fixture
+def ns(control_plane: Cluster, api: Api) -> Iterator[str]:
+    name = f"t-{secrets.token_hex(3)}"
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    eventually(lambda: api.find(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+               f"namespace {name} has its default ServiceAccount", timeout=30)
+    try:
+        yield name
+    finally:
+        api.delete(f"/api/v1/namespaces/{name}")
+        eventually(lambda: api.find(f"/api/v1/namespaces/{name}") is None,
+                   f"namespace {name} is gone", timeout=90)
+
+
+def _ready(obj: dict[str, object] | None) -> bool:
+    if not obj:
+        return False
+    conditions = obj.get("status", {}).get("conditions", [])  # type: ignore[union-attr]
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _http_ok(url: str) -> bool:
+    import httpx
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
