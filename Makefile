@@ -38,7 +38,9 @@ $(STAMP): pyproject.toml
 # tables in pods, bridge/agent/nftables.py, and their CNI tests), `conntrack` (flushing UDP flows to a
 # Service endpoint that left, bridge/agent/clusterips.py), Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
-# shim, which `cni-agent --install` builds and its tests run). Only what is missing is installed; without root we
+# shim, which `cni-agent --install` builds and its tests run), and for the real tier's kubelet node
+# (tests/real/, on the kit in ../shared/k8s) containerd and runc, with openssl, curl and xz for the
+# kit's scripts. Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
@@ -48,6 +50,11 @@ system-deps:
 	command -v conntrack >/dev/null || missing="$$missing conntrack"; \
 	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \
+	command -v containerd >/dev/null || missing="$$missing containerd"; \
+	command -v runc >/dev/null || missing="$$missing runc"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v xz >/dev/null || missing="$$missing xz-utils"; \
 	[ -f "$$(cc -print-file-name=libc.a 2>/dev/null)" ] || missing="$$missing libc6-dev"; \
 	if [ -z "$$missing" ]; then \
 		:; \

@@ -170,3 +170,17 @@ def temporary_files_are_removed(tmp_path_factory: pytest.TempPathFactory) -> Ite
             pytest.fail(f"the tests left {len(left)} temporary file(s) or directories behind (removed now): "
                         f"{', '.join(left[:20])}; remove what a test makes even when it fails, and keep "
                         "what a process may be killed with in memory or in a directory the test removes")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line for the real tier (tests/real/, a real Kubernetes from ../shared/k8s): how many of
+    its tests ran, so that a run which skipped it, or ran none of it, says so at its end."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        counts[outcome] = sum(1 for report in terminalreporter.stats.get(outcome, [])
+                              if getattr(report, "nodeid", "").startswith("tests/real/")
+                              and (outcome != "passed" or getattr(report, "when", "call") == "call"))
+    if any(counts.values()):
+        terminalreporter.write_line(
+            "real-cluster tier (tests/real/, Kubernetes v1.36 from ../shared/k8s): "
+            + ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n))
