@@ -3,11 +3,12 @@
 The agent runs in a container (deploy/agent) but works on the node's objects:
 
 - Network namespaces. The runtime creates each pod's namespace as a bind mount under
-  /var/run/netns on the host, after the agent started. The agent (and the plugins it runs)
-  see those mounts only if the mount holding that directory propagates host mounts into the
-  container: in the container it must be a slave (`mountPropagation: HostToContainer`) or
-  shared mount, which the kubelet allows only when it is shared on the host. On a host where
-  it is private the kubelet refuses to start the container; `host_netns_problem` says so in
+  /var/run/netns (/run/netns) on the host, after the agent started. The agent (and the plugins
+  it runs) see those mounts only if the mount holding that directory propagates host mounts
+  into the container: in the container it must be a slave (`mountPropagation:
+  HostToContainer`) or shared mount, which the runtime allows only when the hostPath, looked up
+  as written (symlinks in it not resolved), lies on a shared or slave mount of the host. Where
+  it does not, the runtime refuses to start the container; `host_netns_problem` says so in
   the agent's own words first (the DaemonSet's init container), and `netns_problem` checks
   the container the agent runs in.
 - Plugins. The delegate plugins run inside the agent's container, from the host's
@@ -21,13 +22,16 @@ Everything here reads files only: /proc/<pid>/mountinfo (proc(5)) and symlinks.
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 #: The host's init process, as a container with `hostPID: true` sees it.
 HOST_PROC = Path("/proc/1")
-#: Where the runtimes (containerd, CRI-O) and `ip netns` make network namespaces.
-DEFAULT_NETNS_DIR = Path("/var/run/netns")
+#: Where the runtimes (containerd, CRI-O) and `ip netns` make network namespaces: /var/run/netns,
+#: which is this path on every current distribution (/var/run links to /run). This one, because a
+#: runtime checks a hostPath's propagation without resolving that link (`runtime_mount_of`).
+DEFAULT_NETNS_DIR = Path("/run/netns")
 #: Symlinks followed in one resolution before giving up (the kernel's limit, MAXSYMLINKS).
 MAX_SYMLINKS = 40
 DOCS = 'docs/deploy.md "Mount propagation"'
@@ -151,12 +155,42 @@ def netns_problem(netns_dir: Path, *, proc: Path = HOST_PROC, own: Path = Path("
     return None
 
 
-def host_netns_problem(netns_dir: Path, *, proc: Path = HOST_PROC) -> str | None:
-    """Why the kubelet would refuse to give the agent's container `netns_dir` with
-    `mountPropagation: HostToContainer`, or None: on the host (as its init process `proc` sees
-    it, in `proc`/root) the mount holding the directory must be shared or a slave."""
+def runtime_mount_of(mounts: list[Mount], path: str) -> Mount | None:
+    """The mount a container runtime finds for a hostPath when it checks its propagation: the
+    mount points that are a prefix of `path` as a string (cleaned, no symlink resolved), the
+    longest, the first listed among equals. containerd (mount.Lookup) and CRI-O
+    (getSourceMount) both do so; `/var/run/netns` therefore lies on `/`, never on `/run`."""
+    target = posixpath.normpath(path)
+    if target.startswith("//"):
+        target = "/" + target.lstrip("/")
+    best: Mount | None = None
+    for mount in mounts:
+        if target.startswith(mount.mount_point) and (
+                best is None or len(mount.mount_point) > len(best.mount_point)):
+            best = mount
+    return best
+
+
+def _as_the_runtime_names(host_root: Path, path: str) -> tuple[str, str] | None:
+    """`path` as the runtime looks it up (only a last component that is itself a symlink is
+    resolved: os.Lstat then EvalSymlinks), and as the node resolves it entirely; None when a
+    link loops."""
+    written = posixpath.normpath(path)
+    whole = in_host_root(host_root, written)
+    if whole is None:
+        return None
+    resolved = posixpath.normpath("/" + whole.relative_to(host_root).as_posix())
+    last = in_host_root(host_root, written, follow_last=False)
+    return (resolved if last is not None and last.is_symlink() else written), resolved
+
+
+def host_netns_problem(netns_dir: Path, *, proc: Path = HOST_PROC, bidirectional: bool = False) -> str | None:
+    """Why the runtime would refuse the agent's container the hostPath `netns_dir` with
+    `mountPropagation: HostToContainer` (or Bidirectional), or None. The runtime looks the path
+    up as written in its mount table (`runtime_mount_of`); its mount must be shared, or a slave
+    for HostToContainer. The runtime's mount table is the host's, as its init (`proc`) sees it."""
     try:
-        resolved = in_host_root(proc / "root", str(netns_dir))
+        names = _as_the_runtime_names(proc / "root", str(netns_dir))
     except OSError as exc:  # a sandbox's init is not ours to read, even as root
         return (f"cannot read {proc / 'root'} to resolve {netns_dir} as the node does (the agent needs "
                 f"hostPID: true, and the node's init readable): {exc.strerror or exc}: {exc.filename}")
@@ -164,19 +198,33 @@ def host_netns_problem(netns_dir: Path, *, proc: Path = HOST_PROC) -> str | None
         mounts = parse_mountinfo((proc / "mountinfo").read_text())
     except OSError as exc:
         return f"cannot read {proc / 'mountinfo'} (the agent needs hostPID: true): {exc}"
-    if resolved is None:
+    if names is None:
         return f"{netns_dir} cannot be resolved on the host: its symlinks loop"
-    on_host = os.path.normpath("/" + resolved.relative_to(proc / "root").as_posix())
-    mount = mount_of(mounts, on_host)
-    if mount is None or mount.propagation == "private":
-        where = mount.mount_point if mount is not None else "?"
-        return (f"path {netns_dir} ({on_host} on the node) is mounted on {where}, which is not a shared or "
-                "slave mount: the kubelet refuses mountPropagation: HostToContainer there, and without it "
-                "the agent would never see the network namespaces of new pods. On the node, make it a "
-                f"shared mount, as containerd and `ip netns` do when they create their first namespace: "
-                f"`mkdir -p {on_host} && mount --bind {on_host} {on_host} && mount --make-shared {on_host}` "
-                f"(and at every boot, e.g. with a systemd unit; {DOCS})")
-    return None
+    looked_up, resolved = names
+
+    def refused(path: str) -> Mount | None:
+        mount = runtime_mount_of(mounts, path)
+        wanted = ("shared",) if bidirectional else ("shared", "slave")
+        return None if mount is not None and mount.propagation in wanted else (mount or Mount("?", ()))
+
+    mount = refused(looked_up)
+    if mount is None:
+        return None
+    kind = "shared" if bidirectional else "shared or slave"
+    said = (f'path "{looked_up}" is mounted on "{mount.mount_point}" but it is not a {kind} mount: the '
+            f"runtime refuses mountPropagation: {'Bidirectional' if bidirectional else 'HostToContainer'} "
+            "there, and without it the agent would never see the network namespaces of new pods. ")
+    make_shared = (f"`mkdir -p {resolved} && mount --bind {resolved} {resolved} && mount --make-shared "
+                   f"{resolved}` (and at every boot, e.g. with a systemd unit before the kubelet)")
+    if resolved != looked_up:
+        said += (f"The runtime looks the hostPath up as written, without resolving the symlinks in it, and "
+                 f"{looked_up} is {resolved} on the node: give the hostPath and --netns-dir as {resolved} "
+                 "(deploy/agent/daemonset.yaml does)")
+        said += (f"; {resolved} is also on a private mount: on the node, {make_shared}" if refused(resolved)
+                 else "")
+    else:
+        said += f"On the node, make it a shared mount, as containerd and `ip netns` do: {make_shared}"
+    return f"{said} ({DOCS})"
 
 
 __all__ = [
@@ -188,4 +236,5 @@ __all__ = [
     "mount_of",
     "netns_problem",
     "parse_mountinfo",
+    "runtime_mount_of",
 ]

@@ -1,9 +1,10 @@
 """What the agent checks of its node (bridge.agent.node), on real files and symlinks in temp dirs
 that stand for /proc/<pid> and a host's root.
 
-- the propagation of the mount holding /var/run/netns, read from mountinfo as the kubelet reads
-  it: in the agent's container (`netns_problem`) and on the host (`host_netns_problem`, the
-  DaemonSet's init container), with the message that says what the node needs;
+- the propagation of the mount holding the netns directory, read from mountinfo: in the agent's
+  container (`netns_problem`), and on the host as the runtime looks a hostPath up, as written,
+  symlinks in it unresolved (`host_netns_problem`, the DaemonSet's init container), with the
+  message that says what the node needs;
 - plugins in a bin dir behind symlinks to elsewhere (Debian's layout), resolved under the host's
   root when the container cannot follow them (`invoke.find_plugin`).
 """
@@ -59,16 +60,58 @@ def fake_proc(tmp_path: Path, mountinfo: str, *, mnt: str = "mnt:[4026531841]") 
 
 
 def test_on_a_host_whose_run_is_shared_the_netns_directory_may_be_propagated(tmp_path: Path) -> None:
-    assert node.host_netns_problem(Path("/var/run/netns"), proc=fake_proc(tmp_path, HOST)) is None
+    assert node.host_netns_problem(Path("/run/netns"), proc=fake_proc(tmp_path, HOST)) is None
 
 
-def test_on_a_host_whose_root_is_private_the_problem_is_the_kubelets_and_says_what_the_node_needs(
+def test_the_runtime_finds_a_host_path_by_its_written_name_so_var_run_lies_on_root_not_on_run() -> None:
+    # containerd's mount.Lookup and CRI-O's getSourceMount: string prefixes, the longest wins, the
+    # first listed among equals; nothing resolves /var/run -> /run.
+    mounts = node.parse_mountinfo(HOST)
+    assert node.runtime_mount_of(mounts, "/var/run/netns").mount_point == "/"
+    assert node.runtime_mount_of(mounts, "/run/netns").mount_point == "/run"
+    assert node.runtime_mount_of(mounts, "/run//netns/").mount_point == "/run"
+    stacked = node.parse_mountinfo(PRIVATE_ROOT + "28 27 0:9 / / rw shared:1 - ext4 /dev/vdb rw\n")
+    assert node.runtime_mount_of(stacked, "/x").propagation == "private"
+
+
+def test_a_var_run_host_path_is_refused_as_containerd_refuses_it_even_where_run_netns_is_shared(
         tmp_path: Path) -> None:
-    problem = node.host_netns_problem(Path("/var/run/netns"), proc=fake_proc(tmp_path, PRIVATE_ROOT))
+    # The node of the issue: private root, /run/netns made shared as the docs said; containerd 1.6
+    # still refused hostPath /var/run/netns, and --check-host said yes.
+    shared_netns = PRIVATE_ROOT + "44 27 0:25 /netns /run/netns rw shared:7 - tmpfs tmpfs rw\n"
+    proc = fake_proc(tmp_path, shared_netns)
+    problem = node.host_netns_problem(Path("/var/run/netns"), proc=proc)
     assert problem is not None
-    assert "path /var/run/netns (/run/netns on the node) is mounted on /, which is not a shared or slave mount" \
-        in problem
-    assert "mount --make-shared /run/netns" in problem and "docs/deploy.md" in problem
+    assert problem.startswith('path "/var/run/netns" is mounted on "/" but it is not a shared or slave mount')
+    assert "give the hostPath and --netns-dir as /run/netns" in problem
+    assert "also on a private mount" not in problem
+    assert node.host_netns_problem(Path("/run/netns"), proc=proc) is None
+
+
+def test_on_a_host_whose_root_is_private_the_problem_is_the_runtimes_and_says_what_the_node_needs(
+        tmp_path: Path) -> None:
+    problem = node.host_netns_problem(Path("/run/netns"), proc=fake_proc(tmp_path, PRIVATE_ROOT))
+    assert problem is not None
+    assert problem.startswith('path "/run/netns" is mounted on "/" but it is not a shared or slave mount')
+    assert "mount --bind /run/netns /run/netns && mount --make-shared /run/netns" in problem
+    assert "docs/deploy.md" in problem
+    both = node.host_netns_problem(Path("/var/run/netns"), proc=fake_proc(tmp_path / "b", PRIVATE_ROOT))
+    assert both is not None and "as /run/netns" in both and "mount --make-shared /run/netns" in both
+
+
+def test_a_slave_mount_serves_host_to_container_but_bidirectional_needs_a_shared_one(tmp_path: Path) -> None:
+    slave = PRIVATE_ROOT + "30 27 0:25 / /run rw master:12 - tmpfs tmpfs rw\n"
+    proc = fake_proc(tmp_path, slave)
+    assert node.host_netns_problem(Path("/run/netns"), proc=proc) is None
+    problem = node.host_netns_problem(Path("/run/netns"), proc=proc, bidirectional=True)
+    assert problem is not None and "is mounted on \"/run\" but it is not a shared mount" in problem
+
+
+def test_a_host_path_that_is_itself_a_symlink_is_resolved_as_the_runtime_resolves_it(tmp_path: Path) -> None:
+    # The runtime resolves a hostPath whose last component is a link (lstat, then EvalSymlinks).
+    proc = fake_proc(tmp_path, PRIVATE_ROOT + "30 27 0:25 / /run rw shared:12 - tmpfs tmpfs rw\n")
+    (proc / "root" / "netns").symlink_to("/run/netns")
+    assert node.host_netns_problem(Path("/netns"), proc=proc) is None
 
 
 def test_in_a_container_the_netns_directory_must_be_a_slave_or_shared_mount(tmp_path: Path) -> None:
@@ -139,12 +182,12 @@ def test_check_host_as_the_init_container_runs_it_exits_1_with_what_the_node_nee
 
     def check(proc: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "podnetwork", "cni-agent", "--check-host",
-                               "--netns-dir=/var/run/netns", f"--host-proc={proc}"],
+                               "--netns-dir=/run/netns", f"--host-proc={proc}"],
                               capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3])
 
     private = check(fake_proc(tmp_path / "a", PRIVATE_ROOT))
     assert private.returncode == 1
-    assert "is mounted on /, which is not a shared or slave mount" in private.stderr
+    assert 'is mounted on "/" but it is not a shared or slave mount' in private.stderr
     shared = check(fake_proc(tmp_path / "b", HOST))
     assert shared.returncode == 0, shared.stderr
 
