@@ -335,6 +335,12 @@ class Cluster:
             raise AssertionError(f"{error}\n--- {name}'s log:\n{process.tail()}") from None
         return process
 
+    def restart_component(self, name: str, ready: Callable[[], Any], *, timeout: float = 60) -> Process:
+        """`name` stopped if it runs, then started again with its own command line (its log goes on)."""
+        previous = self.components[name]
+        previous.stop()
+        return self.start_component(name, previous.argv[1:], ready, timeout=timeout)
+
     # -- nodes ---------------------------------------------------------------------------------------
     def add_node(self, index: int) -> Node:
         name = f"real{self.suffix}-n{index}"
