@@ -34,7 +34,8 @@ def _workload_record(change: WorkloadChange) -> dict[str, Any]:
         "namespace": wl.namespace,
         "name": wl.name,
         "annotationsPath": wl.annotations_path,
-        "before": {NPWG_NETWORKS_ANNOTATION: change.before},
+        "before": {NPWG_NETWORKS_ANNOTATION: change.before,
+                   **({} if change.replaced is None else {constants.NETWORKS_ANNOTATION: change.replaced})},
         "after": {constants.NETWORKS_ANNOTATION: change.after},
     }
     if wl.resource_version:

@@ -60,11 +60,12 @@ from bridge.migrate.objects import (
     podnetwork_object,
 )
 from podnetwork.ground import constants, excerpts
+from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.ground.findings import Finding
 from podnetwork.ground.workloads import InvalidWorkload, Workload
 from podnetwork.kep import networks as kep_networks
 from podnetwork.kep import validation
-from podnetwork.kep.api import Network
+from podnetwork.kep.api import DEFAULT_NETWORKS, Network
 
 
 class Reason(StrEnum):
@@ -97,6 +98,10 @@ class WorkloadChange:
     notes: list[str] = field(default_factory=list)
     """What the migration drops on purpose: reserved keys the NPWG spec does not define
     (4.1.2.1), e.g. the pre-spec `interfaceRequest`, which no implementation acts on."""
+    replaced: str | None = None
+    """The KEP networks annotation the workload already had and `after` extends: only the
+    `default` PodNetwork alone (what auto-population writes on every new pod), else None.
+    The rollback puts it back."""
 
     def new_annotations(self) -> dict[str, str]:
         out = {k: v for k, v in self.workload.annotations.items() if k != NPWG_NETWORKS_ANNOTATION}
@@ -433,15 +438,27 @@ def _plan_workload(
         raise _CannotMigrate(Reason.INVALID_RESULT, "; ".join(str(e) for e in errors))
     after = kep_networks.format(entries)
     existing = wl.annotations.get(constants.NETWORKS_ANNOTATION)
-    if existing is not None and existing != after:
+    if existing is not None and existing != after and not _default_alone(existing):
         raise _CannotMigrate(
             Reason.ALREADY_HAS_NETWORKS,
             f"also has {constants.NETWORKS_ANNOTATION}={excerpts.cut(existing)}; "
             "keep one of the two annotations",
         )
     return WorkloadChange(
-        workload=wl, before=text, after=after, networks=entries, notes=npwg.ignored_key_warnings(elements)
+        workload=wl, before=text, after=after, networks=entries, notes=npwg.ignored_key_warnings(elements),
+        replaced=existing if existing is not None and existing != after else None,
     )
+
+
+def _default_alone(text: str) -> bool:
+    """Whether a KEP networks annotation names the `default` PodNetwork alone, as the controller's
+    admission writes it on every new pod that names no networks (KEP "Auto-population"). Beside an
+    NPWG selection it adds nothing: NPWG attaches the cluster default network first anyway (2.2),
+    and the migrated list starts with it, so a live Pod is not left unmigratable by it."""
+    try:
+        return kep_networks.parse(text) == list(DEFAULT_NETWORKS)
+    except InvalidObject:
+        return False
 
 
 __all__ = ["Plan", "Reason", "WorkloadChange", "plan", "written_by_bridge"]

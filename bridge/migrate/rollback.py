@@ -35,7 +35,7 @@ from bridge.migrate.objects import (
     ORIGIN_ANNOTATION,
 )
 from bridge.migrate.output import PLAN_KIND
-from bridge.translate import field_errors
+from bridge.translate import WRITTEN_ANNOTATION, field_errors, written_by_bridge
 from podnetwork.cli import manifests
 from podnetwork.ground import constants, workloads
 from podnetwork.ground.core import ObjectMeta, PartialObjectMetadata
@@ -192,15 +192,21 @@ def _restore_workload(cluster: Cluster, record: WorkloadRecord) -> Outcome:
                        "restore it by hand")
     now = wl.annotations
     npwg_key, kep_key = NPWG_NETWORKS_ANNOTATION, constants.NETWORKS_ANNOTATION
-    if now.get(kep_key) is None and now.get(npwg_key) == record.before[npwg_key]:
+    # `before` holds the KEP annotation too when the migration replaced `default` alone (a live Pod's)
+    if now.get(kep_key) == record.before.get(kep_key) and now.get(npwg_key) == record.before[npwg_key]:
         return Outcome(ref, True, "already restored")
-    if now.get(kep_key) != record.after[kep_key] or npwg_key in now:
+    # the bridge translates a live Pod's migrated networks back into a selection of its own (marked
+    # by its digest): that one is the migration's outcome, not a change since
+    bridge_wrote = written_by_bridge(now)
+    if now.get(kep_key) != record.after[kep_key] or (npwg_key in now and not bridge_wrote):
         return Outcome(
             ref,
             False,
             f"left as is: its {kep_key} annotation changed since the migration; restore it by hand",
         )
-    annotations = {npwg_key: record.before[npwg_key], kep_key: None}
+    annotations = {npwg_key: record.before[npwg_key], kep_key: record.before.get(kep_key)}
+    if WRITTEN_ANNOTATION in now:
+        annotations[WRITTEN_ANNOTATION] = None
     patch = nest((*wl.template_path, "metadata"), {"annotations": annotations})
     if wl.resource_version:
         patch.setdefault("metadata", {})["resourceVersion"] = wl.resource_version

@@ -230,6 +230,25 @@ def test_every_per_pod_key_is_carried_to_the_options(cluster_plan: migrate.Plan)
 # --- what cannot be migrated -------------------------------------------------------------------
 
 
+def test_a_pod_whose_networks_are_the_auto_populated_default_alone_is_migrated_and_the_plan_keeps_them() -> None:
+    # the controller's admission writes [{"podNetworkName": "default"}] on every new pod that names none,
+    # so a live pod with an NPWG selection carries both (seen on a real cluster: tests/real/test_migrate.py)
+    populated = networks.format([*networks.parse('[{"podNetworkName": "default"}]')])
+    p = plan_of([nad("edge", "net-a"), pod("edge", "live", "net-a", **{constants.NETWORKS_ANNOTATION: populated})])
+    assert not p.unmigratable
+    change = change_of(p, "Pod", "live")
+    assert kep(change) == [{"podNetworkName": "default"}, {"podNetworkName": "edge.net-a"}]
+    assert change.replaced == populated
+    [record] = migrate.plan_header(p)["workloads"]
+    assert record["before"] == {NPWG: "net-a", constants.NETWORKS_ANNOTATION: populated}
+
+
+def test_a_pod_with_other_networks_beside_its_npwg_selection_is_not_migrated() -> None:
+    for other in ('[{"podNetworkName": "default", "interfaceName": "eth0"}]', '[{"podNetworkName": "x"}]', "[]"):
+        p = plan_of([nad("edge", "net-a"), pod("edge", "both", "net-a", **{constants.NETWORKS_ANNOTATION: other})])
+        assert [u.reason for u in p.unmigratable] == [migrate.Reason.ALREADY_HAS_NETWORKS], other
+
+
 def test_each_unmigratable_workload_has_its_reason() -> None:
     inventory = migrate.Inventory()
     for doc in manifests.load([FIXTURES / "invalid"]):
