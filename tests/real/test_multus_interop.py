@@ -1,0 +1,187 @@
+"""Multus thick as the node's NPWG implementation, under the KEP layer and the bridge (bridge/README.md).
+
+The project's central interop claim: a cluster keeps Multus as its agent and still gets PodNetworks,
+because the bridge translates a pod's KEP networks into the NPWG selection Multus reads and turns
+the network-status Multus writes back into pod IPs. Proven on a second kubelet node of the session
+that runs the kit's Multus thick v4.2.4 (`multus-daemon` and `multus-shim`, as processes) instead
+of our agent, with the reference plugins behind NetworkAttachmentDefinitions; the first node keeps
+our agent, so one PodNetwork spans both implementations.
+
+Multus's daemon takes its API credentials only from a pod's service account (`rest.InClusterConfig`:
+KUBERNETES_SERVICE_HOST/PORT and the token under /var/run/secrets/kubernetes.io/serviceaccount).
+Here it runs in a mount namespace of its own with a tmpfs on /run holding a TokenRequest token of a
+ServiceAccount bound to Multus's ClusterRole, so nothing is written under the machine's /run; the
+sandboxes' namespaces, which containerd mounts under /run/netns of the machine, are reached through
+containerd's own root (`/run/netns` there is a symlink to `/proc/<containerd>/root/run/netns`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.real.attachments_support import (
+    POD_IPS,
+    SELECTION,
+    STATUS,
+    annotation,
+    bare,
+    bridged_networks,
+    interfaces,
+    writer_of,
+)
+from tests.real.cluster_support import Api, Cluster, Node, Process, eventually, pod_manifest, wait_phase
+
+MULTUS_RULES = [  # the ClusterRole of Multus's own deployments/multus-daemonset-thick.yml
+    {"apiGroups": ["k8s.cni.cncf.io"], "resources": ["*"], "verbs": ["*"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list", "update", "watch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+]
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def _start_multus(cluster: Cluster, api: Api, node: Node, identity: str) -> Process:
+    multus = cluster.kit / "multus" / "bin"
+    home = node.dir / "multus"
+    sa_dir = home / "serviceaccount"
+    sa_dir.mkdir(parents=True)
+    (home / "run").mkdir()
+    token = api.create(f"/api/v1/namespaces/kube-system/serviceaccounts/{identity}/token", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    (sa_dir / "token").write_text(token["status"]["token"])
+    shutil.copy(cluster.root / "pki" / "ca.crt", sa_dir / "ca.crt")
+    (sa_dir / "namespace").write_text("kube-system")
+    shutil.copy(multus / "multus-shim", node.bin_dir / "multus-shim")
+    config = home / "daemon-config.json"
+    config.write_text(json.dumps({
+        "cniVersion": "0.3.1", "logToStderr": True, "logLevel": "verbose",
+        "binDir": str(node.bin_dir), "cniDir": str(home / "cache"), "cniConfigDir": str(node.conf_dir),
+        # the daemon listens in socketDir; the shim's configuration it writes names it as daemonSocketDir
+        "socketDir": str(home / "run"), "daemonSocketDir": str(home / "run"),
+        # "auto": Multus writes 00-multus.conf delegating to the node's first configuration (its
+        # cluster network); with a configuration file of its own the v4.2 daemon exits at once
+        "multusConfigFile": "auto", "multusAutoconfigDir": str(node.conf_dir)}))
+    containerd = (cluster.root / "run" / f"containerd-{node.name}.pid").read_text().strip()
+    script = home / "start.sh"
+    script.write_text("\n".join([
+        "set -e",
+        "mount -t tmpfs multus-run /run",
+        "mkdir -p /run/secrets/kubernetes.io/serviceaccount",
+        f"mount --bind {sa_dir} /run/secrets/kubernetes.io/serviceaccount",
+        f"ln -s /proc/{containerd}/root/run/netns /run/netns",
+        f"exec {multus / 'multus-daemon'} -config {config}", ""]))
+    process = Process(f"multus-{node.name}", ["unshare", "--mount", "--propagation", "private", "sh", str(script)],
+                      cluster.root / "run" / f"multus-{node.name}.log")
+    cluster.components[process.name] = process
+    process.start(cluster.env(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(cluster.ports["apiserver"]),
+                              MULTUS_NODE_NAME=node.name))
+
+    def serving() -> bool:
+        if not process.alive():
+            raise RuntimeError(f"multus-daemon exited:\n{process.tail()}")
+        return (node.conf_dir / "00-multus.conf").exists() and (home / "run" / "multus.sock").exists()
+
+    eventually(serving, f"Multus serves on {node.name}", timeout=60)
+    return process
+
+
+@pytest.fixture(scope="module")
+def multus_node(components: Cluster, api: Api, node: Node) -> Iterator[Node]:
+    """A second kubelet node whose NPWG implementation is Multus thick (our agent stays on `node`)."""
+    if not (components.kit / "multus" / "bin" / "multus-daemon").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the kit at {components.kit} has no multus/bin/multus-daemon", pytrace=False)
+        pytest.skip(f"the kit at {components.kit} has no multus/bin/multus-daemon")
+    identity = f"multus-{components.suffix}"
+    subject = [{"kind": "ServiceAccount", "name": identity, "namespace": "kube-system"}]
+    created = components.add_node(2)
+    process: Process | None = None
+    try:
+        api.create("/api/v1/namespaces/kube-system/serviceaccounts",
+                   {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": identity}})
+        api.create(f"{RBAC}/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                            "metadata": {"name": identity}, "rules": MULTUS_RULES})
+        api.create(f"{RBAC}/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": identity},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": identity},
+            "subjects": subject})
+        process = _start_multus(components, api, created, identity)
+        yield created
+    finally:
+        # the node's pods go through the API first: the runtime's CNI DEL still reaches Multus
+        components.remove_node(created)
+        if process is not None:
+            process.stop()
+            components.components.pop(process.name, None)
+        for path in (f"{RBAC}/clusterrolebindings/{identity}", f"{RBAC}/clusterroles/{identity}",
+                     f"/api/v1/namespaces/kube-system/serviceaccounts/{identity}"):
+            api.delete(path)
+        shutil.rmtree(created.dir, ignore_errors=True)
+
+
+def test_on_a_multus_node_a_podnetwork_is_attached_by_multus_and_reaches_the_same_network_on_our_agent(
+        control_plane: Cluster, api: Api, node: Node, multus_node: Node, ns: str) -> None:
+    with bridged_networks(api, ns, "red") as (red,):
+        networks = [{"podNetworkName": "default"}, {"podNetworkName": red.podnetwork, "interfaceName": "red0"}]
+        # by nodeSelector, so through the bridge's scheduling gate and kube-scheduler with our extender
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest(
+            "server", networks=networks, command=["sh", "-c", "nc -l -p 8080"], restartPolicy="Never",
+            nodeSelector={"kubernetes.io/hostname": multus_node.name}))
+        pod = wait_phase(api, ns, "server")
+        assert pod["spec"]["nodeName"] == multus_node.name
+
+        # what Multus read: the bridge's translation of the KEP networks
+        assert annotation(api, ns, "server", SELECTION) == [{"name": red.nad, "namespace": ns, "interface": "red0"}]
+        seen = interfaces(control_plane, ns, "server")
+        assert sorted(seen) == ["eth0", "red0"], seen
+        status = annotation(api, ns, "server", STATUS)
+        assert writer_of(api, ns, "server", STATUS) == ["multus-daemon"]
+        by_interface = {entry["interface"]: entry for entry in status}
+        assert sorted(by_interface) == ["eth0", "red0"], status
+        assert by_interface["eth0"]["default"] is True and by_interface["eth0"]["name"] == multus_node.network_name
+        assert by_interface["red0"]["name"] == red.status_name
+        for name, interface in seen.items():
+            assert by_interface[name]["mac"] == interface.mac, name
+            # Multus reports bare addresses (docs/attachment-data.md)
+            assert by_interface[name]["ips"] == [bare(a) for a in interface.addresses], name
+        (address,) = seen["red0"].addresses
+        assert red.leases() == {bare(address)}
+        pod_ips = eventually(lambda: annotation(api, ns, "server", POD_IPS), "the bridge wrote the pod IPs")
+        assert pod_ips == [
+            {"ip": bare(seen["eth0"].addresses[0]), "podNetwork": "default", "interfaceName": "eth0"},
+            {"ip": bare(address), "podNetwork": red.podnetwork, "interfaceName": "red0"}]
+
+        connect = f"for i in $(seq 30); do echo hello | nc -w 2 {bare(address)} 8080 && exit 0; sleep 1; done; exit 1"
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest(
+            "client", networks=networks, command=["sh", "-c", connect], restartPolicy="Never", node=node.name))
+        wait_phase(api, ns, "client", "Succeeded", timeout=90)
+        wait_phase(api, ns, "server", "Succeeded")
+        assert control_plane.kubectl("logs", "-n", ns, "server").stdout == "hello\n"
+        assert writer_of(api, ns, "client", STATUS) == ["podnetwork-cni-agent"]
+
+
+def test_multus_attaches_the_cluster_default_network_to_a_pod_whose_list_leaves_it_out_and_the_pod_is_told(
+        control_plane: Cluster, api: Api, multus_node: Node, ns: str) -> None:
+    with bridged_networks(api, ns, "solo") as (solo,):
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest(
+            "solo", networks=[{"podNetworkName": solo.podnetwork}],
+            nodeSelector={"kubernetes.io/hostname": multus_node.name}))
+        wait_phase(api, ns, "solo")
+
+        # NPWG 6.2: Multus puts the cluster default network on eth0 and the list after it
+        # (bridge/README.md "The explicit list is not honoured"); our agent would give solo alone
+        seen = interfaces(control_plane, ns, "solo")
+        assert sorted(seen) == ["eth0", "net1"], seen
+        status = {e["interface"]: e for e in annotation(api, ns, "solo", STATUS)}
+        assert status["eth0"]["name"] == multus_node.network_name and status["net1"]["name"] == solo.status_name
+        pod_ips = eventually(lambda: annotation(api, ns, "solo", POD_IPS), "the bridge wrote the pod IPs")
+        assert sorted((p["podNetwork"], p["interfaceName"], p["ip"]) for p in pod_ips) == sorted([
+            ("default", "eth0", bare(seen["eth0"].addresses[0])),
+            (solo.podnetwork, "net1", bare(seen["net1"].addresses[0]))])
+        warnings = [e["message"] for e in api.get(f"/api/v1/namespaces/{ns}/events")["items"]
+                    if e["involvedObject"]["name"] == "solo" and e["reason"] == "TranslationWarning"]
+        assert any("NPWG cannot leave it out" in w for w in warnings), warnings
