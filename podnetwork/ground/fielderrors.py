@@ -66,7 +66,8 @@ class FieldError:
             ErrorType.TOO_MANY: "FieldValueTooMany",
             ErrorType.NOT_SUPPORTED: "FieldValueNotSupported",
         }[self.type]
-        return {"type": reason, "field": excerpts.cut(self.path), "message": str(self)}
+        # metav1.StatusCause spells its type "reason" in JSON; the API server drops any other key
+        return {"reason": reason, "field": excerpts.cut(self.path), "message": str(self)}
 
 
 def required(path: str, detail: str = "") -> FieldError:

@@ -151,7 +151,7 @@ def use_refusal(uid: str, pod: Pod, namespace: str, use: UseRequest,
         "uid": uid, "allowed": False, "status": {
             "status": "Failure", "code": 403, "reason": "Forbidden", "message": message,
             "details": {"name": name, "kind": "Pod", "causes": [
-                {"type": "FieldValueForbidden", "field": field, "message": message}]}}}}
+                {"reason": "FieldValueForbidden", "field": field, "message": message}]}}}}
 
 
 class UseUnavailable(Exception):

@@ -137,7 +137,7 @@ async def test_a_hand_written_selection_of_a_backed_nad_is_refused_without_use_a
         f'"{constants.GROUP}" with resourceName "dataplane" in namespace "{bs.NS}"; grant it to the pod\'s '
         'ServiceAccount or to the user with a Role or ClusterRole and a RoleBinding (docs/controller.md '
         '"Permission to use a PodNetwork")')
-    assert status["details"]["causes"] == [{"type": "FieldValueForbidden",
+    assert status["details"]["causes"] == [{"reason": "FieldValueForbidden",
                                             "field": f"metadata.annotations[{NPWG}][0]", "message": message}]
     assert allowed.json()["response"] == {"uid": "u-1", "allowed": True}
     # The user first, then the pod's ServiceAccount; the ServiceAccount's "yes" is asked anew (a denial

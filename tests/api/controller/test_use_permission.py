@@ -146,7 +146,7 @@ async def test_neither_user_nor_service_account_may_use_it_refuses_naming_networ
                               '"system:serviceaccount:ns:default" may use PodNetwork "red": missing permission: verb "use" on resource '
                               f'"podnetworks" in API group "{constants.GROUP}" with resourceName "red" '
                               'in namespace "ns"')
-    assert status["details"]["causes"] == [{"type": "FieldValueForbidden",
+    assert status["details"]["causes"] == [{"reason": "FieldValueForbidden",
                                             "field": f"metadata.annotations[{ANN}][1]", "message": message}]
     assert reviews(kmock) == [("alice", "blue"), ("alice", "red"), ("system:serviceaccount:ns:default", "red")]
 

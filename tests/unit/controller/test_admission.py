@@ -136,7 +136,7 @@ def test_statically_invalid_pod_is_refused_with_field_error_causes():
     status = response["status"]
     assert (status["code"], status["reason"]) == (422, "Invalid")
     assert status["message"] == 'Pod "web" is invalid: spec.networks[1].interfaceName: Duplicate value: "net1"'
-    assert status["details"]["causes"] == [{"type": "FieldValueDuplicate", "field": "spec.networks[1].interfaceName",
+    assert status["details"]["causes"] == [{"reason": "FieldValueDuplicate", "field": "spec.networks[1].interfaceName",
                                             "message": 'spec.networks[1].interfaceName: Duplicate value: "net1"'}]
 
 
@@ -151,7 +151,7 @@ def test_replacing_the_first_network_of_an_existing_pod_is_refused():
     new = pod({ANN: '[{"podNetworkName":"red"}]'})
     response = admission.review(review(new, "UPDATE", old), Webhook.VALIDATING)["response"]
     assert response["allowed"] is False
-    assert response["status"]["details"]["causes"][0]["type"] == "FieldValueForbidden"
+    assert response["status"]["details"]["causes"][0]["reason"] == "FieldValueForbidden"
     assert "the first network of a running pod cannot be removed, replaced" in response["status"]["message"]
 
 

@@ -42,7 +42,7 @@ def update(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def causes(response: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c["type"], c["field"]) for c in response["status"]["details"]["causes"]]
+    return [(c["reason"], c["field"]) for c in response["status"]["details"]["causes"]]
 
 
 @pytest.mark.parametrize(("before", "after"), [

@@ -1,0 +1,213 @@
+"""The pod webhooks of the controller and the bridge as `--manage-webhooks` registers them, called
+by a real kube-apiserver: auto-population, static validation with field errors, the permission to
+use a PodNetwork (asked of the real RBAC authorizer, for users the API server impersonates), the
+namespaces left out, and what still goes through while the controller's webhook server is down.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from bridge.operator import admission as bridge_admission
+from podnetwork.ground import constants
+from podnetwork.kep import admissionconfig
+from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manifest, wait_phase
+from tests.real.objects_support import (
+    BRIDGE_PROVIDER,
+    NPWG_SELECTION,
+    Made,
+    nad_body,
+    nad_ref,
+    nads,
+    pods,
+    unique,
+)
+
+pytestmark = pytest.mark.usefixtures("components")
+
+NETWORKS = constants.NETWORKS_ANNOTATION
+ADMISSIONREGISTRATION = "/apis/admissionregistration.k8s.io/v1"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+@pytest.fixture
+def made(api: Api) -> Iterator[Made]:
+    made = Made(api)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def unscheduled(name: str, **kw: Any) -> dict[str, Any]:
+    """A pod no scheduler picks up: admission is all that happens to it."""
+    return pod_manifest(name, schedulerName=f"nobody-{secrets.token_hex(2)}", **kw)
+
+
+def create_as(api: Api, user: str, ns: str, body: Mapping[str, Any], *,
+              groups: tuple[str, ...] = ()) -> tuple[int, Any]:
+    """A pod CREATE made by `user`, whom the API server impersonates for cluster-admin."""
+    headers = [("Content-Type", "application/json"), ("Impersonate-User", user),
+               *(("Impersonate-Group", g) for g in groups)]
+    response = api.http.post(pods(ns), content=json.dumps(body), headers=headers)
+    return response.status_code, response.json()
+
+
+def may_create_pods(api: Api, ns: str, user: str) -> None:
+    """`user` may create pods in `ns` (a Role and RoleBinding there, gone with the namespace)."""
+    name = unique("pods")
+    api.create(f"{RBAC}/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}]})
+    bind(api, ns, name, "Role", {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user})
+
+
+def bind(api: Api, ns: str, role: str, kind: str, subject: Mapping[str, str]) -> None:
+    api.create(f"{RBAC}/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": unique("rb")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [dict(subject)]})
+
+
+def test_the_registered_configurations_are_the_ones_the_project_builds(api: Api) -> None:
+    # test_admission_cel.py proves these rules and matchConditions on copies: the same as registered
+    built = [*admissionconfig.webhook_configurations({"url": "https://x"}),
+             *bridge_admission.webhook_configurations({"url": "https://x"}, enforce_use=True)]
+    for config in built:
+        plural = "mutatingwebhookconfigurations" if config["kind"].startswith("Mutating") else \
+            "validatingwebhookconfigurations"
+        registered = api.get(f"{ADMISSIONREGISTRATION}/{plural}/{config['metadata']['name']}")
+        assert len(registered["webhooks"]) == len(config["webhooks"])
+        for ours, theirs in zip(config["webhooks"], registered["webhooks"], strict=True):
+            for key in ("name", "rules", "matchConditions", "failurePolicy", "namespaceSelector", "sideEffects"):
+                assert theirs.get(key) == ours.get(key), (config["metadata"]["name"], key)
+
+
+def test_a_pod_naming_no_network_is_admitted_on_the_default_podnetwork(api: Api, made: Made, ns: str) -> None:
+    pod = made.pod(ns, unscheduled("plain"))
+    assert json.loads(pod["metadata"]["annotations"][NETWORKS]) == [{"podNetworkName": "default"}]
+
+
+def test_a_statically_invalid_pod_is_refused_with_the_api_servers_field_errors(api: Api, ns: str) -> None:
+    bad = unscheduled("bad", networks=[{"podNetworkName": "default"},
+                                       {"podNetworkName": "default", "interfaceName": "a/b"}])
+    code, body = api.request("POST", pods(ns), bad)
+    assert code == 422, body
+    assert body.get("reason") == "Invalid", body
+    assert f'admission webhook "{admissionconfig.WEBHOOK_NAME_VALIDATE}" denied the request' in body["message"]
+    causes = {(c["reason"], c["field"]) for c in body["details"]["causes"]}
+    assert causes == {("FieldValueDuplicate", "spec.networks[1].podNetworkName"),
+                      ("FieldValueInvalid", "spec.networks[1].interfaceName")}, body
+    assert api.find(f"{pods(ns)}/bad") is None
+
+
+def test_using_a_podnetwork_needs_the_use_permission_of_the_user_or_the_pods_service_account(
+        api: Api, made: Made, ns: str) -> None:
+    network = unique("use")
+    made.podnetwork(network)
+    role = made.create(f"{RBAC}/clusterroles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": unique("use")},
+        "rules": [{"apiGroups": [constants.GROUP], "resources": ["podnetworks"], "resourceNames": [network],
+                   "verbs": ["use"]}]})["metadata"]["name"]
+    alice, bob = unique("alice"), unique("bob")
+    for user in (alice, bob):
+        may_create_pods(api, ns, user)
+    api.create(f"/api/v1/namespaces/{ns}/serviceaccounts",
+               {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "granted"}})
+    bind(api, ns, role, "ClusterRole", {"kind": "ServiceAccount", "name": "granted", "namespace": ns})
+    bind(api, ns, role, "ClusterRole", {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": bob})
+    made.pod_namespaces.add(ns)
+    wants = [{"podNetworkName": "default"}, {"podNetworkName": network}]
+
+    def created(user: str, name: str, **kw: Any) -> Any:
+        code, body = create_as(api, user, ns, unscheduled(name, networks=wants, **kw))
+        assert code == 201, body
+        return body
+
+    # RBAC's caches fill from watches: the grants above take effect within moments
+    eventually(lambda: created(alice, "as-granted", serviceAccountName="granted"),
+               "alice's pod running as the granted ServiceAccount is admitted", timeout=60)
+    eventually(lambda: created(bob, "by-bob"), "bob's pod is admitted", timeout=60)
+
+    code, body = create_as(api, alice, ns, unscheduled("denied", networks=wants))
+    assert code == 403, body
+    assert f'admission webhook "{admissionconfig.WEBHOOK_NAME_VALIDATE}" denied the request' in body["message"]
+    assert (f'neither the user "{alice}" nor the pod\'s ServiceAccount "system:serviceaccount:{ns}:default" '
+            f'may use PodNetwork "{network}"') in body["message"]
+    assert [(c["reason"], c["field"]) for c in body["details"]["causes"]] == \
+        [("FieldValueForbidden", f"metadata.annotations[{NETWORKS}][1]")], body
+    # default needs no permission
+    code, body = create_as(api, alice, ns, unscheduled("on-default", networks=wants[:1]))
+    assert code == 201, body
+
+
+def test_naming_a_bridge_podnetworks_nad_by_hand_needs_the_use_permission_too(
+        api: Api, made: Made, ns: str) -> None:
+    nad = made.create(nads(ns), nad_body(unique("nad")))["metadata"]["name"]
+    network = unique("npwg")
+    made.podnetwork(network, provider=BRIDGE_PROVIDER, refs=[nad_ref(ns, nad)])
+    alice = unique("alice")
+    may_create_pods(api, ns, alice)
+    made.pod_namespaces.add(ns)
+    by_hand = unscheduled("by-hand", annotations={NPWG_SELECTION: f"{ns}/{nad}"})
+
+    def refused() -> Any:
+        code, body = create_as(api, alice, ns, by_hand)
+        assert code == 403, body
+        return body
+
+    # the bridge learns of a PodNetwork from its watch; a pod may come before that, so this waits
+    body = eventually(refused, "the bridge refuses alice's hand-written selection", timeout=60)
+    assert f'admission webhook "{bridge_admission.VALIDATE_WEBHOOK_NAME}" denied the request' in body["message"]
+    assert (f'may use PodNetwork "{network}" (named through NetworkAttachmentDefinition "{ns}/{nad}" '
+            f'in {NPWG_SELECTION})') in body["message"]
+    code, body = api.request("POST", pods(ns), by_hand)  # cluster-admin may use every PodNetwork
+    assert code == 201, body
+
+
+def test_a_namespace_labelled_out_of_admission_gets_neither_population_nor_validation(
+        api: Api, made: Made, ns: str) -> None:
+    api.merge_patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {constants.ADMISSION_LABEL: "disabled"}}})
+    invalid = [{"podNetworkName": "default"}, {"podNetworkName": "default"}]
+
+    def untouched() -> Any:
+        return "annotations" not in made.pod(ns, unscheduled(unique("plain")))["metadata"] or None
+
+    # the API server's namespace informer decides the selector: the label takes effect within moments
+    eventually(untouched, "a plain pod in the exempt namespace is left without networks", timeout=60)
+    pod = made.pod(ns, unscheduled("invalid", networks=invalid))
+    assert json.loads(pod["metadata"]["annotations"][NETWORKS]) == invalid
+
+
+def test_while_the_controllers_webhooks_are_down_pod_create_is_refused_and_nothing_else_waits(
+        api: Api, made: Made, ns: str, components: Cluster, node: Node) -> None:
+    made.pod(ns, unscheduled("before"))
+    controller = components.components["controller"]
+    controller.stop()
+    try:
+        code, body = api.request("POST", pods(ns), unscheduled("during"))
+        assert code >= 500 or code == 403, body
+        assert f'failed calling webhook "{admissionconfig.WEBHOOK_NAME_MUTATE}"' in body["message"], body
+
+        api.merge_patch(f"{pods(ns)}/before", {"metadata": {"labels": {"unrelated": "change"}}})
+        api.merge_patch(f"{pods(ns)}/before/status",
+                        {"status": {"conditions": [{"type": "example.com/probe", "status": "True"}]}})
+        api.create(f"{pods(ns)}/before/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "before"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node.name}})
+        # the kubelet reports the pod Running through pods/status while no controller answers
+        running = wait_phase(api, ns, "before")
+        assert running["spec"]["nodeName"] == node.name
+        assert not controller.alive()
+    finally:
+        def admitted() -> bool:
+            code, body = api.request("POST", pods(ns), unscheduled("after"), params={"dryRun": "All"})
+            assert code == 201, body
+            return json.loads(body["metadata"]["annotations"][NETWORKS]) == [{"podNetworkName": "default"}]
+
+        components.restart_component("controller", admitted, timeout=90)
