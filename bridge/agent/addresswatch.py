@@ -586,6 +586,11 @@ class AddressWatch:
         socket failed, has ended and is not listed)."""
         return sorted(cid for cid, pod in self._pods.items() if not pod.task.done())
 
+    def status_of(self, container_id: str) -> list[dict[str, Any]] | None:
+        """The status a container's watch last wrote (or started from); None if not watched."""
+        pod = self._pods.get(container_id)
+        return pod.status if pod is not None else None
+
     def looks(self, container_id: str) -> int:
         """How many times a container's namespace was looked at (0 if not watched)."""
         pod = self._pods.get(container_id)

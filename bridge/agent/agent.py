@@ -138,6 +138,7 @@ class Agent:
         if self.config.netns_dir is not None:
             self.host_problem = node.netns_problem(self.config.netns_dir)
         self._roll_back_unfinished()
+        self.reports.track_recorded()
         if self.config.patch_status:
             self.reports.republish_pending()
         self.reports.watch_recorded()

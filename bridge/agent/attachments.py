@@ -116,9 +116,11 @@ class Attachments:
         if self.services is not None:
             await self.services.deleted(record.container_id, netns or record.netns)
         await self.runner.stop_orphans(record.container_id)
-        # A status not yet written would report interfaces this DEL removes.
-        self.reports.cancel(record)
+        # A status not yet written would report interfaces this DEL removes; one queued (or
+        # written) is withdrawn below, once the interfaces are gone.
+        reported = self.reports.cancel(record) or record.complete
         problems = await self.detach(record, list(reversed(record.attachments)), netns=netns, rollback=True)
+        self.reports.withdraw(record, reported=reported)
         if record.attachments:
             record.complete = False
             self.records.save(record)  # keep what failed, so the runtime's next DEL retries it
@@ -146,6 +148,7 @@ class Attachments:
                     f"container {args.container_id} is already attached on {record.ifname}",
                     f"ADD asked for {args.ifname}; DEL it first",
                 )
+            self._adopt_uid(record, args)
             self.reports.publish_unless_published(record)  # its status was never written: repaired
             return record.result  # CRI: set-up of an already set-up pod is skipped
         if record is not None:
@@ -233,6 +236,7 @@ class Attachments:
         record.status_published = not self.config.patch_status
         with request.phases.timed("cache"):
             self.records.save(record)
+        self.reports.attached(record)
         if self.config.patch_status:
             with request.phases.timed("status"):
                 entries = self.reports.publish(record)
@@ -331,7 +335,17 @@ class Attachments:
             )
         for attachment in record.attachments:
             await self.runner.check(attachment, request.args)
+        self._adopt_uid(record, request.args)
         self.reports.publish_unless_published(record)  # its status was never written: repaired
+
+    def _adopt_uid(self, record: Record, args: RuntimeArgs) -> None:
+        """A record without the pod's UID (an earlier agent's, whose ADD had no K8S_POD_UID) takes
+        the one the runtime passes now: the sandbox is that pod's, and its status can then be
+        bound to it (`reports.Reports.unbound`)."""
+        uid = args.arg("K8S_POD_UID")
+        if uid and not record.pod_uid:
+            record.pod_uid = uid
+            self.records.save(record)
 
 
 __all__ = ["Attachments"]

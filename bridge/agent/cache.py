@@ -206,7 +206,9 @@ class Cache:
     def save(self, record: Record) -> None:
         self.ensure()
         path = self.path(record.container_id)
-        line = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        # Keys in the order given, not sorted: a repeated ADD answers the recorded result, and it
+        # must be the very text the first ADD answered (the plugin's order; docs/agent.md).
+        line = json.dumps(record.to_json(), separators=(",", ":")).encode() + b"\n"
         created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:

@@ -241,13 +241,13 @@ def settled(pod: Pod, wanted: Sequence[npwg.NetworkSelectionElement]) -> bool:
 
 def belongs_to(record: Record, pod: Pod) -> bool:
     """The record is one of this pod's containers: same namespace and name, and the same
-    UID when the runtime passed one (K8S_POD_UID), so a re-created pod of the same name
-    is not taken for the old one."""
+    UID when the record has one (the runtime's K8S_POD_UID, else the pod's read at ADD), so a
+    re-created pod of the same name is not taken for the old one."""
     meta = pod.metadata
     if (record.pod_namespace, record.pod_name) != (meta.namespace or "default", meta.name or ""):
         return False
-    uid = next((v for k, v in record.cni_args if k == "K8S_POD_UID"), None)
-    return uid is None or not meta.uid or uid == meta.uid
+    uid = record.pod_uid or next((v for k, v in record.cni_args if k == "K8S_POD_UID"), "")
+    return not uid or not meta.uid or uid == meta.uid
 
 
 def event(pod: Pod, reason: str, message: str, *, type_: str, now: str, node: str) -> dict[str, Any]:

@@ -17,7 +17,10 @@ status to a `StatusPublisher`, which writes it in the background:
   only a pod that no longer exists (404), or exists as another pod, drops its write:
   there is nothing left to report on;
 - `cancel` (the container's DEL) drops what its container queued, the write in flight
-  included: that one is not retried, and its `on_written` does not run;
+  included: that one is not retried, and its `on_written` does not run. It may still land
+  (the API server took it and answered late), so the DEL then publishes the pod's status as
+  it leaves it (`reports.Reports.withdraw`): queued behind the write in flight, it is the
+  pod's last write;
 - `on_written` runs after a write succeeded, so the caller can record that it is
   done (the agent marks the container's cache record). After a restart, the agent
   republishes every complete record not so marked (`Agent.start`), which is how a

@@ -4,6 +4,10 @@
   (`bridge.agent.publisher.StatusPublisher`: one write per pod at a time, retried); once a
   record's status is written its record is marked (`status_published`), so a restarted agent
   writes what an earlier one left pending (`republish_pending`);
+- a DEL withdraws its container's status (`withdraw`): what was not yet written is dropped, and
+  the pod's status as the DEL leaves it (another container of the pod still attached here, else
+  none: `[]`, as Multus writes on DEL) is queued behind the write in flight, so the last write
+  reports the latest state even when the ADD's write lands after the DEL;
 - while a pod runs, the addresses of its attached interfaces are followed into its
   network-status (KEP Req 25, `bridge.agent.addresswatch`): `watch`, `watch_recorded`,
   and `observed`, the address watch's way back;
@@ -50,6 +54,9 @@ class Reports:
         self.events = events
         """Where Warning Events about pods go (`report`); None: the log only."""
         self._reporting: set[asyncio.Task[None]] = set()
+        self._attached: dict[tuple[str, str], dict[str, str]] = {}
+        """The containers this agent attached completely, per pod (namespace, name): container ID
+        -> the pod's UID. A DEL reads it for what the pod's status is after it (`withdraw`)."""
         self.publisher = publisher.StatusPublisher(objects.patch_pod_annotations)
         """Writes network-status after the runtime got its answer (NPWG 5); also for other
         parts of the agent that report a pod's attachments anew."""
@@ -67,12 +74,26 @@ class Reports:
 
     # --- network-status ---
 
+    def unbound(self, record: Record) -> bool:
+        """Whether the record names no pod UID and an earlier agent process wrote it (its runtime
+        passed no K8S_POD_UID, and that agent kept none): its status could only be written by the
+        pod's name, and this process cannot tell that pod from one re-created under the name since.
+        Nothing is written for it (logged)."""
+        if record.pod_uid or self.records.wrote(record.container_id):
+            return False
+        log.info("pod %s/%s: the record of container %s names no pod UID (an earlier agent's); its "
+                 "network-status is not written, since the pod of that name may be another one by now",
+                 record.pod_namespace, record.pod_name, record.container_id)
+        return True
+
     def publish(self, record: Record) -> list[dict[str, Any]]:
         """Queues the record's network-status (spec 5: the runtime does not wait for it), and
         marks the record once it is written, so a restarted agent knows what is left.
-        Returns the entries queued."""
+        Returns the entries queued (none are for a record `unbound`)."""
         entries = status_entries(record)
         container_id = record.container_id
+        if self.unbound(record):
+            return entries
 
         async def written() -> None:
             async with self.records.lock(container_id):
@@ -106,8 +127,9 @@ class Reports:
         record's, whose mark is reset first (a hot-plug: a restarted agent writes it). The
         publisher retries until it is written, or the pod is gone."""
         if entries is not None:
-            self.publisher.publish(record.pod_namespace, record.pod_name, entries, owner=record.container_id,
-                                   uid=record.pod_uid)
+            if not self.unbound(record):
+                self.publisher.publish(record.pod_namespace, record.pod_name, entries,
+                                       owner=record.container_id, uid=record.pod_uid)
             return
         if record.status_published:
             record.status_published = False
@@ -123,9 +145,57 @@ class Reports:
                          record.container_id)
                 self.publish(record)
 
-    def cancel(self, record: Record) -> None:
-        """Drops the record's status not yet written: it would report interfaces a DEL removes."""
-        self.publisher.cancel(record.pod_namespace, record.pod_name, record.container_id)
+    def cancel(self, record: Record) -> bool:
+        """Drops the record's status not yet written: it would report interfaces a DEL removes.
+        True if a write of it was pending or in flight."""
+        return self.publisher.cancel(record.pod_namespace, record.pod_name, record.container_id)
+
+    def attached(self, record: Record) -> None:
+        """The record is complete: its container counts among its pod's attached ones."""
+        self._attached.setdefault((record.pod_namespace, record.pod_name), {})[record.container_id] = (
+            record.pod_uid)
+
+    def track_recorded(self) -> None:
+        """After a restart: every complete record counts among its pod's attached containers."""
+        for record in self.records.readable():
+            if record.complete:
+                self.attached(record)
+
+    def withdraw(self, record: Record, *, reported: bool) -> None:
+        """After the container's DEL (`reported`: its status was queued, so it may be on the pod):
+        queues the pod's status as the DEL leaves it, behind the write in flight, so that a write of
+        the ADD's status that lands after the DEL is corrected. The status is that of another
+        container of the same pod (UID) still attached here (a sandbox re-created before the old
+        one's DEL came), else `[]`: the pod has no attachment now (Multus writes the same on DEL).
+        Its owner is no container: a retried DEL of this one does not cancel it."""
+        key = (record.pod_namespace, record.pod_name)
+        containers = self._attached.get(key, {})
+        containers.pop(record.container_id, None)
+        if not containers:
+            self._attached.pop(key, None)
+        if not (self.config.patch_status and reported and record.pod_name) or self.unbound(record):
+            return
+        for other, uid in list(containers.items()):
+            if uid != record.pod_uid:
+                continue
+            try:
+                current = self.records.cache.load(other)
+            except cache.CacheError:
+                current = None
+            if current is None or not current.complete:
+                continue
+            # What its address watch last saw, else what its record says.
+            entries = self.address_watch.status_of(other)
+            try:
+                if entries is None:
+                    entries = status_entries(current)
+            except npwg.UnsupportedResultVersion:
+                continue
+            log.info("pod %s/%s: container %s is deleted; writing the status of its container %s",
+                     *key, record.container_id, other)
+            self.publisher.publish(*key, entries, owner=other, uid=current.pod_uid)
+            return
+        self.publisher.publish(*key, [], uid=record.pod_uid)
 
     # --- live IP changes (KEP Story 9, Req 25) ---
 

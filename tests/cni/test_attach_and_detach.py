@@ -190,6 +190,29 @@ async def test_twenty_pods_attach_concurrently_each_with_its_own_addresses(world
     assert world.leftovers() == NOTHING_LEFT
 
 
+
+async def test_thirty_concurrent_adds_of_one_container_attach_it_once_and_all_answer_the_same_text(
+    world: World,
+) -> None:
+    """NPWG 7.3: the agent serializes them; the first attaches, the others answer its recorded result,
+    byte for byte (the real bridge plugin's keys are not in alphabetical order)."""
+    world.nad("blue", world.network("blue", 1))
+    world.pod("many", {NPWG_NETWORKS: "blue"})
+    netns = world.make_netns()
+
+    answers = await asyncio.gather(*(world.cni("ADD", "ctr-many", netns, "many") for _ in range(30)))
+    assert [a.returncode for a in answers] == [0] * 30, [a.stdout for a in answers if a.returncode]
+    texts = {a.stdout for a in answers}
+    assert len(texts) == 1, texts
+    assert world.interfaces(netns) == ["eth0", "net1"]
+    assert len(world.reservations()) == 2, "an ADD attached the container again"
+    (eth0,) = world.addresses(netns, "eth0")
+    assert [ip["address"] for ip in answers[0].json["ips"]] == [eth0]
+
+    deleted = await world.cni("DEL", "ctr-many", netns, "many")
+    assert deleted.returncode == 0, deleted.stdout
+    assert world.leftovers() == NOTHING_LEFT
+
 def chained(world: World, name: str, index: int) -> dict[str, Any]:
     """bridge (+ host-local) followed by tuning, which needs the bridge's result as prevResult."""
     conf = world.network(name, index)

@@ -105,6 +105,10 @@ def written_status(k: Emulator, pod: str) -> list[dict[str, Any]]:
     return entries
 
 
+def no_attachment(k: Emulator, pod: str) -> None:
+    assert status(k, pod) == [], status(k, pod)
+
+
 def log_of(world: World) -> str:
     path = world.root / "agent.log"
     return path.read_text() if path.exists() else ""
@@ -185,14 +189,17 @@ async def test_a_failing_api_delays_the_status_but_not_the_answer_and_the_write_
         await asyncio.to_thread(agent.send_signal, signal.SIGTERM)
         await asyncio.to_thread(agent.wait, 20)
         assert agent.returncode == 0
-        deleted_agent = start_agent(world, kubeconfig)  # a restarted agent writes nothing more
+        # A restarted agent does not write the written status again; its DEL writes the pod's
+        # status as it leaves it: no attachment.
+        deleted_agent = start_agent(world, kubeconfig)
         try:
             await wait_for_socket(world, deleted_agent)
             deleted = await world.cni("DEL", "ctr-retry", netns, "waiting")
             assert deleted.returncode == 0, deleted.stdout
+            await eventually(lambda: no_attachment(cluster, "waiting"), timeout=20)
         finally:
             stop(deleted_agent)
-        assert len(requests_to(cluster, "PATCH", "/pods/waiting")) == 4
+        assert len(requests_to(cluster, "PATCH", "/pods/waiting")) == 5
         assert world.leftovers() == NOTHING_LEFT
     finally:
         stop(agent)

@@ -82,3 +82,34 @@ async def test_an_add_whose_pod_vanished_before_the_status_patch_still_succeeds(
     assert result == {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]}
     record = a.cache.load("c9")
     assert record is not None and record.complete
+
+
+class UnsortedExec(SlowExec):
+    """A plugin whose result keys are not in alphabetical order, as the real bridge plugin's are."""
+
+    async def run(self, plugin: Path, env: Mapping[str, str], stdin: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+        code, out, err = await super().run(plugin, env, stdin, timeout)
+        if env["CNI_COMMAND"] != "ADD":
+            return code, out, err
+        result = {"cniVersion": "1.0.0",
+                  "interfaces": [{"name": "eth0", "mac": "0a:58:0a:00:00:02", "sandbox": env["CNI_NETNS"]}],
+                  "ips": [{"interface": 0, "address": "10.0.0.2/24", "gateway": "10.0.0.1"}],
+                  "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}
+        return 0, json.dumps(result).encode(), b""
+
+
+async def test_thirty_concurrent_adds_of_one_container_all_answer_the_same_text_as_the_first(tmp_path: Path) -> None:
+    """NPWG 7.3 serializes them: one attaches, the others find it attached and answer its recorded
+    result. The runtime reads the answer's text (the server sends `json.dumps` of it), so that text
+    is the same for all 30, the plugin's key order included."""
+    executor = UnsortedExec()
+    a = make_agent(tmp_path, objects.MemoryObjects([{"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}]),
+                   executor)
+    conf = b'{"cniVersion": "1.0.0"}'
+    results = await asyncio.gather(*(a.handle(env("ADD", "c1"), conf) for _ in range(30)))
+    answers = Counter(json.dumps(r) for r in results)
+    assert len(answers) == 1, answers
+    (answer,) = answers
+    assert json.loads(answer)["ips"] == [{"interface": 0, "address": "10.0.0.2/24", "gateway": "10.0.0.1"}]
+    assert executor.most_per_container == 1
+    assert list(a.cache.container_ids()) == ["c1"] and a.records.locked() == []

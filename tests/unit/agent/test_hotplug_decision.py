@@ -102,7 +102,10 @@ def test_a_record_belongs_to_the_pod_of_its_name_and_uid() -> None:
     assert not hotplug.belongs_to(rec, pod(uid="uid-2")), "a re-created pod of the same name is another pod"
     assert not hotplug.belongs_to(rec, pod(name="db"))
     rec.cni_args = []
-    assert hotplug.belongs_to(rec, pod(uid="uid-2")), "without K8S_POD_UID the name decides"
+    assert hotplug.belongs_to(rec, pod(uid="uid-2")), "without any UID the name decides"
+    rec.pod_uid = "uid-1"  # the runtime passed no K8S_POD_UID: the UID the ADD read from the pod
+    assert hotplug.belongs_to(rec, pod())
+    assert not hotplug.belongs_to(rec, pod(uid="uid-2")), "a re-created pod of the same name is another pod"
 
 
 def test_hotplug_watches_only_the_networks_annotations() -> None:

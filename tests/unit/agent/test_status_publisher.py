@@ -125,13 +125,14 @@ async def test_a_record_whose_status_was_never_written_gets_it_from_the_next_che
                                                state=cache.State.ATTACHED, result=RESULT))
     a.cache.save(record)  # as an agent killed before its write left it
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
-           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=uid-1"}
     await a.handle(env, json.dumps({"cniVersion": "0.4.0" if command == "CHECK" else "0.3.1",
                                     "name": "multinetwork"}).encode())
     await a.status.idle()
     assert [entry["interface"] for entry in written(store, "p")] == ["eth0"]  # type: ignore[union-attr]
     saved = a.cache.load("c1")
-    assert saved is not None and saved.status_published
+    # The record had no UID (its ADD had no K8S_POD_UID): it takes the runtime's, and the write is bound to it.
+    assert saved is not None and saved.status_published and saved.pod_uid == "uid-1"
     await a.stop()
 
 
@@ -162,7 +163,7 @@ async def test_a_record_made_unreadable_before_its_status_lands_is_logged_in_one
                                                state=cache.State.ATTACHED, result=RESULT))
     a.cache.save(record)
     env = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
-           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+           "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=uid-1"}
     await a.handle(env, json.dumps({"cniVersion": "0.4.0", "name": "multinetwork"}).encode())
     a.cache.path("c1").write_bytes(b"\x00 not a record")  # a disk error, or a hand edit, meanwhile
     store.release.set()
