@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manifest
+from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manifest, wait_phase
 from tests.real.objects_support import (
     FINALIZER,
     HOLD,
@@ -78,10 +78,9 @@ def test_a_podnetwork_is_ready_then_administratively_disabled_and_back_with_gene
     assert condition(again, "Ready") == on
 
 
-def test_parameters_refs_naming_a_missing_nad_leave_a_podnetwork_params_not_ready(
-        api: Api, made: Made, ns: str) -> None:
+def test_parameters_refs_naming_a_missing_nad_leave_a_podnetwork_params_not_ready(api: Api, made: Made) -> None:
     name = unique("params")
-    made.podnetwork(name, refs=[nad_ref(ns, "absent")])
+    made.podnetwork(name, refs=[nad_ref(unique("nowhere"), "absent")])
     path = f"{PODNETWORKS}/{name}"
     eventually(lambda: _reason(api, path) == ("False", "ParamsNotReady"), "Ready False ParamsNotReady")
     # the provider (not the bridge here) never wrote ParamsReady, and the controller never writes it
@@ -154,6 +153,26 @@ def test_an_attachment_keeps_its_podnetwork_in_use_and_a_pod_keeps_the_attachmen
     api.request("DELETE", f"{pods(ns)}/user", params={"gracePeriodSeconds": "0"})
     eventually(lambda: api.find(pna) is None, "the attachment goes with its pod")
     eventually(lambda: api.find(path) is None, "the PodNetwork goes with its attachment")
+
+
+def test_a_pod_that_succeeded_no_longer_keeps_its_attachment_in_use(api: Api, made: Made, ns: str, node: Node) -> None:
+    # an attachment to `default` is what a running pod can name here without any other network to attach
+    pna = f"{attachments(ns)}/plain"
+    made.create(attachments(ns), {"apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetworkAttachment",
+                                  "metadata": {"name": "plain"}, "spec": {"podNetworkName": "default"}})
+    eventually(lambda: _reason(api, pna) == ("True", "Ready"), "the attachment is Ready")
+    # held by a gate until the finalizer is seen, so the pod cannot finish before it is looked for
+    made.pod(ns, pod_manifest("once", networks=[{"podNetworkAttachmentName": "plain"}], command=["true"],
+                              restartPolicy="Never", schedulingGates=[HOLD]))
+    eventually(lambda: FINALIZER in api.get(pna)["metadata"].get("finalizers", []),
+               "the pod puts the in-use finalizer on the attachment")
+    api.merge_patch(f"{pods(ns)}/once", {"spec": {"schedulingGates": None}})
+    wait_phase(api, ns, "once", "Succeeded", timeout=90)
+    eventually(lambda: FINALIZER not in api.get(pna)["metadata"].get("finalizers", []),
+               "a Succeeded pod no longer counts: the finalizer goes")
+    api.delete(pna)
+    eventually(lambda: api.find(pna) is None, "the attachment is deleted at once")
+    assert api.get(f"{pods(ns)}/once")["status"]["phase"] == "Succeeded"
 
 
 def test_the_default_podnetwork_cannot_be_deleted(api: Api) -> None:
