@@ -54,6 +54,10 @@ class BridgedNetwork:
         return f"{self.namespace}/{self.nad}"
 
     @property
+    def gateway(self) -> str:
+        return self.subnet.replace(".0/24", ".1")
+
+    @property
     def lease_dir(self) -> Path:
         return LEASES / self.cni_name
 
@@ -77,8 +81,9 @@ def _ready(obj: Mapping[str, Any] | None) -> bool:
 
 
 @contextlib.contextmanager
-def bridged_networks(api: Api, ns: str, *tags: str) -> Iterator[list[BridgedNetwork]]:
-    """A Ready PodNetwork per tag, each on a bridge and a 10.252.x.0/24 subnet of its own."""
+def bridged_networks(api: Api, ns: str, *tags: str, gateway: bool = False) -> Iterator[list[BridgedNetwork]]:
+    """A Ready PodNetwork per tag, each on a bridge and a 10.252.x.0/24 subnet of its own; with
+    `gateway`, its NAD names 10.252.x.1 as the subnet's gateway (what a default route needs)."""
     token = secrets.token_hex(3)
     octets = random.sample(range(256), len(tags))  # another session's networks sit on other bridges
     made: list[BridgedNetwork] = []
@@ -87,8 +92,11 @@ def bridged_networks(api: Api, ns: str, *tags: str) -> Iterator[list[BridgedNetw
         for i, (tag, octet) in enumerate(zip(tags, octets, strict=True)):
             net = BridgedNetwork(podnetwork=f"{tag}-{token}", namespace=ns, nad=tag, cni_name=f"pnc-{token}-{tag}",
                                  bridge=f"pc{token}{i}", subnet=f"10.252.{octet}.0/24")
+            subnet: dict[str, str] = {"subnet": net.subnet}
+            if gateway:
+                subnet["gateway"] = net.gateway
             config = {"cniVersion": "1.0.0", "name": net.cni_name, "type": "bridge", "bridge": net.bridge,
-                      "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet}]]}}
+                      "ipam": {"type": "host-local", "ranges": [[subnet]]}}
             made.append(net)
             api.create(f"/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions", {
                 "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",

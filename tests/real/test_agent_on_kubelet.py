@@ -102,3 +102,24 @@ def test_deleting_a_pod_leaves_no_veth_lease_cache_record_or_netns_behind(
             return True
 
         eventually(nothing_left, "the pod's sandbox is torn down without a trace", timeout=60)
+
+
+def test_a_pod_whose_networks_leave_out_default_gets_the_first_on_eth0_and_the_kubelet_reports_its_address(
+        control_plane: Cluster, api: Api, node: Node, ns: str) -> None:
+    with bridged_networks(api, ns, "solo") as (solo,):
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest("solo", networks=[{"podNetworkName": solo.podnetwork}]))
+        pod = wait_phase(api, ns, "solo")
+
+        # KEP: the list is explicit (docs/agent.md "The explicit list"); the runtime reads the pod's
+        # IPs from the result of CNI_IFNAME, which is this network's
+        seen = interfaces(control_plane, ns, "solo")
+        assert sorted(seen) == ["eth0"], seen
+        (address,) = seen["eth0"].addresses
+        assert solo.leases() == {bare(address)}
+        assert [ip["ip"] for ip in pod["status"]["podIPs"]] == [bare(address)]
+        status = eventually(lambda: annotation(api, ns, "solo", STATUS), "the agent wrote network-status")
+        assert status == [{"name": solo.status_name, "interface": "eth0", "ips": [address],
+                           "mac": seen["eth0"].mac, "default": True}]
+        eventually(lambda: annotation(api, ns, "solo", POD_IPS)
+                   == [{"ip": bare(address), "podNetwork": solo.podnetwork, "interfaceName": "eth0"}],
+                   "the pod IPs name solo, not default")

@@ -185,3 +185,25 @@ def test_multus_attaches_the_cluster_default_network_to_a_pod_whose_list_leaves_
         warnings = [e["message"] for e in api.get(f"/api/v1/namespaces/{ns}/events")["items"]
                     if e["involvedObject"]["name"] == "solo" and e["reason"] == "TranslationWarning"]
         assert any("NPWG cannot leave it out" in w for w in warnings), warnings
+
+
+def test_with_multus_a_default_route_request_reaches_its_selection_but_the_route_stays_on_eth0(
+        control_plane: Cluster, api: Api, multus_node: Node, ns: str) -> None:
+    with bridged_networks(api, ns, "gw", gateway=True) as (gw,):
+        networks = [{"podNetworkName": "default"},
+                    {"podNetworkName": gw.podnetwork, "interfaceName": "gw0", "isDefaultGW4": True}]
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest(
+            "routed", networks=networks, nodeSelector={"kubernetes.io/hostname": multus_node.name}))
+        wait_phase(api, ns, "routed")
+
+        # the bridge's part: isDefaultGW4 becomes the NAD's gateway in NPWG default-route
+        assert annotation(api, ns, "routed", SELECTION) == [
+            {"name": gw.nad, "namespace": ns, "interface": "gw0", "default-route": [gw.gateway]}]
+        # Multus v4.2.4's part (bridge/README.md, "Default routes and Multus's netlink"): it does not
+        # move the route, and its status does not say so. When this fails, Multus moved it: update the README
+        routes = control_plane.kubectl("exec", "-n", ns, "routed", "--", "ip", "route").stdout
+        devices = [words[words.index("dev") + 1] for words in map(str.split, routes.splitlines())
+                   if words[:1] == ["default"]]
+        assert devices == ["eth0"], routes
+        entry = {e["interface"]: e for e in annotation(api, ns, "routed", STATUS)}["gw0"]
+        assert "default-route" not in entry and "gateway" not in entry, entry
