@@ -10,7 +10,12 @@ cache, the sandbox's netns).
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.real.attachments_support import (
     POD_IPS,
@@ -123,3 +128,41 @@ def test_a_pod_whose_networks_leave_out_default_gets_the_first_on_eth0_and_the_k
         eventually(lambda: annotation(api, ns, "solo", POD_IPS)
                    == [{"ip": bare(address), "podNetwork": solo.podnetwork, "interfaceName": "eth0"}],
                    "the pod IPs name solo, not default")
+
+
+def test_a_sandbox_the_kubelet_recreates_gets_its_networks_anew_and_the_old_one_leaves_nothing(
+        control_plane: Cluster, api: Api, node: Node, ns: str) -> None:
+    with bridged_networks(api, ns, "blue") as (blue,):
+        networks = [{"podNetworkName": "default"}, {"podNetworkName": blue.podnetwork, "interfaceName": "blue0"}]
+        api.create(f"/api/v1/namespaces/{ns}/pods", pod_manifest("phoenix", networks=networks))
+        wait_phase(api, ns, "phoenix")
+        (old,) = eventually(lambda: [r for r in agent_records(node, ns, "phoenix") if r["complete"]],
+                            "the agent recorded the pod's sandbox")
+        crictl = [str(control_plane.bins["crictl"]), "--runtime-endpoint", f"unix://{node.containerd_socket}"]
+        info = json.loads(subprocess.run([*crictl, "inspectp", old["container_id"]], check=True,
+                                         capture_output=True, text=True).stdout)
+        # the sandbox dies under the pod (its pause process killed): the kubelet tears it down
+        # (CNI DEL) and starts a new one (CNI ADD), as after a node's runtime lost it
+        os.kill(info["info"]["pid"], signal.SIGKILL)
+
+        def recreated() -> dict[str, Any]:
+            records = [r for r in agent_records(node, ns, "phoenix") if r["complete"]]
+            assert [r["container_id"] for r in records] != [old["container_id"]], "still the old sandbox"
+            (new,) = records
+            return new
+
+        new = eventually(recreated, "the kubelet made a new sandbox and the agent attached it", timeout=90)
+        wait_phase(api, ns, "phoenix")
+
+        def settled() -> bool:
+            seen = interfaces(control_plane, ns, "phoenix")
+            status = {e["interface"]: e for e in annotation(api, ns, "phoenix", STATUS)}
+            assert sorted(seen) == sorted(status) == ["blue0", "eth0"], (seen, status)
+            for name, interface in seen.items():
+                assert status[name]["mac"] == interface.mac and status[name]["ips"] == list(interface.addresses)
+            assert blue.leases() == {bare(a) for a in seen["blue0"].addresses}, blue.leases()
+            assert not Path(old["netns"]).exists() and len(blue.ports()) == 1
+            return True
+
+        eventually(settled, "the new sandbox's interfaces are the status, the old one left nothing", timeout=60)
+        assert new["netns"] != old["netns"]
