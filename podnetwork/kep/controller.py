@@ -197,11 +197,23 @@ class Controller(admissionreads.AdmissionReads):
             self.locks.pop(Ref(NODE, "", name), None)
             return
         cached = self.nodes.get(name)
+        gained: frozenset[str] = frozenset()
         if cached is None or not reading.older(body, cached):
             node = reading.read(Node.model_validate, body, f"node {name}")
             if node is not None:
                 self.nodes[name] = node
+                known = (ref.name for ref in self.objects if ref.kind == constants.PODNETWORK_KIND)
+                gained = plans.newly_offered(cached, node, known)
         await self.reconcile_node(name)
+        if gained:
+            await self.nudge_offered(name, gained)
+
+    async def nudge_offered(self, node: str, networks: frozenset[str]) -> None:
+        """Requeue nudge (`plans.offer_nudges`): touch unscheduled pods of networks `node` offers now."""
+        for action in plans.offer_nudges(networks, self.index, now=clock_now()):
+            if await self.apply(action.patch, retry=None) is not None:
+                logger.info("requeued pod %s: node %s offers %s now", action.pod, node, action.ref.name)
+                self._report(action)
 
     async def tick(self) -> None:
         """What runs every `inuse_message_interval`: the deferred writes, then the ghost sweep."""

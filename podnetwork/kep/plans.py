@@ -18,6 +18,7 @@ PodNetwork, node readiness); this module says which of them applies next.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -200,6 +201,63 @@ def nudge(ref: Ref, index: inuse.Index, *, now: str) -> list[Nudge]:
     return out
 
 
+def node_offers(node: Node) -> frozenset[str] | None:
+    """The PodNetworks a node offers by its `multinetwork.x-k8s.io/podnetworks` annotation, as the
+    scheduler extender reads it (docs/scheduler-extender.md): None for every one (no annotation),
+    no name for an annotation that is not a JSON list of names (the extender then offers only
+    `default`)."""
+    text = node.metadata.annotation(constants.NODE_PODNETWORKS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        names = json.loads(text)
+    except (ValueError, RecursionError):
+        return frozenset()
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return frozenset()
+    return frozenset(names)
+
+
+def newly_offered(before: Node | None, after: Node, known: Iterable[str]) -> frozenset[str]:
+    """The PodNetworks `after` offers that `before` did not (`known`: every PodNetwork, for a node
+    that drops the annotation and so comes to offer all). None for a node seen for the first time:
+    kube-scheduler retries its pods on a new node by itself. A heartbeat, which leaves the annotation
+    as it was, costs one comparison of texts."""
+    if before is None:
+        return frozenset()
+    key = constants.NODE_PODNETWORKS_ANNOTATION
+    if before.metadata.annotation(key) == after.metadata.annotation(key):
+        return frozenset()
+    old, new = node_offers(before), node_offers(after)
+    if old is None:
+        return frozenset()
+    return (frozenset(known) if new is None else new) - old
+
+
+def offer_nudges(networks: Iterable[str], index: inuse.Index, *, now: str) -> list[Nudge]:
+    """Requeue nudge for a node that came to offer `networks`: a patch of each unscheduled pod
+    naming one of them, directly or through an attachment, once.
+
+    kube-scheduler retries a pod on a node update only when a plugin that rejected it says the
+    update may help; the extender is no plugin, so when another plugin rejected other nodes (a
+    nodeSelector's NodeAffinity), a node's new offer alone would leave the pod waiting for the
+    unschedulable queue's flush (5 minutes). Seen with kube-scheduler v1.36: tests/real/test_scheduling.py.
+    """
+    out: list[Nudge] = []
+    seen: set[str] = set()
+    for name in sorted(networks):
+        ref = inuse.podnetwork_ref(name)
+        waiting = set(index.unscheduled_pods(ref))
+        for key in index.attachments_of(ref):
+            waiting |= index.unscheduled_pods(inuse.attachment_ref(*_split(key)))
+        for key in sorted(waiting - seen):
+            seen.add(key)
+            namespace, _, pod = key.partition("/")
+            body = {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: now}}}
+            out.append(Nudge(ref, key, Patch("Pod", pod, namespace, body)))
+    return out
+
+
 # --- nodes and the default PodNetwork -------------------------------------------------------
 
 
@@ -283,10 +341,13 @@ __all__ = [
     "follow_ups",
     "gone_after_listing",
     "moves_dependents",
+    "newly_offered",
     "node_action",
+    "node_offers",
     "nodes_of",
     "nudge",
     "object_action",
+    "offer_nudges",
     "older",
     "only_inuse_message_may_change",
     "ready_of",

@@ -9,12 +9,13 @@ instead are only seen here: the extender tier (tests/api/extender/) proves the a
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manifest
+from tests.real.cluster_support import PODNETWORK, Api, Cluster, Node, eventually, pod_manifest
 from tests.real.objects_support import (
     PODNETWORKS,
     Made,
@@ -64,7 +65,7 @@ def _ready(api: Api, network: str, status: str) -> None:
 
 
 def test_a_pod_naming_a_podnetwork_that_is_not_ready_is_pending_with_the_extenders_reason_until_it_turns_ready(
-        api: Api, made: Made, ns: str, node: Node) -> None:
+        api: Api, made: Made, ns: str, node: Node, control_plane: Cluster) -> None:
     network = unique("later")
     made.podnetwork(network, enabled=False)
     _ready(api, network, "False")
@@ -75,6 +76,11 @@ def test_a_pod_naming_a_podnetwork_that_is_not_ready_is_pending_with_the_extende
     assert not _pod(api, ns, "waiting")["spec"].get("nodeName")
     event = eventually(lambda: events_of(api, ns, "waiting", "FailedScheduling"), "a FailedScheduling Event")
     assert f'podnetwork "{network}" is not Ready' in event[-1]["message"]
+    # what a user asks next: the chain from the pod to its network, broken at the network
+    explained = subprocess.run([str(PODNETWORK), "explain", "pod", f"{ns}/waiting"], env=control_plane.env(),
+                               capture_output=True, text=True, timeout=60)
+    assert explained.returncode == 1, explained.stdout + explained.stderr
+    assert network in explained.stdout and "AdministrativelyDisabled" in explained.stdout
 
     api.merge_patch(f"{PODNETWORKS}/{network}", {"spec": {"enabled": True}})
     assert _bound(api, ns, "waiting") == node.name
@@ -135,6 +141,9 @@ def test_a_pod_is_bound_only_to_a_node_that_offers_its_podnetwork(
     _ready(api, network, "True")
     made.annotate_node(node.name, OFFERS, json.dumps([network]))
     made.annotate_node(second_node.name, OFFERS, json.dumps([]))
+    # the controller took the new node up as well
+    eventually(lambda: (c := condition(api.get(f"/api/v1/nodes/{second_node.name}"), "DefaultPodNetworkReady"))
+               and c["status"] == "True", "the second node has DefaultPodNetworkReady True")
 
     def pinned(name: str, to: Node) -> dict[str, Any]:
         return pod_manifest(name, networks=[{"podNetworkName": network}],

@@ -193,6 +193,25 @@ async def test_params_ready_from_the_provider_makes_it_ready_and_nudges_waiting_
     assert condition(stored(kmock, PN, None, "blue"), "ParamsReady")["reason"] == "NADFound"
 
 
+async def test_a_node_coming_to_offer_a_network_nudges_the_pods_waiting_for_it(kmock):
+    declare_resources(kmock)
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    kmock.objects[PODS, "ns", "waiting"] = pod("waiting", [{"podNetworkName": "blue"}], node=None, phase="Pending")
+    kmock.objects[PODS, "ns", "placed"] = pod("placed", [{"podNetworkName": "blue"}])
+    kmock.objects[NODES, None, "n2"] = node("n2")
+    offers = constants.NODE_PODNETWORKS_ANNOTATION
+    await http(kmock, "PATCH", "/api/v1/nodes/n2", {"metadata": {"annotations": {offers: "[]"}}})
+    async with running(kmock, FAST):
+        await eventually(lambda: condition(stored(kmock, NODES, None, "n2"), "DefaultPodNetworkReady"))
+        # blue seen Ready for the first time nudges the pod once already
+        await eventually(lambda: requests_to(kmock, "PATCH", "/pods/waiting"))
+        start = len(list(kmock))
+        await http(kmock, "PATCH", "/api/v1/nodes/n2", {"metadata": {"annotations": {offers: '["blue"]'}}})
+        await eventually(lambda: [p for p in patches_since(kmock, start) if p.endswith("/pods/waiting")])
+    assert len([p for p in patches_since(kmock, start) if p.endswith("/pods/waiting")]) == 1
+    assert requests_to(kmock, "PATCH", "/pods/placed") == []
+
+
 async def test_default_podnetwork_is_recreated_when_deleted(kmock):
     declare_resources(kmock)
     kmock.objects[PODS, "ns", "a"] = pod("a")  # no annotation: uses `default`

@@ -104,6 +104,42 @@ def test_the_nudge_touches_only_unscheduled_pods_and_requires_no_version():
     assert nudge.patch.decided_from is None
 
 
+def offering(text: str | None) -> Node:
+    annotations = {} if text is None else {constants.NODE_PODNETWORKS_ANNOTATION: text}
+    return Node.model_validate({"metadata": {"name": "n2", "annotations": annotations}})
+
+
+def test_a_node_coming_to_offer_networks_names_only_those_it_did_not_offer_before():
+    known = ["blue", "red", "green"]
+    assert plans.newly_offered(offering("[]"), offering('["blue", "red"]'), known) == {"blue", "red"}
+    assert plans.newly_offered(offering('["blue"]'), offering('["blue", "red"]'), known) == {"red"}
+    assert plans.newly_offered(offering('["blue"]'), offering(None), known) == {"red", "green"}
+    assert plans.newly_offered(offering("not json"), offering('["blue"]'), known) == {"blue"}
+    assert plans.newly_offered(offering('{"blue": 1}'), offering('["blue"]'), known) == {"blue"}
+    # no news: fewer networks, the same annotation (a heartbeat), a node seen first, one that offered all
+    assert plans.newly_offered(offering('["blue", "red"]'), offering('["blue"]'), known) == set()
+    assert plans.newly_offered(offering('["blue"]'), offering('["blue"]'), known) == set()
+    assert plans.newly_offered(None, offering('["blue"]'), known) == set()
+    assert plans.newly_offered(offering(None), offering('["blue"]'), known) == set()
+    assert plans.node_offers(offering('[1]')) == frozenset()
+
+
+def test_a_node_offering_a_network_nudges_the_unscheduled_pods_naming_it_directly_or_by_attachment_once():
+    index = inuse.Index()
+    index.set_pod(pod("direct", node=None))
+    index.set_pod(pod("placed"))
+    index.set_pod(pod("other", network="red", node=None))
+    index.set_attachment(api.PodNetworkAttachment.model_validate(
+        {"metadata": {"name": "port", "namespace": "ns"}, "spec": {"podNetworkName": "blue"}}))
+    index.set_pod(Pod.model_validate({"metadata": {"name": "through", "namespace": "ns", "annotations": {
+        constants.NETWORKS_ANNOTATION: json.dumps([{"podNetworkAttachmentName": "port"}])}}, "spec": {}}))
+    nudges = plans.offer_nudges({"blue"}, index, now=NOW)
+    assert [n.pod for n in nudges] == ["ns/direct", "ns/through"]
+    assert nudges[0].patch.body == {"metadata": {"annotations": {constants.REQUEUED_AT_ANNOTATION: NOW}}}
+    both = plans.offer_nudges({"blue", "red"}, index, now=NOW)
+    assert sorted(n.pod for n in both) == ["ns/direct", "ns/other", "ns/through"]
+
+
 def test_a_node_condition_waits_for_its_default_s_first_status_and_is_a_strategic_patch():
     node = Node.model_validate({"metadata": {"name": "n1"}})
     default = api.parse({"kind": constants.PODNETWORK_KIND, "metadata": {"name": "default"},
