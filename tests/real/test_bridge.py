@@ -10,12 +10,13 @@ bridge writes is the question, not what an agent makes of it.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.real.cluster_support import Api, eventually, pod_manifest
+from tests.real.cluster_support import PODNETWORK, Api, Cluster, eventually, pod_manifest
 from tests.real.objects_support import (
     BRIDGE_PROVIDER,
     HOLD,
@@ -75,7 +76,7 @@ def test_a_bridge_podnetwork_is_params_ready_and_ready_while_its_nad_exists_and_
 
 
 def test_a_bridge_podnetwork_of_a_missing_or_unusable_nad_is_not_params_ready(
-        api: Api, made: Made, ns: str) -> None:
+        api: Api, made: Made, ns: str, control_plane: Cluster) -> None:
     missing = _bridge_network(made, ns, "absent")
     made.create(nads(ns), {**nad_body("garbled"), "spec": {"config": "{not json"}})
     garbled = _bridge_network(made, ns, "garbled")
@@ -85,6 +86,10 @@ def test_a_bridge_podnetwork_of_a_missing_or_unusable_nad_is_not_params_ready(
                "a NAD whose config is not JSON: InvalidParameters")
     message = condition(api.get(f"{PODNETWORKS}/{missing}"), "ParamsReady")["message"]  # type: ignore[index]
     assert f"{ns}/absent" in message
+    explained = subprocess.run([str(PODNETWORK), "explain", "pn", missing], env=control_plane.env(),
+                               capture_output=True, text=True, timeout=60)
+    assert explained.returncode == 1, explained.stdout + explained.stderr
+    assert f"{ns}/absent" in explained.stdout and "ParametersNotFound" in explained.stdout
 
 
 def _selection(pod: dict[str, Any]) -> list[dict[str, Any]] | None:

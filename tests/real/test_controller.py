@@ -17,6 +17,7 @@ from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manif
 from tests.real.objects_support import (
     FINALIZER,
     HOLD,
+    OTHER_PROVIDER,
     PODNETWORKS,
     Made,
     attachments,
@@ -111,7 +112,7 @@ def test_an_attachment_is_ready_only_while_its_podnetwork_is(api: Api, made: Mad
 
 
 def test_a_podnetwork_named_by_a_pod_waits_on_delete_until_the_pod_is_gone(
-        api: Api, made: Made, ns: str) -> None:
+        api: Api, made: Made, ns: str, control_plane: Cluster) -> None:
     network = unique("inuse")
     path = f"{PODNETWORKS}/{network}"
     made.podnetwork(network)
@@ -121,6 +122,11 @@ def test_a_podnetwork_named_by_a_pod_waits_on_delete_until_the_pod_is_gone(
     in_use = eventually(lambda: (c := condition(api.get(path), "InUse")) and c["status"] == "True" and c,
                         "InUse True")
     assert f"{ns}/holder" in in_use["message"]
+    # the CRD's printer columns, evaluated by the API server, show why a delete would wait
+    header, row = control_plane.kubectl("get", "pn", network, "-o", "wide").stdout.splitlines()
+    columns = dict(zip(header.split(), row.split(), strict=False))
+    assert (columns["READY"], columns["INUSE"], columns["PROVIDER"], columns["ENABLED"]) == (
+        "True", "True", OTHER_PROVIDER, "true")
 
     api.delete(path)
     pending = api.get(path)
