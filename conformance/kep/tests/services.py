@@ -17,10 +17,12 @@ on the PodNetwork per pod and family, ready and not ready pods, two port numbers
 port, a selected pod not on the network.
 
 `ServiceClusterIP` needs pods that run (the NetworkPolicy tests' kubelet probe): two backends of
-the `--probe-image` on the PodNetwork `--service-network` names, each listening on its own address
-on that network (`net1`) only and answering its name, and a client pod on the network that
-connects to the ClusterIP many times and exits 0 when both answered. Its phase is the answer: no
-exec, no logs.
+the `--probe-image` on the PodNetwork `--service-network` names, each answering its name on TCP
+8080, and a client pod on the network that connects to the ClusterIP many times and exits 0 when
+both answered and its interface on the network (`net1`) carried those connections. Its phase is
+the answer: no exec, no logs. The backends listen on every address (`nc -l -p`: Debian's busybox
+has no `-s` to bind one, and the suite runs any busybox), so an answer alone would not tell the
+network from the cluster network; the client's packet counters on `net1` do.
 """
 
 from __future__ import annotations
@@ -336,19 +338,29 @@ async def endpoint_slices(ctx: Context) -> None:
 # --- ServiceClusterIP: pods that run ------------------------------------------------------------
 
 
-def _server_command(answer: str, family: str) -> list[str]:
-    """Listen on the pod's own `net1` address of `family` only (a connection reaching it was sent to
-    its address on the network), answering `answer` to each connection."""
-    flag = "-6" if family == "IPv6" else "-4"
-    return ["sh", "-c", f"until A=$(ip -o {flag} addr show dev net1 | awk '$4 !~ /^fe80/ {{print $4}}' | "
-                        f"cut -d/ -f1 | head -n1) && [ -n \"$A\" ]; do sleep 1; done; "
-                        f"while true; do echo {answer} | nc -l -s \"$A\" -p 8080; done"]
+def _server_command(answer: str) -> list[str]:
+    """Answer `answer` to each connection on TCP 8080, on every address of the pod: `nc -l -p` is all
+    that every busybox's `nc` offers (Debian's has no `-s` to bind one address). That the connections
+    came over the network is the client's to prove (`_client_command`)."""
+    return ["sh", "-c", f"while true; do echo {answer} | nc -l -p 8080; done"]
+
+
+#: A pod's packets received and sent on its `net1` (/proc/net/dev, of the reader's network namespace).
+NET1_PACKETS = "awk -F'[: ]+' '$2 == \"net1\" {print $4 + 0, $12 + 0}' /proc/net/dev"
 
 
 def _client_command(address: str, port: int, answers: Sequence[str]) -> list[str]:
+    """Connect CONNECTIONS times to `address`:`port`; exit 0 when every one of `answers` was heard and
+    `net1` (the client's interface on the Service's network) carried at least one packet each way per
+    connection. A ClusterIP translated to the backends' cluster-network addresses would reach them
+    (they listen on every address) but over `eth0`, leaving `net1` all but silent."""
     want = " && ".join(f"grep -qx {a} /tmp/seen" for a in answers)
-    return ["sh", "-c", f"for i in $(seq {CONNECTIONS}); do nc -w {CONNECT_SECONDS} {address} {port} "
-                        f"</dev/null; done | sort -u > /tmp/seen; cat /tmp/seen; {want}"]
+    return ["sh", "-c", f"set -- $({NET1_PACKETS}); RX=$1 TX=$2; "
+                        f"for i in $(seq {CONNECTIONS}); do nc -w {CONNECT_SECONDS} {address} {port} "
+                        f"</dev/null; done | sort -u > /tmp/seen; cat /tmp/seen; "
+                        f"set -- $({NET1_PACKETS}); RX=$(($1 - RX)) TX=$(($2 - TX)); "
+                        f"echo \"net1: $RX packets received, $TX sent\"; "
+                        f"{want} && [ $RX -ge {CONNECTIONS} ] && [ $TX -ge {CONNECTIONS} ]"]
 
 
 async def _ended(ctx: Context, name: str) -> bool:
@@ -377,7 +389,7 @@ async def cluster_ip(ctx: Context) -> None:
     answers = ("backend-a", "backend-b")
     for name in answers:
         await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(on), GATES="[]",
-                        IMAGE=ctx.settings["PROBE_IMAGE"], COMMAND=json.dumps(_server_command(name, family)),
+                        IMAGE=ctx.settings["PROBE_IMAGE"], COMMAND=json.dumps(_server_command(name)),
                         PORT="8080")
 
     async def running() -> bool:
@@ -403,8 +415,9 @@ async def cluster_ip(ctx: Context) -> None:
         if await _ended(ctx, name):
             return
         assert loop.time() < deadline, (
-            f"no client pod on {network} reached both backends through ClusterIP {cluster_ips[0]}:80 in "
-            f"{ctx.timeouts.settle:g}s ({attempt} client pods, {CONNECTIONS} connections each)")
+            f"no client pod on {network} reached both backends through ClusterIP {cluster_ips[0]}:80 over "
+            f"net1, its interface on {network}, in {ctx.timeouts.settle:g}s ({attempt} client pods, "
+            f"{CONNECTIONS} connections each, each needing a packet out and one in on net1)")
 
 
 TESTS: tuple[ConformanceTest, ...] = (
@@ -421,7 +434,7 @@ TESTS: tuple[ConformanceTest, ...] = (
     ConformanceTest(
         "ServiceClusterIP",
         "A client pod on a PodNetwork reaches, through a Service's ClusterIP, each of the Service's two "
-        "backends at its address on that network.",
+        "backends over that network (its connections go out and come back on its interface there).",
         ("Services",), "KEP Req 22 (Phase III)", cluster_ip,
         ("pod.yaml", "pod-backend.yaml", "pod-probe.yaml", "service.yaml")),
 )
