@@ -96,17 +96,25 @@ def liveness_url(text: str) -> str:
 START_TIME = "start-time"
 
 
+class StartTime(int):
+    """A `--priority start-time`: the value to start from, ranked by arrival when joining
+    (`podnetwork.kube.peering.join`), unlike an integer given, which is kept as it is."""
+
+
 def parse_priority(text: str) -> int:
     """`--priority`: an integer, or `start-time` (minus the current time in microseconds).
 
     kopf pauses every replica that sees a live peer of higher priority, and all
     of them when two share the highest one (kopf docs "Peering", "Priorities"),
     so the replicas of one Deployment, which share their arguments, need a value
-    that differs per process. An earlier start gives a higher priority: a new
-    replica waits behind the running one instead of taking over from it.
+    that differs per process. An earlier arrival gives a higher priority: a new
+    replica waits behind the running one instead of taking over from it. Arrival,
+    not the process's start: two replicas starting together are ranked by the
+    order of their first keep-alives in the peering object, which the API server
+    decides (`podnetwork.kube.peering.join`), so that none acts before it knows it leads.
     """
     if text == START_TIME:
-        return -(time.time_ns() // 1_000)
+        return StartTime(-(time.time_ns() // 1_000))
     try:
         return int(text)
     except ValueError:
@@ -125,5 +133,6 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
                         "port (default: not served)")
 
 
-__all__ = ["START_TIME", "add_metrics_arguments", "byte_count", "liveness_url", "non_negative_seconds",
-           "parse_priority", "positive_count", "positive_seconds", "service_reference", "tcp_port"]
+__all__ = ["START_TIME", "StartTime", "add_metrics_arguments", "byte_count", "liveness_url",
+           "non_negative_seconds", "parse_priority", "positive_count", "positive_seconds",
+           "service_reference", "tcp_port"]

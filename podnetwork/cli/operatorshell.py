@@ -542,8 +542,15 @@ async def retrying(what: str, run: Callable[[], Awaitable[None]], backoff: float
 
 def register_demotion_guard(registry: Any, api: Any, identity: str,
                             on_demoted: Callable[[], None]) -> None:
-    """Call `on_demoted` when kopf pauses this replica after it has been the active one, beside
-    the operator of `registry` (which must use `identity`; `podnetwork.kube.peering.guard_demotion`).
+    """Join the peering before kopf starts, then call `on_demoted` when kopf pauses this replica
+    after it has been the active one, beside the operator of `registry` (which must use
+    `identity`; `podnetwork.kube.peering.join` and `guard_demotion`).
+
+    The join is a startup handler: kopf starts no watch (nor its own keep-alive) before its
+    startup handlers succeed, and it sets the priority kopf runs with (a `--priority start-time`
+    becomes the rank of this replica's arrival). So a replica never acts before its keep-alive
+    and those of the replicas that arrived earlier are in the object kopf reads first, and two
+    replicas starting together do not both act for a moment, then one exit.
 
     A resumed replica keeps what it had in memory when it paused, and kopf's
     re-listing does not report the objects deleted meanwhile: the controller's in-use
@@ -553,6 +560,7 @@ def register_demotion_guard(registry: Any, api: Any, identity: str,
     """
     import kopf
 
+    from podnetwork.cli.arguments import StartTime
     from podnetwork.kube import peering
 
     task: list[asyncio.Task[None]] = []
@@ -561,6 +569,16 @@ def register_demotion_guard(registry: Any, api: Any, identity: str,
     async def start_demotion_guard(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf's public settings say which peering object and priority the operator runs with.
         name, priority = settings.peering.name, settings.peering.priority
+        if settings.peering.clusterwide and not settings.peering.standalone and name:
+            try:
+                priority = await peering.join(api, name, identity, priority,
+                                              by_arrival=isinstance(priority, StartTime),
+                                              lifetime=settings.peering.lifetime)
+            except peering.PeeringMissing as exc:
+                raise kopf.TemporaryError(f"waiting for the peering object ({exc}; deploy/peering/)",
+                                          delay=5) from exc
+            settings.peering.priority = priority
+            logger.info("joined peering %r with priority %s", name, priority)
         task.append(asyncio.create_task(retrying(
             "watching the peering object",
             lambda: peering.guard_demotion(api, name, identity, priority, on_demoted))))

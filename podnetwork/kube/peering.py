@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podnetwork.ground.core import ObjectMeta
 from podnetwork.kube import client
+from podnetwork.kube.apierrors import Conflict, NotFound
 
 #: kopf's defaults when an entry lacks a field (`Peer.__init__`).
 DEFAULT_LIFETIME = 60
@@ -103,6 +104,65 @@ def peers(status: Mapping[str, Any], now: datetime.datetime | None = None) -> li
     return found
 
 
+def leads(status: Mapping[str, Any], identity: str, priority: int,
+          now: datetime.datetime | None = None) -> bool:
+    """This replica is the active one by kopf's rule, and knows it: its own keep-alive is in
+    `status`, alive, and no other live peer has the same or a higher priority. An empty status
+    (no keep-alive written yet, by anyone) leads nobody: a replica that read it before an older
+    one wrote would otherwise act, and then be outranked a moment later."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    own = any(p.identity == identity and p.alive(now) for p in peers(status, now))
+    return own and not outranked(status, identity, priority, now)
+
+
+def arrival_priority(status: Mapping[str, Any], identity: str, base: int,
+                     now: datetime.datetime | None = None) -> int:
+    """The priority of a replica joining a peering whose `status` it read: `base` when no other
+    peer is alive, else one below the lowest live one, so that every replica already there, the
+    active one first, keeps outranking it (`join`)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    others = [p.priority for p in peers(status, now) if p.identity != identity and p.alive(now)]
+    return min(base, min(others) - 1) if others else base
+
+
+class PeeringMissing(Exception):
+    """The peering object (or its kind) does not exist: deploy/peering/ is not applied yet."""
+
+
+async def join(api: client.AsyncApi, name: str, identity: str, priority: int, *, by_arrival: bool,
+               lifetime: int = DEFAULT_LIFETIME) -> int:
+    """Write this replica's keep-alive into the ClusterKopfPeering `name` before kopf starts, and
+    return the priority it joined with: `priority` itself, or with `by_arrival` the rank of its
+    arrival (`arrival_priority`), decided from the status it read and written only if nobody
+    wrote in between (the patch carries that resourceVersion; a 409 reads again). Replicas
+    starting together are thus ordered by the API server: the first to write leads, every later
+    one sees it and waits behind it, and kopf (which pauses a peering replica until it has read
+    the object) never resumes the wrong one, not even for a moment. Raises `PeeringMissing`."""
+    while True:
+        try:
+            body = await api.get(client.ClusterKopfPeering, name)
+        except NotFound as exc:
+            raise PeeringMissing(str(exc)) from exc
+        peering = _PeeringObject.model_validate(body)
+        status = peering.status or {}
+        # A plain int: the priority may be a marked one (`--priority start-time`), which no
+        # encoder of a request body knows.
+        chosen = int(arrival_priority(status, identity, priority) if by_arrival else priority)
+        now = datetime.datetime.now(datetime.UTC)
+        entry = {"priority": chosen, "lifetime": lifetime, "lastseen": now.isoformat()}
+        patch: dict[str, Any] = {"status": {identity: entry}}
+        if by_arrival and peering.metadata.resource_version:
+            patch["metadata"] = {"resourceVersion": peering.metadata.resource_version}
+        try:
+            await api.patch(client.ClusterKopfPeering, name, patch)
+        except Conflict:
+            await asyncio.sleep(random.uniform(0.05, 0.25))  # another replica wrote: read again
+            continue
+        except NotFound as exc:
+            raise PeeringMissing(str(exc)) from exc
+        return chosen
+
+
 def outranked(status: Mapping[str, Any], identity: str, priority: int,
               now: datetime.datetime | None = None) -> bool:
     """kopf's pausing rule: some live peer other than `identity` has the same or a higher priority."""
@@ -128,10 +188,11 @@ async def guard_demotion(api: client.AsyncApi, name: str, identity: str, priorit
             return  # not a peering object kopf would have written
         if peering.metadata.name != name or demoted.is_set():
             return
-        if not outranked(peering.status or {}, identity, priority):
+        status = peering.status or {}
+        if leads(status, identity, priority):
             active = True
-        elif active:
-            demoted.set()
+        elif active and outranked(status, identity, priority):
+            demoted.set()  # not when only its own keep-alive is gone: kopf drops it on the way out
 
     def on_list(items: list[dict[str, Any]]) -> None:
         for item in items:
@@ -151,4 +212,5 @@ async def guard_demotion(api: client.AsyncApi, name: str, identity: str, priorit
     on_demoted()
 
 
-__all__ = ["Peer", "guard_demotion", "identity", "outranked", "peers"]
+__all__ = ["Peer", "PeeringMissing", "arrival_priority", "guard_demotion", "identity", "join", "leads",
+           "outranked", "peers"]

@@ -213,3 +213,38 @@ async def test_active_replica_outranked_by_a_reappearing_older_peer_is_told_to_r
                                                "--priority", str(priority + 1)), other_demoted):
             await eventually(demoted.is_set)
         assert not other_demoted.is_set()
+
+
+async def test_an_older_replica_that_arrives_after_a_younger_one_waits_behind_it_and_nobody_restarts(kmock):
+    # A fresh install: both replicas start together, and the younger one's first keep-alive may
+    # reach the peering object first. Ranked by start time, the older outranked it a moment after
+    # it had acted, and the younger exited. Ranked by arrival, the first to write leads.
+    declare_resources(kmock)
+    declare_peering(kmock, "podnetwork-controller")
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                           namespace_profiles=False)
+    older_args = arguments("--peering", "podnetwork-controller", "--priority", "start-time")
+    await asyncio.sleep(0.001)
+    younger_args = arguments("--peering", "podnetwork-controller", "--priority", "start-time")
+    assert older_args.priority > younger_args.priority
+    younger = controller.Controller(config=config, api=kube_emulator.api(kmock))
+    older = controller.Controller(config=config, api=kube_emulator.api(kmock))
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, younger)
+    younger_demoted, older_demoted = threading.Event(), threading.Event()
+    command.register_demotion_guard(registry, kube_emulator.api(kmock), "younger", younger_demoted.set)
+
+    async with replica(kmock, registry, younger_args, "younger"):
+        await eventually(lambda: has_conditions(kmock, "blue"))
+        async with replica_in_thread(kmock, older, older_args, older_demoted):
+            await eventually(lambda: set(peers(kmock)) == {"younger", "replica-in-thread"})
+            ranks = {name: entry["priority"] for name, entry in peers(kmock).items()}
+            assert ranks["replica-in-thread"] < ranks["younger"]
+            async with kmock.request("POST", PN_URL, json=podnetwork("green")) as resp:
+                assert resp.status < 300, await resp.text()
+            await eventually(lambda: has_conditions(kmock, "green"))
+            assert not younger_demoted.is_set()
+            assert {ref.name for ref in younger.objects} == {"blue", "green"}
+            assert not older.objects  # the waiting replica has not even listed
+        assert not older_demoted.is_set()
