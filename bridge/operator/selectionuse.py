@@ -327,7 +327,8 @@ def refusal(request: AdmissionRequest, use: NadUse, requester: Subject | None,
             "Binding's annotations are copied onto the pod it binds: set the selection when the pod is "
             f'created or updated, or grant verb "{usepermission.USE_VERB}" on resource '
             f'"{usepermission.USE_RESOURCE}" with resourceName "{use.podnetworks[0]}" in namespace '
-            f'"{namespace}" (docs/controller.md "Permission to use a PodNetwork")')], what="is forbidden")
+            f'"{namespace}" (docs/controller.md "Permission to use a PodNetwork")')], what="is forbidden",
+            code=403)
     pod = request.pod()
     return usepermission.use_refusal(request.uid, pod, namespace or pod.namespace,
                                      UseRequest(use.index, use.podnetworks[0]), requester, account,

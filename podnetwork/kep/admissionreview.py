@@ -331,14 +331,16 @@ def allowed(uid: str, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": uid, "allowed": True, **extra}}
 
 
-def refused(uid: str, name: str, errors: Sequence[FieldError], *, what: str = "is invalid") -> dict[str, Any]:
-    """An answer that refuses the pod `name`: code 422, reason Invalid, one StatusCause per field
-    error, and a message that names the pod and lists the errors."""
+def refused(uid: str, name: str, errors: Sequence[FieldError], *, what: str = "is invalid",
+            code: int = 422) -> dict[str, Any]:
+    """An answer that refuses the pod `name`: code 422, reason Invalid (or 403 Forbidden, for a
+    missing permission), one StatusCause per field error, and a message that names the pod and
+    lists the errors."""
     message = f'Pod "{name}" {what}: ' + _listing([str(e) for e in errors])
     return {"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": uid, "allowed": False, "status": {
         "status": "Failure",
-        "code": 422,
-        "reason": "Invalid",
+        "code": code,
+        "reason": "Forbidden" if code == 403 else "Invalid",
         "message": message,
         "details": {"name": name, "kind": "Pod", "causes": [e.to_status_cause() for e in errors]},
     }}}

@@ -65,7 +65,7 @@ def may_create_pods(api: Api, ns: str, user: str) -> None:
     name = unique("pods")
     api.create(f"{RBAC}/namespaces/{ns}/roles", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]}]})
+        "rules": [{"apiGroups": [""], "resources": ["pods", "pods/binding"], "verbs": ["create", "get"]}]})
     bind(api, ns, name, "Role", {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user})
 
 
@@ -79,6 +79,12 @@ def bind(api: Api, ns: str, role: str, kind: str, subject: Mapping[str, str]) ->
 def attachment_body(name: str, podnetwork: str) -> dict[str, Any]:
     return {"apiVersion": f"{constants.GROUP}/v1alpha1", "kind": "PodNetworkAttachment",
             "metadata": {"name": name}, "spec": {"podNetworkName": podnetwork}}
+
+
+def binding(name: str, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Binding to a node that does not exist: no kubelet ever runs the pod."""
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "annotations": dict(annotations or {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": f"nowhere-{secrets.token_hex(2)}"}}
 
 
 def test_the_registered_configurations_are_the_ones_the_project_builds(api: Api) -> None:
@@ -174,6 +180,35 @@ def test_naming_a_bridge_podnetworks_nad_by_hand_needs_the_use_permission_too(
             f'in {NPWG_SELECTION})') in body["message"]
     code, body = api.request("POST", pods(ns), by_hand)  # cluster-admin may use every PodNetwork
     assert code == 201, body
+
+    # a Binding's annotations land on the pod: one carrying the selection is checked as well
+    made.pod(ns, unscheduled("bound"))
+    response = api.http.post(f"{pods(ns)}/bound/binding", headers={"Impersonate-User": alice},
+                             content=json.dumps(binding("bound", {NPWG_SELECTION: f"{ns}/{nad}"})))
+    assert response.status_code == 403, response.text
+    assert "a Binding's annotations are copied onto the pod it binds" in response.json()["message"]
+    assert not api.get(f"{pods(ns)}/bound")["spec"].get("nodeName")
+
+
+def test_the_networks_cannot_change_through_pods_status_or_a_binding(api: Api, made: Made, ns: str) -> None:
+    made.pod(ns, unscheduled("p"))
+    elsewhere = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "blue"}])
+    for change in ({NETWORKS: elsewhere}, {constants.ATTACHMENT_NETWORKS_ANNOTATION: '{"x":"blue"}'}):
+        code, body = api.request("PATCH", f"{pods(ns)}/p/status", {"metadata": {"annotations": change}},
+                                 content_type="application/merge-patch+json")
+        assert code == 422, body
+        assert f'admission webhook "{admissionconfig.WEBHOOK_NAME_VALIDATE}" denied the request' in body["message"]
+    code, body = api.request("POST", f"{pods(ns)}/p/binding", binding("p", {NETWORKS: elsewhere}))
+    assert code == 422, body
+    assert 'Pod "p" cannot be bound this way' in body["message"], body
+    pod = api.get(f"{pods(ns)}/p")
+    assert json.loads(pod["metadata"]["annotations"][NETWORKS]) == [{"podNetworkName": "default"}]
+    assert constants.ATTACHMENT_NETWORKS_ANNOTATION not in pod["metadata"]["annotations"]
+    assert not pod["spec"].get("nodeName")
+    # what kube-scheduler sends, and status alone, go through
+    api.merge_patch(f"{pods(ns)}/p/status", {"status": {"conditions": [{"type": "example.com/x", "status": "True"}]}})
+    api.create(f"{pods(ns)}/p/binding", binding("p"))
+    assert api.get(f"{pods(ns)}/p")["spec"]["nodeName"].startswith("nowhere-")
 
 
 def test_a_namespace_labelled_out_of_admission_gets_neither_population_nor_validation(

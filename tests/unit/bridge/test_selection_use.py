@@ -128,6 +128,7 @@ async def test_a_binding_carrying_a_selection_needs_use_of_every_backed_nad_by_i
     refusal = await selectionuse.authorize(binding, objects(), nobody)
     assert asked == [("sched", "dataplane", NS)]  # a Binding carries no pod: no ServiceAccount to ask
     assert refusal is not None and refusal["response"]["allowed"] is False
+    assert (refusal["response"]["status"]["code"], refusal["response"]["status"]["reason"]) == (403, "Forbidden")
     message = refusal["response"]["status"]["message"]
     assert message.startswith(f'Pod "web" is forbidden: metadata.annotations[{NPWG}][0]: Forbidden: the user '
                               '"sched" may not use PodNetwork "dataplane" (named through NetworkAttachmentDefinition '
