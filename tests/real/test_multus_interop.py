@@ -98,7 +98,10 @@ def multus_node(components: Cluster, api: Api, node: Node) -> Iterator[Node]:
         pytest.skip(f"the kit at {components.kit} has no multus/bin/multus-daemon")
     identity = f"multus-{components.suffix}"
     subject = [{"kind": "ServiceAccount", "name": identity, "namespace": "kube-system"}]
-    created = components.add_node(2)
+    index = 2  # a node index no other fixture of the session holds now
+    while any(n.name.endswith(f"-n{index}") for n in components.nodes.values()):
+        index += 1
+    created = components.add_node(index)
     process: Process | None = None
     try:
         api.create("/api/v1/namespaces/kube-system/serviceaccounts",
@@ -121,6 +124,9 @@ def multus_node(components: Cluster, api: Api, node: Node) -> Iterator[Node]:
                      f"/api/v1/namespaces/kube-system/serviceaccounts/{identity}"):
             api.delete(path)
         shutil.rmtree(created.dir, ignore_errors=True)
+        # the next fixture to add a node of this index must not meet this one's Node object
+        eventually(lambda: api.find(f"/api/v1/nodes/{created.name}") is None, f"node {created.name} is gone",
+                   timeout=60)
 
 
 def test_on_a_multus_node_a_podnetwork_is_attached_by_multus_and_reaches_the_same_network_on_our_agent(
