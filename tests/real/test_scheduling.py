@@ -158,6 +158,8 @@ def test_a_pod_is_bound_only_to_a_node_that_offers_its_podnetwork(
     assert "0/2 nodes are available" in events[-1]["message"]
     assert f'1 podnetwork "{network}" is not available on this node' in events[-1]["message"]
 
-    # the node coming to offer it is a node update, which kube-scheduler retries pods on
     made.annotate_node(second_node.name, OFFERS, json.dumps([network]))
     assert _bound(api, ns, "refused") == second_node.name
+    # kube-scheduler alone would not have retried it (NodeAffinity, not the extender, is its rejector):
+    # the controller's touch, for the node's new offer, did
+    assert "multinetwork.x-k8s.io/requeued-at" in _pod(api, ns, "refused")["metadata"]["annotations"]
