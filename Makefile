@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 CNI_BIN ?= /usr/lib/cni
 
-.PHONY: demo test setup system-deps lint bench bench-agent clean conformance-report
+.PHONY: demo test setup system-deps lint bench bench-agent clean conformance-report uninstall
 
 demo: setup
 	$(VENV)/bin/podnetwork demo
@@ -100,6 +100,12 @@ conformance-report: setup
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py --compiled-shim --compare-shims
 	$(PY) benchmarks/bench_agent.py --rss-pods 0
+
+# Removes podnetwork from the cluster kubectl points at, as docs/deploy.md "Uninstall" says:
+# idempotent, every wait bounded (UNINSTALL_TIMEOUT seconds, default 120). UNINSTALL_ARGS=--keep-npwg-crds
+# keeps the NetworkAttachmentDefinition and MultiNetworkPolicy CRDs (a cluster that had them first).
+uninstall:
+	deploy/uninstall.sh $(UNINSTALL_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .benchmarks

@@ -126,6 +126,13 @@ def _install_flags(p: argparse.ArgumentParser) -> None:
         "--compiled-shim), and write the agent's conflist once the default network is usable (NPWG 6.1)",
     )
     p.add_argument(
+        "--uninstall",
+        action="store_true",
+        help="only remove what --install put on this node (the agent's conflist, then the shim), say "
+        "what was removed, and exit 0; run in each agent's container before its DaemonSet is deleted "
+        "(deploy/uninstall.sh), since a stopping agent removes its conflist but leaves the shim",
+    )
+    p.add_argument(
         "--install-bin-dir",
         type=Path,
         help="where --install puts the shim (default: the first --cni-bin-dir)",
@@ -563,9 +570,27 @@ async def until_signalled(agent: agent_mod.Agent, objects: Any, beside: Beside |
             await objects.close()
 
 
+def uninstall(args: argparse.Namespace) -> int:
+    """--uninstall: the conflist first (the runtime stops calling the shim), then the shim."""
+    conf_file = Path(args.agent_conf_dir or args.cni_conf_dir) / settings.DEFAULT_CONF_FILE_NAME
+    bin_dir = Path(args.install_bin_dir or args.cni_bin_dir[0])
+    try:
+        removed = [conf_file] if conf_file.exists() else []
+        install.remove_conflist(conf_file)
+        removed += install.remove_shim(bin_dir)
+    except OSError as exc:
+        print(f"error: cannot remove what --install put on this node: {exc}", file=sys.stderr)
+        return 1
+    print(f"podnetwork cni-agent: removed {', '.join(map(str, removed))}" if removed else
+          f"podnetwork cni-agent: nothing to remove ({conf_file}, {bin_dir / settings.PLUGIN_TYPE})")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.check_host:
         return check_host(args)
+    if args.uninstall:
+        return uninstall(args)
     if not getattr(args, "verbose", 0):
         # Readiness changes are rare and matter at 3 a.m.: shown at the default verbosity.
         logging.getLogger("bridge.agent.readiness").setLevel(logging.INFO)

@@ -246,6 +246,18 @@ def remove_conflist(path: Path) -> None:
         path.unlink()
 
 
+def remove_shim(bin_dir: Path, name: str = PLUGIN_TYPE) -> list[Path]:
+    """Removes what `install` put into `bin_dir` (the shim, and the Python shim beside a compiled
+    one); the paths it removed. For an uninstall only: a stopping agent leaves the shim, which
+    answers a late runtime call with a CNI error naming the agent."""
+    removed = []
+    for path in (bin_dir / name, bin_dir / f".{name}.py"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     """`text` into `path`, synced, in one rename: a runtime never reads half a conflist."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +287,7 @@ __all__ = [
     "install_shim",
     "own_conflist",
     "remove_conflist",
+    "remove_shim",
     "shim_script",
     "write_atomically",
     "write_conflist",
