@@ -23,6 +23,7 @@ from tests.real.objects_support import (
     NPWG_SELECTION,
     PODNETWORKS,
     Made,
+    attachments,
     condition,
     events_of,
     nad_body,
@@ -35,6 +36,7 @@ from tests.real.objects_support import (
 pytestmark = pytest.mark.usefixtures("components")
 GATE = "multinetwork.x-k8s.io/npwg-selection"
 MARKER = "bridge.multinetwork.x-k8s.io/networks-written"
+OPTIONS = "/apis/bridge.multinetwork.x-k8s.io/v1alpha1/namespaces/{ns}/networkselectionoptions"
 
 
 @pytest.fixture
@@ -132,3 +134,33 @@ def test_a_pod_naming_a_bridge_network_that_is_not_ready_is_gated_until_its_nad_
     assert _selection(pod) == [{"name": "later", "namespace": ns}]
     # one merge patch wrote the selection and dropped only the bridge's gate
     assert pod["spec"]["schedulingGates"] == [HOLD]
+
+
+def test_an_attachment_with_selection_options_is_params_ready_once_they_exist_and_its_pod_gets_them(
+        api: Api, made: Made, ns: str) -> None:
+    made.create(nads(ns), nad_body("dataplane"))
+    network = _bridge_network(made, ns, "dataplane")
+    path = f"{attachments(ns)}/db-0"
+    made.create(attachments(ns), {
+        "apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetworkAttachment", "metadata": {"name": "db-0"},
+        "spec": {"podNetworkName": network, "parametersRefs": [
+            {"group": "bridge.multinetwork.x-k8s.io", "kind": "NetworkSelectionOptions", "name": "db-0"}]}})
+
+    def states() -> tuple[tuple[str, str] | None, ...]:
+        got = api.find(path)
+        return tuple((c["status"], c["reason"]) if (c := condition(got, kind)) else None
+                     for kind in ("ParamsReady", "Ready"))
+
+    # the bridge and the controller write one status, each its own condition, through the status subresource
+    eventually(lambda: states() == (("False", "ParametersNotFound"), ("False", "ParamsNotReady")),
+               "options missing: the attachment is not Ready")
+    made.create(OPTIONS.format(ns=ns), {"apiVersion": "bridge.multinetwork.x-k8s.io/v1alpha1",
+                                        "kind": "NetworkSelectionOptions", "metadata": {"name": "db-0"},
+                                        "spec": {"mac": "02:00:00:00:00:0a"}})
+    eventually(lambda: states() == (("True", "ParametersReady"), ("True", "Ready")), "options there: Ready")
+
+    made.pod(ns, pod_manifest("db", networks=[{"podNetworkAttachmentName": "db-0", "interfaceName": "net1"}],
+                              schedulingGates=[HOLD]))
+    pod = eventually(lambda: _selection(p := api.get(f"{pods(ns)}/db")) and p, "the selection is written")
+    assert _selection(pod) == [{"name": "dataplane", "namespace": ns, "interface": "net1",
+                                "mac": "02:00:00:00:00:0a"}]

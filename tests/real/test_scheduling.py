@@ -17,6 +17,8 @@ import pytest
 
 from tests.real.cluster_support import PODNETWORK, Api, Cluster, Node, eventually, pod_manifest
 from tests.real.objects_support import (
+    FINALIZER,
+    HOLD,
     PODNETWORKS,
     Made,
     condition,
@@ -122,6 +124,20 @@ def test_a_pod_naming_a_missing_podnetwork_is_held_by_the_bridges_gate_with_its_
     made.podnetwork(network)
     assert _bound(api, ns, "gated") == node.name
     assert not _pod(api, ns, "gated")["spec"].get("schedulingGates")
+
+
+def test_a_pod_naming_a_podnetwork_being_deleted_is_pending_as_terminating(
+        api: Api, made: Made, ns: str, node: Node) -> None:
+    network = unique("leaving")
+    made.podnetwork(network)
+    _ready(api, network, "True")
+    made.pod(ns, pod_manifest("holder", networks=[{"podNetworkName": network}], schedulingGates=[HOLD]))
+    eventually(lambda: FINALIZER in api.get(f"{PODNETWORKS}/{network}")["metadata"].get("finalizers", []),
+               "the holder keeps the network")
+    api.delete(f"{PODNETWORKS}/{network}")
+    made.pod(ns, pod_manifest("late", networks=[{"podNetworkName": network}]))
+    scheduled = _unschedulable(api, ns, "late", f'podnetwork "{network}" is not Ready: Terminating')
+    assert scheduled["reason"] == "Unschedulable"
 
 
 @pytest.fixture
