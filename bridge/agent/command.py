@@ -99,8 +99,9 @@ def _paths_and_limits(p: argparse.ArgumentParser) -> None:
         type=int,
         default=settings.AgentConfig.max_connections,
         metavar="N",
-        help="connections the socket serves at once; more are answered with CNI error 11, try again later "
-        "(default: %(default)s)",
+        help="requests the socket serves at once, and connections it keeps waiting for their request; a "
+        "request over it is answered CNI error 11, try again later, and a connection over it closes the "
+        "oldest idle one (default: %(default)s)",
     )
     p.add_argument(
         "--durable-cache",

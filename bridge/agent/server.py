@@ -11,27 +11,40 @@ The socket is bound and set to mode 0600 before it listens, so only root (the
 runtime, through the shim) can ever connect. Handlers are not cancelled when a
 client goes away: an ADD or DEL that started runs to its end and stays recorded.
 
-Connections are bounded: a request's head and body must arrive within
-`read_timeout` seconds of the connection (the shim sends them at once), and at most
-`max_connections` are served at once. Over that, a connection is answered at once
-with HTTP 503 and CNI error 11 ("try again later", which the runtime does), and
-closed within `BUSY_SECONDS`; beyond twice that, closed unanswered. Each kind of
-refusal is logged, at most once per `LOG_EVERY` seconds with the count since.
+Connections are bounded, and a connection that sends nothing never costs a request its
+place:
+
+- a request's head and body must arrive within `read_timeout` seconds of the connection
+  (the shim sends them at once); a connection that has not sent them by then is answered
+  HTTP 408 with CNI error 11 ("try again later") and closed;
+- at most `max_connections` connections wait for their request. One more closes the
+  oldest waiting one that has sent nothing yet, or has waited `EVICT_SECONDS` (answered
+  408, error 11), and takes its place: idle connections evict each other, never the
+  runtime's (the shim's request is in the socket before the agent accepts it). When none
+  may be closed, it waits as well, up to twice the limit;
+- at most `max_connections` requests are served at once (each is one CNI request in
+  flight); a complete request beyond that is answered HTTP 503 with error 11;
+- at most three times the limit are open in all; one more is closed unanswered.
+
+Each kind of refusal is logged, at most once per `LOG_EVERY` seconds with the count since.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import socket
 import stat
+import termios
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, SupportsIndex
 
 from bridge.agent import protocol
 from bridge.agent.invoke import CNIError, ErrorCode
@@ -85,6 +98,9 @@ READ_SECONDS = 10.0
 BUSY_SECONDS = 1.0
 #: Seconds between two log lines about the same kind of refused connection.
 LOG_EVERY = 10.0
+#: Seconds after which a connection still waiting for its request may be closed for a new one,
+#: even if it has sent part of it (a slow client): the shim sends its whole request at once.
+EVICT_SECONDS = 1.0
 
 
 class _Refused(Exception):
@@ -117,6 +133,42 @@ class _TimedOut(Exception):
     """The client did not send its whole request within the read timeout."""
 
 
+class _Reader(asyncio.StreamReader):
+    """A stream reader that knows whether the client sent anything."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
+        self.heard = False
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        self.heard = True
+        super().feed_data(data)
+
+
+class _Waiting:
+    """A connection whose request has not fully arrived."""
+
+    __slots__ = ("evicted", "reader", "since", "writer")
+
+    def __init__(self, reader: _Reader, writer: asyncio.StreamWriter, since: float) -> None:
+        self.reader, self.writer, self.since = reader, writer, since
+        self.evicted = False
+
+    def sent_nothing(self) -> bool:
+        """Nothing read from the client, and nothing in the socket yet for the loop to read."""
+        if self.reader.heard:
+            return False
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return True
+        pending = array.array("i", [0])
+        try:
+            fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending)
+        except OSError:
+            return True  # closed meanwhile: nothing will come
+        return pending[0] == 0
+
+
 class Server:
     """The unix-socket HTTP API in front of a `Handler`.
 
@@ -138,13 +190,20 @@ class Server:
         self._sock: socket.socket | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._open = 0
-        """Connections open now, served or being turned away."""
+        """Connections open now, in any state."""
+        self._waiting: dict[_Waiting, None] = {}
+        """Connections whose request has not fully arrived, the oldest first."""
+        self._serving = 0
+        """Requests being answered."""
         self.busy = _Tally(
-            f"CNI agent: {max_connections} connections are open, its limit (--max-connections); "
-            "answered one more with CNI error 11 (try again later) and closed it")
+            f"CNI agent: {max_connections} requests are being served, its limit (--max-connections); "
+            "answered one more with CNI error 11 (try again later)")
+        self.evicted = _Tally(
+            f"CNI agent: {max_connections} connections are waiting for their request, its limit "
+            "(--max-connections); closed the oldest idle one for a new one (CNI error 11)")
         self.overflow = _Tally(
-            f"CNI agent: {2 * max_connections} connections are open, twice its limit (--max-connections); "
-            "closed one more without an answer")
+            f"CNI agent: too many connections (over {max_connections} waiting for their request that may not "
+            "be closed yet, or three times --max-connections in all); closed one more without an answer")
         self.timed_out = _Tally(
             f"CNI agent: a client sent no complete request within {read_timeout:g} s of connecting; "
             "answered CNI error 11 and closed the connection")
@@ -153,6 +212,11 @@ class Server:
     def open_connections(self) -> int:
         """Connections open now, served or being turned away."""
         return self._open
+
+    @property
+    def waiting_connections(self) -> int:
+        """Connections whose request has not fully arrived."""
+        return len(self._waiting)
 
     async def start(self) -> None:
         path = self.socket_path
@@ -170,7 +234,7 @@ class Server:
             sock.close()
             raise
         self._sock = sock
-        self._server = await asyncio.start_unix_server(self._connection, sock=sock, limit=MAX_HEAD_BYTES)
+        self._server = await asyncio.get_running_loop().create_unix_server(self._protocol, sock=sock)
         log.info("CNI agent listening on %s", path)
 
     async def stop(self) -> None:
@@ -187,44 +251,59 @@ class Server:
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()
 
+    def _protocol(self) -> asyncio.StreamReaderProtocol:
+        # As asyncio.start_unix_server makes it, with a reader that counts what arrived.
+        return asyncio.StreamReaderProtocol(_Reader(MAX_HEAD_BYTES), self._connection)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= 2 * self.max_connections:
+        assert isinstance(reader, _Reader)
+        limit = self.max_connections
+        full = len(self._waiting) >= limit and not self._evict()
+        if self._open >= 3 * limit or (full and len(self._waiting) >= 2 * limit):
             self.overflow.note()
             writer.transport.abort()
             return
+        waiting = _Waiting(reader, writer, time.monotonic())
+        self._waiting[waiting] = None
         self._open += 1
         try:
-            if self._open > self.max_connections:
-                await self._turn_away(reader, writer)
-            else:
-                await self._serve(reader, writer)
+            await self._serve(reader, writer, waiting)
         finally:
+            self._waiting.pop(waiting, None)
             self._open -= 1
 
-    async def _turn_away(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """A connection over the limit: answered at once, without reading the request."""
-        self.busy.note()
+    def _evict(self) -> bool:
+        """Closes the oldest waiting connection that has sent nothing, or has waited `EVICT_SECONDS`,
+        answering it 408 with error 11; False when none may be closed."""
+        now = time.monotonic()
+        for waiting in self._waiting:
+            if now - waiting.since >= EVICT_SECONDS or waiting.sent_nothing():
+                break
+        else:
+            return False
+        del self._waiting[waiting]
+        waiting.evicted = True
+        self.evicted.note()
         error = CNIError(
             ErrorCode.TRY_AGAIN_LATER,
-            "the CNI agent is busy: try again",
-            f"{self.max_connections} connections are open, the agent's limit (--max-connections)",
+            "closed while waiting for a request: try again",
+            f"{self.max_connections} connections were waiting for their request, the agent's limit "
+            "(--max-connections), and this one had sent none",
         )
-        try:
-            await self._reply(writer, 503, _error_body(error), drain_from=reader, drain_seconds=BUSY_SECONDS)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            waiting.writer.write(_head(408, _error_body(error)))
+        # Its task, reading, meets the end of the stream and ends.
+        waiting.writer.close()
+        return True
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     waiting: _Waiting) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
         try:
             try:
-                status, body = await self._answer(reader)
+                status, body = await self._answer(reader, waiting)
             except _TimedOut:
                 self.timed_out.note()
                 error = CNIError(
@@ -238,9 +317,10 @@ class Server:
             # A refused request's body may still be on its way: closing now would reset the
             # connection under the sender, who would never read the answer. So: our end, then
             # what is left of theirs, discarded.
-            await self._reply(writer, status, body, drain_from=reader, drain_seconds=DRAIN_SECONDS)
+            await self._reply(writer, status, body, drain_from=reader,
+                              drain_seconds=BUSY_SECONDS if status == 503 else DRAIN_SECONDS)
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away; what it asked for ran to its end (see above)
+            pass  # the client went away (or was evicted); what it asked for ran to its end (see above)
         finally:
             self._in_flight.discard(task)
             writer.close()
@@ -250,12 +330,7 @@ class Server:
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, *,
                      drain_from: asyncio.StreamReader | None = None, drain_seconds: float = 0.0) -> None:
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        writer.write(head.encode() + body)
+        writer.write(_head(status, body))
         await writer.drain()
         if drain_from is not None:
             writer.write_eof()
@@ -263,7 +338,7 @@ class Server:
                 async with asyncio.timeout(drain_seconds):
                     await _discard(drain_from)
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    async def _answer(self, reader: asyncio.StreamReader, waiting: _Waiting) -> tuple[int, bytes]:
         """The answer to the connection's request; `_TimedOut` if it did not arrive in time."""
         try:
             body = b""
@@ -276,18 +351,36 @@ class Server:
                         body = await reader.readexactly(length)
             except TimeoutError:
                 raise _TimedOut from None
-            if target == API_PATH:
-                if method != "POST":
-                    raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{API_PATH} takes POST"))
-                return await self._cni(body)
-            if target == READY_PATH:
-                if method != "GET":
-                    raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{READY_PATH} takes GET"))
-                return await self._ready()
-            raise _Refused(404, CNIError(ErrorCode.DECODING_FAILURE, f"no such path {target[:80]!r}",
-                                         f"the agent serves POST {API_PATH} and GET {READY_PATH}"))
+            finally:
+                self._waiting.pop(waiting, None)  # arrived (or refused): no longer evictable
+            if self._serving >= self.max_connections:
+                self.busy.note()
+                raise _Refused(503, CNIError(
+                    ErrorCode.TRY_AGAIN_LATER,
+                    "the CNI agent is busy: try again",
+                    f"{self.max_connections} requests are being served, the agent's limit "
+                    "(--max-connections)",
+                ))
+            self._serving += 1
+            try:
+                return await self._dispatch(method, target, body)
+            finally:
+                self._serving -= 1
         except _Refused as refused:
             return refused.status, _error_body(refused.error)
+
+    async def _dispatch(self, method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        """The answer to a request that arrived whole; `_Refused` for a path or method not served."""
+        if target == API_PATH:
+            if method != "POST":
+                raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{API_PATH} takes POST"))
+            return await self._cni(body)
+        if target == READY_PATH:
+            if method != "GET":
+                raise _Refused(405, CNIError(ErrorCode.DECODING_FAILURE, f"{READY_PATH} takes GET"))
+            return await self._ready()
+        raise _Refused(404, CNIError(ErrorCode.DECODING_FAILURE, f"no such path {target[:80]!r}",
+                                     f"the agent serves POST {API_PATH} and GET {READY_PATH}"))
 
     async def _read_head(self, reader: asyncio.StreamReader) -> tuple[str, str, int]:
         """(method, path, Content-Length) of the request; `_Refused` when it cannot be served."""
@@ -367,6 +460,15 @@ class Server:
             internal = CNIError(ErrorCode.IO_FAILURE, "internal agent error", repr(exc))
             return 500, _error_body(internal, version)
         return 200, b"" if result is None else json.dumps(result).encode()
+
+
+def _head(status: int, body: bytes) -> bytes:
+    """The answer's status line, headers and body."""
+    return (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
 
 
 async def _discard(reader: asyncio.StreamReader) -> None:

@@ -41,7 +41,8 @@ class AgentConfig:
     max_request_bytes: int = 1024 * 1024
     """Largest request body accepted on the socket (CNI error 103 above it)."""
     max_connections: int = 128
-    """Connections the socket serves at once; more are answered CNI error 11 (try again later)
+    """Requests the socket serves at once (more are answered CNI error 11, try again later), and
+    connections it keeps waiting for their request (one more closes the oldest idle one)
     (`bridge.agent.server`)."""
     read_timeout: float = 10.0
     """Seconds a client has, from connecting, to send its whole request (the shim sends it at once)."""
