@@ -10,17 +10,23 @@ backed by a NetworkAttachmentDefinition of a bridge and a host-local subnet of t
 reaches a pod on it alone. The emulator tier (tests/api/conformance/) cannot run pods, so there
 the NetworkPolicy, PrimaryPodNetwork, ServiceClusterIP and PodIPsPerNetwork tests are skipped;
 here they must pass.
+
+ServiceClusterIP's backends answer on every address (the kit's busybox `nc` cannot bind one), so
+its client judges the path by its packet counters on the network's interface; the last test shows
+that judgement failing a client whose connections reach the backend over the cluster network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,11 +34,14 @@ from typing import Any
 import pytest
 import yaml
 
+from conformance.kep.suite import load_manifest
 from conformance.kep.tests import ALL
-from tests.real.cluster_support import BUSYBOX, PODNETWORK, Api, Cluster, Node, eventually
-from tests.real.objects_support import BRIDGE_PROVIDER, PODNETWORKS, condition, nad_ref, nads
+from conformance.kep.tests.services import CONNECTIONS, _client_command, _server_command
+from tests.real.cluster_support import BUSYBOX, PODNETWORK, Api, Cluster, Node, eventually, wait_phase
+from tests.real.objects_support import BRIDGE_PROVIDER, PODNETWORKS, Made, condition, nad_ref, nads, pods
 
 NODE_ACCESS = "multinetwork.x-k8s.io/node-access"
+POD_IPS = "multinetwork.x-k8s.io/pod-ips"
 #: The only test one node cannot run: it needs two schedulable nodes.
 TWO_NODES = "BoundWhereOffered"
 ROLES = ("policy", "primary", "service")
@@ -57,15 +66,18 @@ def _nad(name: str, bridge: str, subnet: str) -> dict[str, Any]:
             "metadata": {"name": name}, "spec": {"config": json.dumps(config)}}
 
 
-@pytest.fixture
-def networks(api: Api, ns: str, node: Node) -> Iterator[Networks]:
+@contextlib.contextmanager
+def bridge_networks(api: Api, ns: str, roles: Sequence[str]) -> Iterator[dict[str, str]]:
+    """A Ready PodNetwork of the bridge per role, each backed by a NAD in `ns` of a bridge and a subnet
+    of its own; afterwards (their pods gone) the PodNetworks, NADs, bridges and lease directories are
+    removed, each step tried even when one before it failed."""
     suffix = secrets.token_hex(3)
-    third = 3 * secrets.randbelow(80)  # 10.253.<third + i>.0/24, one per role
+    third = len(ROLES) * secrets.randbelow(250 // len(ROLES))  # 10.253.<third + i>.0/24 per role
     names: dict[str, str] = {}
     made: list[str] = []
     bridges: list[str] = []
     try:
-        for i, role in enumerate(ROLES):
+        for i, role in enumerate(roles):
             name = f"kc-{role}-{suffix}"
             bridge = f"pnc{suffix}{role[:2]}"  # 11 characters: a link name has at most 15
             bridges.append(bridge)
@@ -81,16 +93,27 @@ def networks(api: Api, ns: str, node: Node) -> Iterator[Networks]:
         for name in names.values():
             eventually(lambda name=name: (condition(api.get(f"{PODNETWORKS}/{name}"), "Ready") or {})
                        .get("status") == "True", f"PodNetwork {name} is Ready", timeout=60)
-        yield Networks(names)
+        yield names
     finally:
+        problems: list[str] = []
         for path in reversed(made):  # PodNetworks before their NADs
-            api.delete(path)
-        for path in reversed(made):
-            eventually(lambda path=path: api.find(path) is None, f"{path} is gone", timeout=60)
+            try:
+                api.delete(path)
+                eventually(lambda path=path: api.find(path) is None, f"{path} is gone", timeout=60)
+            except AssertionError as error:
+                problems.append(str(error))
         for bridge in bridges:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         for name in names.values():
             shutil.rmtree(LEASES / name, ignore_errors=True)
+        if problems:
+            raise AssertionError("cleanup: " + "; ".join(problems))
+
+
+@pytest.fixture
+def networks(api: Api, ns: str, node: Node) -> Iterator[Networks]:
+    with bridge_networks(api, ns, ROLES) as names:
+        yield Networks(names)
 
 
 @pytest.fixture
@@ -191,3 +214,45 @@ def test_per_node_availability_passes_with_a_second_node(
     passed, failed, skipped = _outcomes(made)
     assert (passed, failed, skipped) == ({TWO_NODES}, {}, {}), _said(proc)
     assert proc.returncode == 0, _said(proc)
+
+
+def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend_over_the_cluster_network(
+        api: Api, ns: str, node: Node) -> None:
+    # The ServiceClusterIP backends listen on every address, so the answer alone cannot tell the
+    # networks apart: the client's net1 counters must. The same client command, aimed once at the
+    # backend's address on the network and once at its cluster-network address, both answered.
+    with bridge_networks(api, ns, ("service",)) as names:
+        made = Made(api)
+        try:
+            network = names["service"]
+            on = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": network, "interfaceName": "net1"}])
+            (backend,) = load_manifest("pod-backend.yaml", {
+                "NAME": "backend", "NAMESPACE": ns, "NETWORKS": on, "GATES": "[]", "IMAGE": BUSYBOX,
+                "COMMAND": json.dumps(_server_command("backend")), "PORT": "8080"})
+            made.pod(ns, backend)
+            pod = wait_phase(api, ns, "backend")
+
+            def on_network() -> str | None:
+                raw = api.get(f"{pods(ns)}/backend")["metadata"].get("annotations", {}).get(POD_IPS)
+                return next((e["ip"] for e in json.loads(raw or "[]") if e.get("podNetwork") == network), None)
+
+            address = eventually(on_network, f"the backend reports its address on {network}", timeout=60)
+            for name, target in (("over-net1", address), ("over-eth0", pod["status"]["podIP"])):
+                (client,) = load_manifest("pod-probe.yaml", {
+                    "NAME": name, "NAMESPACE": ns, "NETWORKS": on, "LABELS": "{}", "RESTART": "Never",
+                    "PROBE_IMAGE": BUSYBOX, "COMMAND": json.dumps(_client_command(target, 8080, ["backend"]))})
+                made.pod(ns, client)
+            ended = {name: eventually(lambda name=name: _ended(api, ns, name), f"client {name} ends", timeout=90)
+                     for name in ("over-net1", "over-eth0")}
+            said = {name: api.request("GET", f"{pods(ns)}/{name}/log")[1] for name in ended}
+            assert ended == {"over-net1": "Succeeded", "over-eth0": "Failed"}, said
+            assert "backend" in said["over-eth0"].splitlines(), f"the backend did not answer over eth0: {said}"
+            counted = re.search(r"net1: (\d+) packets received, (\d+) sent", said["over-eth0"])
+            assert counted and max(map(int, counted.groups())) < CONNECTIONS, said
+        finally:
+            made.close()
+
+
+def _ended(api: Api, ns: str, name: str) -> str | None:
+    phase = api.get(f"{pods(ns)}/{name}")["status"].get("phase")
+    return phase if phase in ("Succeeded", "Failed") else None
