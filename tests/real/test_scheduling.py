@@ -143,11 +143,16 @@ def test_a_pod_naming_a_podnetwork_being_deleted_is_pending_as_terminating(
 @pytest.fixture
 def second_node(control_plane: Cluster, node: Node) -> Iterator[Node]:
     """A node without our agent: these tests only need kube-scheduler to bind pods to it."""
-    added = control_plane.add_node(2)
+    index = 2  # a node index no other test of the session holds now
+    while any(n.name.endswith(f"-n{index}") for n in control_plane.nodes.values()):
+        index += 1
+    added = control_plane.add_node(index)
     try:
         yield added
     finally:
         control_plane.remove_node(added)
+        eventually(lambda: control_plane.api and control_plane.api.find(f"/api/v1/nodes/{added.name}") is None,
+                   f"node {added.name} is gone", timeout=60)
 
 
 def test_a_pod_is_bound_only_to_a_node_that_offers_its_podnetwork(
@@ -171,7 +176,7 @@ def test_a_pod_is_bound_only_to_a_node_that_offers_its_podnetwork(
     scheduled = _unschedulable(api, ns, "refused", f'podnetwork "{network}" is not available on this node')
     assert scheduled["reason"] == "Unschedulable"
     events = eventually(lambda: events_of(api, ns, "refused", "FailedScheduling"), "a FailedScheduling Event")
-    assert "0/2 nodes are available" in events[-1]["message"]
+    assert f"0/{len(api.get('/api/v1/nodes')['items'])} nodes are available" in events[-1]["message"]
     assert f'1 podnetwork "{network}" is not available on this node' in events[-1]["message"]
 
     made.annotate_node(second_node.name, OFFERS, json.dumps([network]))
