@@ -248,3 +248,34 @@ async def test_an_older_replica_that_arrives_after_a_younger_one_waits_behind_it
             assert {ref.name for ref in younger.objects} == {"blue", "green"}
             assert not older.objects  # the waiting replica has not even listed
         assert not older_demoted.is_set()
+
+
+async def test_two_replicas_starting_together_elect_one_that_alone_acts_and_neither_restarts(kmock):
+    declare_resources(kmock)
+    declare_peering(kmock, "podnetwork-controller")
+    kmock.objects[PN, None, "blue"] = podnetwork("blue")
+    config = controller.ControllerSettings(create_default=False, inuse_message_interval=0.2,
+                                           namespace_profiles=False)
+    here, there = (controller.Controller(config=config, api=kube_emulator.api(kmock)) for _ in range(2))
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, here)
+    here_demoted, there_demoted = threading.Event(), threading.Event()
+    command.register_demotion_guard(registry, kube_emulator.api(kmock), "here", here_demoted.set)
+    args = arguments("--peering", "podnetwork-controller", "--priority", "start-time")
+
+    # Entered together: each replica's join races the other's on the same peering object.
+    both = contextlib.AsyncExitStack()
+    async with both:
+        await asyncio.gather(both.enter_async_context(replica(kmock, registry, args, "here")),
+                             both.enter_async_context(replica_in_thread(kmock, there, args, there_demoted)))
+        await eventually(lambda: set(peers(kmock)) == {"here", "replica-in-thread"})
+        ranks = {name: entry["priority"] for name, entry in peers(kmock).items()}
+        assert ranks["here"] != ranks["replica-in-thread"]
+        leader, waiting = (here, there) if ranks["here"] > ranks["replica-in-thread"] else (there, here)
+        await eventually(lambda: has_conditions(kmock, "blue"))
+        async with kmock.request("POST", PN_URL, json=podnetwork("green")) as resp:
+            assert resp.status < 300, await resp.text()
+        await eventually(lambda: has_conditions(kmock, "green"))
+        assert {ref.name for ref in leader.objects} == {"blue", "green"}
+        assert not waiting.objects
+        assert not here_demoted.is_set() and not there_demoted.is_set()
