@@ -16,7 +16,7 @@ import pytest
 from bridge.operator import admission as bridge_admission
 from podnetwork.ground import constants
 from podnetwork.kep import admissionconfig
-from tests.real.cluster_support import Api, Cluster, Node, eventually, pod_manifest, wait_phase
+from tests.real.cluster_support import BUSYBOX, Api, Cluster, Node, eventually, pod_manifest, wait_phase
 from tests.real.objects_support import (
     BRIDGE_PROVIDER,
     NPWG_SELECTION,
@@ -171,11 +171,11 @@ def test_naming_a_bridge_podnetworks_nad_by_hand_needs_the_use_permission_too(
     def refused() -> Any:
         code, body = create_as(api, alice, ns, by_hand)
         assert code == 403, body
+        assert f'admission webhook "{bridge_admission.VALIDATE_WEBHOOK_NAME}" denied the request' in body["message"]
         return body
 
-    # the bridge learns of a PodNetwork from its watch; a pod may come before that, so this waits
+    # RBAC lets alice create pods, and the bridge learns of the PodNetwork, from watches: within moments
     body = eventually(refused, "the bridge refuses alice's hand-written selection", timeout=60)
-    assert f'admission webhook "{bridge_admission.VALIDATE_WEBHOOK_NAME}" denied the request' in body["message"]
     assert (f'may use PodNetwork "{network}" (named through NetworkAttachmentDefinition "{ns}/{nad}" '
             f'in {NPWG_SELECTION})') in body["message"]
     code, body = api.request("POST", pods(ns), by_hand)  # cluster-admin may use every PodNetwork
@@ -238,6 +238,8 @@ def test_while_the_controllers_webhooks_are_down_pod_create_is_refused_and_nothi
         api.merge_patch(f"{pods(ns)}/before", {"metadata": {"labels": {"unrelated": "change"}}})
         api.merge_patch(f"{pods(ns)}/before/status",
                         {"status": {"conditions": [{"type": "example.com/probe", "status": "True"}]}})
+        api.merge_patch(f"{pods(ns)}/before/ephemeralcontainers", {"spec": {"ephemeralContainers": [
+            {"name": "debug", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["true"]}]}})
         api.create(f"{pods(ns)}/before/binding", {
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "before"},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node.name}})
