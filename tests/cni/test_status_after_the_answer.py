@@ -1,4 +1,5 @@
-"""network-status is written after the runtime has its answer, and never lost (NPWG 5).
+"""network-status is written after the runtime has its answer, and never lost (NPWG 5); the last
+write reports what the pod has, even when the ADD's write lands after the DEL.
 
 The agent runs as deployed: its own `podnetwork cni-agent` process reading the pod
 and its NAD over real HTTP from kmock's Kubernetes emulator (`tests.api.kube_emulator`),
@@ -201,5 +202,38 @@ async def test_a_failing_api_delays_the_status_but_not_the_answer_and_the_write_
             stop(deleted_agent)
         assert len(requests_to(cluster, "PATCH", "/pods/waiting")) == 5
         assert world.leftovers() == NOTHING_LEFT
+    finally:
+        stop(agent)
+
+
+async def test_a_del_while_the_adds_status_write_hangs_ends_with_the_dels_status_once_the_api_answers(
+    world: World, cluster: Emulator
+) -> None:
+    """The API takes the ADD's write but answers only after the DEL: the pod then lists interfaces
+    that are gone, until the DEL's own write, made after that one, says it has none."""
+    world.nad("blue", world.network("blue", 1))
+    world.pod("slow", {NPWG_NETWORKS: "blue"})
+    serve(cluster, world)
+    kubeconfig = write_kubeconfig(world.root / "kubeconfig", str(cluster.url))
+    netns = world.make_netns()
+    # The first write to the pod waits for a second one, which the agent sends only after the
+    # first is answered: so it hangs for the hold's 3 s, then lands.
+    held = cluster.hold("/pods/slow", writers=2, timeout=3)
+
+    agent = start_agent(world, kubeconfig)
+    try:
+        await wait_for_socket(world, agent)
+        added = await world.cni("ADD", "ctr-slow", netns, "slow")
+        assert added.returncode == 0, added.stdout + added.stderr
+        await eventually(lambda: held.arrived == 1)  # the ADD's status is on its way
+        deleted = await world.cni("DEL", "ctr-slow", netns, "slow")
+        assert deleted.returncode == 0, deleted.stdout
+        assert world.leftovers() == NOTHING_LEFT
+        assert status(cluster, "slow") is None, "the ADD's write is still unanswered"
+
+        await eventually(lambda: no_attachment(cluster, "slow"), timeout=30)
+        written = [json.loads(body["metadata"]["annotations"][NPWG_STATUS])
+                   for body in requests_to(cluster, "PATCH", "/pods/slow")]
+        assert [[e["interface"] for e in entries] for entries in written] == [["eth0", "net1"], []]
     finally:
         stop(agent)
