@@ -93,9 +93,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    "one replica is active; default: standalone (deploy/peering/ has the CRDs and objects)")
     p.add_argument("--priority", type=arguments.parse_priority, metavar="INT|start-time",
                    help="peering priority (needs --peering): the live replica with the highest reconciles, "
-                   "the others pause; equal priorities pause all of them. `start-time` makes it minus the "
-                   "start time in microseconds, so replicas of one Deployment differ and the "
-                   "longest-running one stays active (default 0)")
+                   "the others pause; equal priorities pause all of them. `start-time` ranks replicas by "
+                   "their arrival in the peering object (the first leads, each later one waits below every "
+                   "live one), so replicas of one Deployment differ and none acts before it knows it "
+                   "leads (default 0)")
     p.add_argument("--liveness", metavar="URL", type=arguments.liveness_url,
                    help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--no-params-ready", dest="params_ready", action="store_false",

@@ -134,8 +134,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--priority", type=parse_priority, metavar="INT|start-time",
                         help="peering priority (needs --peering): the live replica with the highest "
                         "reconciles, the others pause; equal priorities pause all of them. "
-                        "`start-time` makes it minus the start time in microseconds, so replicas of "
-                        "one Deployment differ and the longest-running one stays active (default 0)")
+                        "`start-time` ranks replicas by their arrival in the peering object (the first "
+                        "leads, each later one waits below every live one), so replicas of one "
+                        "Deployment differ and none acts before it knows it leads (default 0)")
     parser.add_argument("--inuse-message-interval", type=arguments.non_negative_seconds, default=10.0,
                         metavar="SECONDS",
                         help="coalescing period of InUse message updates (default 10)")
