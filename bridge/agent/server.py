@@ -19,9 +19,11 @@ place:
   HTTP 408 with CNI error 11 ("try again later") and closed;
 - at most `max_connections` connections wait for their request. One more closes the
   oldest waiting one that has sent nothing yet, or has waited `EVICT_SECONDS` (answered
-  408, error 11), and takes its place: idle connections evict each other, never the
-  runtime's (the shim's request is in the socket before the agent accepts it). When none
-  may be closed, it waits as well, up to twice the limit;
+  408, error 11), and takes its place: idle connections evict each other, not the
+  runtime's (the shim writes its whole request the moment it connects, and a connection
+  that sent anything is closed only after `EVICT_SECONDS`; one closed in that moment
+  anyway gets error 11, which the runtime retries). When none may be closed, it waits as
+  well, up to twice the limit;
 - at most `max_connections` requests are served at once (each is one CNI request in
   flight); a complete request beyond that is answered HTTP 503 with error 11;
 - at most three times the limit are open in all; one more is closed unanswered.
