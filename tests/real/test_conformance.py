@@ -19,6 +19,7 @@ that judgement failing a client whose connections reach the backend over the clu
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from conformance.kep.suite import load_manifest
 from conformance.kep.tests import ALL
 from conformance.kep.tests.services import CONNECTIONS, _client_command, _server_command
 from tests.real.cluster_support import BUSYBOX, PODNETWORK, Api, Cluster, Node, eventually, wait_phase
-from tests.real.objects_support import BRIDGE_PROVIDER, PODNETWORKS, Made, condition, nad_ref, nads, pods
+from tests.real.objects_support import BRIDGE_PROVIDER, PODNETWORKS, condition, nad_ref, nads, pods
 
 NODE_ACCESS = "multinetwork.x-k8s.io/node-access"
 POD_IPS = "multinetwork.x-k8s.io/pod-ips"
@@ -102,12 +103,26 @@ def bridge_networks(api: Api, ns: str, roles: Sequence[str]) -> Iterator[dict[st
                 eventually(lambda path=path: api.find(path) is None, f"{path} is gone", timeout=60)
             except AssertionError as error:
                 problems.append(str(error))
+        for name in names.values():
+            try:  # a lease still held is an address whose DEL has not run (or failed)
+                eventually(lambda name=name: not _leases(LEASES / name), f"network {name} holds no lease",
+                           timeout=60)
+            except AssertionError as error:
+                problems.append(str(error))
+            shutil.rmtree(LEASES / name, ignore_errors=True)
         for bridge in bridges:
             subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-        for name in names.values():
-            shutil.rmtree(LEASES / name, ignore_errors=True)
         if problems:
             raise AssertionError("cleanup: " + "; ".join(problems))
+
+
+def _leases(store: Path) -> list[str]:
+    """The addresses host-local has handed out from `store` (one file each, named by the address)."""
+    found = []
+    for entry in store.glob("*"):
+        with contextlib.suppress(ValueError):
+            found.append(str(ipaddress.ip_address(entry.name)))
+    return found
 
 
 @pytest.fixture
@@ -222,14 +237,15 @@ def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend
     # networks apart: the client's net1 counters must. The same client command, aimed once at the
     # backend's address on the network and once at its cluster-network address, both answered.
     with bridge_networks(api, ns, ("service",)) as names:
-        made = Made(api)
+        made: list[str] = []
         try:
             network = names["service"]
             on = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": network, "interfaceName": "net1"}])
             (backend,) = load_manifest("pod-backend.yaml", {
                 "NAME": "backend", "NAMESPACE": ns, "NETWORKS": on, "GATES": "[]", "IMAGE": BUSYBOX,
                 "COMMAND": json.dumps(_server_command("backend")), "PORT": "8080"})
-            made.pod(ns, backend)
+            api.create(pods(ns), backend)
+            made.append("backend")
             pod = wait_phase(api, ns, "backend")
 
             def on_network() -> str | None:
@@ -241,7 +257,8 @@ def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend
                 (client,) = load_manifest("pod-probe.yaml", {
                     "NAME": name, "NAMESPACE": ns, "NETWORKS": on, "LABELS": "{}", "RESTART": "Never",
                     "PROBE_IMAGE": BUSYBOX, "COMMAND": json.dumps(_client_command(target, 8080, ["backend"]))})
-                made.pod(ns, client)
+                api.create(pods(ns), client)
+                made.append(name)
             ended = {name: eventually(lambda name=name: _ended(api, ns, name), f"client {name} ends", timeout=90)
                      for name in ("over-net1", "over-eth0")}
             said = {name: api.request("GET", f"{pods(ns)}/{name}/log")[1] for name in ended}
@@ -250,7 +267,13 @@ def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend
             counted = re.search(r"net1: (\d+) packets received, (\d+) sent", said["over-eth0"])
             assert counted and max(map(int, counted.groups())) < CONNECTIONS, said
         finally:
-            made.close()
+            # Not forced: a pod leaves the API once its kubelet has torn down its sandbox (the CNI
+            # DEL), so its lease is released before the network's store is removed.
+            for name in made:
+                api.delete(f"{pods(ns)}/{name}")
+            for name in made:
+                eventually(lambda name=name: api.find(f"{pods(ns)}/{name}") is None, f"pod {name} is gone",
+                           timeout=60)
 
 
 def _ended(api: Api, ns: str, name: str) -> str | None:
