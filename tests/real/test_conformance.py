@@ -37,7 +37,7 @@ import yaml
 
 from conformance.kep.suite import load_manifest
 from conformance.kep.tests import ALL
-from conformance.kep.tests.services import CONNECTIONS, _client_command, _server_command
+from conformance.kep.tests.services import CONNECTIONS, client_command, server_command
 from tests.real.cluster_support import BUSYBOX, PODNETWORK, Api, Cluster, Node, eventually, wait_phase
 from tests.real.objects_support import BRIDGE_PROVIDER, PODNETWORKS, condition, nad_ref, nads, pods
 
@@ -243,7 +243,7 @@ def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend
             on = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": network, "interfaceName": "net1"}])
             (backend,) = load_manifest("pod-backend.yaml", {
                 "NAME": "backend", "NAMESPACE": ns, "NETWORKS": on, "GATES": "[]", "IMAGE": BUSYBOX,
-                "COMMAND": json.dumps(_server_command("backend")), "PORT": "8080"})
+                "COMMAND": json.dumps(server_command("backend")), "PORT": "8080"})
             api.create(pods(ns), backend)
             made.append("backend")
             pod = wait_phase(api, ns, "backend")
@@ -256,7 +256,7 @@ def test_the_cluster_ip_check_fails_a_client_whose_connections_reach_the_backend
             for name, target in (("over-net1", address), ("over-eth0", pod["status"]["podIP"])):
                 (client,) = load_manifest("pod-probe.yaml", {
                     "NAME": name, "NAMESPACE": ns, "NETWORKS": on, "LABELS": "{}", "RESTART": "Never",
-                    "PROBE_IMAGE": BUSYBOX, "COMMAND": json.dumps(_client_command(target, 8080, ["backend"]))})
+                    "PROBE_IMAGE": BUSYBOX, "COMMAND": json.dumps(client_command(target, 8080, ["backend"]))})
                 api.create(pods(ns), client)
                 made.append(name)
             ended = {name: eventually(lambda name=name: _ended(api, ns, name), f"client {name} ends", timeout=90)

@@ -338,10 +338,10 @@ async def endpoint_slices(ctx: Context) -> None:
 # --- ServiceClusterIP: pods that run ------------------------------------------------------------
 
 
-def _server_command(answer: str) -> list[str]:
+def server_command(answer: str) -> list[str]:
     """Answer `answer` to each connection on TCP 8080, on every address of the pod: `nc -l -p` is all
     that every busybox's `nc` offers (Debian's has no `-s` to bind one address). That the connections
-    came over the network is the client's to prove (`_client_command`)."""
+    came over the network is the client's to prove (`client_command`)."""
     return ["sh", "-c", f"while true; do echo {answer} | nc -l -p 8080; done"]
 
 
@@ -349,7 +349,7 @@ def _server_command(answer: str) -> list[str]:
 NET1_PACKETS = "awk -F'[: ]+' '$2 == \"net1\" {print $4 + 0, $12 + 0}' /proc/net/dev"
 
 
-def _client_command(address: str, port: int, answers: Sequence[str]) -> list[str]:
+def client_command(address: str, port: int, answers: Sequence[str]) -> list[str]:
     """Connect CONNECTIONS times to `address`:`port`; exit 0 when every one of `answers` was heard and
     `net1` (the client's interface on the Service's network) carried at least one packet each way per
     connection. A ClusterIP translated to the backends' cluster-network addresses would reach them
@@ -389,7 +389,7 @@ async def cluster_ip(ctx: Context) -> None:
     answers = ("backend-a", "backend-b")
     for name in answers:
         await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(on), GATES="[]",
-                        IMAGE=ctx.settings["PROBE_IMAGE"], COMMAND=json.dumps(_server_command(name)),
+                        IMAGE=ctx.settings["PROBE_IMAGE"], COMMAND=json.dumps(server_command(name)),
                         PORT="8080")
 
     async def running() -> bool:
@@ -406,7 +406,7 @@ async def cluster_ip(ctx: Context) -> None:
     await _slices_match(ctx, "backend", network, "(pods that run)")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ctx.timeouts.settle
-    command = json.dumps(_client_command(cluster_ips[0], 80, answers))
+    command = json.dumps(client_command(cluster_ips[0], 80, answers))
     for attempt in range(1, 100):
         name = f"client-{attempt}"
         await ctx.apply("pod-probe.yaml", NAME=name, NETWORKS=json.dumps(on),
@@ -439,5 +439,5 @@ TESTS: tuple[ConformanceTest, ...] = (
         ("pod.yaml", "pod-backend.yaml", "pod-probe.yaml", "service.yaml")),
 )
 
-__all__ = ["TESTS", "Backend", "backend", "cluster_ip", "endpoint_slices", "ours", "service_families",
-           "slices_problem"]
+__all__ = ["TESTS", "Backend", "backend", "client_command", "cluster_ip", "endpoint_slices", "ours",
+           "server_command", "service_families", "slices_problem"]
