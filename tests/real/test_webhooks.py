@@ -1,7 +1,9 @@
 """The pod webhooks of the controller and the bridge as `--manage-webhooks` registers them, called
 by a real kube-apiserver: auto-population, static validation with field errors, the permission to
 use a PodNetwork (asked of the real RBAC authorizer, for users the API server impersonates), the
-namespaces left out, and what still goes through while the controller's webhook server is down.
+networks held against changes through `pods/status` and Bindings, the namespaces left out, what
+still goes through while the controller's webhook server is down, and the agent holding a pod to
+the attachment admission checked when that attachment is replaced before the kubelet's ADD.
 """
 
 from __future__ import annotations
