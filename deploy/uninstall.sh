@@ -34,7 +34,7 @@ KEEP_NPWG=
 for arg in "$@"; do
     case "$arg" in
         --keep-npwg-crds) KEEP_NPWG=1 ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "uninstall: unknown argument $arg (see --help)" >&2; exit 2 ;;
     esac
 done
