@@ -164,3 +164,28 @@ def test_an_attachment_with_selection_options_is_params_ready_once_they_exist_an
     pod = eventually(lambda: _selection(p := api.get(f"{pods(ns)}/db")) and p, "the selection is written")
     assert _selection(pod) == [{"name": "dataplane", "namespace": ns, "interface": "net1",
                                 "mac": "02:00:00:00:00:0a"}]
+
+
+def test_a_pod_created_bound_to_a_node_is_not_gated_since_the_api_server_would_refuse_it(
+        api: Api, made: Made, ns: str) -> None:
+    # a gate on a pod that names its node is refused by the API server: the webhook must leave it alone
+    created = made.pod(ns, pod_manifest("bound", networks=[{"podNetworkName": unique("absent")}],
+                                        node=unique("no-such-node")))
+    assert not created["spec"].get("schedulingGates")
+    assert not _selection(created)
+
+
+def test_a_hand_written_selection_that_disagrees_is_kept_and_the_pod_told_why(
+        api: Api, made: Made, ns: str) -> None:
+    made.create(nads(ns), nad_body("dataplane"))
+    made.create(nads(ns), nad_body("other"))
+    network = _bridge_network(made, ns, "dataplane")
+    eventually(lambda: _conditions(api, network)[1] == ("True", "Ready"), "the network is Ready")
+    created = made.pod(ns, pod_manifest("mine", networks=[{"podNetworkName": network}],
+                                        annotations={NPWG_SELECTION: "other"}, schedulingGates=[HOLD]))
+    assert created["spec"]["schedulingGates"] == [HOLD], "a pod with a selection of its own is not gated"
+    said = eventually(lambda: events_of(api, ns, "mine", "SelectionDisagrees"), "the bridge says they disagree")
+    assert said[0]["type"] == "Warning" and "other" in said[0]["message"]
+    pod = api.get(f"{pods(ns)}/mine")
+    assert pod["metadata"]["annotations"][NPWG_SELECTION] == "other"
+    assert MARKER not in pod["metadata"]["annotations"]
