@@ -48,6 +48,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
+#: The namespaces the tests deleted (`ns`), which must all be gone before the cluster stops.
+_DELETED_NAMESPACES: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[Cluster]:
     try:
@@ -64,6 +68,12 @@ def control_plane() -> Iterator[Cluster]:
         cluster.kubectl("apply", "-f", str(REPO / "crds"))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         yield cluster
+        if _DELETED_NAMESPACES and cluster.api is not None:
+            # every test namespace gone, its pods deleted through the kubelet (CNI DEL through our
+            # agent), before the cluster stops
+            api = cluster.api
+            eventually(lambda: all(api.find(f"/api/v1/namespaces/{n}") is None for n in _DELETED_NAMESPACES),
+                       f"the tests' namespaces are gone: {', '.join(_DELETED_NAMESPACES)}", timeout=180)
     finally:
         cluster.stop()
 
@@ -126,9 +136,10 @@ def ns(control_plane: Cluster, api: Api) -> Iterator[str]:
     try:
         yield name
     finally:
+        # Deleting a namespace takes the namespace controller ~5 s even when it is empty: the next
+        # test need not wait for it; the session does, once, for all of them (`control_plane`).
         api.delete(f"/api/v1/namespaces/{name}")
-        eventually(lambda: api.find(f"/api/v1/namespaces/{name}") is None,
-                   f"namespace {name} is gone", timeout=90)
+        _DELETED_NAMESPACES.append(name)
 
 
 def _ready(obj: dict[str, object] | None) -> bool:
