@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 CNI_BIN ?= /usr/lib/cni
 
-.PHONY: demo test setup system-deps lint bench bench-agent clean conformance-report uninstall
+.PHONY: demo test setup system-deps lint bench bench-agent bench-podstart soak clean conformance-report uninstall
 
 demo: setup
 	$(VENV)/bin/podnetwork demo
@@ -100,6 +100,23 @@ conformance-report: setup
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py --compiled-shim --compare-shims
 	$(PY) benchmarks/bench_agent.py --rss-pods 0
+
+# Pod start on a real kubelet (docs/benchmarks.md, "Pod start on a real kubelet"): the default
+# network alone, Multus thick and podnetwork, one after the other in one cluster of the kit
+# (../shared/k8s); 1 pod, 20 at once, 100 in 5 waves each. Root, containerd, runc, the CNI plugins;
+# ~10 minutes on 2 cores. Smaller: `$(PY) benchmarks/bench_podstart.py --burst 10 --waves 2`.
+bench-podstart: setup
+	$(PY) benchmarks/bench_podstart.py --from-make
+
+# A churn soak on a kubelet node of the kit (docs/reliability.md): pods with 0-3 PodNetworks
+# created and deleted for MINUTES minutes while the agent, the bridge, the controller,
+# kube-apiserver, the kubelet and containerd are SIGKILLed in turn; leaks counted every 3 minutes
+# and at the end; the report printed and written to SOAK_REPORT. Root, containerd, runc, the CNI
+# plugins, nftables. The CI-sized run (100 pods, 10 kills) is `$(PY) tests/soak/soak.py`.
+MINUTES ?= 30
+SOAK_REPORT ?= soak-report.json
+soak: setup
+	$(PY) tests/soak/soak.py --minutes $(MINUTES) --report $(SOAK_REPORT)
 
 # Removes podnetwork from the cluster kubectl points at, as docs/deploy.md "Uninstall" says:
 # idempotent, every wait bounded (UNINSTALL_TIMEOUT seconds, default 120). UNINSTALL_ARGS=--keep-npwg-crds
