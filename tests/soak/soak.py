@@ -234,6 +234,7 @@ class Soak:
         self.began = time.monotonic()
         self.counter = 0
         self.tables_before: set[str] = set()
+        self.pod_100_at: float | None = None
         self.api_down = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -399,6 +400,7 @@ class Soak:
                         self.patch_networks(life, [*life.nets, life.plugged])
                 if self.counter >= 100 and "pod 100" not in self.rss:
                     self.rss["pod 100"] = self.agent_rss()
+                    self.pod_100_at = now - self.began
 
     def patch_networks(self, life: Life, tags: list[str]) -> None:
         networks = [{"podNetworkName": "default"}] + [
@@ -581,9 +583,9 @@ class Soak:
                 leaks.append({"kind": "sandbox", "what": cid[:12],
                               "owner": f"pod {info['namespace']}/{info['name']} uid {info['uid']} (not running "
                                        "in the API)", "detail": None})
-        for path, cid in self.netns_seen.items():
-            if cid not in sandboxes and Path(path).exists():
-                leaks.append({"kind": "netns file", "what": path, "owner": f"sandbox {cid[:12]} (gone)",
+        for netns, cid in self.netns_seen.items():
+            if cid not in sandboxes and Path(netns).exists():
+                leaks.append({"kind": "netns file", "what": netns, "owner": f"sandbox {cid[:12]} (gone)",
                               "detail": None})
         extra_tables = nft_tables() - self.tables_before
         for table in sorted(extra_tables):
@@ -655,9 +657,13 @@ class Soak:
         for life in self.lives.values():
             if life.deleted is None:
                 life.delete_at = time.monotonic()
+        def all_gone() -> bool:
+            self.act()
+            self.observe()
+            return all(life.gone for life in self.lives.values())
+
         with contextlib.suppress(AssertionError):
-            eventually(lambda: (self.act(), self.observe(), all(life.gone for life in self.lives.values()))[2],
-                       "every soak pod is gone", timeout=STUCK, interval=0.5)
+            eventually(all_gone, "every soak pod is gone", timeout=STUCK, interval=0.5)
         self.check("final")
         return self.report(elapsed)
 
@@ -692,6 +698,9 @@ class Soak:
             "leaks": self.leaks,
             "leak_counts": counts,
             "agent_rss_bytes": self.rss,
+            # a SIGKILLed agent starts afresh: its RSS at the end is then that of the last one
+            "agent_kills_after_pod_100": None if self.pod_100_at is None else sum(
+                1 for k in self.kills if k.target == "agent" and k.at > self.pod_100_at),
         }
 
 
