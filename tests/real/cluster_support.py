@@ -254,7 +254,10 @@ class Cluster:
 
     # -- the processes ------------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "PYTEST_", "COV_"))}
+        # nor make's variables: under `make test`, a `make` the test runs would print
+        # "Entering directory" lines a user's shell does not
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KUBECONFIG", "PYTEST_", "COV_")) and k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
         env.update(REALK8S=str(self.root), ETCD_PORT=str(self.ports["etcd"]),
                    APISERVER_PORT=str(self.ports["apiserver"]), SCHEDULER_PORT=str(self.ports["scheduler"]),
                    KCM_PORT=str(self.ports["kcm"]), KUBECONFIG=str(self.kubeconfig))

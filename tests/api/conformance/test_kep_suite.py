@@ -22,9 +22,10 @@ from tests.api import kube_emulator
 pytestmark = pytest.mark.timeout(600)
 
 # Long enough that a loaded machine (the real tier's cluster runs beside these tests) does not
-# time a check out; these only bound waits, and the probes that skip wait them in full.
+# time a check out, nor the emulator's answer (it shares its process and the cores with the
+# components); these only bound waits, and the probes that skip wait them in full.
 SCHEDULE_TIMEOUT = 20
-FAST = ("--settle-timeout", "20", "--schedule-timeout", str(SCHEDULE_TIMEOUT))
+FAST = ("--settle-timeout", "20", "--schedule-timeout", str(SCHEDULE_TIMEOUT), "--request-timeout", "30")
 IMPLEMENTATION = ("--implementation-name", "podnetwork", "--implementation-version", "test",
                   "--implementation-url", "https://podnetwork.test/")
 
