@@ -103,8 +103,8 @@ bench-agent: setup
 
 # Pod start on a real kubelet (docs/benchmarks.md, "Pod start on a real kubelet"): the default
 # network alone, Multus thick and podnetwork, one after the other in one cluster of the kit
-# (../shared/k8s); 1 pod, 20 at once, 100 in 5 waves each. Root, containerd, runc, the CNI plugins;
-# ~10 minutes on 2 cores. Smaller: `$(PY) benchmarks/bench_podstart.py --burst 10 --waves 2`.
+# (../shared/k8s); 1 pod 5 times, 20 at once, 100 in 5 waves of 20, each. Root, containerd, runc, the
+# CNI plugins; ~7 minutes on 2 cores. Smaller: `$(PY) benchmarks/bench_podstart.py --singles 3 --burst 10 --waves 2`.
 bench-podstart: setup
 	$(PY) benchmarks/bench_podstart.py --from-make
 
