@@ -510,10 +510,6 @@ class Soak:
             self.paused.clear()
 
     def _check(self, label: str) -> list[dict[str, Any]]:
-        node = self.node
-        assert node is not None
-        leaks: list[dict[str, Any]] = []
-
         def settled() -> bool:
             self.observe()
             pods = self.list_pods()
@@ -525,6 +521,30 @@ class Soak:
 
         with contextlib.suppress(AssertionError):
             eventually(settled, "every pod settles", timeout=STUCK, interval=0.5)
+        # A difference seen once may still be on its way out: a sandbox whose teardown the kubelet's
+        # restart cut short is torn down again when the runtime removes it (its garbage collection,
+        # within a minute or two). A leak is what is still there STUCK seconds on; what went by
+        # then is reported as transient.
+        end = time.monotonic() + STUCK
+        leaks, record = self._count(label)
+        transient: list[dict[str, Any]] = []
+        while leaks and time.monotonic() < end:
+            transient = transient or leaks
+            time.sleep(5)
+            leaks, record = self._count(label)
+        gone = [t for t in transient if not any(t["kind"] == x["kind"] and t["what"] == x["what"] for x in leaks)]
+        record["transient"] = [f"{t['kind']}: {t['what']} ({t['owner']})" for t in gone] if transient else []
+        self.checks.append(record)
+        self.leaks.extend({**leak, "check": label} for leak in leaks)
+        print(f"soak: check {label}: {record}", flush=True)
+        for leak in leaks:
+            print(f"soak:   LEAK {leak['kind']}: {leak['what']} ({leak['owner']})", flush=True)
+        return leaks
+
+    def _count(self, label: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        node = self.node
+        assert node is not None
+        leaks: list[dict[str, Any]] = []
         pods = self.list_pods() or {}
         now = time.monotonic()
         for name, pod in pods.items():
@@ -602,13 +622,9 @@ class Soak:
                 leaks.append({"kind": "network-status", "what": f"pod {self.ns}/{name}",
                               "owner": f"sandbox {found[0][:12]}", "detail": disagreement})
         record = {"label": label, "at": round(time.monotonic() - self.began, 1), "pods": len(pods),
-                  "running": len(running), "sandboxes": len(sandboxes), "leaks": len(leaks)}
-        self.checks.append(record)
-        self.leaks.extend({**leak, "check": label} for leak in leaks)
-        print(f"soak: check {label}: {record}", flush=True)
-        for leak in leaks:
-            print(f"soak:   LEAK {leak['kind']}: {leak['what']} ({leak['owner']})", flush=True)
-        return leaks
+                  "running": len(running), "sandboxes": len(sandboxes), "leaks": len(leaks),
+                  "notready_sandboxes": len(crictl(node, "pods", "--state", "notready", "-q").stdout.split())}
+        return leaks, record
 
     def _plug_pending(self, pod: dict[str, Any]) -> bool:
         """A hot-plug or unplug whose network-status does not show it yet."""
