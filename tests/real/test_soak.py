@@ -1,0 +1,41 @@
+"""The churn soak at CI size (tests/soak/soak.py, docs/reliability.md): 100 pods with 0-3 PodNetworks
+through a real kubelet while the agent, the bridge, the controller, kube-apiserver, the kubelet and
+containerd are SIGKILLed 10 times between them, and nothing of the pods is left on the node.
+
+It runs the soak as its own process on a cluster of its own (own folder, ports, node, bridges):
+it kills the cluster's parts, which the session's shared cluster must not see.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.real.cluster_support import REPO, binaries, node_prerequisites
+
+
+def test_a_hundred_pods_through_ten_kills_leave_nothing_behind(tmp_path: Path) -> None:
+    binaries()  # the kit, as the session's fixtures need it (a KitMissing says how to get it)
+    missing = node_prerequisites()
+    if missing:
+        pytest.skip(missing)
+    report = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "soak" / "soak.py"), "--pods", "100", "--kills",
+                           "10", "--check-every", "90", "--report", str(report)],
+                          capture_output=True, text=True, timeout=900)
+    assert report.exists(), f"the soak ended without a report ({proc.returncode}):\n{proc.stdout[-4000:]}\n" \
+                            f"{proc.stderr[-4000:]}"
+    result = json.loads(report.read_text())
+    assert result["pods"] == 100
+    assert len(result["kills"]) == 10
+    assert {k["target"] for k in result["kills"]} == {"agent", "bridge", "controller", "kube-apiserver", "kubelet",
+                                                      "containerd"}
+    assert [k for k in result["kills"] if k["recovery"] is None] == []
+    assert result["leaks"] == [], json.dumps({"leaks": result["leaks"], "kills": result["kills"],
+                                              "checks": result["checks"]}, indent=1)[:8000]
+    assert result["checks"][-1]["label"] == "final" and result["checks"][-1]["sandboxes"] == 0
+    assert proc.returncode == 0, proc.stdout[-3000:]
