@@ -91,9 +91,10 @@ from tests.real.cluster_support import (  # noqa: E402
     new_root,
     node_prerequisites,
     pod_manifest,
-    scheduler_config,
+    start_control_plane,
+    start_controller_and_bridge,
+    start_extender,
 )
-from tests.unit.ports_support import free_port  # noqa: E402
 
 WAYS = ("default", "multus", "podnetwork")
 PERCENTILES = (50, 95, 99)
@@ -402,38 +403,6 @@ def nads(api: Api, ns: str, tags: Sequence[str], leftovers: list[tuple[str, Path
             shutil.rmtree(LEASES / cni_name, ignore_errors=True)
 
 
-def start_control_plane(cluster: Cluster) -> None:
-    extender_port = free_port()
-    cluster.ports["extender"] = extender_port
-    config = scheduler_config(cluster.root / "scheduler-config.yaml", cluster.root / "scheduler.kubeconfig",
-                              extender_port)
-    cluster.start(scheduler_config=config)
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    probe = free_port()
-    cluster.start_component("extender", [
-        "scheduler-extender", "--host", "127.0.0.1", "--port", str(extender_port),
-        "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
-
-
-def start_podnetwork(cluster: Cluster, api: Api) -> None:
-    """Our controller and bridge as tests/real/conftest.py's `components` runs them."""
-    port = free_port()
-    cluster.start_component("controller", [
-        "controller", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
-        "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork")
-        and _ready(api.find("/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks/default")))
-    port = free_port()
-    cluster.start_component("bridge", [
-        "bridge", "--webhook", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
-        "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork-bridge"))
-
-
 def remove(cluster: Cluster, node: Node) -> None:
     cluster.remove_node(node)
     shutil.rmtree(node.dir, ignore_errors=True)
@@ -541,6 +510,7 @@ def run(args: argparse.Namespace) -> list[Way]:
     try:
         started = time.monotonic()
         start_control_plane(cluster)
+        start_extender(cluster)
         assert cluster.api is not None
         api = cluster.api
         print(f"# control plane up in {time.monotonic() - started:.0f}s ({cluster.root})", file=sys.stderr)
@@ -566,7 +536,7 @@ def run(args: argparse.Namespace) -> list[Way]:
             _report_progress(ways[-1])
 
         if "podnetwork" in args.ways:
-            start_podnetwork(cluster, api)
+            start_controller_and_bridge(cluster)
             node = cluster.add_node(3)
             try:
                 cluster.install_agent(node)

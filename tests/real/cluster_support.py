@@ -491,3 +491,59 @@ def wait_phase(api: Api, ns: str, name: str, phase: str = "Running", timeout: fl
         said = [f"{e.get('reason')}: {e.get('message')}" for e in events
                 if e.get("involvedObject", {}).get("name") == name]
         raise AssertionError(f"{error}; its Events: {said[-5:]}") from None
+
+
+def _ready_object(obj: Mapping[str, Any] | None) -> bool:
+    return bool(obj) and _ready(obj or {})
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_control_plane(cluster: Cluster) -> None:
+    """The control plane with our extender registered in kube-scheduler (at a port chosen now, where
+    `start_extender` serves it), and this project's CRDs and admission policies from `crds/`."""
+    cluster.ports["extender"] = free_port()
+    config = scheduler_config(cluster.root / "scheduler-config.yaml", cluster.root / "scheduler.kubeconfig",
+                              cluster.ports["extender"])
+    cluster.root.mkdir(parents=True, exist_ok=True)
+    cluster.start(scheduler_config=config)
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+def start_extender(cluster: Cluster) -> Process:
+    """The scheduler extender where kube-scheduler calls it, ready once its cache is synced."""
+    probe = free_port()
+    return cluster.start_component("extender", [
+        "scheduler-extender", "--host", "127.0.0.1", "--port", str(cluster.ports["extender"]),
+        "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
+        lambda: _answers(f"http://127.0.0.1:{probe}/readyz"))
+
+
+def start_controller_and_bridge(cluster: Cluster) -> None:
+    """Our two operators as a user runs them outside a pod: each serving its webhooks on loopback and
+    registering them there (`--manage-webhooks`), with the use permission enforced."""
+    api = cluster.api
+    assert api is not None
+    webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    for name, extra, ready in (
+            ("controller", [], lambda: api.find(f"{webhooks}/podnetwork") and _ready_object(
+                api.find("/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks/default"))),
+            ("bridge", ["--webhook"], lambda: api.find(f"{webhooks}/podnetwork-bridge"))):
+        port = free_port()
+        cluster.start_component(name, [
+            name, *extra, "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
+            "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
+            str(cluster.kubeconfig)], ready)
+
+
+def start_operators(cluster: Cluster) -> None:
+    """The controller, the bridge and the extender (the real tier's `components`)."""
+    start_controller_and_bridge(cluster)
+    start_extender(cluster)

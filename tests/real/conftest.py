@@ -22,7 +22,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.real.cluster_support import (
-    REPO,
     Api,
     Cluster,
     KitMissing,
@@ -31,9 +30,10 @@ from tests.real.cluster_support import (
     eventually,
     new_root,
     node_prerequisites,
-    scheduler_config,
+    start_control_plane,
+    start_operators,
 )
-from tests.unit.ports_support import free_port
+from tests.real.objects_support import Made
 
 
 def _unavailable(reason: str) -> None:
@@ -58,15 +58,9 @@ def control_plane() -> Iterator[Cluster]:
         kit, bins = binaries()
     except KitMissing as missing:
         _unavailable(str(missing))
-    root = new_root()
-    cluster = Cluster(kit=kit, bins=bins, root=root)
-    extender_port = free_port()
-    cluster.ports["extender"] = extender_port
+    cluster = Cluster(kit=kit, bins=bins, root=new_root())
     try:
-        config = scheduler_config(root / "scheduler-config.yaml", root / "scheduler.kubeconfig", extender_port)
-        cluster.start(scheduler_config=config)
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        start_control_plane(cluster)
         yield cluster
         if _DELETED_NAMESPACES and cluster.api is not None:
             # every test namespace gone, its pods deleted through the kubelet (CNI DEL through our
@@ -89,27 +83,7 @@ def components(control_plane: Cluster, api: Api) -> Cluster:
     """The controller, the bridge and the extender, each with its webhooks registered at loopback."""
     cluster = control_plane
     if "controller" not in cluster.components:
-        port = free_port()
-        cluster.start_component("controller", [
-            "controller", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
-            "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
-            str(cluster.kubeconfig)],
-            lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork")
-            and _ready(api.find("/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks/default")))
-        port = free_port()
-        cluster.start_component("bridge", [
-            "bridge", "--webhook", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port",
-            str(port), "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-            "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
-            str(cluster.kubeconfig)],
-            lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
-                             "podnetwork-bridge"))
-        probe = free_port()
-        cluster.start_component("extender", [
-            "scheduler-extender", "--host", "127.0.0.1", "--port", str(cluster.ports["extender"]),
-            "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
-            lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"))
+        start_operators(cluster)
     return cluster
 
 
@@ -142,17 +116,11 @@ def ns(control_plane: Cluster, api: Api) -> Iterator[str]:
         _DELETED_NAMESPACES.append(name)
 
 
-def _ready(obj: dict[str, object] | None) -> bool:
-    if not obj:
-        return False
-    conditions = obj.get("status", {}).get("conditions", [])  # type: ignore[union-attr]
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def _http_ok(url: str) -> bool:
-    import httpx
+@pytest.fixture
+def made(api: Api) -> Iterator[Made]:
+    """What a test makes through `Made` (tests/real/objects_support.py), removed afterwards, pods first."""
+    made = Made(api)
     try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
+        yield made
+    finally:
+        made.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,15 +36,6 @@ pytestmark = pytest.mark.usefixtures("components")
 GATE = "multinetwork.x-k8s.io/npwg-selection"
 MARKER = "bridge.multinetwork.x-k8s.io/networks-written"
 OPTIONS = "/apis/bridge.multinetwork.x-k8s.io/v1alpha1/namespaces/{ns}/networkselectionoptions"
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def _conditions(api: Api, network: str) -> tuple[tuple[str, str] | None, tuple[str, str] | None]:

@@ -8,7 +8,6 @@ what a status patch, a finalizer, a pending DELETE and a node status patch reall
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -28,15 +27,6 @@ from tests.real.objects_support import (
 )
 
 pytestmark = pytest.mark.usefixtures("components")
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def _reason(api: Api, path: str, kind: str = "Ready") -> tuple[str, str] | None:

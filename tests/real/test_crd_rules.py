@@ -10,10 +10,8 @@ test_controller.py.) tests/unit/api/test_crds.py runs the same rules offline.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-import pytest
 
 from podnetwork.ground import constants
 from tests.real.cluster_support import Api, eventually
@@ -22,15 +20,6 @@ from tests.real.objects_support import PODNETWORKS, Made, attachments, unique
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 OPTIONS = "/apis/bridge.multinetwork.x-k8s.io/v1alpha1/namespaces/{ns}/networkselectionoptions"
 EXEMPT = {"metadata": {"labels": {constants.ADMISSION_LABEL: "disabled"}}}
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def patch(api: Api, path: str, body: Any, *, user: str | None = None,

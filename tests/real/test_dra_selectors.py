@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,6 @@ from tests.real.objects_support import BRIDGE_PROVIDER, Made, nad_ref, podnetwor
 pytestmark = pytest.mark.usefixtures("components")
 
 RESOURCE = "/apis/resource.k8s.io/v1"
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def device(name: str, if_name: str, mac: str) -> dict[str, object]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,6 @@ SELECTIONS = {"web": "dataplane@net1",
                                 {"name": "dataplane", "interface": "net1"}])}
 MARKER = "bridge.multinetwork.x-k8s.io/networks-written"
 OPTIONS = "/apis/bridge.multinetwork.x-k8s.io/v1alpha1/namespaces/{ns}/networkselectionoptions"
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def _migrate(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

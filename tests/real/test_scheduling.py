@@ -31,15 +31,6 @@ OFFERS = "multinetwork.x-k8s.io/podnetworks"
 GATE = "multinetwork.x-k8s.io/npwg-selection"
 
 
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def _pod(api: Api, ns: str, name: str) -> dict[str, Any]:
     found: dict[str, Any] = api.get(f"{pods(ns)}/{name}")
     return found

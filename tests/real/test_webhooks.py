@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -37,15 +37,6 @@ pytestmark = pytest.mark.usefixtures("components")
 NETWORKS = constants.NETWORKS_ANNOTATION
 ADMISSIONREGISTRATION = "/apis/admissionregistration.k8s.io/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
-
-
-@pytest.fixture
-def made(api: Api) -> Iterator[Made]:
-    made = Made(api)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def unscheduled(name: str, **kw: Any) -> dict[str, Any]:

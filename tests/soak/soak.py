@@ -77,9 +77,9 @@ from tests.real.cluster_support import (  # noqa: E402
     new_root,
     node_prerequisites,
     pod_manifest,
-    scheduler_config,
+    start_control_plane,
+    start_operators,
 )
-from tests.unit.ports_support import free_port  # noqa: E402
 
 PODNETWORKS = "/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks"
 PROVIDER = "multinetwork.x-k8s.io/npwg-bridge"
@@ -244,16 +244,10 @@ class Soak:
         if missing:
             raise SystemExit(f"soak: {missing}")
         kit, bins = binaries()
-        root = new_root()
-        self.cluster = cluster = Cluster(kit=kit, bins=bins, root=root)
-        cluster.ports["extender"] = free_port()
+        self.cluster = cluster = Cluster(kit=kit, bins=bins, root=new_root())
         self.tables_before = nft_tables()
-        config = scheduler_config(root / "scheduler-config.yaml", root / "scheduler.kubeconfig",
-                                  cluster.ports["extender"])
-        cluster.start(scheduler_config=config)
-        cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        start_components(cluster)
+        start_control_plane(cluster)
+        start_operators(cluster)
         self.node = node = cluster.add_node(1)
         cluster.install_agent(node)
         api = self.api
@@ -841,30 +835,6 @@ def socket_answers(path: Path) -> bool:
 def ready(obj: dict[str, Any] | None) -> bool:
     conditions = (obj or {}).get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def start_components(cluster: Cluster) -> None:
-    """The controller, the bridge and the extender as tests/real/conftest.py's `components` runs them."""
-    api = cluster.api
-    assert api is not None
-    port = free_port()
-    cluster.start_component("controller", [
-        "controller", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
-        "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork")
-        and ready(api.find(f"{PODNETWORKS}/default")))
-    port = free_port()
-    cluster.start_component("bridge", [
-        "bridge", "--webhook", "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
-        "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: api.find("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/podnetwork-bridge"))
-    probe = free_port()
-    cluster.start_component("extender", [
-        "scheduler-extender", "--host", "127.0.0.1", "--port", str(cluster.ports["extender"]),
-        "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: httpx.get(f"http://127.0.0.1:{probe}/readyz", timeout=2).status_code == 200)
 
 
 @contextlib.contextmanager
