@@ -86,11 +86,13 @@ from tests.real.cluster_support import (  # noqa: E402
     Api,
     Cluster,
     Node,
+    answers,
     binaries,
     eventually,
     new_root,
     node_prerequisites,
     pod_manifest,
+    ready,
     start_control_plane,
     start_controller_and_bridge,
     start_extender,
@@ -342,18 +344,6 @@ def run_way(name: str, api: Api, cluster: Cluster, ns: str, manifest: Callable[[
 
 # -- the cluster and the three ways -----------------------------------------------------------------
 
-def _http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _ready(obj: Mapping[str, Any] | None) -> bool:
-    conditions = (obj or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 @contextlib.contextmanager
 def namespace(api: Api, name: str) -> Iterator[str]:
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
@@ -476,11 +466,11 @@ def one_pod_with_phases(cluster: Cluster, api: Api, node: Node, ns: str,
     log = previous.log
     offset = log.stat().st_size
     node.agent = cluster.start_component(previous.name, ["-v", *argv],
-                                         lambda: node.socket.exists() and _http_ok(f"http://127.0.0.1:{port}/metrics"))
+                                         lambda: node.socket.exists() and answers(f"http://127.0.0.1:{port}/metrics"))
     name = "phases-0"
     api.create(f"/api/v1/namespaces/{ns}/pods", pod(name, node, networks=networks))
     path = f"/api/v1/namespaces/{ns}/pods/{name}"
-    eventually(lambda: _ready(api.get(path)), f"pod {name} is Ready", timeout=120)
+    eventually(lambda: ready(api.get(path)), f"pod {name} is Ready", timeout=120)
 
     def logged() -> tuple[list[dict[str, float]], list[float]] | None:
         with open(log, "rb") as file:

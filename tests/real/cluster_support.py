@@ -363,7 +363,7 @@ class Cluster:
         self.script("node-up.sh", NODE_NAME=name, DEFAULT_CNI_CONF="0", CNI_CONF_DIR=str(node.conf_dir),
                     KUBELET_PORT=str(node.kubelet_port), KUBELET_HEALTHZ_PORT=str(node.healthz_port))
         assert self.api is not None
-        eventually(lambda: _ready(self.api.get(f"/api/v1/nodes/{name}")) if self.api else None,
+        eventually(lambda: ready(self.api.get(f"/api/v1/nodes/{name}")) if self.api else None,
                    f"node {name} is Ready", timeout=60)
         return node
 
@@ -421,8 +421,10 @@ def _bound(port: int) -> Iterator[None]:
         yield
 
 
-def _ready(node: Mapping[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+def ready(obj: Mapping[str, Any] | None) -> bool:
+    """Whether the object (a node, a pod, a PodNetwork) has the condition Ready True."""
+    conditions = (obj or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _remove_cgroup(path: Path) -> None:
@@ -493,11 +495,8 @@ def wait_phase(api: Api, ns: str, name: str, phase: str = "Running", timeout: fl
         raise AssertionError(f"{error}; its Events: {said[-5:]}") from None
 
 
-def _ready_object(obj: Mapping[str, Any] | None) -> bool:
-    return bool(obj) and _ready(obj or {})
-
-
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """Whether GET `url` answers 200 now."""
     try:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
@@ -522,7 +521,7 @@ def start_extender(cluster: Cluster) -> Process:
     return cluster.start_component("extender", [
         "scheduler-extender", "--host", "127.0.0.1", "--port", str(cluster.ports["extender"]),
         "--probe-host", "127.0.0.1", "--probe-port", str(probe), "--kubeconfig", str(cluster.kubeconfig)],
-        lambda: _answers(f"http://127.0.0.1:{probe}/readyz"))
+        lambda: answers(f"http://127.0.0.1:{probe}/readyz"))
 
 
 def start_controller_and_bridge(cluster: Cluster) -> None:
@@ -531,8 +530,8 @@ def start_controller_and_bridge(cluster: Cluster) -> None:
     api = cluster.api
     assert api is not None
     webhooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-    for name, extra, ready in (
-            ("controller", [], lambda: api.find(f"{webhooks}/podnetwork") and _ready_object(
+    for name, extra, is_up in (
+            ("controller", [], lambda: api.find(f"{webhooks}/podnetwork") and ready(
                 api.find("/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks/default"))),
             ("bridge", ["--webhook"], lambda: api.find(f"{webhooks}/podnetwork-bridge"))):
         port = free_port()
@@ -540,7 +539,7 @@ def start_controller_and_bridge(cluster: Cluster) -> None:
             name, *extra, "--manage-webhooks", "--webhook-host", "127.0.0.1", "--webhook-port", str(port),
             "--webhook-url", f"https://127.0.0.1:{port}", "--enforce-use-permission",
             "--metrics-host", "127.0.0.1", "--metrics-port", str(free_port()), "--kubeconfig",
-            str(cluster.kubeconfig)], ready)
+            str(cluster.kubeconfig)], is_up)
 
 
 def start_operators(cluster: Cluster) -> None:

@@ -72,11 +72,13 @@ from tests.real.cluster_support import (  # noqa: E402
     Api,
     Cluster,
     Node,
+    answers,
     binaries,
     eventually,
     new_root,
     node_prerequisites,
     pod_manifest,
+    ready,
     start_control_plane,
     start_operators,
 )
@@ -817,10 +819,7 @@ def http_ok(cluster: Cluster, path: str) -> bool:
 def http_ok_plain(argv: Sequence[str]) -> bool:
     """The operator's metrics endpoint answers (it serves once the operator runs)."""
     port = argv[list(argv).index("--metrics-port") + 1]
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers(f"http://127.0.0.1:{port}/metrics")
 
 
 def socket_answers(path: Path) -> bool:
@@ -832,9 +831,6 @@ def socket_answers(path: Path) -> bool:
             return False
 
 
-def ready(obj: dict[str, Any] | None) -> bool:
-    conditions = (obj or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 @contextlib.contextmanager
