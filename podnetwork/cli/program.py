@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from podnetwork.cli import logs
+from podnetwork.ground import useragent
 
 ENTRY_POINT_GROUP = "podnetwork.commands"
 
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     logs.setup(args.verbose)
+    useragent.name_process(args.command)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

@@ -14,10 +14,13 @@ import lightkube
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
+from podnetwork.ground.useragent import user_agent
 from podnetwork.kube.credentials import Authenticator, Credentials, ssl_context
 
 
-def _sni(credentials: Credentials, request: httpx2.Request) -> None:
+def _prepare(credentials: Credentials, request: httpx2.Request) -> None:
+    """Who sends (the API server names the field manager after it) and the TLS name to ask for."""
+    request.headers["User-Agent"] = user_agent()
     if credentials.tls_server_name:
         request.extensions = {**request.extensions, "sni_hostname": credentials.tls_server_name}
 
@@ -34,7 +37,7 @@ class Transport(httpx2.BaseTransport):
         header = self._auth.header()
         if header:
             request.headers["Authorization"] = header
-        _sni(self._creds, request)
+        _prepare(self._creds, request)
         return self._inner.handle_request(request)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -61,7 +64,7 @@ class AsyncTransport(httpx2.AsyncBaseTransport):
         header = await self._auth.aheader()
         if header:
             request.headers["Authorization"] = header
-        _sni(self._creds, request)
+        _prepare(self._creds, request)
         return await self._inner.handle_async_request(request)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

@@ -10,7 +10,8 @@ private mount namespace, with KUBERNETES_SERVICE_HOST/PORT pointing at the
 server). Every command runs as a process, as a user would run it; the token the
 server sees says which source it took, and every source verifies the server
 with its CA. The operators are checked twice: kopf's own requests (User-Agent
-kopf/...) and the controller's own client's must carry the same token.
+kopf/...) and the controller's own client's must carry the same token. Every request but
+kopf's names the command that sent it in its User-Agent.
 """
 
 from __future__ import annotations
@@ -316,6 +317,12 @@ async def test_every_command_takes_the_same_credentials(scenario: Any, pki: Path
     # The operators' kopf login and their own client took the same credentials.
     assert servers["controller"].tokens(kopf=True) == servers["controller"].tokens(kopf=False) == {expected}
     assert servers["bridge"].tokens(kopf=True) == {expected}
+    # Each names itself (the API server takes the field manager from the User-Agent), not as
+    # "python-httpx2/...".
+    agents = {name: {r["agent"] for r in list(server.seen) if not r["agent"].startswith("kopf/")}
+              for name, server in servers.items()}
+    assert {name: {agent.split("/")[0] for agent in seen} for name, seen in agents.items()} == {
+        name: {f"podnetwork-{name}"} for name in servers}, agents
 
 
 def test_the_help_of_every_command_points_to_the_one_description() -> None:
