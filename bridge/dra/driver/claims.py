@@ -1,0 +1,75 @@
+"""Which devices of this driver and node a ResourceClaim was allocated (pure).
+
+The kubelet names a claim by namespace, name and uid; the driver reads it from the API and
+prepares only what kube-scheduler allocated to it on this node: the results of
+`status.allocation.devices.results[]` whose `driver` is this driver and whose `pool` is this
+node's (one pool per node, named after it), on a claim whose `status.allocation.nodeSelector`,
+when it names nodes by `metadata.name`, names this one. Anything else is a `ClaimProblem`, whose
+message the kubelet shows in the pod's events (FailedPrepareDynamicResources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ClaimProblem(ValueError):
+    """Why a claim cannot be prepared here; the message is for the pod's events."""
+
+
+@dataclass(frozen=True)
+class Allocated:
+    """A device of this driver allocated to the claim, and the claim's requests it serves."""
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+
+
+def _selected_nodes(allocation: Mapping[str, Any]) -> set[str] | None:
+    """The nodes `allocation.nodeSelector` names by `metadata.name` (None: it names none that way)."""
+    named: set[str] = set()
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("operator") == "In":
+                named |= set(field.get("values") or [])
+    return named or None
+
+
+def allocated(claim: Mapping[str, Any], *, uid: str, driver: str, node: str) -> list[Allocated]:
+    """This driver's devices on `node` in the allocation of `claim` (the object the API served for
+    the kubelet's claim of `uid`), by device in the order of the results. Raises `ClaimProblem`."""
+    meta = claim.get("metadata") or {}
+    what = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    if meta.get("uid") != uid:
+        raise ClaimProblem(f"{what} has uid {meta.get('uid')}, the kubelet asked for {uid}: it was deleted "
+                           "and made again since the pod was scheduled")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimProblem(f"{what} is not allocated (no status.allocation): kube-scheduler allocates it "
+                           "when it schedules the pod")
+    nodes = _selected_nodes(allocation)
+    if nodes is not None and node not in nodes:
+        raise ClaimProblem(f"{what} is allocated for node(s) {', '.join(sorted(nodes))}, not for {node}")
+    by_device: dict[tuple[str, str], list[str]] = {}
+    others: set[str] = set()
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        if result.get("driver") != driver:
+            continue
+        pool, device = str(result.get("pool") or ""), str(result.get("device") or "")
+        if pool != node:
+            others.add(f"{pool}/{device}")
+            continue
+        by_device.setdefault((pool, device), []).append(str(result.get("request") or ""))
+    if others:
+        raise ClaimProblem(f"{what} is allocated device(s) {', '.join(sorted(others))} of driver {driver} "
+                           f"from another node's pool; this is node {node}")
+    if not by_device:
+        raise ClaimProblem(f"{what} has no device of driver {driver} allocated: the kubelet should not have "
+                           "asked this driver to prepare it")
+    return [Allocated(tuple(requests), pool, device) for (pool, device), requests in by_device.items()]
+
+
+__all__ = ["Allocated", "ClaimProblem", "allocated"]
