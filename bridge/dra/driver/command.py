@@ -40,7 +40,7 @@ pod whose ResourceClaims ask for PodNetworks on a node that offers them.
     podNetwork and provider and allows many allocations (one device serves every
     pod of the node on that network); the slices follow the PodNetworks and the
     Node as they change;
-  - registers with the kubelet (socket <registry-dir>/<driver>-reg.sock) and
+  - registers with the kubelet (socket <registry-dir>/<driver>.sock) and
     serves DRAPlugin v1 at <plugins-dir>/<driver>/dra.sock: NodePrepareResources
     checks that each claim is allocated devices of this driver on this node and
     records it under --state-dir (kept across restarts); NodeUnprepareResources

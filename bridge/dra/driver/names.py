@@ -14,7 +14,7 @@ from podnetwork.ground import constants, names
 
 #: The driver's default name: a DNS subdomain in the project's API group (Kubernetes asks for a name
 #: in a domain its vendor owns). Short on purpose: the kubelet finds the plugin by the socket
-#: `<plugins_registry>/<driver>-reg.sock`, and a unix socket's path is at most 107 bytes.
+#: `<plugins_registry>/<driver>.sock`, and a unix socket's path is at most `MAX_SOCKET_PATH` bytes.
 DEFAULT_DRIVER = f"dra.{constants.GROUP}"
 #: A DRA driver name is a DNS subdomain of at most 63 characters (ResourceSlice v1 `spec.driver`).
 MAX_DRIVER_NAME = 63
@@ -30,8 +30,9 @@ MAX_DEVICES_PER_SLICE = 128
 #: The kubelet's gRPC names (../shared/specs/kubelet-plugins/README.md).
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
-#: The longest path `bind(2)` takes for a unix socket: `sun_path` is 108 bytes with its NUL.
-MAX_SOCKET_PATH = 107
+#: The longest unix socket path gRPC's core listens on: `sun_path` is 108 bytes, and grpcio 1.85
+#: refuses 106 ("Path name should not have more than 107 characters"; measured, 105 binds).
+MAX_SOCKET_PATH = 105
 
 
 def device_name(podnetwork: str) -> str:
@@ -70,9 +71,9 @@ def node_name_problem(node: str) -> str | None:
 
 
 def registration_socket(registry_dir: str, driver: str) -> str:
-    """Where the kubelet's plugin watcher finds the driver (`<plugin name>-reg.sock`, as its README
-    recommends)."""
-    return os.path.join(registry_dir, f"{driver}-reg.sock")
+    """Where the kubelet's plugin watcher finds the driver: `<plugin name>.sock`, the form its README
+    recommends (`-reg` left out: the kit's kubelet root is deep, and the path must stay short)."""
+    return os.path.join(registry_dir, f"{driver}.sock")
 
 
 def plugin_socket(plugins_dir: str, driver: str) -> str:

@@ -95,8 +95,14 @@ async def serve(handler: grpc.GenericRpcHandler, path: str) -> grpc.aio.Server:
     remove_socket(path)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
-    if server.add_insecure_port(f"unix://{path}") == 0:
-        raise OSError(f"cannot listen on the unix socket {path}")
+    try:
+        bound = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError as exc:  # grpcio says so for a path too long, a folder it cannot write
+        bound, why = 0, str(exc)
+    else:
+        why = ""
+    if bound == 0:
+        raise OSError(f"cannot listen on the unix socket {path} ({why or 'gRPC refused it'})")
     await server.start()
     return server
 

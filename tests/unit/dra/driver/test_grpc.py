@@ -44,7 +44,7 @@ class Claims:
 
 @pytest.fixture
 def folder() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="dra-"))  # short: a unix socket's path is at most 107 bytes
+    path = Path(tempfile.mkdtemp(prefix="dra-"))  # short: a unix socket's path is at most 105 bytes
     try:
         yield path
     finally:
@@ -165,3 +165,18 @@ async def test_a_file_that_is_not_a_socket_is_not_replaced(folder: Path) -> None
     with pytest.raises(OSError, match="is not a socket"):
         await wire.serve(wire.dra_handler(Driver(folder, Claims()).plugin), str(path))
     assert path.read_text() == "keep me"
+
+
+async def test_grpc_listens_on_a_socket_path_of_the_longest_length_the_driver_allows_and_no_longer(
+        folder: Path) -> None:
+    """`names.MAX_SOCKET_PATH` is what grpcio's core takes: the driver refuses longer paths at start."""
+    def path(length: int) -> str:
+        return str(folder / ("s" * (length - len(str(folder)) - 1)))
+
+    handler = wire.dra_handler(Driver(folder, Claims()).plugin)
+    server = await wire.serve(handler, path(names.MAX_SOCKET_PATH))
+    await server.stop(None)
+    assert names.socket_problem(path(names.MAX_SOCKET_PATH), "--x") is None
+    assert names.socket_problem(path(names.MAX_SOCKET_PATH + 1), "--x") is not None
+    with pytest.raises(OSError, match="cannot listen on the unix socket"):
+        await wire.serve(handler, path(names.MAX_SOCKET_PATH + 1))

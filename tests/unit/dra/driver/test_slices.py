@@ -167,5 +167,5 @@ def test_names_of_devices_slices_and_sockets() -> None:
     assert names.slice_name("a" * 62, DRIVER, 1).startswith("pn-")
     assert names.slice_name("a" * 62, DRIVER, 1).endswith("-1")
     assert names.driver_name_problem("Bad_Name") is not None and names.driver_name_problem(DRIVER) is None
-    assert names.socket_problem("/" + "x" * 107, "--f") is not None
-    assert names.socket_problem("/" + "x" * 106, "--f") is None
+    assert names.socket_problem("/" + "x" * 105, "--f") is not None
+    assert names.socket_problem("/" + "x" * 104, "--f") is None

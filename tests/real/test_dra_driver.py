@@ -1,0 +1,249 @@
+"""`podnetwork dra-driver` on the kit's kubelets: kube-scheduler's own DRA allocator places pods by
+their PodNetworks, and the kubelet prepares and unprepares their claims through our plugin.
+
+Two nodes, each with its driver as a user runs it outside a pod: A (the session's node) offers
+`both`, B (a node of this module's own) offers `both` and `bonly`; `nowhere` is offered by no
+node. What is seen here and nowhere else: the kubelet's plugin watcher registering the driver
+(GetInfo, then its NotifyRegistrationStatus), the API server keeping `allowMultipleAllocations`
+(gate DRAConsumableCapacity), the scheduler's allocator reading the slices, the kubelet calling
+NodePrepareResources before the containers start and NodeUnprepareResources after the pod is
+gone, and the kubelet deleting a stopped driver's slices.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bridge.dra.driver import classes, names
+from tests.real.cluster_support import (
+    PODNETWORK,
+    Api,
+    Cluster,
+    Node,
+    Process,
+    eventually,
+    pod_manifest,
+    wait_phase,
+)
+from tests.real.objects_support import PODNETWORKS, Made, condition, events_of, pods, unique
+
+pytestmark = pytest.mark.usefixtures("components")
+
+DRIVER = names.DEFAULT_DRIVER
+RESOURCE = "/apis/resource.k8s.io/v1"
+OFFERS = "multinetwork.x-k8s.io/podnetworks"
+
+
+@dataclass
+class Dra:
+    """The module's two nodes with their drivers, and its three PodNetworks."""
+
+    cluster: Cluster
+    a: Node
+    b: Node
+    drivers: dict[str, Process]
+    both: str
+    bonly: str
+    nowhere: str
+
+    def state_dir(self, node: Node) -> Path:
+        return node.dir / "kubelet" / "root" / "plugins" / DRIVER
+
+    def prepared(self, node: Node) -> list[str]:
+        folder = self.state_dir(node)
+        return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def slices_of(api: Api, node: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get(
+        f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName={node},spec.driver={DRIVER}")["items"]
+    return items
+
+
+def devices(api: Api, node: str) -> dict[str, dict[str, Any]]:
+    """The devices of the node's pool in its newest generation, by the PodNetwork each stands for."""
+    found = slices_of(api, node)
+    newest = max((s["spec"]["pool"]["generation"] for s in found), default=0)
+    return {d["attributes"]["podNetwork"]["string"]: d for s in found if s["spec"]["pool"]["generation"] == newest
+            for d in s["spec"].get("devices") or []}
+
+
+def driver_argv(cluster: Cluster, node: Node) -> list[str]:
+    return ["dra-driver", "--node-name", node.name, "--kubelet-plugins-dir", str(node.dir / "kubelet" / "root" /
+            "plugins"), "--kubeconfig", str(cluster.kubeconfig)]
+
+
+def registered(process: Process) -> bool:
+    return "the kubelet registered DRA driver" in process.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
+    cluster = components
+    index = 2
+    while any(n.name.endswith(f"-n{index}") for n in cluster.nodes.values()):
+        index += 1
+    made = Made(api)
+    b: Node | None = None
+    drivers: dict[str, Process] = {}
+    try:
+        b = cluster.add_node(index)
+        both, bonly, nowhere = unique("dra-both"), unique("dra-bonly"), unique("dra-nowhere")
+        for name in (both, bonly, nowhere):
+            made.podnetwork(name)
+        made.annotate_node(node.name, OFFERS, json.dumps(["default", both]))
+        made.annotate_node(b.name, OFFERS, json.dumps(["default", both, bonly]))
+        printed = subprocess.run([str(PODNETWORK), "dra-driver", "--print-device-class"], capture_output=True,
+                                 text=True, timeout=60, check=True).stdout
+        made.create(f"{RESOURCE}/deviceclasses", yaml.safe_load(printed))
+        for each in (node, b):
+            process = cluster.start_component(f"dra-driver-{each.name}", driver_argv(cluster, each),
+                                              lambda process_name=f"dra-driver-{each.name}":
+                                              registered(cluster.components[process_name]), timeout=90)
+            drivers[each.name] = process
+        # pods of the default network only pass the extender on a node whose default network is Ready
+        eventually(lambda: (c := condition(api.get(f"/api/v1/nodes/{b.name}"), "DefaultPodNetworkReady"))
+                   and c["status"] == "True", "the second node has DefaultPodNetworkReady True", timeout=60)
+        yield Dra(cluster, node, b, drivers, both, bonly, nowhere)
+    finally:
+        problems: list[str] = []
+        for name, process in drivers.items():
+            process.stop()
+            cluster.components.pop(f"dra-driver-{name}", None)
+        for name in drivers:
+            try:  # the kubelet deletes the slices of a driver whose plugin went away (30 s later)
+                eventually(lambda name=name: not slices_of(api, name), f"node {name}'s slices of {DRIVER} are gone "
+                           "after its driver stopped", timeout=120)
+            except AssertionError as error:
+                problems.append(str(error))
+                for s in slices_of(api, name):
+                    api.delete(f"{RESOURCE}/resourceslices/{s['metadata']['name']}")
+        try:
+            made.close()
+        finally:
+            if b is not None:
+                cluster.remove_node(b)
+                eventually(lambda: api.find(f"/api/v1/nodes/{b.name}") is None, f"node {b.name} is gone", timeout=60)
+        assert not problems, problems
+
+
+def test_the_kubelet_registers_the_driver_and_each_node_publishes_its_networks(dra: Dra, api: Api) -> None:
+    for node in (dra.a, dra.b):
+        assert registered(dra.drivers[node.name])  # the kubelet's NotifyRegistrationStatus(registered)
+        assert Path(names.registration_socket(str(node.dir / "kubelet" / "root" / "plugins_registry"),
+                                              DRIVER)).is_socket()
+    offered_a = eventually(lambda: (d := devices(api, dra.a.name)) and dra.both in d and d,
+                           "node A publishes its PodNetworks")
+    offered_b = eventually(lambda: (d := devices(api, dra.b.name)) and dra.bonly in d and d,
+                           "node B publishes its PodNetworks")
+    assert sorted(offered_a) == sorted(["default", dra.both])
+    assert sorted(offered_b) == sorted(["default", dra.both, dra.bonly])
+    device = offered_b[dra.bonly]
+    # the API server kept the field (DRAConsumableCapacity is on): one device serves many pods
+    assert device["allowMultipleAllocations"] is True
+    assert device["attributes"]["provider"] == {"string": "example.com/elsewhere"}
+    (one,) = slices_of(api, dra.b.name)
+    assert one["spec"]["pool"]["name"] == dra.b.name and one["spec"]["pool"]["resourceSliceCount"] == 1
+    assert [o["kind"] for o in one["metadata"]["ownerReferences"]] == ["Node"]
+
+
+def test_slices_follow_a_podnetwork_turning_not_ready_and_the_nodes_annotation(dra: Dra, api: Api) -> None:
+    eventually(lambda: dra.both in devices(api, dra.b.name), "node B offers both")
+    api.merge_patch(f"{PODNETWORKS}/{dra.both}", {"spec": {"enabled": False}})
+    try:
+        for node in (dra.a, dra.b):
+            eventually(lambda node=node: dra.both not in devices(api, node.name),
+                       f"the disabled PodNetwork has no device on {node.name}")
+        assert dra.bonly in devices(api, dra.b.name)
+    finally:
+        api.merge_patch(f"{PODNETWORKS}/{dra.both}", {"spec": {"enabled": True}})
+    for node in (dra.a, dra.b):
+        eventually(lambda node=node: dra.both in devices(api, node.name),
+                   f"the re-enabled PodNetwork has its device again on {node.name}")
+
+    api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
+        OFFERS: json.dumps(["default", dra.both, dra.nowhere])}}})
+    try:
+        eventually(lambda: dra.nowhere in devices(api, dra.a.name), "node A offers what its annotation adds")
+    finally:
+        api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
+            OFFERS: json.dumps(["default", dra.both])}}})
+    eventually(lambda: dra.nowhere not in devices(api, dra.a.name), "and stops offering what it removes")
+
+
+def test_a_deleted_slice_is_published_again(dra: Dra, api: Api) -> None:
+    (before,) = eventually(lambda: slices_of(api, dra.b.name), "node B has its slice")
+    api.delete(f"{RESOURCE}/resourceslices/{before['metadata']['name']}")
+    again = eventually(lambda: [s for s in slices_of(api, dra.b.name)
+                                if s["metadata"]["uid"] != before["metadata"]["uid"]], "the driver made it again")
+    assert sorted(d["name"] for d in again[0]["spec"]["devices"]) == sorted(
+        d["name"] for d in before["spec"]["devices"])
+
+
+def claimed_pod(name: str, template: str) -> dict[str, Any]:
+    return pod_manifest(name, resourceClaims=[{"name": "net", "resourceClaimTemplateName": template}])
+
+
+def claims_of(api: Api, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = api.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims")["items"]
+    return items
+
+
+def test_pods_claiming_a_network_of_node_b_only_run_there_and_leave_nothing_when_deleted(
+        dra: Dra, api: Api, made: Made, ns: str) -> None:
+    eventually(lambda: dra.bonly in devices(api, dra.b.name), "node B offers bonly")
+    template = classes.claim_template("bonly", ns, [dra.bonly], DRIVER).to_dict()
+    api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
+    for name in ("first", "second"):  # one shareable device serves both
+        made.pod(ns, claimed_pod(name, "bonly"))
+    for name in ("first", "second"):
+        pod = wait_phase(api, ns, name, timeout=120)
+        assert pod["spec"]["nodeName"] == dra.b.name
+    claims = claims_of(api, ns)
+    assert len(claims) == 2
+    for claim in claims:
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, dra.b.name, dra.bonly)
+    uids = sorted(c["metadata"]["uid"] for c in claims)
+    # the kubelet called NodePrepareResources on B's driver before the containers started
+    assert dra.prepared(dra.b) == uids
+    assert dra.prepared(dra.a) == []
+    log = dra.drivers[dra.b.name].log.read_text(errors="replace")
+    for claim in claims:
+        assert f"prepare ResourceClaim {ns}/{claim['metadata']['name']} (uid {claim['metadata']['uid']}): " \
+               f"prepared {dra.bonly} (PodNetwork {dra.bonly}, request net0)" in log
+
+    api.request("DELETE", pods(ns), params={"gracePeriodSeconds": "0"})
+    eventually(lambda: not api.get(pods(ns))["items"], "the pods are gone", timeout=90)
+    eventually(lambda: dra.prepared(dra.b) == [], "the kubelet unprepared both claims", timeout=60)
+    eventually(lambda: not claims_of(api, ns), "the claims made from the template are deleted", timeout=60)
+    log = dra.drivers[dra.b.name].log.read_text(errors="replace")
+    assert all(f"(uid {uid}): released" in log for uid in uids)
+
+
+def test_a_pod_claiming_a_network_offered_nowhere_stays_pending_with_the_schedulers_reason(
+        dra: Dra, api: Api, made: Made, ns: str) -> None:
+    template = classes.claim_template("nowhere", ns, [dra.nowhere], DRIVER).to_dict()
+    api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
+    made.pod(ns, claimed_pod("stuck", "nowhere"))
+
+    def unschedulable() -> dict[str, Any] | None:
+        found = condition(api.get(f"{pods(ns)}/stuck"), "PodScheduled")
+        return found if found and found["status"] == "False" else None
+
+    scheduled = eventually(unschedulable, "kube-scheduler says why the pod stays Pending", timeout=60)
+    assert scheduled["reason"] == "Unschedulable"
+    assert "cannot allocate all claims" in scheduled["message"], scheduled
+    pod = api.get(f"{pods(ns)}/stuck")
+    assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
+    events = eventually(lambda: events_of(api, ns, "stuck", "FailedScheduling"), "a FailedScheduling Event")
+    assert "cannot allocate all claims" in events[-1]["message"]
+    assert dra.prepared(dra.a) == dra.prepared(dra.b) == []
