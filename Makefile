@@ -113,10 +113,13 @@ bench-podstart: setup
 # kube-apiserver, the kubelet and containerd are SIGKILLed in turn; leaks counted every 3 minutes
 # and at the end; the report printed and written to SOAK_REPORT. Root, containerd, runc, the CNI
 # plugins, nftables. The CI-sized run (100 pods, 10 kills) is `$(PY) tests/soak/soak.py`.
+# SOAK_ARGS adds options, e.g. SOAK_ARGS="--spare agent" (kills that leave one agent process for
+# the whole run, whose RSS the report follows).
 MINUTES ?= 30
 SOAK_REPORT ?= soak-report.json
+SOAK_ARGS ?=
 soak: setup
-	$(PY) tests/soak/soak.py --minutes $(MINUTES) --report $(SOAK_REPORT)
+	$(PY) tests/soak/soak.py --minutes $(MINUTES) --report $(SOAK_REPORT) $(SOAK_ARGS)
 
 # Removes podnetwork from the cluster kubectl points at, as docs/deploy.md "Uninstall" says:
 # idempotent, every wait bounded (UNINSTALL_TIMEOUT seconds, default 120). UNINSTALL_ARGS=--keep-npwg-crds

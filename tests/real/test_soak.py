@@ -1,6 +1,8 @@
 """The churn soak at CI size (tests/soak/soak.py, docs/reliability.md): 100 pods with 0-3 PodNetworks
 through a real kubelet while the agent, the bridge, the controller, kube-apiserver, the kubelet and
-containerd are SIGKILLed 10 times between them, and nothing of the pods is left on the node.
+containerd are SIGKILLed 10 times between them, and nothing of the pods is left on the node; the
+servers behind a Service on a PodNetwork, under a MultiNetworkPolicy, answer the allowed clients and
+only them at every count.
 
 It runs the soak as its own process on a cluster of its own (own folder, ports, node, bridges):
 it kills the cluster's parts, which the session's shared cluster must not see.
@@ -41,4 +43,8 @@ def test_a_hundred_pods_through_ten_kills_leave_nothing_behind(tmp_path: Path) -
     assert result["leaks"] == [], json.dumps({"leaks": result["leaks"], "kills": result["kills"],
                                               "checks": result["checks"]}, indent=1)[:8000]
     assert result["checks"][-1]["label"] == "final" and result["checks"][-1]["sandboxes"] == 0
+    # the policy and the Service were judged on settled pods: allowed and denied clients were probed
+    probed = [c["probes"] for c in result["checks"]]
+    assert any(p["allowed"] and p["denied"] and p["service"] for p in probed), probed
+    assert result["traffic"]["counted"]["wrong"] == 0, result["traffic"]
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -13,6 +13,15 @@ the soak makes (this kernel has neither dummy nor ipvlan links).
 
 The churn: pods with 0-3 of those networks (beside the default one), created at a steady rate and
 each deleted after a random lifetime; a few get one more network hot-plugged, and unplugged again.
+
+The traffic (docs/services.md, docs/network-policy.md): a few of the pods on `blue` are servers
+(app=backend, answering their name on TCP 8080) behind a Service on that PodNetwork, isolated there
+by a MultiNetworkPolicy that admits pods labelled soak-client=allowed; a few are clients, allowed or
+denied. There is always at least one of each while the churn runs (the next pod takes a role none
+has). From each client's network namespace (nsenter) the soak connects to each server's address on
+`blue` and to the Service's ClusterIP: an allowed client must be answered by that server (by one of
+the servers, through the ClusterIP), a denied one not at all. Probes every `--probe-every` seconds
+during the churn are tallied; those at the counts, on settled pods, are judged like the counts.
 The faults: at random intervals, SIGKILL to one of the agent, the bridge, the controller,
 kube-apiserver (kept down 5-20 s), the kubelet or containerd; each brought back as its supervisor
 would: our components with their own command line (`Cluster.start_component`), the kit's daemons
@@ -31,13 +40,18 @@ should exist; each difference is a leak, reported with what owned it:
 - netns files of the soak's sandboxes that outlive them;
 - pods Terminating or ContainerCreating for more than 2 minutes;
 - network-status that disagrees with the container's interfaces (read in the sandbox's network
-  namespace with nsenter, through the pid `crictl inspectp` gives).
+  namespace with nsenter, through the pid `crictl inspectp` gives);
+- probes of the traffic answered where they must not be, or not answered (or by another pod) where
+  they must, reported with the policy or the Service and the server that owned them.
 
 The report (printed and written as JSON, `--report`): pods per minute, create→Running and
 delete→gone percentiles (this process's clock around the API calls, polled every ~0.5 s), every kill
-with its recovery time, every leak, the agent's RSS at pod 100 and at the end.
+with its recovery time, every leak, what the probes saw, the agent's RSS with its pid at every 100th
+pod and every count (`--spare agent` keeps the kills off the agent, so that one process's RSS is
+followed from pod 100 to the last hundred: `agent_rss_growth`).
 
 Run:  make soak MINUTES=30    or    .venv/bin/python tests/soak/soak.py --pods 100 --kills 10
+      .venv/bin/python tests/soak/soak.py --pods 1000 --kills 25 --spare agent   (the agent's RSS)
 Needs root, containerd, runc, the CNI plugins, nftables, the kit. Removes everything it made (the
 node, bridges, veths, lease directories, the session folder), also on a failure, Ctrl-C or SIGTERM.
 """
@@ -68,6 +82,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.real.*, run as a script from anywhere
 
+from conformance.kep.suite import load_manifest  # noqa: E402
+from conformance.kep.tests.policy import PORT  # noqa: E402
 from tests.real.cluster_support import (  # noqa: E402
     Api,
     Cluster,
@@ -88,6 +104,7 @@ PROVIDER = "multinetwork.x-k8s.io/npwg-bridge"
 NETWORKS = "multinetwork.x-k8s.io/networks"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
 LEASES = Path("/var/lib/cni/networks")
+POD_IPS = "multinetwork.x-k8s.io/pod-ips"
 TARGETS = ("agent", "bridge", "controller", "kube-apiserver", "kubelet", "containerd")
 STUCK = 120.0  # a pod Terminating or ContainerCreating longer than this is stuck (issue 34)
 
@@ -191,6 +208,134 @@ def _state(pid: int) -> str:
         return "X"
 
 
+# -- the traffic: servers behind a Service on a PodNetwork, under a MultiNetworkPolicy --------------
+
+SERVER, ALLOWED, DENIED = "server", "allowed", "denied"
+#: The label of a client pod: `allowed` ones the policy lets through to the servers, `denied` ones not.
+CLIENT_LABEL = "soak-client"
+#: The network of the traffic (a `bridge` + `host-local` one of `make_nets`).
+TRAFFIC_NET = "blue"
+SERVICE = "backend"
+POLICY = "backend-from-allowed"
+#: service.yaml's port, to the pods' container port named `http` (PORT).
+SERVICE_PORT = 80
+#: Seconds a probe waits to connect and for the answer (a dropped SYN is not answered at all).
+PROBE_SECONDS = 2.0
+#: Attempts of a probe that must be answered: between two connections the server's `nc` is not
+#: listening for an instant (busybox nc serves one connection and is started again).
+ANSWER_TRIES = 3
+
+#: Run with nsenter in a client pod's network namespace: connects to each (host, port, tries,
+#: seconds) and prints what each answered (its first line), or null.
+PROBE = r"""
+import json, socket, sys, time
+found = []
+for host, port, tries, seconds in json.loads(sys.argv[1]):
+    said = None
+    for attempt in range(tries):
+        try:
+            with socket.create_connection((host, port), timeout=seconds) as conn:
+                conn.settimeout(seconds)
+                data = b""
+                while b"\n" not in data:
+                    chunk = conn.recv(256)
+                    if not chunk:
+                        break
+                    data += chunk
+                said = data.decode(errors="replace").strip() or None
+        except OSError:
+            said = None
+        if said:
+            break
+        time.sleep(0.5)
+    found.append(said)
+print(json.dumps(found))
+"""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One connection a client pod must see answered (by one of `answerers`) or not answered."""
+
+    client: str
+    role: str  # ALLOWED or DENIED
+    kind: str  # "policy probe" (to a server's address) or "service probe" (to the ClusterIP)
+    host: str
+    port: int
+    answerers: tuple[str, ...]  # the server pods that may answer it
+
+    @property
+    def expect(self) -> bool:
+        return self.role == ALLOWED
+
+    def wrong(self, answer: str | None) -> bool:
+        return answer not in self.answerers if self.expect else answer is not None
+
+    def said(self, answer: str | None) -> str:
+        got = "no answer" if answer is None else f"answered {answer!r}"
+        must = f"must be answered by {' or '.join(self.answerers)}" if self.expect else "must not be answered"
+        return f"{self.client} ({CLIENT_LABEL}={self.role}) to {self.host}:{self.port}: {got}, {must}"
+
+
+def address_on(pod: dict[str, Any], podnetwork: str) -> str | None:
+    """The pod's IPv4 address on `podnetwork`, as its `multinetwork.x-k8s.io/pod-ips` reports it."""
+    for entry in json.loads(pod["metadata"].get("annotations", {}).get(POD_IPS, "[]") or "[]"):
+        if entry.get("podNetwork") == podnetwork and ":" not in str(entry.get("ip", "")):
+            return str(entry["ip"])
+    return None
+
+
+def probe_plan(running: dict[str, dict[str, Any]], podnetwork: str, cluster_ip: str | None) -> list[Probe]:
+    """What each client pod of `running` (name -> pod, Running and not deleted) must see: each server
+    on `podnetwork` at its address there, and the Service's ClusterIP while a server runs; answered
+    for an `allowed` client (the policy admits it), not for a `denied` one."""
+    servers: dict[str, str] = {}
+    for name, pod in running.items():
+        ip = address_on(pod, podnetwork)
+        if pod["metadata"].get("labels", {}).get("app") == SERVICE and ip:
+            servers[name] = ip
+    plan: list[Probe] = []
+    for name, pod in sorted(running.items()):
+        role = pod["metadata"].get("labels", {}).get(CLIENT_LABEL)
+        if role not in (ALLOWED, DENIED):
+            continue
+        for server, ip in sorted(servers.items()):
+            plan.append(Probe(name, role, "policy probe", ip, PORT, (server,)))
+        if servers and cluster_ip:
+            plan.append(Probe(name, role, "service probe", cluster_ip, SERVICE_PORT, tuple(sorted(servers))))
+    return plan
+
+
+def probe_from(pid: int, probes: Sequence[Probe]) -> list[str | None] | None:
+    """What each probe got, connecting from the network namespace of process `pid` (a client pod's
+    sandbox); None when that namespace is gone."""
+    targets = [(p.host, p.port, ANSWER_TRIES if p.expect else 1, PROBE_SECONDS) for p in probes]
+    try:
+        out = subprocess.run(["nsenter", "-t", str(pid), "-n", sys.executable, "-I", "-S", "-c", PROBE,
+                              json.dumps(targets)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        return None
+    answers: list[str | None] = json.loads(out.stdout)
+    return answers
+
+
+@dataclass
+class Traffic:
+    """What the probes saw: during the churn (for the report) and at the counts (a wrong one that stays
+    is a leak of the count)."""
+
+    cluster_ip: str | None = None
+    servers: int = 0
+    clients: dict[str, int] = field(default_factory=lambda: {ALLOWED: 0, DENIED: 0})
+    churn: dict[str, int] = field(default_factory=lambda: {"probes": 0, "allowed_answered": 0,
+                                                           "allowed_unanswered": 0, "denied_answered": 0,
+                                                           "denied_unanswered": 0})
+    counted: dict[str, int] = field(default_factory=lambda: {"probes": 0, "wrong": 0})
+    churn_wrong: list[str] = field(default_factory=list)  # the first few wrong answers during the churn
+
+
 # -- the soak --------------------------------------------------------------------------------------
 
 @dataclass
@@ -204,6 +349,7 @@ class Life:
     gone: float | None = None
     plugged: str | None = None  # the tag of a hot-plugged network
     unplug_at: float | None = None
+    role: str | None = None  # SERVER, ALLOWED or DENIED: a pod of the traffic (see Traffic)
 
 
 @dataclass
@@ -237,6 +383,9 @@ class Soak:
         self.counter = 0
         self.tables_before: set[str] = set()
         self.pod_100_at: float | None = None
+        self.rss_samples: list[dict[str, Any]] = []  # the agent's RSS and pid every 100 pods and at each count
+        self.sandbox_info: dict[str, dict[str, Any]] = {}  # sandbox id -> what `crictl inspectp` said of it
+        self.traffic = Traffic()
         self.api_down = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -274,6 +423,25 @@ class Soak:
         for net in self.nets:
             eventually(lambda net=net: ready(api.find(f"{PODNETWORKS}/{net.podnetwork}")),
                        f"PodNetwork {net.podnetwork} is Ready", timeout=60)
+        if not self.args.no_traffic:
+            self.traffic_objects()
+
+    def traffic_objects(self) -> None:
+        """The Service of the servers on the traffic's PodNetwork and the policy that isolates them but
+        for `allowed` clients: the conformance suite's manifests (docs/services.md,
+        docs/network-policy.md)."""
+        network = self.net(TRAFFIC_NET).podnetwork
+        values = {"NAMESPACE": self.ns, "NETWORK": network}
+        (service,) = load_manifest("service.yaml", {**values, "NAME": SERVICE, "TYPE": "ClusterIP"})
+        made = self.api.create(f"/api/v1/namespaces/{self.ns}/services", service)
+        self.traffic.cluster_ip = next(ip for ip in made["spec"]["clusterIPs"] if ":" not in ip)
+        allow = [{"from": [{"podSelector": {"matchLabels": {CLIENT_LABEL: ALLOWED}}}],
+                  "ports": [{"protocol": "TCP", "port": PORT}]}]
+        (policy,) = load_manifest("multi-networkpolicy.yaml", {**values, "NAME": POLICY,
+                                                               "INGRESS": json.dumps(allow)})
+        # the manifest isolates app=server; the servers here are the Service's, app=backend (one `app` a pod)
+        policy["spec"]["podSelector"] = {"matchLabels": {"app": SERVICE}}
+        self.api.create(f"/apis/k8s.cni.cncf.io/v1beta1/namespaces/{self.ns}/multi-networkpolicies", policy)
 
     @property
     def api(self) -> Api:
@@ -332,8 +500,25 @@ class Soak:
     def live_count(self) -> int:
         return sum(1 for life in self.lives.values() if life.deleted is None)
 
-    def create(self) -> None:
+    def role(self) -> str | None:
+        """A server, an allowed or a denied client whenever none lives (so that each count has them to
+        probe), else now and then one more."""
+        if self.args.no_traffic:
+            return None
+        live = [life.role for life in self.lives.values() if life.deleted is None and life.role]
+        for role in (SERVER, ALLOWED, DENIED):
+            if role not in live:
+                return role
+        draw = self.rng.random()
+        if draw < 0.05 and live.count(SERVER) < 3:
+            return SERVER
+        return self.rng.choice((ALLOWED, DENIED)) if draw < 0.15 else None
+
+    def create(self, role: str | None = None) -> None:
         chosen = self.rng.sample([n.tag for n in self.nets], self.rng.choice((0, 1, 1, 2, 2, 3)))
+        role = role or self.role()
+        if role and TRAFFIC_NET not in chosen:
+            chosen = [TRAFFIC_NET, *chosen[:2]]
         name = f"p{self.counter:05d}"
         networks = None
         if chosen:
@@ -342,9 +527,17 @@ class Soak:
         # A grace period of 0 makes the API server drop the pod at once, before the kubelet tore its sandbox
         # down: "gone" would then say nothing. With one, the object stays until the kubelet stopped the
         # sandbox (CNI DEL); the shell ends on SIGTERM at once, so the grace is not waited out.
+        command = "trap 'exit 0' TERM; sleep 3600 & wait"
+        labels = {CLIENT_LABEL: role} if role in (ALLOWED, DENIED) else {}
+        if role == SERVER:
+            # answers its name on PORT (busybox nc serves one connection, so again and again)
+            command = f"trap 'exit 0' TERM; while true; do echo {name} | nc -l -p {PORT} & wait $!; done"
+            labels = {"app": SERVICE}
         body = pod_manifest(name, networks=networks, nodeSelector={"kubernetes.io/hostname": self.node_name},
-                            command=("sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"))
+                            command=("sh", "-c", command), labels=labels)
         body["spec"]["terminationGracePeriodSeconds"] = 10
+        if role == SERVER:
+            body["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
         started = time.monotonic()
         try:
             code, data = self.api.request("POST", f"/api/v1/namespaces/{self.ns}/pods", body)
@@ -355,7 +548,13 @@ class Soak:
                 print(f"soak: creating {name}: HTTP {code}: {str(data)[:300]}", flush=True)
             return
         self.counter += 1
-        self.lives[name] = Life(name=name, nets=chosen, created=started)
+        self.lives[name] = Life(name=name, nets=chosen, created=started, role=role)
+        if role == SERVER:
+            self.traffic.servers += 1
+        elif role:
+            self.traffic.clients[role] += 1
+        if self.counter % 100 == 0:
+            self.sample_rss(f"pod {self.counter}", pods=self.counter)
 
     def net(self, tag: str) -> Net:
         return next(n for n in self.nets if n.tag == tag)
@@ -387,16 +586,14 @@ class Soak:
                 continue
             if life.running is None and pod.get("status", {}).get("phase") == "Running":
                 life.running = now
-                life.delete_at = now + self.rng.uniform(*self.args.lifetime)
+                # the traffic's pods live twice as long, to be probed during the churn too
+                life.delete_at = now + self.rng.uniform(*self.args.lifetime) * (2 if life.role else 1)
                 if self.args.hotplug > self.rng.random():
                     spare = [n.tag for n in self.nets if n.tag not in life.nets]
                     if spare:
                         life.plugged = self.rng.choice(spare)
                         life.unplug_at = now + self.rng.uniform(1, max(1.5, self.args.lifetime[0] * 0.8))
                         self.patch_networks(life, [*life.nets, life.plugged])
-                if self.counter >= 100 and "pod 100" not in self.rss:
-                    self.rss["pod 100"] = self.agent_rss()
-                    self.pod_100_at = now - self.began
 
     def patch_networks(self, life: Life, tags: list[str]) -> None:
         networks = [{"podNetworkName": "default"}] + [
@@ -412,6 +609,8 @@ class Soak:
                 life.unplug_at = None
                 self.patch_networks(life, life.nets)
             stuck_creating = life.running is None and now - life.created > STUCK / 2
+            if self.paused.is_set() and life.role and not stuck_creating:
+                continue  # a count probes the traffic's pods: they go once it is done
             if life.deleted is None and ((life.delete_at is not None and now >= life.delete_at) or stuck_creating):
                 try:
                     # not forced (gracePeriodSeconds=0 would drop the object at once): gone means the
@@ -439,8 +638,9 @@ class Soak:
             daemon.remember()
         # every part in each round of six, in a random order
         order: list[str] = []
+        targets = [t for t in TARGETS if t not in self.args.spare]
         while len(order) < self.args.kills:
-            round_ = list(TARGETS)
+            round_ = list(targets)
             self.rng.shuffle(round_)
             order.extend(round_)
         for target in order[: self.args.kills]:
@@ -506,6 +706,13 @@ class Soak:
             self.paused.clear()
 
     def _check(self, label: str) -> list[dict[str, Any]]:
+        if not self.args.no_traffic and not self.stop.is_set():
+            # every count probes a server from an allowed and a denied client: a role none has now
+            # is given to a new pod (within --pods), which the count waits for like the others
+            live = {life.role for life in self.lives.values() if life.deleted is None}
+            for role in (SERVER, ALLOWED, DENIED):
+                if role not in live and self.counter < self.args.pods:
+                    self.create(role)
         def settled() -> bool:
             self.observe()
             pods = self.list_pods()
@@ -531,6 +738,9 @@ class Soak:
         gone = [t for t in transient if not any(t["kind"] == x["kind"] and t["what"] == x["what"] for x in leaks)]
         record["transient"] = [f"{t['kind']}: {t['what']} ({t['owner']})" for t in gone] if transient else []
         self.checks.append(record)
+        self.traffic.counted["probes"] += record["probes"]["allowed"] + record["probes"]["denied"]
+        self.traffic.counted["wrong"] += record["probes"]["wrong"]
+        self.sample_rss(f"count {label}")
         self.leaks.extend({**leak, "check": label} for leak in leaks)
         print(f"soak: check {label}: {record}", flush=True)
         for leak in leaks:
@@ -582,7 +792,7 @@ class Soak:
             leaks.append({"kind": "host-local lease", "what": f"{len(default_leases)} default-network leases",
                           "owner": f"the default network: {len(running)} running pods",
                           "detail": sorted(default_leases)})
-        sandboxes = ready_sandboxes(node)
+        sandboxes = ready_sandboxes(node, self.sandbox_info)
         for sandbox_id, info in sandboxes.items():
             if info.get("netns"):
                 self.netns_seen[info["netns"]] = sandbox_id
@@ -617,9 +827,23 @@ class Soak:
             if disagreement:
                 leaks.append({"kind": "network-status", "what": f"pod {self.ns}/{name}",
                               "owner": f"sandbox {found[0][:12]}", "detail": disagreement})
+        network = self.net(TRAFFIC_NET).podnetwork
+        probes = self.probe(running, sandboxes)
+        for probe, answer in probes:
+            if not probe.wrong(answer):
+                continue
+            if probe.kind == "service probe":
+                owner = f"Service {self.ns}/{SERVICE} (ClusterIP {probe.host}) on PodNetwork {network}"
+            else:
+                owner = f"MultiNetworkPolicy {self.ns}/{POLICY} on PodNetwork {network}, server pod {probe.answerers[0]}"
+            leaks.append({"kind": probe.kind, "what": probe.said(answer), "owner": owner, "detail": None})
         record = {"label": label, "at": round(time.monotonic() - self.began, 1), "pods": len(pods),
                   "running": len(running), "sandboxes": len(sandboxes), "leaks": len(leaks),
-                  "notready_sandboxes": len(crictl(node, "pods", "--state", "notready", "-q").stdout.split())}
+                  "notready_sandboxes": len(crictl(node, "pods", "--state", "notready", "-q").stdout.split()),
+                  "probes": {"allowed": sum(1 for p, _ in probes if p.role == ALLOWED),
+                             "denied": sum(1 for p, _ in probes if p.role == DENIED),
+                             "service": sum(1 for p, _ in probes if p.kind == "service probe"),
+                             "wrong": sum(1 for p, a in probes if p.wrong(a))}}
         return leaks, record
 
     def _plug_pending(self, pod: dict[str, Any]) -> bool:
@@ -630,17 +854,79 @@ class Soak:
         shown = {e.get("interface") for e in status if e.get("interface") and e.get("interface") != "eth0"}
         return wanted != shown
 
-    def agent_rss(self) -> int | None:
+    def agent_pid(self) -> int | None:
         node = self.node
         if node is None or node.agent is None or node.agent.popen is None:
             return None
+        return node.agent.popen.pid
+
+    def agent_rss(self, pid: int | None = None) -> int | None:
+        pid = pid or self.agent_pid()
+        if pid is None:
+            return None
         try:
-            for line in Path(f"/proc/{node.agent.popen.pid}/status").read_text().splitlines():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         except OSError:
             return None
         return None
+
+    def sample_rss(self, label: str, pods: int | None = None) -> None:
+        """The agent's RSS now, with its pid: samples of one pid are one process's (a SIGKILLed agent
+        starts afresh)."""
+        pid = self.agent_pid()
+        rss = self.agent_rss(pid)
+        at = time.monotonic() - self.began
+        self.rss_samples.append({"label": label, "pods": pods if pods is not None else self.counter,
+                                 "at": round(at, 1), "pid": pid, "rss_bytes": rss})
+        if label == "pod 100":
+            self.rss["pod 100"] = rss
+            self.pod_100_at = at
+
+    # -- the traffic -------------------------------------------------------------------------------
+    def probe(self, running: dict[str, dict[str, Any]],
+              sandboxes: dict[str, dict[str, Any]]) -> list[tuple[Probe, str | None]]:
+        """Every probe of `probe_plan`, from each client pod's network namespace (clients at once);
+        a client whose sandbox is not ready, or went meanwhile, is left out."""
+        plan = probe_plan(running, self.net(TRAFFIC_NET).podnetwork, self.traffic.cluster_ip)
+        pid_of = {info["uid"]: info.get("pid") for info in sandboxes.values()}
+        by_client: dict[str, list[Probe]] = {}
+        for probe in plan:
+            by_client.setdefault(probe.client, []).append(probe)
+        results: list[tuple[Probe, str | None]] = []
+
+        def run_client(client: str, probes: list[Probe]) -> None:
+            pid = pid_of.get(running[client]["metadata"]["uid"])
+            answers = probe_from(pid, probes) if pid else None
+            if answers is not None:
+                with self.lock:
+                    results.extend(zip(probes, answers, strict=True))
+
+        workers = [threading.Thread(target=run_client, args=item, daemon=True) for item in by_client.items()]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(150)
+        return results
+
+    def probing(self) -> None:
+        """Probes every `--probe-every` seconds during the churn; what it saw goes to the report (a wrong
+        answer while pods come and go is not a failure: the counts judge settled pods)."""
+        tally = self.traffic.churn
+        while not self.stop.wait(self.args.probe_every):
+            if self.paused.is_set():
+                continue
+            pods = self.list_pods()
+            if pods is None or self.node is None:
+                continue
+            running = {n: p for n, p in pods.items() if p["status"].get("phase") == "Running"
+                       and not p["metadata"].get("deletionTimestamp")}
+            for probe, answer in self.probe(running, ready_sandboxes(self.node, self.sandbox_info)):
+                tally["probes"] += 1
+                tally[f"{probe.role}_{'unanswered' if answer is None else 'answered'}"] += 1
+                if probe.wrong(answer) and len(self.traffic.churn_wrong) < 20:
+                    self.traffic.churn_wrong.append(f"at {time.monotonic() - self.began:.0f}s: {probe.said(answer)}")
 
     # -- the whole run -----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -648,9 +934,12 @@ class Soak:
         self.began = time.monotonic()
         churn = threading.Thread(target=self._guard(self.churn), name="churn", daemon=True)
         faults = threading.Thread(target=self._guard(self.faults), name="faults", daemon=True)
-        self.threads = [churn, faults]
+        probing = threading.Thread(target=self._guard(self.probing), name="probing", daemon=True)
+        self.threads = [churn, faults, probing]
         churn.start()
         faults.start()
+        if not self.args.no_traffic:
+            probing.start()
         deadline = self.began + self.args.minutes * 60 if self.args.minutes else None
         next_check = time.monotonic() + self.args.check_every
         while churn.is_alive():
@@ -663,8 +952,11 @@ class Soak:
         self.stop.set()
         churn.join(60)
         faults.join(180)
+        if probing.is_alive():
+            probing.join(150)
         elapsed = time.monotonic() - self.began
         self.rss["end"] = self.agent_rss()
+        self.sample_rss("end")
         # every pod deleted and gone, then nothing of them may be left on the node
         for life in self.lives.values():
             if life.deleted is None:
@@ -710,10 +1002,27 @@ class Soak:
             "leaks": self.leaks,
             "leak_counts": counts,
             "agent_rss_bytes": self.rss,
+            "agent_rss_samples": self.rss_samples,
+            "agent_rss_growth": rss_growth(self.rss_samples),
+            "spared": list(self.args.spare),
+            "traffic": asdict(self.traffic),
             # a SIGKILLed agent starts afresh: its RSS at the end is then that of the last one
             "agent_kills_after_pod_100": None if self.pod_100_at is None else sum(
                 1 for k in self.kills if k.target == "agent" and k.at > self.pod_100_at),
         }
+
+
+def rss_growth(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The agent's RSS from its sample at pod 100 to its last sample at a hundred pods, when one
+    process (one pid) took both: what issue 34 bounds (5 MB from pod 100 to pod 1,000)."""
+    first = next((s for s in samples if s["label"] == "pod 100" and s["rss_bytes"] is not None), None)
+    if first is None:
+        return None
+    same = [s for s in samples if s["label"].startswith("pod ") and s["pid"] == first["pid"]
+            and s["rss_bytes"] is not None]
+    last = max(same, key=lambda s: s["pods"])
+    return {"pid": first["pid"], "from": first["label"], "to": last["label"], "from_bytes": first["rss_bytes"],
+            "to_bytes": last["rss_bytes"], "bytes": last["rss_bytes"] - first["rss_bytes"]}
 
 
 def _round(value: float | None) -> float | None:
@@ -758,13 +1067,17 @@ def crictl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
                            *args], capture_output=True, text=True)
 
 
-def ready_sandboxes(node: Node) -> dict[str, dict[str, Any]]:
-    """The node's ready sandboxes: their pod, its UID, the pid and netns of each."""
+def ready_sandboxes(node: Node, known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The node's ready sandboxes: their pod, its UID, the pid and netns of each. `known` keeps what was
+    inspected of a sandbox (its pid and netns stay while it is ready: one `crictl inspectp` each)."""
     out = crictl(node, "pods", "--state", "ready", "-o", "json")
     if out.returncode != 0:
         return {}
     found: dict[str, dict[str, Any]] = {}
     for item in json.loads(out.stdout).get("items", []):
+        if known is not None and item["id"] in known and known[item["id"]].get("pid"):
+            found[item["id"]] = known[item["id"]]
+            continue
         meta = item["metadata"]
         inspected = crictl(node, "inspectp", item["id"])
         info: dict[str, Any] = {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
@@ -776,6 +1089,11 @@ def ready_sandboxes(node: Node) -> dict[str, dict[str, Any]]:
                 if namespace.get("type") == "network":
                     info["netns"] = namespace.get("path")
         found[item["id"]] = info
+        if known is not None:
+            known[item["id"]] = info
+    if known is not None:
+        for gone in set(known) - set(found):
+            known.pop(gone, None)
     return found
 
 
@@ -855,9 +1173,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lifetime", type=float, nargs=2, default=(3.0, 15.0), help="seconds a pod lives Running")
     parser.add_argument("--hotplug", type=float, default=0.1, help="share of pods that get a network hot-plugged")
     parser.add_argument("--check-every", type=float, default=180, help="seconds between counts")
+    parser.add_argument("--spare", action="append", choices=TARGETS, default=[],
+                        help="a part the kills leave alone (repeat for more): --spare agent keeps one agent "
+                             "process over the whole run, whose RSS the report then follows")
+    parser.add_argument("--probe-every", type=float, default=10,
+                        help="seconds between the traffic's probes during the churn")
+    parser.add_argument("--no-traffic", action="store_true",
+                        help="no servers, Service, policy or probes (pods with networks only)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--report", type=Path, default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
+    if args.kills and set(args.spare) >= set(TARGETS):
+        parser.error("--spare names every part: nothing is left to kill (use --kills 0 for no kills)")
     if args.minutes:
         args.pods = max(args.pods, 10**6) if args.pods == 100 else args.pods
         args.kills = args.kills if args.kills != 10 else max(10, int(args.minutes * 2))
