@@ -23,7 +23,7 @@ of 10 pods at once (each path's 10 ADDs, then 10 DELs, started together; the wal
 time of the batch). Every ADD is checked to have made the interfaces it should (one
 IPv4 address each), every DEL to have left no interface; at the end of each
 scenario no IPAM reservation and no cache record is left, and every pod the agent
-attached has its network-status listing its attachments.
+attached had its network-status list its attachments, then `[]` after its DEL.
 
 Where an ADD's time goes: the agent logs each ADD's phases (`pod` read, `plan` with
 its NAD reads, `cache` writes, `exec <ifname>` per attachment, `routes`, `status`
@@ -75,6 +75,8 @@ BIN_DIRS = tuple(d for d in invoke.DEFAULT_BIN_DIRS if d.is_dir())
 NAD_RESOURCE = "k8s.cni.cncf.io/v1/network-attachment-definitions"
 POD_RESOURCE = "v1/pods"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
+#: The small API's record of the network-status writes to one pod (`serve_small_api`).
+STATUS_HISTORY = "/bench/network-status/"
 PARALLEL = 10
 SECONDARY = ("blue", "red")
 RSS_MARKS = (100, 250, 500, 1000)
@@ -128,11 +130,14 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
     `resourceVersion`; 404 as a Kubernetes Status. Collections are listed and watched (the
     agent's watch cache, and hot-plug's watch of its node's pods with a `spec.nodeName` field
     selector); a watch hears MODIFIED for each patch, as hot-plug hears the agent's own
-    network-status writes on a real API server. Nothing else."""
+    network-status writes on a real API server. And, for the benchmark's checks only, how many
+    entries each network-status written to a pod had, in order, at `/bench/network-status/NS/NAME`
+    (a DEL withdraws the ADD's, writing `[]`: the API no longer shows what the ADD wrote)."""
     from aiohttp import web
 
     store: dict[str, dict[str, Any]] = {}
     watchers: dict[str, list[tuple[str | None, asyncio.Queue[dict[str, Any]]]]] = {}
+    written: dict[str, list[int]] = {}
     revision = 1
 
     def node_of(request: web.Request) -> str | None:
@@ -150,6 +155,9 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
                                   "code": 404, "message": f"{path} not found"}, status=404)
 
     async def get(request: web.Request) -> web.StreamResponse:
+        if request.path.startswith(STATUS_HISTORY):
+            ns, name = request.path.removeprefix(STATUS_HISTORY).split("/", 1)
+            return web.json_response(written.get(f"/api/v1/namespaces/{ns}/pods/{name}", []))
         obj = store.get(request.path)
         if obj is not None:
             return web.json_response(obj)
@@ -193,6 +201,8 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
                 annotations.pop(key, None)
             else:
                 annotations[key] = value
+            if key == STATUS and isinstance(value, str):
+                written.setdefault(request.path, []).append(len(json.loads(value)))
         revision += 1
         obj["metadata"]["resourceVersion"] = str(revision)
         for node, queue in watchers.get(_collection(request.path), []):
@@ -423,8 +433,9 @@ class World:
             raise AssertionError(f"left behind: IPAM {reservations}, cache {records}, bridge ports {ports}")
 
     async def check_status(self, pods: dict[str, int]) -> None:
-        """Every pod the agent attached lists its attachments in network-status (written after the
-        answer, so waited for: up to 30 s)."""
+        """Every pod the agent attached had its attachments in network-status, and its DEL then
+        withdrew them (`[]`); both written after the answers, so waited for: up to 30 s. The small
+        API keeps the count of entries of each write; with kmock only the DEL's `[]` is seen."""
         import aiohttp
 
         deadline = time.monotonic() + 30
@@ -434,10 +445,15 @@ class World:
                     async with session.get(f"{self.api_url}/api/v1/namespaces/default/pods/{pod}") as resp:
                         body = await resp.json()
                     text = (body["metadata"].get("annotations") or {}).get(STATUS)
-                    if text is not None and len(json.loads(text)) == attachments:
+                    history = [attachments, 0]
+                    if self.api == "small":
+                        async with session.get(f"{self.api_url}{STATUS_HISTORY}default/{pod}") as resp:
+                            history = await resp.json()
+                    if text == "[]" and attachments in history and history[-1] == 0:
                         break
                     if time.monotonic() > deadline:
-                        raise AssertionError(f"pod {pod}: network-status {text!r}, expected {attachments} entries")
+                        raise AssertionError(f"pod {pod}: network-status {text!r} (entries written: {history}), "
+                                             f"expected {attachments} entries, then [] after its DEL")
                     await asyncio.sleep(0.05)
 
 
