@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from bridge.dra.driver import classes, names
+from tests.real.attachments_support import bridged_networks, interfaces
 from tests.real.cluster_support import (
     PODNETWORK,
     Api,
@@ -209,12 +210,19 @@ def test_pods_claiming_a_network_of_node_b_only_run_there_and_leave_nothing_when
         assert pod["spec"]["nodeName"] == dra.b.name
     claims = claims_of(api, ns)
     assert len(claims) == 2
+    shares = {c["status"]["allocation"]["devices"]["results"][0].get("shareID") for c in claims}
+    assert len(shares) == 2, shares
     for claim in claims:
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"], result["device"]) == (DRIVER, dra.b.name, dra.bonly)
     uids = sorted(c["metadata"]["uid"] for c in claims)
     # the kubelet called NodePrepareResources on B's driver before the containers started
     assert dra.prepared(dra.b) == uids
+    for claim in claims:  # each allocation of the shared device, with its shareID, as recorded
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        record = json.loads((dra.state_dir(dra.b) / f"{claim['metadata']['uid']}.json").read_text())
+        # kube-scheduler gives every allocation of a device that allows many a shareID of its own
+        assert result.get("shareID") and [d.get("share_id") for d in record["devices"]] == [result["shareID"]]
     assert dra.prepared(dra.a) == []
     log = dra.drivers[dra.b.name].log.read_text(errors="replace")
     for claim in claims:
@@ -247,3 +255,47 @@ def test_a_pod_claiming_a_network_offered_nowhere_stays_pending_with_the_schedul
     events = eventually(lambda: events_of(api, ns, "stuck", "FailedScheduling"), "a FailedScheduling Event")
     assert "cannot allocate all claims" in events[-1]["message"]
     assert dra.prepared(dra.a) == dra.prepared(dra.b) == []
+
+
+def test_a_claimed_network_that_the_agent_attached_gets_its_network_data_on_the_claim(
+        dra: Dra, api: Api, made: Made, ns: str) -> None:
+    """Until the agent attaches by claims (issue 36, item 5), the pod names the network in its
+    annotation too: the agent attaches it, and the driver reports it on the claim (KEP-4817)."""
+    with bridged_networks(api, ns, "blue") as (blue,):
+        api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
+            OFFERS: json.dumps(["default", dra.both, blue.podnetwork])}}})
+        try:
+            eventually(lambda: blue.podnetwork in devices(api, dra.a.name), "node A offers blue")
+            api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+                       classes.claim_template("blue", ns, [blue.podnetwork], DRIVER).to_dict())
+            body = claimed_pod("reported", "blue")
+            body["metadata"]["annotations"]["multinetwork.x-k8s.io/networks"] = json.dumps(
+                [{"podNetworkName": "default"}, {"podNetworkName": blue.podnetwork, "interfaceName": "blue0"}])
+            made.pod(ns, body)
+            pod = wait_phase(api, ns, "reported", timeout=120)
+            assert pod["spec"]["nodeName"] == dra.a.name
+            seen = interfaces(dra.cluster, ns, "reported")["blue0"]
+
+            def reported() -> list[dict[str, Any]]:
+                (claim,) = claims_of(api, ns)
+                return list((claim.get("status") or {}).get("devices") or [])
+
+            (status,) = eventually(reported, "the driver wrote the claim's status.devices", timeout=60)
+            (claim,) = claims_of(api, ns)
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (status["driver"], status["pool"], status["device"]) == (DRIVER, dra.a.name, blue.podnetwork)
+            assert status.get("shareID") == result.get("shareID")
+            assert status["networkData"] == {"interfaceName": "blue0", "ips": list(seen.addresses),
+                                             "hardwareAddress": seen.mac}
+            assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+                ("Ready", "True", "InterfaceAttached")]
+            # status.devices is the driver's alone (server-side apply, as field manager the driver's name)
+            managers = {m["manager"] for m in claim["metadata"]["managedFields"]
+                        if "f:devices" in m.get("fieldsV1", {}).get("f:status", {})}
+            assert managers == {DRIVER}
+        finally:
+            api.request("DELETE", pods(ns), params={"gracePeriodSeconds": "0"})
+            eventually(lambda: not api.get(pods(ns))["items"], "the pod is gone", timeout=90)
+            api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
+                OFFERS: json.dumps(["default", dra.both])}}})
+    eventually(lambda: dra.prepared(dra.a) == [], "the kubelet unprepared the claim", timeout=60)

@@ -26,6 +26,9 @@ class Allocated:
     request_names: tuple[str, ...]
     pool: str
     device: str
+    share_id: str | None = None
+    """The result's `shareID`: kube-scheduler gives each allocation of a device that allows many
+    (`allowMultipleAllocations`) an id of its own (gate DRAConsumableCapacity)."""
 
 
 def _selected_nodes(allocation: Mapping[str, Any]) -> set[str] | None:
@@ -53,7 +56,7 @@ def allocated(claim: Mapping[str, Any], *, uid: str, driver: str, node: str) -> 
     nodes = _selected_nodes(allocation)
     if nodes is not None and node not in nodes:
         raise ClaimProblem(f"{what} is allocated for node(s) {', '.join(sorted(nodes))}, not for {node}")
-    by_device: dict[tuple[str, str], list[str]] = {}
+    by_device: dict[tuple[str, str, str | None], list[str]] = {}
     others: set[str] = set()
     for result in (allocation.get("devices") or {}).get("results") or []:
         if result.get("driver") != driver:
@@ -62,14 +65,17 @@ def allocated(claim: Mapping[str, Any], *, uid: str, driver: str, node: str) -> 
         if pool != node:
             others.add(f"{pool}/{device}")
             continue
-        by_device.setdefault((pool, device), []).append(str(result.get("request") or ""))
+        share = result.get("shareID")
+        key = (pool, device, share if isinstance(share, str) and share else None)
+        by_device.setdefault(key, []).append(str(result.get("request") or ""))
     if others:
         raise ClaimProblem(f"{what} is allocated device(s) {', '.join(sorted(others))} of driver {driver} "
                            f"from another node's pool; this is node {node}")
     if not by_device:
         raise ClaimProblem(f"{what} has no device of driver {driver} allocated: the kubelet should not have "
                            "asked this driver to prepare it")
-    return [Allocated(tuple(requests), pool, device) for (pool, device), requests in by_device.items()]
+    return [Allocated(tuple(requests), pool, device, share)
+            for (pool, device, share), requests in by_device.items()]
 
 
 __all__ = ["Allocated", "ClaimProblem", "allocated"]

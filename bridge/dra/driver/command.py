@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> int:
     import grpc
 
-    from bridge.dra.driver import names, plugin, publisher, state, wire
+    from bridge.dra.driver import names, plugin, publisher, reporter, state, wire
     from podnetwork.kube import client as kube
 
     driver, node = args.driver_name, args.node_name
@@ -146,6 +146,8 @@ async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> in
     store = state.Store(state_dir)
     service = plugin.Plugin(driver=driver, node=node, store=store, reader=publisher.ApiClaims(claims_api),
                             podnetwork_of=publish.podnetwork_of)
+    report = reporter.Reporter(api, store, driver=driver, node=node)
+    service.on_release = report.forget
     registration = plugin.Registration(driver, endpoint)
     logger.info("podnetwork dra-driver %s starting: driver %s on node %s; cluster %s; DRAPlugin at %s; "
                 "registration at %s; state in %s (%d prepared claim(s) recorded)", cli.logs.version(), driver,
@@ -158,15 +160,17 @@ async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> in
     dra_server = await wire.serve(wire.dra_handler(service), endpoint)
     registration_server: grpc.aio.Server | None = None
     publishing = asyncio.create_task(publish.run(), name="publish")
+    reporting = asyncio.create_task(report.run(), name="report")
     failed = False
     try:
         registration_server = await wire.serve(wire.registration_handler(registration), registration_path)
         logger.info("serving; waiting for the kubelet to register %s (it watches %s)", driver, registry)
         stopping = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({stopping, publishing}, return_when=asyncio.FIRST_COMPLETED)
-        if publishing in done:
-            failed = True
-            logger.error("publishing ResourceSlices ended: %r", publishing.exception())
+        done, _ = await asyncio.wait({stopping, publishing, reporting}, return_when=asyncio.FIRST_COMPLETED)
+        for task, what in ((publishing, "publishing ResourceSlices"), (reporting, "writing networkData")):
+            if task in done:
+                failed = True
+                logger.error("%s ended: %r", what, task.exception())
         stopping.cancel()
         logger.info("stopping: removing the registration socket (the kubelet deregisters the driver; it "
                     "deletes the node's slices of %s 30 s later unless the driver registers again)", driver)
@@ -178,9 +182,10 @@ async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> in
         await dra_server.stop(5)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(endpoint)
-        publishing.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await publishing
+        for task in (publishing, reporting):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         await api.close()
         await claims_api.close()
         logger.info("stopped")

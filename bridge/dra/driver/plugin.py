@@ -66,6 +66,8 @@ class Plugin:
         self.podnetwork_of = podnetwork_of
         """The PodNetwork a device of this node stands for now (None: unknown)."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self.on_release: Callable[[str], None] | None = None
+        """Told the uid of each claim released (the reporter forgets what it wrote)."""
 
     def _lock(self, uid: str) -> asyncio.Lock:
         return self._locks.setdefault(uid, asyncio.Lock())
@@ -84,8 +86,8 @@ class Plugin:
 
     @staticmethod
     def _devices(prepared: state.PreparedClaim) -> list[dra_pb.Device]:
-        return [dra_pb.Device(request_names=d.request_names, pool_name=d.pool, device_name=d.device)
-                for d in prepared.devices]
+        return [dra_pb.Device(request_names=d.request_names, pool_name=d.pool, device_name=d.device,
+                              share_id=d.share_id) for d in prepared.devices]
 
     async def _prepare_one(self, claim: dra_pb.Claim) -> dra_pb.NodePrepareResourceResponse:
         what = f"ResourceClaim {claim.namespace}/{claim.name} (uid {claim.uid})"
@@ -115,7 +117,8 @@ class Plugin:
         prepared = state.PreparedClaim(
             uid=claim.uid, namespace=claim.namespace, name=claim.name, prepared_at=_now(),
             devices=[state.PreparedDevice(request_names=list(d.request_names), pool=d.pool, device=d.device,
-                                          podnetwork=self.podnetwork_of(d.device)) for d in devices])
+                                          share_id=d.share_id, podnetwork=self.podnetwork_of(d.device))
+                     for d in devices])
         self.store.put(prepared)
         logger.info("prepare %s: prepared %s", what, ", ".join(
             f"{d.device} (PodNetwork {d.podnetwork or 'unknown: not published on this node now'}, "
@@ -131,6 +134,8 @@ class Plugin:
             try:
                 if self.store.remove(claim.uid):
                     logger.info("unprepare %s: released", what)
+                    if self.on_release is not None:
+                        self.on_release(claim.uid)
                 else:
                     logger.info("unprepare %s: was not prepared here (or already released): nothing to do",
                                 what)

@@ -31,6 +31,7 @@ class PreparedDevice(BaseModel):
     request_names: list[str]
     pool: str
     device: str
+    share_id: str | None = None
     podnetwork: str | None = None
     """The PodNetwork the device stood for when prepared (None: no longer published then)."""
 
@@ -56,6 +57,21 @@ class Store:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._by_name: dict[tuple[str, str], PreparedClaim] | None = None
+
+    def by_name(self, namespace: str, name: str) -> PreparedClaim | None:
+        """The prepared claim of that name (the records read once, then kept up to date in memory;
+        an unreadable record is left out here: `get` reports it)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for uid in self.uids():
+                try:
+                    found = self.get(uid)
+                except StateError:
+                    continue
+                if found is not None:
+                    self._by_name[(found.namespace, found.name)] = found
+        return self._by_name.get((namespace, name))
 
     def _path(self, uid: str) -> Path:
         if problem := uid_problem(uid):
@@ -93,10 +109,14 @@ class Store:
             self._sync_folder()
         except OSError as exc:
             raise StateError(f"cannot write {path}: {exc.strerror}") from None
+        if self._by_name is not None:
+            self._by_name[(claim.namespace, claim.name)] = claim
 
     def remove(self, uid: str) -> bool:
         """Forget a claim; False when there was nothing to forget."""
         path = self._path(uid)
+        if self._by_name is not None:
+            self._by_name = {k: v for k, v in self._by_name.items() if v.uid != uid}
         try:
             path.unlink()
         except FileNotFoundError:
