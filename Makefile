@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml
 # -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
 # shim, which `cni-agent --install` builds and its tests run), and for the real tier's kubelet node
 # (tests/real/, on the kit in ../shared/k8s) containerd and runc, with openssl, curl and xz for the
-# kit's scripts. Only what is missing is installed; without root we
+# kit's scripts, and mmdebstrap (tests/real/test_deploy_on_node.py packs the image from Debian's
+# packages, tests/real/image_support.py). Only what is missing is installed; without root we
 # cannot install it: say so, and let the demo run its control-plane part and the CNI tests report it.
 system-deps:
 	@missing=""; \
@@ -55,6 +56,7 @@ system-deps:
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v xz >/dev/null || missing="$$missing xz-utils"; \
+	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	[ -f "$$(cc -print-file-name=libc.a 2>/dev/null)" ] || missing="$$missing libc6-dev"; \
 	if [ -z "$$missing" ]; then \
 		:; \

@@ -25,6 +25,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -217,14 +218,27 @@ class Node:
     subnet: str
     network_name: str
     agent: Process | None = None
+    #: the runtime's CNI dirs when not the node's own folder's (a DaemonSet's fixed hostPaths)
+    cni_conf_dir: Path | None = None
+    cni_bin_dir: Path | None = None
+    #: the node's own init (`init_process`), when its containerd and kubelet run in a PID and mount
+    #: namespace of their own
+    init: subprocess.Popen[bytes] | None = None
+
+    def enter(self) -> list[str]:
+        """What runs a command among the node's processes: nothing for a node in the machine's
+        namespaces, else nsenter into its own (the node's init's PID and mount namespaces)."""
+        if self.init is None:
+            return []
+        return ["nsenter", "-t", str(_child_of(self.init.pid)), "-p", "-m", "--"]
 
     @property
     def conf_dir(self) -> Path:
-        return self.dir / "net.d"
+        return self.cni_conf_dir or self.dir / "net.d"
 
     @property
     def bin_dir(self) -> Path:
-        return self.dir / "cni" / "bin"
+        return self.cni_bin_dir or self.dir / "cni" / "bin"
 
     @property
     def cache_dir(self) -> Path:
@@ -264,8 +278,8 @@ class Cluster:
         env.update(extra)
         return env
 
-    def script(self, name: str, *args: str, timeout: float = 180, **extra: str) -> str:
-        proc = subprocess.run([str(self.kit / name), *args], env=self.env(**extra), capture_output=True,
+    def script(self, name: str, *args: str, timeout: float = 180, enter: Sequence[str] = (), **extra: str) -> str:
+        proc = subprocess.run([*enter, str(self.kit / name), *args], env=self.env(**extra), capture_output=True,
                               text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"{name} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
@@ -345,12 +359,16 @@ class Cluster:
         return self.start_component(name, previous.argv[1:], ready, timeout=timeout)
 
     # -- nodes ---------------------------------------------------------------------------------------
-    def add_node(self, index: int) -> Node:
+    def add_node(self, index: int, *, conf_dir: Path | None = None, bin_dir: Path | None = None,
+                 own_init: bool = False) -> Node:
+        """A kubelet node, Ready; its runtime reads CNI configurations from `conf_dir` and plugins from
+        `bin_dir` (the node's own folder's by default). With `own_init`, its containerd and kubelet run
+        under an init of the node's own (`init_process`): what a `hostPID: true` pod sees as PID 1."""
         name = f"real{self.suffix}-n{index}"
         octet = 100 + (int(self.suffix, 16) + index) % 150
         node = Node(name=name, dir=self.root / f"node-{name}", kubelet_port=free_port(), healthz_port=free_port(),
                     bridge=f"pnr{self.suffix}n{index}", subnet=f"10.251.{octet}.0/24",
-                    network_name=f"pnreal-{self.suffix}-n{index}")
+                    network_name=f"pnreal-{self.suffix}-n{index}", cni_conf_dir=conf_dir, cni_bin_dir=bin_dir)
         self.nodes[name] = node
         # the pods' own default network: a bridge, a subnet and a lease directory of this session's
         node.conf_dir.mkdir(parents=True, exist_ok=True)
@@ -360,7 +378,10 @@ class Cluster:
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": node.subnet}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}))
-        self.script("node-up.sh", NODE_NAME=name, DEFAULT_CNI_CONF="0", CNI_CONF_DIR=str(node.conf_dir),
+        if own_init:
+            node.init = init_process()
+        self.script("node-up.sh", enter=node.enter(), NODE_NAME=name, DEFAULT_CNI_CONF="0",
+                    CNI_CONF_DIR=str(node.conf_dir), CNI_BIN_DIR=str(node.bin_dir),
                     KUBELET_PORT=str(node.kubelet_port), KUBELET_HEALTHZ_PORT=str(node.healthz_port))
         assert self.api is not None
         eventually(lambda: ready(self.api.get(f"/api/v1/nodes/{name}")) if self.api else None,
@@ -386,10 +407,13 @@ class Cluster:
 
     def remove_node(self, node: Node) -> None:
         with contextlib.suppress(Exception):
-            self.script("node-down.sh", "--wipe", NODE_NAME=node.name, timeout=120,
+            self.script("node-down.sh", "--wipe", enter=node.enter(), NODE_NAME=node.name, timeout=120,
                         KUBELET_PORT=str(node.kubelet_port))
         if node.agent is not None:
             node.agent.stop()
+        if node.init is not None:  # its init's end ends whatever of the node still ran (--kill-child)
+            node.init.kill()
+            node.init.wait(10)
         subprocess.run(["ip", "link", "del", node.bridge], capture_output=True)
         shutil.rmtree(f"/var/lib/cni/networks/{node.network_name}", ignore_errors=True)
         for hierarchy in Path("/sys/fs/cgroup").glob("*/"):
@@ -425,6 +449,38 @@ def ready(obj: Mapping[str, Any] | None) -> bool:
     """Whether the object (a node, a pod, a PodNetwork) has the condition Ready True."""
     conditions = (obj or {}).get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+#: The node's init: reaps the daemons node-up.sh leaves to it, as an init does.
+_REAPER = """import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(1)
+"""
+
+
+def init_process() -> subprocess.Popen[bytes]:
+    """An init of a node's own: PID 1 of a new PID namespace, in a mount namespace of its own with
+    its own /proc, every other mount kept as the machine has it (`--propagation unchanged`: the
+    shared /run/netns stays shared, so the network namespaces the node's runtime pins there
+    appear on the machine too). The machine's own PID 1 may be unreadable even to root (a VM's
+    agent holding capabilities no other process has), which a `hostPID: true` pod that reads
+    /proc/1 (the CNI agent's check-host) cannot tell from a broken node; a node's init is
+    readable by its root, as on any node. `unshare --kill-child`: when the returned process is
+    killed, the init is, and with it every process of the namespace."""
+    init = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation",
+                             "unchanged", sys.executable, "-c", _REAPER], stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    eventually(lambda: _child_of(init.pid), "the node's init started", timeout=10)
+    return init
+
+
+def _child_of(pid: int) -> int:
+    """The one child of `pid` (unshare's: the namespace's init), 0 while there is none."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0]) if children else 0
 
 
 def _remove_cgroup(path: Path) -> None:
