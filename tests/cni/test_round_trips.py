@@ -65,7 +65,8 @@ def wrap_plugins(world: World, log: Path) -> Path:
 
 
 def execs(log: Path) -> list[str]:
-    return sorted(log.read_text().splitlines()) if log.exists() else []
+    """The wrappers' log, one `COMMAND plugin` per exec, in order."""
+    return log.read_text().splitlines() if log.exists() else []
 
 
 COLLECTIONS = {kind.path for kind in WATCHED}
@@ -133,15 +134,14 @@ async def test_an_add_reads_only_its_pod_a_del_reads_nothing_each_writes_once_af
         netns = world.make_netns()
 
         async def counted(cni: str, container: str, pod: str) -> tuple[list[str], list[str], int]:
-            calls, spawned = len(api_calls(cluster)), len(log.read_text().splitlines()) if log.exists() else 0
+            calls, spawned = len(api_calls(cluster)), len(execs(log))
             served = total(await scrape(f"http://127.0.0.1:{port}/metrics"),
                            "podnetwork_agent_request_duration_seconds_count")
             answer = await world.cni(cni, container, netns, pod)  # waits for network-status's write
             assert answer.returncode == 0, answer.stdout
             after = total(await scrape(f"http://127.0.0.1:{port}/metrics"),
                           "podnetwork_agent_request_duration_seconds_count")
-            return (api_calls(cluster)[calls:], sorted(log.read_text().splitlines()[spawned:]),
-                    int(after - served))
+            return api_calls(cluster)[calls:], sorted(execs(log)[spawned:]), int(after - served)
 
         pod_path = "/api/v1/namespaces/default/pods/{}"
         calls, spawned, served = await counted("ADD", "ctr1", "web")
