@@ -762,7 +762,15 @@ def main() -> int:
         help="interpreter of the shim, as `podnetwork cni-agent --shim-python` (default: %(default)s, "
         "what deploy/agent uses)",
     )
+    parser.add_argument(
+        "--cni-bin-dir", type=Path, action="append", default=None, metavar="DIR",
+        help="where both paths take the plugins from, repeatable (default: those of "
+        f"{', '.join(map(str, invoke.DEFAULT_BIN_DIRS))} that exist; on a machine where a cluster's set-up "
+        "rewrites /opt/cni/bin, --cni-bin-dir /usr/lib/cni keeps the plugins still during the run)")
     args = parser.parse_args()
+    if args.cni_bin_dir:
+        global BIN_DIRS
+        BIN_DIRS = tuple(args.cni_bin_dir)
     if os.geteuid() != 0 or not BIN_DIRS:
         print("bench_agent: needs root and the CNI plugins (apt-get install containernetworking-plugins)", file=sys.stderr)
         return 2
