@@ -35,6 +35,7 @@ from tests.real.cluster_support import (
     wait_phase,
 )
 from tests.real.objects_support import PODNETWORKS, Made, condition, events_of, pods, unique
+from tests.soak.soak import Daemon, kubelet_healthy
 
 pytestmark = pytest.mark.usefixtures("components")
 
@@ -299,3 +300,39 @@ def test_a_claimed_network_that_the_agent_attached_gets_its_network_data_on_the_
             api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
                 OFFERS: json.dumps(["default", dra.both])}}})
     eventually(lambda: dra.prepared(dra.a) == [], "the kubelet unprepared the claim", timeout=60)
+
+
+def test_after_a_kubelet_restart_the_driver_is_registered_again_republishes_and_prepares(
+        dra: Dra, api: Api, made: Made, ns: str) -> None:
+    """The kubelet deletes every slice of its node when it starts and finds the driver again by its
+    socket; a pod prepared before keeps its claim, a pod after is prepared by the same driver."""
+    (before,) = eventually(lambda: [s for s in slices_of(api, dra.b.name)
+                                    if dra.bonly in json.dumps(s["spec"]["devices"])], "node B offers bonly")
+    api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+               classes.claim_template("bonly", ns, [dra.bonly], DRIVER).to_dict())
+    made.pod(ns, claimed_pod("before", "bonly"))
+    wait_phase(api, ns, "before", timeout=120)
+    (first_claim,) = claims_of(api, ns)
+    driver_log = dra.drivers[dra.b.name].log
+    registrations = driver_log.read_text(errors="replace").count("the kubelet registered DRA driver")
+
+    kubelet = Daemon(f"kubelet-{dra.b.name}", dra.cluster.root / "run" / f"kubelet-{dra.b.name}.pid",
+                     dra.b.dir / "log" / "kubelet.log")
+    kubelet.remember()
+    kubelet.kill()
+    kubelet.start()
+    eventually(lambda: kubelet_healthy(dra.b), "node B's kubelet is healthy again", timeout=60)
+    eventually(lambda: driver_log.read_text(errors="replace").count("the kubelet registered DRA driver")
+               > registrations, "the restarted kubelet registered the driver again", timeout=60)
+    eventually(lambda: [s for s in slices_of(api, dra.b.name) if s["metadata"]["uid"] != before["metadata"]["uid"]
+                        and dra.bonly in json.dumps(s["spec"]["devices"])],
+               "the slice the kubelet deleted at its start is published again", timeout=60)
+
+    made.pod(ns, claimed_pod("after", "bonly"))
+    assert wait_phase(api, ns, "after", timeout=120)["spec"]["nodeName"] == dra.b.name
+    assert api.get(f"{pods(ns)}/before")["status"]["phase"] == "Running"
+    assert first_claim["metadata"]["uid"] in dra.prepared(dra.b)
+    assert len(dra.prepared(dra.b)) == 2
+    api.request("DELETE", pods(ns), params={"gracePeriodSeconds": "0"})
+    eventually(lambda: not api.get(pods(ns))["items"], "the pods are gone", timeout=90)
+    eventually(lambda: dra.prepared(dra.b) == [], "the kubelet unprepared both claims", timeout=60)
