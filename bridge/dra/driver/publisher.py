@@ -37,8 +37,11 @@ class Publisher:
     """Publishes `node`'s pool of `driver` through `api` (`run`), and says which PodNetwork a device
     of it stands for (`podnetwork_of`)."""
 
-    def __init__(self, api: kube.AsyncApi, *, driver: str, node: str, retry_delay: float = 2.0) -> None:
+    def __init__(self, api: kube.AsyncApi, *, driver: str, node: str, retry_delay: float = 2.0,
+                 patience: float = 30.0) -> None:
         self.api, self.driver, self.node, self.retry_delay = api, driver, node, retry_delay
+        self.patience = patience
+        """Seconds after which a listing not done yet is logged as a warning (the API may not answer)."""
         self.podnetworks: dict[str, dict[str, Any]] = {}
         self.node_obj: dict[str, Any] | None = None
         self.slices: dict[str, dict[str, Any]] = {}
@@ -108,6 +111,16 @@ class Publisher:
             tasks.create_task(kube.list_and_watch(self.api, ResourceSlice, on_list=self._slices_listed,
                                                   on_event=self._slice_event, fields=mine))
             tasks.create_task(self._writer())
+            tasks.create_task(self._watchdog())
+
+    async def _watchdog(self) -> None:
+        await asyncio.sleep(self.patience)
+        missing = [s for s in _SOURCES if s not in self.listed]
+        if missing:
+            logger.warning("node %s: %s not listed after %.0f s, so no ResourceSlice is published yet: "
+                           "does the API server at %s answer, and may this driver list them? "
+                           "(-v shows each attempt)",
+                           self.node, ", ".join(missing), self.patience, self.api.credentials.server)
 
     async def _writer(self) -> None:
         while True:
