@@ -62,6 +62,8 @@ from typing import Any
 
 import pytest
 
+from bridge.operator import admission as bridge_admission
+from podnetwork.kep import admissionconfig
 from tests.real import image_support
 from tests.real.attachments_support import STATUS, annotation, bridged_networks
 from tests.real.cluster_support import (
@@ -234,6 +236,23 @@ def _workloads_ready(api: Api) -> list[str]:
     return waiting
 
 
+def _webhooks_missing(api: Api) -> list[str]:
+    """The webhook configurations the installed operators register that are not there yet (docs/deploy.md:
+    pods created before them are admitted without them)."""
+    bridge = api.get(f"/apis/apps/v1/namespaces/{NS}/deployments/podnetwork-bridge")["spec"]["template"]["spec"]
+    enforce = "--enforce-use-permission" in bridge["containers"][0].get("command", [])
+    client = {"service": {"name": "any", "namespace": NS, "port": 443}}
+    wanted = [*admissionconfig.webhook_configurations(client),
+              *bridge_admission.webhook_configurations(client, enforce_use=enforce)]
+    missing = []
+    for obj in wanted:
+        plural = "mutatingwebhookconfigurations" if obj["kind"].startswith("Mutating") else \
+            "validatingwebhookconfigurations"
+        if api.find(f"/apis/admissionregistration.k8s.io/v1/{plural}/{obj['metadata']['name']}") is None:
+            missing.append(f"{obj['kind']} {obj['metadata']['name']}")
+    return missing
+
+
 def _restarts(api: Api) -> dict[str, int]:
     """Each container's restart count in multinetwork-system, init containers included."""
     counts = {}
@@ -242,6 +261,23 @@ def _restarts(api: Api) -> dict[str, int]:
         for c in [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]:
             counts[f"{pod['metadata']['name']}/{c['name']}"] = c.get("restartCount", 0)
     return counts
+
+
+def _why_restarted(cluster: Cluster, api: Api) -> str:
+    """Each restarted container's last end, its previous log's tail, and its pod's Events."""
+    said = []
+    for pod in api.get(f"/api/v1/namespaces/{NS}/pods")["items"]:
+        name = pod["metadata"]["name"]
+        status = pod.get("status", {})
+        for c in [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]:
+            if not c.get("restartCount"):
+                continue
+            log = cluster.kubectl("logs", "-n", NS, name, "-c", c["name"], "--previous", "--tail=15", check=False)
+            events = [f"{e.get('reason')}: {e.get('message')}" for e in events_of(api, NS, name)]
+            said.append(f"{name}/{c['name']}: {c['restartCount']} restart(s), last: "
+                        f"{c.get('lastState', {}).get('terminated')}\n  events: {events[-6:]}\n"
+                        f"  previous log: {log.stdout[-2500:]}{log.stderr[-300:]}")
+    return "\n".join(said)
 
 
 def _node_condition(api: Api, node: str, kind: str) -> str | None:
@@ -295,6 +331,7 @@ def test_the_documented_install_runs_pods_with_no_restart_and_the_documented_uni
         assert condition(api.get(f"{PODNETWORKS}/default"), "Ready")["status"] == "True"  # type: ignore[index]
         eventually(lambda: _node_condition(api, node.name, "DefaultPodNetworkReady") == "True",
                    "the node's DefaultPodNetworkReady is True", timeout=120)
+        eventually(lambda: not _webhooks_missing(api), "the operators registered their webhooks", timeout=120)
     except AssertionError as error:
         listing = run(cluster, f"kubectl -n {NS} get pods -o wide").stdout
         events = run(cluster, f"kubectl -n {NS} get events --sort-by=.lastTimestamp").stdout
@@ -357,7 +394,7 @@ def test_the_documented_install_runs_pods_with_no_restart_and_the_documented_uni
 
     restarts = _restarts(api)
     print(f"containers of {NS}: {len(restarts)}, restarts: {sum(restarts.values())}")
-    assert restarts and not any(restarts.values()), restarts
+    assert restarts and not any(restarts.values()), _why_restarted(cluster, api)
     netns = [s["netns"] for s in _sandboxes(cluster, node) if s["namespace"] == NS and s["netns"]]
     assert netns, "the operators' pods have network namespaces"
 
