@@ -140,8 +140,17 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
 def test_the_kubelet_registers_the_driver_and_each_node_publishes_its_networks(dra: Dra, api: Api) -> None:
     for node in (dra.a, dra.b):
         assert registered(dra.drivers[node.name])  # the kubelet's NotifyRegistrationStatus(registered)
-        assert Path(names.registration_socket(str(node.dir / "kubelet" / "root" / "plugins_registry"),
-                                              DRIVER)).is_socket()
+        socket = names.registration_socket(str(node.dir / "kubelet" / "root" / "plugins_registry"), DRIVER)
+        assert Path(socket).is_socket()
+        kubelet_log = node.dir / "log" / "kubelet.log"
+        said = eventually(lambda kubelet_log=kubelet_log: (text := kubelet_log.read_text(errors="replace"))
+                          and "Successfully started WatchResources health stream" in text and text,
+                          f"{node.name}'s kubelet opened the driver's health stream")
+        assert f'"Adding socket path or updating timestamp to desired state cache" path="{socket}"' in said
+        assert f'"Connection changed" logger="DRA registration handler" driverName="{DRIVER}"' in said
+        # the kubelet v1.36 opens the health stream on every plugin: the driver serves it (and says nothing)
+        assert not [line for line in said.splitlines()
+                    if "Error receiving from WatchResources stream" in line and DRIVER in line]
     offered_a = eventually(lambda: (d := devices(api, dra.a.name)) and dra.both in d and d,
                            "node A publishes its PodNetworks")
     offered_b = eventually(lambda: (d := devices(api, dra.b.name)) and dra.bonly in d and d,

@@ -157,7 +157,7 @@ async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> in
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     # the DRAPlugin service first: the kubelet calls the endpoint right after GetInfo
-    dra_server = await wire.serve(wire.dra_handler(service), endpoint)
+    dra_server = await wire.serve(wire.dra_handler(service), endpoint, wire.health_handler())
     registration_server: grpc.aio.Server | None = None
     publishing = asyncio.create_task(publish.run(), name="publish")
     reporting = asyncio.create_task(report.run(), name="report")

@@ -6,15 +6,22 @@
 - `DRAPlugin` v1 (`/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/...`) on the endpoint `GetInfo`
   names: `NodePrepareResources` and `NodeUnprepareResources`.
 
+The DRAPlugin socket also answers the kubelet's device health stream,
+`/v1alpha1.DRAResourceHealth/NodeWatchResources` (gate ResourceHealthStatus, on in the kit's
+v1.36 kubelet, which opens it on every plugin whatever it registered, and logs an error every 5 s
+for a plugin that does not serve it): `health_handler` keeps the stream open and sends nothing.
+A PodNetwork's device has no health of its own; a PodNetwork that is not Ready loses its device.
+
 Each is a `grpc.aio` server of its own, so a socket serves only what it is for. The clients here
 are the kubelet's side of the same calls, for tests and diagnosis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -24,6 +31,9 @@ from bridge.dra.driver.protos import dra_v1_pb2 as dra_pb
 from bridge.dra.driver.protos import pluginregistration_v1_pb2 as reg_pb
 
 DRA_SERVICE = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+#: The kubelet's device health service (k8s.io/kubelet/pkg/apis/dra-health/v1alpha1: proto package
+#: `v1alpha1`; the path as the kit's kubelet binary spells it).
+HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
 REGISTRATION_SERVICE = "pluginregistration.Registration"
 
 Req = TypeVar("Req", bound=Message)
@@ -62,6 +72,19 @@ def dra_handler(service: DraService) -> grpc.GenericRpcHandler:
     })
 
 
+def health_handler() -> grpc.GenericRpcHandler:
+    """NodeWatchResources: open until the server stops, no message (no health to report). Its
+    request is empty and no response is ever sent, so no message type is needed."""
+    async def watch(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()  # until cancelled: the kubelet hangs up, or the server stops
+        yield b""  # never reached; makes this an async generator, a stream
+
+    return grpc.method_handlers_generic_handler(HEALTH_SERVICE, {
+        "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+            watch,  # grpc.aio streams from an async generator
+            request_deserializer=lambda raw: raw, response_serializer=lambda raw: raw)})
+
+
 def registration_handler(service: RegistrationService) -> grpc.GenericRpcHandler:
     async def info(_: reg_pb.InfoRequest) -> reg_pb.PluginInfo:
         return service.info()
@@ -88,13 +111,13 @@ def remove_socket(path: str) -> None:
         os.unlink(path)
 
 
-async def serve(handler: grpc.GenericRpcHandler, path: str) -> grpc.aio.Server:
-    """A started server of `handler` on the unix socket `path` (its folder made, a stale socket
-    replaced). Raises OSError when it cannot listen there."""
+async def serve(handler: grpc.GenericRpcHandler, path: str, *more: grpc.GenericRpcHandler) -> grpc.aio.Server:
+    """A started server of `handler` (and `more`) on the unix socket `path` (its folder made, a stale
+    socket replaced). Raises OSError when it cannot listen there."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     remove_socket(path)
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers((handler, *more))
     try:
         bound = server.add_insecure_port(f"unix://{path}")
     except RuntimeError as exc:  # grpcio says so for a path too long, a folder it cannot write
@@ -162,5 +185,6 @@ class RegistrationClient:
         await self.channel.close()
 
 
-__all__ = ["DRA_SERVICE", "REGISTRATION_SERVICE", "DraClient", "DraService", "RegistrationClient",
-           "RegistrationService", "dra_handler", "registration_handler", "remove_socket", "serve"]
+__all__ = ["DRA_SERVICE", "HEALTH_SERVICE", "REGISTRATION_SERVICE", "DraClient", "DraService",
+           "RegistrationClient", "RegistrationService", "dra_handler", "health_handler",
+           "registration_handler", "remove_socket", "serve"]

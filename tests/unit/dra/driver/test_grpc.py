@@ -4,6 +4,7 @@ per claim, idempotent, kept across a restart of the driver (a new server over th
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -61,7 +62,7 @@ class Driver:
                                     podnetwork_of={"blue": "blue"}.get)
 
     async def start(self) -> None:
-        self.servers = [await wire.serve(wire.dra_handler(self.plugin), self.endpoint),
+        self.servers = [await wire.serve(wire.dra_handler(self.plugin), self.endpoint, wire.health_handler()),
                         await wire.serve(wire.registration_handler(self.registration), self.registration_path)]
         self.client = wire.DraClient(self.endpoint)
 
@@ -180,3 +181,19 @@ async def test_grpc_listens_on_a_socket_path_of_the_longest_length_the_driver_al
     assert names.socket_problem(path(names.MAX_SOCKET_PATH + 1), "--x") is not None
     with pytest.raises(OSError, match="cannot listen on the unix socket"):
         await wire.serve(handler, path(names.MAX_SOCKET_PATH + 1))
+
+
+async def test_the_health_stream_the_kubelet_opens_stays_open_and_says_nothing(driver: Driver) -> None:
+    """The kit's kubelet opens NodeWatchResources on every plugin and logs an error every 5 s for
+    one that does not serve it; the driver keeps it open with no message."""
+    stream = driver.client.channel.unary_stream(f"/{wire.HEALTH_SERVICE}/NodeWatchResources",
+                                                request_serializer=lambda raw: raw,
+                                                response_deserializer=lambda raw: raw)
+    call = stream(b"")
+    reader = asyncio.ensure_future(call.read())
+    claim = driver.reader.add("c", UIDS[0], "blue")
+    await driver.client.prepare(claim)  # a round trip on the same connection, after the stream opened
+    assert not reader.done() and not call.done()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
