@@ -379,6 +379,7 @@ class Soak:
         self.paused = threading.Event()
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        self.creating = threading.Lock()
         self.began = time.monotonic()
         self.counter = 0
         self.tables_before: set[str] = set()
@@ -515,6 +516,10 @@ class Soak:
         return self.rng.choice((ALLOWED, DENIED)) if draw < 0.15 else None
 
     def create(self, role: str | None = None) -> None:
+        with self.creating:  # the churn and a count (which gives missing roles) name pods from one counter
+            self._create(role)
+
+    def _create(self, role: str | None) -> None:
         chosen = self.rng.sample([n.tag for n in self.nets], self.rng.choice((0, 1, 1, 2, 2, 3)))
         role = role or self.role()
         if role and TRAFFIC_NET not in chosen:
@@ -543,7 +548,15 @@ class Soak:
             code, data = self.api.request("POST", f"/api/v1/namespaces/{self.ns}/pods", body)
         except httpx.HTTPError:
             return  # the API server is down: the next tick tries again
-        if code >= 300:
+        if code == 409 and isinstance(data, dict) and data.get("reason") == "AlreadyExists":
+            # an earlier POST of this name, whose answer was lost (the API server was killed), made
+            # it: that pod is the soak's, with the networks and role it was made with
+            adopted = self.adopt(name)
+            if adopted is None:
+                return
+            chosen, role = adopted
+            print(f"soak: {name} was made by a POST whose answer was lost: adopted", flush=True)
+        elif code >= 300:
             if code not in (500, 503, 504) and "webhook" not in str(data):
                 print(f"soak: creating {name}: HTTP {code}: {str(data)[:300]}", flush=True)
             return
@@ -555,6 +568,21 @@ class Soak:
             self.traffic.clients[role] += 1
         if self.counter % 100 == 0:
             self.sample_rss(f"pod {self.counter}", pods=self.counter)
+
+    def adopt(self, name: str) -> tuple[list[str], str | None] | None:
+        """The networks (tags) and role of the soak's pod `name` as the API has it."""
+        try:
+            pod = self.api.find(f"/api/v1/namespaces/{self.ns}/pods/{name}")
+        except (httpx.HTTPError, AssertionError):
+            return None
+        if pod is None:
+            return None
+        by_podnetwork = {n.podnetwork: n.tag for n in self.nets}
+        asked = json.loads(pod["metadata"].get("annotations", {}).get(NETWORKS, "[]"))
+        chosen = [by_podnetwork[e["podNetworkName"]] for e in asked if e.get("podNetworkName") in by_podnetwork]
+        labels = pod["metadata"].get("labels", {})
+        role = SERVER if labels.get("app") == SERVICE else labels.get(CLIENT_LABEL)
+        return chosen, role
 
     def net(self, tag: str) -> Net:
         return next(n for n in self.nets if n.tag == tag)
@@ -643,11 +671,13 @@ class Soak:
             round_ = list(targets)
             self.rng.shuffle(round_)
             order.extend(round_)
-        for target in order[: self.args.kills]:
-            # spread over the expected churn: pods / rate seconds
-            duration = self.args.minutes * 60 if self.args.minutes else self.args.pods / self.args.rate
-            gap = max(3.0, duration / (self.args.kills + 1))
-            if self.stop.wait(self.rng.uniform(0.5 * gap, 1.5 * gap)):
+        # spread over the expected churn (--minutes, or pods / rate seconds) by the clock, not by gaps
+        # after each kill: a kill's own time (an API server kept down 20 s, counts that pause the
+        # faults) would otherwise push the last kills past the end of a timed run
+        duration = self.args.minutes * 60 if self.args.minutes else self.args.pods / self.args.rate
+        schedule = kill_schedule(duration, self.args.kills, self.rng)
+        for target, offset in zip(order[: self.args.kills], schedule, strict=True):
+            if self.stop.wait(max(3.0, self.began + offset - time.monotonic())):
                 return
             while self.paused.is_set() and not self.stop.is_set():
                 time.sleep(0.2)
@@ -1010,6 +1040,14 @@ class Soak:
             "agent_kills_after_pod_100": None if self.pod_100_at is None else sum(
                 1 for k in self.kills if k.target == "agent" and k.at > self.pod_100_at),
         }
+
+
+def kill_schedule(duration: float, kills: int, rng: random.Random) -> list[float]:
+    """When each kill is due, in seconds from the start: one in each of `kills` equal slots of
+    `duration`, at a random point of the slot's middle half (so two kills are never closer than half
+    a slot)."""
+    slot = duration / kills if kills else 0.0
+    return [(i + rng.uniform(0.25, 0.75)) * slot for i in range(kills)]
 
 
 def rss_growth(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -5,8 +5,10 @@ probe as it connects from a network namespace."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import shutil
 import socket
 import threading
@@ -128,3 +130,11 @@ def test_the_probe_connects_from_the_network_namespace_of_a_pid(server: tuple[st
     # this process's own network namespace, entered as the soak enters a client pod's
     assert soak.probe_from(os.getpid(), probes) == ["s1", None]
     assert soak.probe_from(2**22 + 1, probes) is None  # no such process: no namespace to probe from
+
+
+def test_the_kills_are_due_one_in_each_slot_of_the_run_half_a_slot_apart_at_least() -> None:
+    due = soak.kill_schedule(1800, 60, random.Random(3))
+    assert len(due) == 60
+    assert all(30 * i + 7.5 <= at <= 30 * i + 22.5 for i, at in enumerate(due))
+    assert min(b - a for a, b in itertools.pairwise(due)) >= 15
+    assert soak.kill_schedule(100, 0, random.Random(3)) == []
