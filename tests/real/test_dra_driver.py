@@ -145,16 +145,16 @@ def test_the_kubelet_registers_the_driver_and_each_node_publishes_its_networks(d
         kubelet_log = node.dir / "log" / "kubelet.log"
         said = eventually(lambda kubelet_log=kubelet_log: (text := kubelet_log.read_text(errors="replace"))
                           and "Successfully started WatchResources health stream" in text and text,
-                          f"{node.name}'s kubelet opened the driver's health stream")
+                          f"{node.name}'s kubelet opened the driver's health stream", timeout=60)
         assert f'"Adding socket path or updating timestamp to desired state cache" path="{socket}"' in said
         assert f'"Connection changed" logger="DRA registration handler" driverName="{DRIVER}"' in said
         # the kubelet v1.36 opens the health stream on every plugin: the driver serves it (and says nothing)
         assert not [line for line in said.splitlines()
                     if "Error receiving from WatchResources stream" in line and DRIVER in line]
     offered_a = eventually(lambda: (d := devices(api, dra.a.name)) and dra.both in d and d,
-                           "node A publishes its PodNetworks")
+                           "node A publishes its PodNetworks", timeout=60)
     offered_b = eventually(lambda: (d := devices(api, dra.b.name)) and dra.bonly in d and d,
-                           "node B publishes its PodNetworks")
+                           "node B publishes its PodNetworks", timeout=60)
     assert sorted(offered_a) == sorted(["default", dra.both])
     assert sorted(offered_b) == sorted(["default", dra.both, dra.bonly])
     device = offered_b[dra.bonly]
@@ -167,34 +167,34 @@ def test_the_kubelet_registers_the_driver_and_each_node_publishes_its_networks(d
 
 
 def test_slices_follow_a_podnetwork_turning_not_ready_and_the_nodes_annotation(dra: Dra, api: Api) -> None:
-    eventually(lambda: dra.both in devices(api, dra.b.name), "node B offers both")
+    eventually(lambda: dra.both in devices(api, dra.b.name), "node B offers both", timeout=60)
     api.merge_patch(f"{PODNETWORKS}/{dra.both}", {"spec": {"enabled": False}})
     try:
         for node in (dra.a, dra.b):
             eventually(lambda node=node: dra.both not in devices(api, node.name),
-                       f"the disabled PodNetwork has no device on {node.name}")
+                       f"the disabled PodNetwork has no device on {node.name}", timeout=60)
         assert dra.bonly in devices(api, dra.b.name)
     finally:
         api.merge_patch(f"{PODNETWORKS}/{dra.both}", {"spec": {"enabled": True}})
     for node in (dra.a, dra.b):
         eventually(lambda node=node: dra.both in devices(api, node.name),
-                   f"the re-enabled PodNetwork has its device again on {node.name}")
+                   f"the re-enabled PodNetwork has its device again on {node.name}", timeout=60)
 
     api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
         OFFERS: json.dumps(["default", dra.both, dra.nowhere])}}})
     try:
-        eventually(lambda: dra.nowhere in devices(api, dra.a.name), "node A offers what its annotation adds")
+        eventually(lambda: dra.nowhere in devices(api, dra.a.name), "node A offers what its annotation adds", timeout=60)
     finally:
         api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
             OFFERS: json.dumps(["default", dra.both])}}})
-    eventually(lambda: dra.nowhere not in devices(api, dra.a.name), "and stops offering what it removes")
+    eventually(lambda: dra.nowhere not in devices(api, dra.a.name), "and stops offering what it removes", timeout=60)
 
 
 def test_a_deleted_slice_is_published_again(dra: Dra, api: Api) -> None:
-    (before,) = eventually(lambda: slices_of(api, dra.b.name), "node B has its slice")
+    (before,) = eventually(lambda: slices_of(api, dra.b.name), "node B has its slice", timeout=60)
     api.delete(f"{RESOURCE}/resourceslices/{before['metadata']['name']}")
     again = eventually(lambda: [s for s in slices_of(api, dra.b.name)
-                                if s["metadata"]["uid"] != before["metadata"]["uid"]], "the driver made it again")
+                                if s["metadata"]["uid"] != before["metadata"]["uid"]], "the driver made it again", timeout=60)
     assert sorted(d["name"] for d in again[0]["spec"]["devices"]) == sorted(
         d["name"] for d in before["spec"]["devices"])
 
@@ -210,7 +210,7 @@ def claims_of(api: Api, ns: str) -> list[dict[str, Any]]:
 
 def test_pods_claiming_a_network_of_node_b_only_run_there_and_leave_nothing_when_deleted(
         dra: Dra, api: Api, made: Made, ns: str) -> None:
-    eventually(lambda: dra.bonly in devices(api, dra.b.name), "node B offers bonly")
+    eventually(lambda: dra.bonly in devices(api, dra.b.name), "node B offers bonly", timeout=60)
     template = classes.claim_template("bonly", ns, [dra.bonly], DRIVER).to_dict()
     api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", template)
     for name in ("first", "second"):  # one shareable device serves both
@@ -262,7 +262,7 @@ def test_a_pod_claiming_a_network_offered_nowhere_stays_pending_with_the_schedul
     assert "cannot allocate all claims" in scheduled["message"], scheduled
     pod = api.get(f"{pods(ns)}/stuck")
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
-    events = eventually(lambda: events_of(api, ns, "stuck", "FailedScheduling"), "a FailedScheduling Event")
+    events = eventually(lambda: events_of(api, ns, "stuck", "FailedScheduling"), "a FailedScheduling Event", timeout=60)
     assert "cannot allocate all claims" in events[-1]["message"]
     assert dra.prepared(dra.a) == dra.prepared(dra.b) == []
 
@@ -275,7 +275,7 @@ def test_a_claimed_network_that_the_agent_attached_gets_its_network_data_on_the_
         api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
             OFFERS: json.dumps(["default", dra.both, blue.podnetwork])}}})
         try:
-            eventually(lambda: blue.podnetwork in devices(api, dra.a.name), "node A offers blue")
+            eventually(lambda: blue.podnetwork in devices(api, dra.a.name), "node A offers blue", timeout=60)
             api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
                        classes.claim_template("blue", ns, [blue.podnetwork], DRIVER).to_dict())
             body = claimed_pod("reported", "blue")
@@ -316,7 +316,7 @@ def test_after_a_kubelet_restart_the_driver_is_registered_again_republishes_and_
     """The kubelet deletes every slice of its node when it starts and finds the driver again by its
     socket; a pod prepared before keeps its claim, a pod after is prepared by the same driver."""
     (before,) = eventually(lambda: [s for s in slices_of(api, dra.b.name)
-                                    if dra.bonly in json.dumps(s["spec"]["devices"])], "node B offers bonly")
+                                    if dra.bonly in json.dumps(s["spec"]["devices"])], "node B offers bonly", timeout=60)
     api.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
                classes.claim_template("bonly", ns, [dra.bonly], DRIVER).to_dict())
     made.pod(ns, claimed_pod("before", "bonly"))
