@@ -338,6 +338,6 @@ def test_the_help_of_every_command_points_to_the_one_description() -> None:
         flags = {option: action for action in parser._actions for option in action.option_strings}
         if "--kubeconfig" in flags:
             helps[name] = (credentials.HELP in (flags["--kubeconfig"].help or ""), "--context" in flags)
-    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "export-dra",
+    assert set(helps) == {"controller", "bridge", "scheduler-extender", "cni-agent", "migrate", "export-dra", "dra-driver",
                           "explain", "graph", "conformance"}
     assert all(points and has_context for points, has_context in helps.values()), helps
