@@ -10,6 +10,7 @@ it kills the cluster's parts, which the session's shared cluster must not see.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,7 +21,11 @@ import pytest
 
 from tests.real.cluster_support import REPO, binaries, node_prerequisites
 
+#: Seconds the soak may take (221-300 s here, at load 5-26), and then to clean up after a SIGTERM.
+SOAK_SECONDS, CLEANUP_SECONDS = 900, 240
 
+
+@pytest.mark.timeout(SOAK_SECONDS + CLEANUP_SECONDS + 60)
 def test_a_hundred_pods_through_ten_kills_leave_nothing_behind(tmp_path: Path) -> None:
     binaries()  # the kit, as the session's fixtures need it (a KitMissing says how to get it)
     missing = node_prerequisites()
@@ -29,11 +34,20 @@ def test_a_hundred_pods_through_ten_kills_leave_nothing_behind(tmp_path: Path) -
             pytest.fail(f"the soak cannot run in CI: {missing}", pytrace=False)
         pytest.skip(missing)
     report = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "soak" / "soak.py"), "--pods", "100", "--kills",
-                           "10", "--check-every", "90", "--report", str(report)],
-                          capture_output=True, text=True, timeout=900)
-    assert report.exists(), f"the soak ended without a report ({proc.returncode}):\n{proc.stdout[-4000:]}\n" \
-                            f"{proc.stderr[-4000:]}"
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "soak" / "soak.py"), "--pods", "100", "--kills",
+                             "10", "--check-every", "90", "--report", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=SOAK_SECONDS)
+    except BaseException:
+        # a timeout (ours, pytest-timeout's) or Ctrl-C: subprocess would SIGKILL the soak, leaving its
+        # cluster running; on SIGTERM it removes everything it made
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=CLEANUP_SECONDS)
+        raise
+    assert report.exists(), f"the soak ended without a report ({proc.returncode}):\n{stdout[-4000:]}\n" \
+                            f"{stderr[-4000:]}"
     result = json.loads(report.read_text())
     assert result["pods"] == 100
     assert len(result["kills"]) == 10
@@ -47,4 +61,4 @@ def test_a_hundred_pods_through_ten_kills_leave_nothing_behind(tmp_path: Path) -
     probed = [c["probes"] for c in result["checks"]]
     assert any(p["allowed"] and p["denied"] and p["service"] for p in probed), probed
     assert result["traffic"]["counted"]["wrong"] == 0, result["traffic"]
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.returncode == 0, stdout[-3000:]
