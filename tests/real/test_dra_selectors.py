@@ -66,4 +66,6 @@ def test_export_dras_device_class_selects_the_host_interface_its_nad_names(
                 for r in (c.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])]
 
     assert eventually(allocated, "kube-scheduler allocates the pod's claim", timeout=60) == ["named"]
-    assert api.get(f"{pods(ns)}/dra")["spec"]["nodeName"] == node.name
+    # kube-scheduler writes the allocation before it binds the pod (PreBind, then Bind)
+    assert eventually(lambda: api.get(f"{pods(ns)}/dra")["spec"].get("nodeName"), "kube-scheduler binds the pod",
+                      timeout=60) == node.name
