@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from podnetwork.cli import logs
-from podnetwork.ground import useragent
+from podnetwork.kube import useragent
 
 ENTRY_POINT_GROUP = "podnetwork.commands"
 

@@ -7,7 +7,7 @@ TLS and token rules hold everywhere (docs/architecture.md "Reaching the API").
 
 - `credentials`, `client`: finding the cluster; lightkube clients, retries, list+watch
   (their parts: `credentialmodel`, `kubeconfig`, `authentication`, `clienttls`;
-  `resources`, `apierrors`, `transport`);
+  `resources`, `apierrors`, `transport`, `useragent`);
 - `lite`: the CNI agent's small asyncio client (GET, merge patch, list+watch);
 - `peering`: the one adapter to kopf's peering objects (kopf's public API has none);
 - `certificates`, `webhooks`, `webhooksecret`, `registration`: the webhooks' serving

@@ -14,8 +14,8 @@ import lightkube
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
-from podnetwork.ground.useragent import user_agent
 from podnetwork.kube.credentials import Authenticator, Credentials, ssl_context
+from podnetwork.kube.useragent import user_agent
 
 
 def _prepare(credentials: Credentials, request: httpx2.Request) -> None:

@@ -132,7 +132,7 @@ def _documented_packages() -> dict[str, set[str]]:
         # explanation in parentheses.
         modules = set()
         for item in re.split(r",\s*(?![^()]*\))", cells[1]):
-            name = re.match(r"\s*`([a-z_/]+)`", item)
+            name = re.match(r"\s*`([a-z0-9_/]+)`", item)
             if name:
                 modules.add(name.group(1).split("/")[-1])
         documented.setdefault(current, set()).update(modules)
