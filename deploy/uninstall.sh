@@ -7,7 +7,7 @@
 #
 # The order matters:
 #   1. the agents remove their conflist and shim, then their DaemonSet goes: the nodes run
-#      their own network again;
+#      their own network again; the DRA driver (deploy/dra-driver/, when installed) goes too;
 #   2. the operators (extender, bridge, controller) stop, and their pods are waited for: the
 #      controller re-creates `default` when it is deleted and keeps the in-use finalizer on
 #      every PodNetwork a pod uses (every pod uses `default`), so nothing would ever end while
@@ -81,6 +81,15 @@ fi
 say "deleting the CNI agent DaemonSet"
 k delete -k deploy/agent/ --ignore-not-found --wait=false
 until_empty "the CNI agent's pods" pods_of multinetwork-cni-agent
+# The DRA driver (deploy/dra-driver/, optional), where the API serves its kinds. Its ResourceSlices
+# would go 30 s after it stopped (the kubelet wipes them): deleted now instead.
+if k get --raw /apis/resource.k8s.io/v1 >/dev/null 2>&1; then
+    say "deleting the DRA driver (deploy/dra-driver/) and its ResourceSlices"
+    k delete -k deploy/dra-driver/ --ignore-not-found --wait=false
+    until_empty "the DRA driver's pods" pods_of multinetwork-dra-driver
+    k delete resourceslices.resource.k8s.io --field-selector spec.driver=dra.multinetwork.x-k8s.io \
+        --ignore-not-found
+fi
 
 # 2. The operators. Deleting a component's ClusterRole makes the garbage collector delete the
 # webhook configurations it owns, and a replica still running registers none again.

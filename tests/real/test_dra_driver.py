@@ -8,10 +8,15 @@ node. What is seen here and nowhere else: the kubelet's plugin watcher registeri
 (gate DRAConsumableCapacity), the scheduler's allocator reading the slices, the kubelet calling
 NodePrepareResources before the containers start and NodeUnprepareResources after the pod is
 gone, and the kubelet deleting a stopped driver's slices.
+
+The drivers run as deploy/dra-driver/ runs them in a cluster: with a token of the ServiceAccount
+of deploy/dra-driver/rbac.yaml, bound by its ClusterRole (applied here as written), not as
+cluster-admin, so a request the ClusterRole does not allow fails these tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -26,6 +31,7 @@ from bridge.dra.driver import classes, names
 from tests.real.attachments_support import bridged_networks, interfaces
 from tests.real.cluster_support import (
     PODNETWORK,
+    REPO,
     Api,
     Cluster,
     Node,
@@ -42,6 +48,9 @@ pytestmark = pytest.mark.usefixtures("components")
 DRIVER = names.DEFAULT_DRIVER
 RESOURCE = "/apis/resource.k8s.io/v1"
 OFFERS = "multinetwork.x-k8s.io/podnetworks"
+DEPLOYED = REPO / "deploy" / "dra-driver"
+NAMESPACE = "multinetwork-system"
+ACCOUNT = "multinetwork-dra-driver"
 
 
 @dataclass
@@ -52,6 +61,7 @@ class Dra:
     a: Node
     b: Node
     drivers: dict[str, Process]
+    kubeconfigs: dict[str, Path]
     both: str
     bonly: str
     nowhere: str
@@ -78,9 +88,56 @@ def devices(api: Api, node: str) -> dict[str, dict[str, Any]]:
             for d in s["spec"].get("devices") or []}
 
 
-def driver_argv(cluster: Cluster, node: Node) -> list[str]:
+def driver_argv(node: Node, kubeconfig: Path) -> list[str]:
     return ["dra-driver", "--node-name", node.name, "--kubelet-plugins-dir", str(node.dir / "kubelet" / "root" /
-            "plugins"), "--kubeconfig", str(cluster.kubeconfig)]
+            "plugins"), "--kubeconfig", str(kubeconfig)]
+
+
+@contextlib.contextmanager
+def service_account(cluster: Cluster, api: Api) -> Iterator[None]:
+    """deploy/dra-driver/rbac.yaml applied as written; removed afterwards with the pods of
+    `bound_kubeconfig` (and the namespace when it was made here)."""
+    made_namespace = api.find(f"/api/v1/namespaces/{NAMESPACE}") is None
+    try:
+        if made_namespace:
+            cluster.kubectl("apply", "-k", str(REPO / "deploy" / "namespace"))
+        cluster.kubectl("apply", "-f", str(DEPLOYED / "rbac.yaml"))
+        yield
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    params={"labelSelector": f"app.kubernetes.io/name={ACCOUNT}", "gracePeriodSeconds": "0"})
+        eventually(lambda: not api.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector="
+                                       f"app.kubernetes.io%2Fname%3D{ACCOUNT}")["items"],
+                   "the pods the driver's tokens were bound to are gone", timeout=90)
+        cluster.kubectl("delete", "-f", str(DEPLOYED / "rbac.yaml"), "--ignore-not-found", check=False)
+        for path in cluster.root.glob("dra-driver-*.kubeconfig"):
+            path.unlink()
+        if made_namespace:
+            cluster.kubectl("delete", "-k", str(REPO / "deploy" / "namespace"), "--ignore-not-found", check=False)
+            eventually(lambda: api.find(f"/api/v1/namespaces/{NAMESPACE}") is None, f"namespace {NAMESPACE} is gone",
+                       timeout=90)
+
+
+def bound_kubeconfig(cluster: Cluster, api: Api, node: Node) -> Path:
+    """A kubeconfig with a token of the driver's ServiceAccount as the DaemonSet's pod on `node` gets
+    one: bound to a pod of that account on that node (TokenRequest, `kubectl create token
+    --bound-object-kind Pod`), so the token carries the node's name, which the API server's check of
+    status.devices writes (verb associated-node:patch) compares with the claim's node."""
+    pod = f"{ACCOUNT}-{node.name}"
+    body = pod_manifest(pod, node=node.name, labels={"app.kubernetes.io/name": ACCOUNT},
+                        serviceAccountName=ACCOUNT, automountServiceAccountToken=False)
+    made = api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+    token = cluster.kubectl("-n", NAMESPACE, "create", "token", ACCOUNT, "--duration=2h", "--bound-object-kind=Pod",
+                            f"--bound-object-name={pod}", f"--bound-object-uid={made['metadata']['uid']}"
+                            ).stdout.strip()
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": ACCOUNT, "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = ACCOUNT
+    path = cluster.root / f"dra-driver-{node.name}.kubeconfig"
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def registered(process: Process) -> bool:
@@ -96,8 +153,11 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
     made = Made(api)
     b: Node | None = None
     drivers: dict[str, Process] = {}
+    account = contextlib.ExitStack()
     try:
+        account.enter_context(service_account(cluster, api))
         b = cluster.add_node(index)
+        kubeconfigs = {each.name: bound_kubeconfig(cluster, api, each) for each in (node, b)}
         both, bonly, nowhere = unique("dra-both"), unique("dra-bonly"), unique("dra-nowhere")
         for name in (both, bonly, nowhere):
             made.podnetwork(name)
@@ -107,14 +167,14 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
                                  text=True, timeout=60, check=True).stdout
         made.create(f"{RESOURCE}/deviceclasses", yaml.safe_load(printed))
         for each in (node, b):
-            process = cluster.start_component(f"dra-driver-{each.name}", driver_argv(cluster, each),
+            process = cluster.start_component(f"dra-driver-{each.name}", driver_argv(each, kubeconfigs[each.name]),
                                               lambda process_name=f"dra-driver-{each.name}":
                                               registered(cluster.components[process_name]), timeout=90)
             drivers[each.name] = process
         # pods of the default network only pass the extender on a node whose default network is Ready
         eventually(lambda: (c := condition(api.get(f"/api/v1/nodes/{b.name}"), "DefaultPodNetworkReady"))
                    and c["status"] == "True", "the second node has DefaultPodNetworkReady True", timeout=60)
-        yield Dra(cluster, node, b, drivers, both, bonly, nowhere)
+        yield Dra(cluster, node, b, drivers, kubeconfigs, both, bonly, nowhere)
     finally:
         problems: list[str] = []
         for name, process in drivers.items():
@@ -131,9 +191,13 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
         try:
             made.close()
         finally:
-            if b is not None:
-                cluster.remove_node(b)
-                eventually(lambda: api.find(f"/api/v1/nodes/{b.name}") is None, f"node {b.name} is gone", timeout=60)
+            try:
+                account.close()  # its pods first, while their nodes are there to stop them
+            finally:
+                if b is not None:
+                    cluster.remove_node(b)
+                    eventually(lambda: api.find(f"/api/v1/nodes/{b.name}") is None, f"node {b.name} is gone",
+                               timeout=60)
         assert not problems, problems
 
 
@@ -345,3 +409,42 @@ def test_after_a_kubelet_restart_the_driver_is_registered_again_republishes_and_
     api.request("DELETE", pods(ns), params={"gracePeriodSeconds": "0"})
     eventually(lambda: not api.get(pods(ns))["items"], "the pods are gone", timeout=90)
     eventually(lambda: dra.prepared(dra.b) == [], "the kubelet unprepared both claims", timeout=60)
+
+
+def test_deploy_dra_driver_is_accepted_by_the_api_server(dra: Dra) -> None:
+    """The DaemonSet, the DeviceClass and the RBAC of deploy/dra-driver/, as `kubectl apply -k` sends them,
+    through the API server's validation and admission (server-side dry run: nothing is written)."""
+    done = dra.cluster.kubectl("apply", "-k", str(DEPLOYED), "--dry-run=server")
+    said = done.stdout
+    for what in ("serviceaccount/multinetwork-dra-driver", "clusterrole.rbac.authorization.k8s.io/multinetwork-dra-driver",
+                 "clusterrolebinding.rbac.authorization.k8s.io/multinetwork-dra-driver",
+                 f"deviceclass.resource.k8s.io/{DRIVER}", "daemonset.apps/multinetwork-dra-driver created"):
+        assert what in said, said
+    assert "(server dry run)" in said, said
+    assert dra.cluster.kubectl("-n", NAMESPACE, "get", "daemonset", "multinetwork-dra-driver",
+                               "--ignore-not-found", "-o", "name").stdout.strip() == ""
+
+
+def test_the_drivers_ran_as_their_service_account_and_no_request_was_refused(dra: Dra) -> None:
+    """Last in the module: by now the drivers made every kind of request the tests above need."""
+    for name, kubeconfig in dra.kubeconfigs.items():
+        who = json.loads(dra.cluster.kubectl("--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json").stdout)
+        info = who["status"]["userInfo"]
+        assert info["username"] == f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+        assert info["extra"]["authentication.kubernetes.io/node-name"] == [name]
+        log = dra.drivers[name].log.read_text(errors="replace")
+        refused = [line for line in log.splitlines() if "forbidden" in line.lower() or " 403" in line]
+        assert not refused, f"{name}'s driver: {refused}"
+    # and no more than it needs: the DeviceClass is the administrator's, slices are patched, not updated,
+    # and the status of claims allocated on other nodes is not its to write
+    kubeconfig = str(dra.kubeconfigs[dra.a.name])
+    for verb, resource, *more in (("create", "deviceclasses.resource.k8s.io"),
+                                  ("update", "resourceslices.resource.k8s.io"),
+                                  ("list", "resourceclaims.resource.k8s.io"), ("create", "events"),
+                                  ("arbitrary-node:patch", f"resourceclaims.resource.k8s.io/{DRIVER}",
+                                   "--subresource=driver")):
+        can = dra.cluster.kubectl("--kubeconfig", kubeconfig, "auth", "can-i", verb, resource, *more, check=False)
+        assert can.stdout.strip() == "no", (verb, resource, can.stdout, can.stderr)
+    can = dra.cluster.kubectl("--kubeconfig", kubeconfig, "auth", "can-i", "associated-node:patch",
+                              f"resourceclaims.resource.k8s.io/{DRIVER}", "--subresource=driver", check=False)
+    assert can.stdout.strip() == "yes", (can.stdout, can.stderr)

@@ -305,6 +305,9 @@ async def test_the_agent_as_deployed_installs_its_shim_and_turns_ready_on_the_no
 def test_the_stand_in_kubelet_runs_the_commands_of_every_container_of_ours() -> None:
     # Every workload of ours is started by one of the tests above (init containers aside).
     started_here = {("controller", "controller"), ("bridge", "bridge"), ("scheduler", "extender"), ("agent", "agent")}
+    # The DRA driver needs a kubelet to register with: tests/real/test_dra_driver.py runs it, as its
+    # ServiceAccount, and tests/unit/deploy/test_dra_driver_manifests.py checks its DaemonSet's command.
+    started_here.add(("dra-driver", "driver"))
     ours = {(c.kustomization.name, c.spec["name"]) for k in sorted(DEPLOY.iterdir()) if (k / "kustomization.yaml").exists()
             for c in containers(k) if c.ours and not c.init}
     assert ours == started_here
