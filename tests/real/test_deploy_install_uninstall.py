@@ -17,7 +17,9 @@ What this proves:
   their ClusterRoles and their Secret): no CRD of `crds/` nor kopf's peering CRDs (and so no
   peering object, PodNetwork, attachment or NAD), no ValidatingAdmissionPolicy or binding, no
   webhook configuration, no object of `deploy/`, no namespace multinetwork-system; and a second
-  uninstall is a clean no-op.
+  uninstall is a clean no-op;
+- the optional DRA driver (docs/deploy.md "DRA (optional)") is accepted as applied there, and the
+  uninstall removes it, its DeviceClass included.
 
 What it does not prove: the workloads running. There is no image and no node here, so their
 pods stay Pending and no controller writes the finalizers, `default` or the webhook
@@ -212,7 +214,7 @@ def left_over(api: Api, cluster: Cluster) -> list[str]:
     if api.find(f"/api/v1/namespaces/{NS}") is not None:
         left.append(f"namespace {NS}")
     # every object of deploy/'s kustomizations but the peering ones (their kind went with its CRD)
-    for part in ("namespace", "controller", "bridge", "scheduler", "agent"):
+    for part in ("namespace", "controller", "bridge", "scheduler", "agent", "dra-driver"):
         got = run(cluster, f"kubectl get -k deploy/{part}/ --ignore-not-found -o name")
         assert got.returncode == 0, got.stderr
         left += got.stdout.split()
@@ -242,6 +244,12 @@ def test_the_documented_install_is_accepted_and_the_documented_uninstall_ends_cl
     for deployment in ("podnetwork-controller", "podnetwork-bridge", "podnetwork-scheduler"):
         assert api.find(f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}") is not None
     assert api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets")["items"]
+    # the optional DRA driver, as docs/deploy.md "DRA (optional)" applies it (its rollout needs nodes)
+    (dra,) = [line for line in section_commands("DRA (optional)") if line.startswith("kubectl apply")]
+    done = run(cluster, dra)
+    assert done.returncode == 0, f"{dra}:\n{done.stdout}\n{done.stderr}"
+    assert api.find(f"/apis/apps/v1/namespaces/{NS}/daemonsets/multinetwork-dra-driver") is not None
+    assert api.find("/apis/resource.k8s.io/v1/deviceclasses/dra.multinetwork.x-k8s.io") is not None
 
     user_ns, held = what_a_user_has(api, cluster)
     eventually(lambda: protected(api), "the policy binding refuses the delete of default", timeout=60)
@@ -253,6 +261,7 @@ def test_the_documented_install_is_accepted_and_the_documented_uninstall_ends_cl
     first = run(cluster, uninstall[0], timeout=GUARD)
     assert first.returncode == 0, f"{first.stdout}\n{first.stderr}"
     assert first.stdout.strip().splitlines()[-1] == DONE, first.stdout
+    assert "deleting the DRA driver" in first.stdout, first.stdout
 
     assert left_over(api, cluster) == []
     assert api.find(f"/api/v1/namespaces/{user_ns}") is not None, "the user's own namespace is theirs"
