@@ -35,8 +35,8 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # The real CNI plugins and `ip` (the CNI tier, the demo), `nft` (the agent's MultiNetworkPolicy
-# tables in pods, bridge/agent/nftables.py, and their CNI tests), `conntrack` (flushing UDP flows to a
-# Service endpoint that left, bridge/agent/clusterips.py), Graphviz's `dot` (`podnetwork graph
+# tables in pods, bridge/agent/netns/nftables.py, and their CNI tests), `conntrack` (flushing UDP flows to a
+# Service endpoint that left, bridge/agent/netns/clusterips.py), Graphviz's `dot` (`podnetwork graph
 # -o graph.svg`, as the README shows it), and a C compiler with a static libc (the compiled CNI
 # shim, which `cni-agent --install` builds and its tests run), and for the real tier's kubelet node
 # (tests/real/, on the kit in ../shared/k8s) containerd and runc, with openssl, curl and xz for the

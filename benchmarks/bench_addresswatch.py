@@ -1,4 +1,4 @@
-"""The cost of watching pods' addresses (bridge/agent/addresswatch.py) as the number of pods grows.
+"""The cost of watching pods' addresses (bridge/agent/pods/addresswatch.py) as the number of pods grows.
 
 For N pods (network namespaces, each with a dummy interface holding one address), a fresh
 interpreter imports what `podnetwork cni-agent` imports, then watches every namespace, and
@@ -7,7 +7,7 @@ separate interpreters, alternated:
 
 - event loop (the agent's): one netlink socket per namespace, opened by a short-lived thread
   that enters it, then read on the asyncio event loop (`loop.add_reader`) by the stdlib reader
-  `bridge.agent.netlink` (`addresswatch.AddressWatch`);
+  `bridge.agent.netns.netlink` (`addresswatch.AddressWatch`);
 - thread per pod (the alternative): one netlink socket per namespace and one thread blocked
   in recv(2) on it.
 
@@ -73,8 +73,8 @@ def _usage() -> dict[str, int]:
 
 
 async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
-    from bridge.agent import addresswatch
-    from bridge.agent.cache import Record
+    from bridge.agent.delegates.cache import Record
+    from bridge.agent.pods import addresswatch
 
     before = _usage()
     written: set[str] = set()
@@ -104,7 +104,7 @@ async def _event_loop_design(paths: list[str]) -> dict[str, Any]:
 
 
 def _thread_design(paths: list[str], own: int) -> dict[str, Any]:
-    from bridge.agent import routes
+    from bridge.agent.netns import routes
 
     before = _usage()
     seen: set[int] = set()
@@ -138,7 +138,7 @@ def _thread_design(paths: list[str], own: int) -> dict[str, Any]:
 
 
 def child(design: str, paths: list[str]) -> None:
-    import bridge.agent.command  # noqa: F401  (what `podnetwork cni-agent` imports)
+    import bridge.agent.daemon.command  # noqa: F401  (what `podnetwork cni-agent` imports)
 
     if design == "event loop":
         result = asyncio.run(_event_loop_design(paths))

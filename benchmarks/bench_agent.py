@@ -12,7 +12,7 @@ What the issue (#13) asks a comparison to be, as deployed:
 - the runtime side is the installed `multinetwork` shim executed as a runtime would
   (by the node's `/usr/bin/python3 -IS`, as in `deploy/agent`);
 - the baseline is the same config lists executed directly, the way a runtime's
-  libcni does (`bridge.agent.runner.Runner.add_list`/`delete_list`: one exec per plugin, IPAM
+  libcni does (`bridge.agent.delegates.runner.Runner.add_list`/`delete_list`: one exec per plugin, IPAM
   chained by the plugin), in the same run, interleaved iteration by iteration (which
   path goes first alternates), on the same bridges and network namespaces.
 
@@ -66,10 +66,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.api.kube_emulator, run as a script from anywhere
 
-from bridge.agent import cache, command, conflist, invoke  # noqa: E402
-from bridge.agent.invoke import Command, RuntimeArgs  # noqa: E402
-from bridge.agent.records import Records  # noqa: E402
-from bridge.agent.runner import Runner  # noqa: E402
+from bridge.agent.daemon import command  # noqa: E402
+from bridge.agent.delegates import cache, conflist, invoke  # noqa: E402
+from bridge.agent.delegates.invoke import Command, RuntimeArgs  # noqa: E402
+from bridge.agent.delegates.records import Records  # noqa: E402
+from bridge.agent.delegates.runner import Runner  # noqa: E402
 
 BIN_DIRS = tuple(d for d in invoke.DEFAULT_BIN_DIRS if d.is_dir())
 NAD_RESOURCE = "k8s.cni.cncf.io/v1/network-attachment-definitions"

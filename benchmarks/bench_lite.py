@@ -119,12 +119,12 @@ if sys.argv[1] == "before":
     sys.modules["podnetwork.kube.lite"] = module
     spec.loader.exec_module(module)
 import asyncio, ssl, json
-import bridge.agent.agent, bridge.agent.server, bridge.agent.objects, bridge.agent.running
+import bridge.agent.daemon.agent, bridge.agent.daemon.server, bridge.agent.kube.objects, bridge.agent.daemon.running
 base = rss()
 if sys.argv[1] == "h11":
     import h11
 h11_added = rss() - base
-import podnetwork.kube.lite, bridge.agent.watchcache, bridge.agent.hotplug, bridge.agent.publisher
+import podnetwork.kube.lite, bridge.agent.kube.watchcache, bridge.agent.daemon.hotplug, bridge.agent.pods.publisher
 print(rss(), h11_added, "h11" in sys.modules)
 """
 

@@ -3,10 +3,10 @@
 The table is what a pod with policies on two networks needs: base chains on input and
 output, `ct state established,related accept`, a chain per interface and direction, and
 a named set of peer addresses per chain (`--peers` addresses each), ~20 rules. Each
-iteration replaces it (the whole transaction `bridge.agent.nftables.apply` sends), once
+iteration replaces it (the whole transaction `bridge.agent.netns.nftables.apply` sends), once
 with each way, in alternating order, so all see the same state and the same noise:
 
-- nsenter + nft: `bridge.agent.nftables.apply` as the agent runs it (nsenter enters the
+- nsenter + nft: `bridge.agent.netns.nftables.apply` as the agent runs it (nsenter enters the
   namespace through an inherited descriptor and execs nft; asyncio child process);
 - nft + setns in preexec_fn: the same nft, the namespace entered by `setns(2)` in the
   child between fork and exec (ctypes, Python 3.11), no nsenter exec;
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 
 T = {"family": "inet", "table": nftables.TABLE}
 
@@ -129,7 +129,7 @@ def via_libnftables(netns: str, doc: dict[str, Any]) -> None:
 
 NFT = shutil.which("nft") or "nft"
 WAYS: dict[str, Callable[[str, dict[str, Any]], None]] = {
-    "nsenter + nft (bridge.agent.nftables)": via_nsenter,
+    "nsenter + nft (bridge.agent.netns.nftables)": via_nsenter,
     "nft + setns in preexec_fn": via_preexec_setns,
     "libnftables in-process (ctypes, a thread in the netns)": via_libnftables,
 }

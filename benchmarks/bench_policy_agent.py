@@ -41,11 +41,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridge.agent import enforcement, nftables  # noqa: E402
-from bridge.agent.cache import Attachment, Record, State  # noqa: E402
-from bridge.agent.enforcer import Enforcer, Settings  # noqa: E402
-from bridge.agent.policystate import KINDS, PolicyState  # noqa: E402
-from bridge.agent.watchcache import POD, POLICY  # noqa: E402
+from bridge.agent.delegates.cache import Attachment, Record, State  # noqa: E402
+from bridge.agent.kube.watchcache import POD, POLICY  # noqa: E402
+from bridge.agent.netns import nftables  # noqa: E402
+from bridge.agent.policy import decide as enforcement  # noqa: E402
+from bridge.agent.policy.apply import Enforcer, Settings  # noqa: E402
+from bridge.agent.policy.state import KINDS, PolicyState  # noqa: E402
 from podnetwork.ground import constants  # noqa: E402
 
 NAD = "default/blue"
@@ -176,7 +177,7 @@ async def add_cost(iterations: int) -> dict[str, float]:
     from tests.cni.agent_support import World
 
     phases = Phases()
-    agent_log = logging.getLogger("bridge.agent.agent")
+    agent_log = logging.getLogger("bridge.agent.daemon.agent")
     agent_log.addHandler(phases)
     agent_log.setLevel(logging.INFO)
 
@@ -224,10 +225,10 @@ async def add_cost(iterations: int) -> dict[str, float]:
 RSS_PROBE = """
 import gc, json, sys, tracemalloc
 sys.path.insert(0, {root!r})
-import bridge.agent.agent, bridge.agent.enforcer
-from bridge.agent.enforcer import Enforcer
-from bridge.agent.policystate import PolicyState
-from bridge.agent.watchcache import NAD, POD, PODNETWORK, POLICY
+import bridge.agent.daemon.agent, bridge.agent.policy.apply
+from bridge.agent.policy.apply import Enforcer
+from bridge.agent.policy.state import PolicyState
+from bridge.agent.kube.watchcache import NAD, POD, PODNETWORK, POLICY
 sys.path.insert(0, {bench!r})
 from bench_policy_agent import pod_object, podnetwork_object, policy_object
 def rss():

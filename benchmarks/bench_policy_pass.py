@@ -52,8 +52,8 @@ ARMS = {"none": "no policy", "policy": "one policy, selecting none (baseline)",
 
 def measure(pods: int, passes: int, arm: str) -> float:
     """Median seconds of one pass's decision, every local container due."""
-    from bridge.agent.enforcer import Enforcer
-    from bridge.agent.watchcache import POD
+    from bridge.agent.kube.watchcache import POD
+    from bridge.agent.policy.apply import Enforcer
     from tests.unit.agent.test_policy_enforcement import FAST, Kernel, pod, record, state_with
 
     state = state_with(*_objects(pods, arm != "none"))

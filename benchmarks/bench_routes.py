@@ -7,10 +7,10 @@ once with each executor, in alternating order, so both see the same state and th
 same machine noise:
 
 - nsenter + ip: each `RouteOp.argv()` run as `nsenter --net=<netns> ip …`, one child
-  process per step, awaited on the event loop (the agent's code before bridge/agent/routes.py);
-- netlink: `bridge.agent.routes.apply` (one netlink socket opened in the namespace by a
+  process per step, awaited on the event loop (the agent's code before bridge/agent/netns/routes.py);
+- netlink: `bridge.agent.netns.routes.apply` (one netlink socket opened in the namespace by a
   short-lived thread, then rtnetlink requests on the event loop, built and read by the
-  stdlib reader `bridge.agent.netlink`; pyroute2 until issue 24).
+  stdlib reader `bridge.agent.netns.netlink`; pyroute2 until issue 24).
 
 Cases: IPv4 alone (flush + add: 2 steps), dual-stack (4 steps), and dual-stack in
 10 namespaces at once (as when pods start together: the child processes run on every
@@ -41,14 +41,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge.agent import plan, routes
-from bridge.agent.plan import RouteOp
+from bridge.agent.cni import plan
+from bridge.agent.netns import routes
+from bridge.agent.netns.routes import RouteOp
 
 Executor = Callable[[str, Sequence[RouteOp], float], Awaitable[None]]
 
 
 async def nsenter_ip(netns: str, ops: Sequence[RouteOp], timeout: float) -> None:
-    """The agent's executor before bridge/agent/routes.py, as it was."""
+    """The agent's executor before bridge/agent/netns/routes.py, as it was."""
     for op in ops:
         proc = await asyncio.create_subprocess_exec(
             "nsenter", f"--net={netns}", *op.argv(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -149,8 +150,9 @@ import asyncio, sys, time
 def rss():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-import podnetwork.cli, bridge.agent.command, bridge.agent.agent, bridge.agent.server  # what `cni-agent` loads
-from bridge.agent import plan, routes
+import podnetwork.cli, bridge.agent.daemon.command, bridge.agent.daemon.agent, bridge.agent.daemon.server  # what `cni-agent` loads
+from bridge.agent.cni import plan
+from bridge.agent.netns import routes
 before = rss()
 assert "pyroute2" not in sys.modules, "the agent imports pyroute2 before it moves a route"
 async def main():

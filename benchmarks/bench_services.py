@@ -1,5 +1,5 @@
 """A client pod's Services table: compiling it (bridge.services.dnat) and applying it in a netns
-(bridge.agent.clusterips: the nft transaction and the routes), towards the issue's target of
+(bridge.agent.netns.clusterips: the nft transaction and the routes), towards the issue's target of
 p99 <= 1 s from an endpoint change to the rules, with 100 Services and 1,000 endpoints.
 
 The pod is on one network (`net1`, a veth end in a namespace of the benchmark). There are
@@ -12,7 +12,7 @@ Each iteration is what the agent does when one endpoint changes: compile the pod
 the inputs with that endpoint flipped, then apply it (one nft transaction replacing the
 table, one listing of our routes per family, no route change). The baseline, measured in the
 same run and alternating with it, is applying a table of one chain through the same
-`bridge.agent.nftables.apply`: the fixed cost of nsenter + nft.
+`bridge.agent.netns.nftables.apply`: the fixed cost of nsenter + nft.
 
 Needs root and nftables. Run:
     sudo .venv/bin/python benchmarks/bench_services.py [-n 50] [--services 100] [--endpoints 1000] [--affinity]
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from bridge import services
-from bridge.agent import clusterips, nftables
+from bridge.agent.netns import clusterips, nftables
 from bridge.services import dnat
 
 NETWORK = "blue"
@@ -123,7 +123,7 @@ def main() -> None:
     print("| step | median | p99 | ratio to the baseline (median) |")
     print("| --- | --- | --- | --- |")
     for label, samples in (("compile (bridge.services.dnat.compile_pod)", compile_s),
-                           ("apply (bridge.agent.clusterips.apply: nft + route listing)", apply_s),
+                           ("apply (bridge.agent.netns.clusterips.apply: nft + route listing)", apply_s),
                            ("endpoint change to rules (compile + apply)", total_s),
                            ("baseline: a one-chain table through nftables.apply", base_s)):
         print(f"| {label} | {ms(samples)} | {ms(samples, 0.99)} | {statistics.median(samples) / base:.2f} |")

@@ -35,11 +35,12 @@ import subprocess
 import time
 from typing import Any
 
-from bridge.agent import clusterips, serving
-from bridge.agent.cache import Attachment, Record, State
-from bridge.agent.servicer import ClusterIPs
-from bridge.agent.servicestate import KINDS, ServiceState
-from bridge.agent.watchcache import ENDPOINTSLICE
+from bridge.agent.delegates.cache import Attachment, Record, State
+from bridge.agent.kube.watchcache import ENDPOINTSLICE
+from bridge.agent.netns import clusterips
+from bridge.agent.services import decide as serving
+from bridge.agent.services.apply import ClusterIPs
+from bridge.agent.services.state import KINDS, ServiceState
 from podnetwork.ground import constants
 
 NETWORK, NAD = "blue", "default/blue-nad"

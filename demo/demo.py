@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import npwg
-from bridge.agent.running import Running
+from bridge.agent.daemon.running import Running
 from demo import host as host_mod
 from demo.controlplane import ControlPlane
 from demo.controlstory import ControlStory
@@ -262,11 +262,12 @@ class Demo(ControlStory):
         """The node's agent and its kubelet stand-in. Without `node_netns` the agent's node is this
         machine's namespace (node-a and node-b share it, and its bridges): its periodic node-access
         recheck is then off, so that it never gives this machine a path (`demo.solo`)."""
-        from bridge.agent import agent as agent_mod
-        from bridge.agent import command as cni_command
-        from bridge.agent import policystate, servicestate
-        from bridge.agent.enforcer import Enforcer
-        from bridge.agent.servicer import ClusterIPs
+        from bridge.agent.daemon import agent as agent_mod
+        from bridge.agent.daemon import command as cni_command
+        from bridge.agent.policy import state as policystate
+        from bridge.agent.policy.apply import Enforcer
+        from bridge.agent.services import state as servicestate
+        from bridge.agent.services.apply import ClusterIPs
         from demo import objects as objects_mod
         from demo.kubelet import Kubelet
 

@@ -1,8 +1,8 @@
 """Hot-plug in the demo (KEP Story #8, Req 24): a network added to and removed from a running pod.
 
 On a cluster each node's agent watches the pods bound to its node
-(`bridge.agent.hotplug.watch_node_pods`) and posts Events. Here each agent's
-`bridge.agent.hotplug.HotPlug` is fed by the store's pod watch, filtered to its
+(`bridge.agent.daemon.hotplug.watch_node_pods`) and posts Events. Here each agent's
+`bridge.agent.daemon.hotplug.HotPlug` is fed by the store's pod watch, filtered to its
 node the way the field selector filters on a cluster, and posts its Events to the
 store. The rest is the real code: admission checks the change, the bridge rewrites
 the NPWG selection, the agent attaches or detaches with the real plugins in the
@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from bridge import npwg
-from bridge.agent import hotplug
-from bridge.agent.running import Running
+from bridge.agent.daemon import hotplug
+from bridge.agent.daemon.running import Running
 from demo import host as host_mod
 from demo import store as store_mod
 from demo.report import Report

@@ -3,7 +3,7 @@ shows in its network-status and its pod IPs, and goes when it is removed.
 
 The address is added with `ip` inside the pod's network namespace, as a workload (or
 SLAAC) would; the node's agent sees it through its netlink watch
-(`bridge.agent.addresswatch`) and writes network-status, from which the bridge makes the
+(`bridge.agent.pods.addresswatch`) and writes network-status, from which the bridge makes the
 pod IPs. It comes from 2001:2::/48 (RFC 5180, benchmarking), as the demo's IPv4 addresses
 come from 198.18.0.0/15, and stays inside the pod: only the pod's own routing table
 gains the prefix. `nodad` skips IPv6 duplicate address detection, which would keep the

@@ -1,4 +1,4 @@
-"""The CNI agent's view of the cluster (`bridge.agent.objects.ObjectSource`) over the demo's store,
+"""The CNI agent's view of the cluster (`bridge.agent.kube.objects.ObjectSource`) over the demo's store,
 and its list + watch of the kinds its Services' ClusterIPs follow (`follow`).
 
 On a cluster the agent reads pods, NADs and PodNetworks with GETs and patches
@@ -6,7 +6,7 @@ pod annotations; here the same calls go to the in-process store, so the agent
 code that runs in the demo is the code that runs on a node.
 
 On a cluster the agent's reconcilers list and watch their kinds over HTTP
-(`bridge.agent.watchcache.follow`) into their state, a `watchcache.Listener`. `follow` here
+(`bridge.agent.kube.watchcache.follow`) into their state, a `watchcache.Listener`. `follow` here
 gives the same listener the same calls from the store: the listing, then each event, with the
 kind's label selector applied as the API server applies it (an object that stops matching is
 DELETED for the watcher).
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent import objects as cni_objects
-from bridge.agent import watchcache
+from bridge.agent.kube import objects as cni_objects
+from bridge.agent.kube import watchcache
 from demo import store as store_mod
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod

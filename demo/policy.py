@@ -1,7 +1,7 @@
 """Network policy in the demo (KEP-3698 Phase III, Req 22): a MultiNetworkPolicy isolates blue.
 
 Each node's agent keeps the policy tables of its pods, as `podnetwork cni-agent` does on a
-cluster: its enforcer (`bridge.agent.enforcer`) is fed the policies, pods, namespaces and
+cluster: its enforcer (`bridge.agent.policy.apply`) is fed the policies, pods, namespaces and
 networks by list + watch of the demo's store (`demo.objects.follow`), compiles each local
 pod's rules (`bridge.policy.rules.compile_pod`) and writes them into the pod's network
 namespace in one nftables transaction, or removes its table when no policy isolates the pod.
@@ -22,7 +22,7 @@ import shutil
 import sys
 from typing import Any
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from demo import stages
 from demo.store import NotFound
 from demo.world import BLUE, GREEN, POD

@@ -9,7 +9,7 @@ The parts are the ones a cluster runs:
 - **The EndpointSlices** are written by the bridge's Services controller
   (`bridge.operator.serviceslices.Services`), which the demo runs beside the bridge's other
   handlers, fed by the store's watches (`demo.controlplane`).
-- **The rules in the pods** are each node agent's own `bridge.agent.servicer.ClusterIPs`, its
+- **The rules in the pods** are each node agent's own `bridge.agent.services.apply.ClusterIPs`, its
   `ServiceState` listing and watching Services, EndpointSlices and PodNetworks from the store
   (`demo.objects.follow`, `Demo._start_agent`): it writes the table `inet podnetwork_services`
   and the ClusterIP's route in each client pod of its node, and removes them.
@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from bridge.agent import clusterips, nftables
+from bridge.agent.netns import clusterips, nftables
 from demo import host as host_mod
 from demo import stages
 from demo.report import Report

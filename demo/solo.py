@@ -23,8 +23,8 @@ import json
 from typing import Any, Protocol
 
 from bridge import npwg
-from bridge.agent import nftables
-from bridge.agent.running import Running
+from bridge.agent.daemon.running import Running
+from bridge.agent.netns import nftables
 from demo import host as host_mod
 from demo.kubelet import Kubelet
 from demo.policy import PORT, Servers, connects

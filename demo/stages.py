@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bridge.agent.agent import Agent
-from bridge.agent.reconciler import Reconciler
-from bridge.agent.running import Running
+from bridge.agent.daemon.agent import Agent
+from bridge.agent.daemon.running import Running
+from bridge.agent.netns.reconciler import Reconciler
 from demo.kubelet import Kubelet
 from demo.report import Report
 from demo.store import Store

@@ -10,7 +10,7 @@
   annotation (NPWG 4: the annotation selects secondary networks). The bridge's
   own selection follows the KEP networks also once the pod is attached (it has
   `network-status`): that is hot-plug (KEP Story #8, Req 24), and the node's
-  agent attaches or detaches what changed (`bridge.agent.hotplug`, as Multus's
+  agent attaches or detaches what changed (`bridge.agent.daemon.hotplug`, as Multus's
   dynamic networks controller follows the same annotation). A selection that
   becomes empty is removed, with its marker.
 - The reverse status: `multinetwork.x-k8s.io/pod-ips` and the attachment data

@@ -2,7 +2,7 @@
 
 `compile_pod(world, pod)` returns the commands of libnftables' JSON (`nft -j`, see
 libnftables-json(5)) for the pod's network namespace that build the whole table from nothing.
-The applier (`bridge.agent.nftables.apply`) puts "create the table if missing, delete it" in
+The applier (`bridge.agent.netns.nftables.apply`) puts "create the table if missing, delete it" in
 front, so the document replaces the table in one transaction: the kernel applies it
 atomically, a reader never sees half a ruleset, and conntrack entries outlive it:
 established connections survive every update. `FAMILY` and `TABLE` name the table here, once;
@@ -25,13 +25,13 @@ The table, `inet podnetwork_policy`:
   out of its own sets: its traffic to itself never crosses its interfaces (the kernel routes
   it through `lo`, and a packet arriving with one of its own addresses as source is a
   spoof), and the evaluator allows it anyway. So a pod's table does not depend on its own
-  addresses, and the one written at ADD before its delegates gave any (bridge.agent.enforcer)
+  addresses, and the one written at ADD before its delegates gave any (bridge.agent.policy.apply)
   is the one a later pass compiles.
 
 Interfaces of other networks, of networks no policy isolates the pod on, the cluster default
 network's (`eth0`) and `lo` meet no rule of ours. A pod that no policy isolates anywhere gets
 no table: `Ruleset.document` is None and the applier deletes the table
-(`bridge.agent.nftables.remove`).
+(`bridge.agent.netns.nftables.remove`).
 Named ports resolve as the evaluator resolves them: for ingress against the pod itself, for
 egress against each peer pod (one set per resolved port number).
 """
@@ -71,7 +71,7 @@ class Ruleset:
 
     @property
     def document(self) -> dict[str, Any] | None:
-        """The table's content for `bridge.agent.nftables.apply`, or None when no table should exist."""
+        """The table's content for `bridge.agent.netns.nftables.apply`, or None when no table should exist."""
         return transaction(self.commands) if self.commands else None
 
 

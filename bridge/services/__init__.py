@@ -7,7 +7,7 @@
 - `changes`: from one compiled table to another, the few commands that change it in place.
 
 Nothing here does I/O: the agent's edge builds the inputs, calls `dnat.compile_pod` per local
-pod and hands the result to `bridge.agent.clusterips.apply` (the first time) or `update`
+pod and hands the result to `bridge.agent.netns.clusterips.apply` (the first time) or `update`
 (with `changes.changes(old, new)`, after). docs/services.md ("In the pods")
 is the user's side.
 """

@@ -2,9 +2,9 @@
 
 `compile_pod(pod, services, endpoints)` returns a `Ruleset`: libnftables JSON commands that
 build the table `inet podnetwork_services` from nothing (the applier,
-`bridge.agent.nftables.apply(..., table=SERVICES)`, replaces the old table in the same
+`bridge.agent.netns.nftables.apply(..., table=SERVICES)`, replaces the old table in the same
 transaction), and the routes the pod needs (`Route`: each ClusterIP via the interface of
-its Service's network; `bridge.agent.clusterips` executes them with `ip route`).
+its Service's network; `bridge.agent.netns.clusterips` executes them with `ip route`).
 
 Only Services on a network the pod is attached to, through an interface its status names,
 and of a family the pod has an address of there, reach the table: a pod on no such network
@@ -116,7 +116,7 @@ class Ruleset:
 
     @property
     def document(self) -> dict[str, Any] | None:
-        """The table's content for `bridge.agent.nftables.apply`, or None when no table should exist."""
+        """The table's content for `bridge.agent.netns.nftables.apply`, or None when no table should exist."""
         return transaction(self.commands) if self.commands else None
 
 

@@ -17,7 +17,7 @@ collectors (GC, platform) are not ours to document.
 Operators (`podnetwork controller`, `podnetwork bridge`) serve `asgi_app` on
 `--metrics-port` (`arguments.add_metrics_arguments`), plain HTTP; the extender
 serves `/metrics` on its own port; the agent on `--metrics-port` of its own (aiohttp,
-`bridge.agent.metrics`).
+`bridge.agent.daemon.metrics`).
 """
 
 from __future__ import annotations

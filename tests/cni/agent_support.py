@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.agent import agent as agent_mod
-from bridge.agent import command, invoke
-from bridge.agent.objects import MemoryObjects
-from bridge.agent.running import Running
+from bridge.agent.daemon import agent as agent_mod
+from bridge.agent.daemon import command
+from bridge.agent.daemon.running import Running
+from bridge.agent.delegates import invoke
+from bridge.agent.kube.objects import MemoryObjects
 
 CNI_VERSION = "1.0.0"
 """The cniVersion of a World whose test does not run once per version."""
@@ -224,7 +225,7 @@ class World:
         data = json.dumps(self.runtime_conf()).encode() if stdin is None else stdin
         out, err = await proc.communicate(data)
         if self.agent is not None:
-            # network-status is written after the answer (bridge.agent.publisher); the tests
+            # network-status is written after the answer (bridge.agent.pods.publisher); the tests
             # that read it right after an ADD read what the agent has written by then.
             await self.agent.status.idle()
         return Answer(proc.returncode or 0, out.decode(), err.decode())
@@ -383,7 +384,7 @@ async def _gated_main(config_path: str) -> None:
     )
     await Running(agent).start()
     if config.get("hotplug_trigger"):
-        from bridge.agent import hotplug
+        from bridge.agent.daemon import hotplug
         from podnetwork.ground.core import Pod
 
         class NoEvents:

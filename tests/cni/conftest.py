@@ -2,7 +2,7 @@
 and the CNI version it speaks.
 
 A test marked `every_cni_version` runs once per version the agent speaks
-(`bridge.agent.invoke.SUPPORTED_VERSIONS`, from `since`). The installed plugins are asked
+(`bridge.agent.delegates.invoke.SUPPORTED_VERSIONS`, from `since`). The installed plugins are asked
 once per session which versions they speak; a version they lack is skipped with that
 reason, never left out of the list, and in CI it fails unless agent_support.KNOWN_GAPS
 explains it.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 from tests.cni.agent_support import CNI_VERSION, KNOWN_GAPS, TIER_PLUGINS, World, by_version, spoken_versions
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from tests.cni.netpol_pod_support import sctp_unavailable
 
 PREFIX = "pnnp-"
@@ -474,7 +474,7 @@ class Node:
 
 
 class InNode:
-    """An `Exec` (bridge.agent.invoke) that runs each delegate plugin inside the node namespace: an
+    """An `Exec` (bridge.agent.delegates.invoke) that runs each delegate plugin inside the node namespace: an
     agent given it makes its bridges and host ends of veths there, where no packet can leave."""
 
     def __init__(self, node: Node) -> None:

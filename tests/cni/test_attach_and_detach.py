@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 from tests.cni.agent_support import (
     KEP_NETWORKS,
     NOTHING_LEFT,

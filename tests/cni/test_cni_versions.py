@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 from tests.cni.agent_support import KNOWN_GAPS, by_version
 
 pytestmark = pytest.mark.cni

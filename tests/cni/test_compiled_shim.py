@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bridge.agent import command
+from bridge.agent.daemon import command
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World
 
 pytestmark = pytest.mark.cni

@@ -1,4 +1,4 @@
-"""`bridge.agent.routes` in real network namespaces, against `nsenter --net=… ip …` (what the agent ran before).
+"""`bridge.agent.netns.routes` in real network namespaces, against `nsenter --net=… ip …` (what the agent ran before).
 
 Each test builds two identical namespaces (a "default network" interface eth0 with
 IPv4 and IPv6 default routes, a secondary interface net1, routes that must stay):
@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import plan, routes
-from bridge.agent.invoke import CNIError, ErrorCode
-from bridge.agent.plan import RouteAction, RouteOp
+from bridge.agent.cni import plan
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.netns import routes
+from bridge.agent.netns.routes import RouteAction, RouteOp
 
 pytestmark = pytest.mark.cni
 
@@ -124,11 +125,11 @@ async def test_moving_the_default_route_leaves_the_same_routing_table_as_nsenter
 
 
 def test_a_move_needs_no_pyroute2(pods: tuple[Pod, Pod]) -> None:
-    """The agent speaks rtnetlink with the stdlib (`bridge.agent.netlink`): no pyroute2 to import."""
+    """The agent speaks rtnetlink with the stdlib (`bridge.agent.netns.netlink`): no pyroute2 to import."""
     new, _ = pods
     probe = (
         "import asyncio, sys; sys.modules['pyroute2'] = None\n"  # as if it were not installed
-        "from bridge.agent import plan, routes\n"
+        "from bridge.agent.cni import plan\nfrom bridge.agent.netns import routes\n"
         f"asyncio.run(routes.apply({new.path!r}, plan.default_route_ops('net1', [{new.v4[1] + '.1'!r}]), 30))\n"
     )
     subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from bridge import translate
-from bridge.agent import hotplug
-from bridge.agent.addresswatch import Settings
+from bridge.agent.daemon import hotplug
+from bridge.agent.pods.addresswatch import Settings
 from bridge.translate import podips
 from podnetwork.ground.core import Pod
 from tests.cni.agent_support import (

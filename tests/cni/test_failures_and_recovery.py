@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent as agent_mod
+from bridge.agent.daemon import agent as agent_mod
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World, spawn_gated_agent, wait_for_socket
 
 pytestmark = pytest.mark.cni

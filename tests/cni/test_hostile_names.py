@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bridge.agent.cache import Attachment
+from bridge.agent.delegates.cache import Attachment
 from tests.cni.agent_support import KEP_NETWORKS, NOTHING_LEFT, NPWG_NETWORKS, World, bridge_podnetwork
 
 pytestmark = pytest.mark.cni

@@ -25,7 +25,7 @@ from typing import Any
 import kmock as kmock_lib
 import pytest
 
-from bridge.agent import hotplug
+from bridge.agent.daemon import hotplug
 from tests.api import bridge_api_support as bs
 from tests.api.kube_emulator import write_kubeconfig
 from tests.cni.agent_support import KEP_NETWORKS, NOTHING_LEFT, NPWG_NETWORKS, NPWG_STATUS, World

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from bridge.agent.addresswatch import IFA_F_TENTATIVE, Settings
-from bridge.agent.cache import Attachment, State
+from bridge.agent.delegates.cache import Attachment, State
+from bridge.agent.pods.addresswatch import IFA_F_TENTATIVE, Settings
 from tests.cni.agent_support import NPWG_NETWORKS, NPWG_STATUS, World, run, status_of
 
 pytestmark = pytest.mark.cni
@@ -271,7 +271,7 @@ async def test_thousands_of_addresses_are_capped_in_the_status_said_in_an_event_
     assert agent is not None
     events = Events()
     agent.events = events
-    caplog.set_level(logging.INFO, logger="bridge.agent.addresswatch")
+    caplog.set_level(logging.INFO, logger="bridge.agent.pods.addresswatch")
     netns = await attached(world)
     assigned = eth0_ips(world, "web")
     cap = agent.config.address_watch.max_ips_per_interface
@@ -290,7 +290,7 @@ async def test_thousands_of_addresses_are_capped_in_the_status_said_in_an_event_
     assert (event["reason"], event["type"], event["involvedObject"]["name"]) == (
         "NetworkStatusCapped", "Warning", "web")
     assert f"{cap} of {3 * cap + 1} addresses of eth0" in event["message"], event["message"]
-    longest = max(len(r.getMessage()) for r in caplog.records if r.name == "bridge.agent.addresswatch")
+    longest = max(len(r.getMessage()) for r in caplog.records if r.name == "bridge.agent.pods.addresswatch")
     assert longest < 2000, "a log line lists every address"
 
     deleted = await world.cni("DEL", "ctr-live", netns, "web")
@@ -304,7 +304,7 @@ async def _pyroute2_view(netns: str) -> tuple[dict[int, str], list[tuple[int, st
     """The namespace's link names and addresses as pyroute2 reads them (the watch's reader before)."""
     from pyroute2 import AsyncIPRoute
 
-    from bridge.agent import routes
+    from bridge.agent.netns import routes
 
     ipr = AsyncIPRoute(fileno=(await routes.socket_in(netns)).detach())
     try:
@@ -321,7 +321,7 @@ async def _pyroute2_view(netns: str) -> tuple[dict[int, str], list[tuple[int, st
 
 
 async def _reader_view(netns: str) -> tuple[dict[int, str], list[tuple[int, str, int, int]]]:
-    from bridge.agent import netlink, routes
+    from bridge.agent.netns import netlink, routes
 
     events: list[int] = []
     reader = netlink.Reader(await routes.socket_in(netns), events.append, lambda: None)
@@ -369,8 +369,8 @@ async def test_the_stdlib_reader_reads_a_namespace_as_pyroute2_does(tmp_path: Pa
 
 WATCH_ALONE = """
 import asyncio, sys
-from bridge.agent import addresswatch
-from bridge.agent.cache import Record
+from bridge.agent.pods import addresswatch
+from bridge.agent.delegates.cache import Record
 
 async def main(netns):
     async def publish(record, status):

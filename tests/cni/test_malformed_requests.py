@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bridge.agent import shim
+from bridge.agent.shim import shim
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World
 
 pytestmark = pytest.mark.cni

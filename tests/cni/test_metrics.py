@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.agent import agent as agent_mod
-from bridge.agent.invoke import ErrorCode
-from bridge.agent.running import Running
+from bridge.agent.daemon import agent as agent_mod
+from bridge.agent.daemon.running import Running
+from bridge.agent.delegates.invoke import ErrorCode
 from tests.api.controller_support import free_port
 from tests.api.metrics_support import scrape, total, value
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, World

@@ -1,5 +1,5 @@
 """The upstream netpol truth tables with real packets: the rule compiler's tables (bridge.policy.rules),
-applied by bridge.agent.nftables in the pods of a node namespace of the test
+applied by bridge.agent.netns.nftables in the pods of a node namespace of the test
 (tests/cni/netpol_support.py: real bridge and host-local plugins, x/y/z x a/b/c), give the
 probe matrix each case of tests/policy_cases.py expects, on the policies' network (net1)
 while eth0 stays open; and, on random policies, the matrix the reference evaluator

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import access, hotplug, nftables
-from bridge.agent.nodeaccess import STATE_FILE
+from bridge.agent.access import decide as access
+from bridge.agent.access.apply import STATE_FILE
+from bridge.agent.daemon import hotplug
+from bridge.agent.netns import nftables
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 from tests.cni.agent_support import KEP_NETWORKS, NPWG_NETWORKS, World, bridge_podnetwork, run

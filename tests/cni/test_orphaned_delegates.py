@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 from tests.cni.agent_support import NOTHING_LEFT, World, spawn_agent, wait_for_socket
 
 pytestmark = pytest.mark.cni

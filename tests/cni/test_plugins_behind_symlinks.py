@@ -30,7 +30,7 @@ PLUGINS = Path("/usr/lib/cni")
 SCRIPT = """
 import json, os, subprocess, sys
 from pathlib import Path
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 bin_dir = Path(sys.argv[1])
 assert not (bin_dir / "bridge").exists(), "the link must not resolve in this namespace"
 found = invoke.find_plugin("bridge", [bin_dir], host_root=Path(sys.argv[2]))

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import nftables
-from bridge.agent.enforcer import Enforcer, Settings
-from bridge.agent.policystate import KINDS, PolicyState
-from bridge.agent.watchcache import POD, POLICY
+from bridge.agent.kube.watchcache import POD, POLICY
+from bridge.agent.netns import nftables
+from bridge.agent.policy.apply import Enforcer, Settings
+from bridge.agent.policy.state import KINDS, PolicyState
 from podnetwork.ground import constants
 from tests.cni.agent_node_support import NAD, add, pod_object, sealed_node
 from tests.cni.agent_support import World
@@ -148,7 +148,7 @@ async def test_the_agent_isolates_at_add_follows_changes_survives_a_restart_and_
 async def test_an_add_whose_delegate_fails_leaves_no_table_though_it_was_written_beside_the_delegates(
     cni_host: list[Path], node: Node
 ) -> None:
-    """The table is written while the delegates run (bridge.agent.enforcer): when one fails, the
+    """The table is written while the delegates run (bridge.agent.policy.apply): when one fails, the
     rollback waits for that write and removes the table, and the ADD reports the delegate's failure."""
     world = World(cni_host)
     try:

@@ -1,5 +1,5 @@
 """The kernel accepts what the rule compiler writes: every pod's table of every truth-table case
-(tests/policy_cases.py) loads through the agent's applier (`bridge.agent.nftables.apply`: the real
+(tests/policy_cases.py) loads through the agent's applier (`bridge.agent.netns.nftables.apply`: the real
 `nft -j -f -` in a network namespace of the test), replaces the previous one atomically, and
 `nftables.remove` leaves none. No traffic: the truth tables with real packets are the traffic
 harness's."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from bridge.policy import rules, scope
 from tests import policy_cases
 from tests.cni.netpol_support import nft_or_skip

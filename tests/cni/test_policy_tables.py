@@ -1,4 +1,4 @@
-"""Our nftables table in a pod's namespace (bridge.agent.nftables), proven with real traffic.
+"""Our nftables table in a pod's namespace (bridge.agent.netns.nftables), proven with real traffic.
 
 Against the real `nft`, in the pods of a node namespace of the test (tests/cni/netpol_support.py:
 real bridge and host-local plugins, x/y/z x a/b/c, eth0 + net1 + net2), with rulesets written
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from tests.cni.netpol_support import DEFAULT_PROBES, PREFIX, TCP80, UDP80, Matrix, Node, standing
 
 pytestmark = pytest.mark.cni

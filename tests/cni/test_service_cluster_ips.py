@@ -1,4 +1,4 @@
-"""A Service's ClusterIP inside a client pod (bridge.services.dnat compiled, bridge.agent.clusterips
+"""A Service's ClusterIP inside a client pod (bridge.services.dnat compiled, bridge.agent.netns.clusterips
 applied), proven with real traffic: the netpol harness's node in a namespace of the test
 (tests/cni/netpol_support.py: real bridge and host-local plugins, sealed so no packet leaves
 the machine), pods x/a (the client), x/b and x/c (the backends), each with eth0 (the cluster
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bridge import services
-from bridge.agent import clusterips, nftables
+from bridge.agent.netns import clusterips, nftables
 from bridge.policy import parse_policy, rules
 from bridge.policy import world as policy_world
 from bridge.services import changes, dnat

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import clusterips, nftables
-from bridge.agent.reconciler import Settings
-from bridge.agent.servicer import ClusterIPs
-from bridge.agent.servicestate import KINDS, ServiceState
-from bridge.agent.watchcache import ENDPOINTSLICE, SERVICE
+from bridge.agent.kube.watchcache import ENDPOINTSLICE, SERVICE
+from bridge.agent.netns import clusterips, nftables
+from bridge.agent.netns.reconciler import Settings
+from bridge.agent.services.apply import ClusterIPs
+from bridge.agent.services.state import KINDS, ServiceState
 from podnetwork.ground import constants
 from tests.cni.agent_node_support import NAD_NAME, add, sealed_node
 from tests.cni.agent_support import World

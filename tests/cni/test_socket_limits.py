@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 from tests.cni.agent_support import NOTHING_LEFT, World
 
 pytestmark = pytest.mark.cni
@@ -52,7 +52,7 @@ async def trickle(writer: asyncio.StreamWriter) -> None:
 async def test_idle_and_slow_connections_are_closed_in_time_and_never_keep_the_runtime_out(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bridge.agent.server")
+    caplog.set_level(logging.WARNING, logger="bridge.agent.daemon.server")
     await world.start_agent(max_connections=LIMIT, read_timeout=READ_SECONDS)
     world.pod("web")
     netns = world.make_netns()
@@ -94,7 +94,7 @@ async def test_idle_connections_far_beyond_the_limit_close_each_other_and_the_ru
 ) -> None:
     """25 times the limit, as 3,000 were to the default 128; the read timeout is far away, so only
     the limit can free their places."""
-    caplog.set_level(logging.WARNING, logger="bridge.agent.server")
+    caplog.set_level(logging.WARNING, logger="bridge.agent.daemon.server")
     await world.start_agent(max_connections=LIMIT, read_timeout=DEADLINE * 4)
     world.pod("web")
     netns = world.make_netns()
@@ -146,7 +146,7 @@ class Held:
 async def test_over_the_limit_of_requests_in_flight_the_runtime_is_told_to_try_again(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bridge.agent.server")
+    caplog.set_level(logging.WARNING, logger="bridge.agent.daemon.server")
     held = Held()
     limit = 2
     await world.start_agent(max_connections=limit, executor=held)

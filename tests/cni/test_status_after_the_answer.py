@@ -22,7 +22,7 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import cache
+from bridge.agent.delegates import cache
 from tests.api.kube_emulator import Emulator, eventually, requests_to, write_kubeconfig
 from tests.cni.agent_support import NOTHING_LEFT, NPWG_NETWORKS, NPWG_STATUS, World
 

@@ -1,5 +1,5 @@
 """Builders of rtnetlink messages as the kernel writes them (linux/netlink.h, rtnetlink.h,
-if_addr.h, if_link.h), for tests of `bridge.agent.netlink`'s parsers."""
+if_addr.h, if_link.h), for tests of `bridge.agent.netns.netlink`'s parsers."""
 
 from __future__ import annotations
 

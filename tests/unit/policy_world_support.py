@@ -11,7 +11,7 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping
 
-from bridge.agent.policystate import PolicyState
+from bridge.agent.policy.state import PolicyState
 from bridge.policy import views
 from bridge.policy.world import Address, PodInfo, World
 

@@ -1,5 +1,5 @@
-"""One table of inputs for the CNI shims (`bridge/agent/shim.py` and its compiled fast path
-`bridge/agent/shim.c`): a runtime's stdin and environment, and what a fake agent on a unix
+"""One table of inputs for the CNI shims (`bridge/agent/shim/shim.py` and its compiled fast path
+`bridge/agent/shim/shim.c`): a runtime's stdin and environment, and what a fake agent on a unix
 socket answers. Every shim must answer each row the same way (stdout byte for byte, exit code,
 and the requests the agent received); each row also says what that answer is.
 

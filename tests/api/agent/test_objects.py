@@ -10,7 +10,7 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import objects
+from bridge.agent.kube import objects
 from tests.api.kube_emulator import write_kubeconfig
 
 RESOURCES = {

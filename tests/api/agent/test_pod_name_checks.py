@@ -22,8 +22,9 @@ from pathlib import Path
 import kmock
 import pytest
 
-from bridge.agent import agent, command, objects
-from bridge.agent.running import Running
+from bridge.agent.daemon import agent, command
+from bridge.agent.daemon.running import Running
+from bridge.agent.kube import objects
 from tests.api.kube_emulator import write_kubeconfig
 
 CNI_VERSION = "1.0.0"

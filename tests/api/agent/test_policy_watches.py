@@ -18,8 +18,10 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import command, enforcer, objects, watchcache
-from bridge.agent.cache import Attachment, Record, State
+from bridge.agent.daemon import command
+from bridge.agent.delegates.cache import Attachment, Record, State
+from bridge.agent.kube import objects, watchcache
+from bridge.agent.policy import apply as enforcer
 from podnetwork.ground import constants
 from tests.api.kube_emulator import Emulator, write_kubeconfig
 

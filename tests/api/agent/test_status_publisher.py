@@ -1,4 +1,4 @@
-"""The agent's network-status publisher (`bridge.agent.publisher`) through `KubernetesObjects`
+"""The agent's network-status publisher (`bridge.agent.pods.publisher`) through `KubernetesObjects`
 against kmock's Kubernetes emulator over real HTTP, made to refuse a patch naming another
 pod's `metadata.uid` as kube-apiserver does (`tests/api/kube_emulator.py`).
 
@@ -22,9 +22,10 @@ import kmock
 import pytest
 
 from bridge import npwg
-from bridge.agent import agent, objects
-from bridge.agent.invoke import CNIError
-from bridge.agent.publisher import StatusPublisher
+from bridge.agent.daemon import agent
+from bridge.agent.delegates.invoke import CNIError
+from bridge.agent.kube import objects
+from bridge.agent.pods.publisher import StatusPublisher
 from tests.api.kube_emulator import Emulator, write_kubeconfig
 
 PODS = "v1/pods"

@@ -1,4 +1,4 @@
-"""The agent's watch cache (`bridge.agent.watchcache`) against kmock's Kubernetes emulator over real
+"""The agent's watch cache (`bridge.agent.kube.watchcache`) against kmock's Kubernetes emulator over real
 HTTP: what it answers from its list and watch, what it still reads from the API, and when."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import command, objects, watchcache
+from bridge.agent.daemon import command
+from bridge.agent.kube import objects, watchcache
 from tests.api.kube_emulator import Emulator, write_kubeconfig
 
 NADS = "k8s.cni.cncf.io/v1/network-attachment-definitions"

@@ -1,4 +1,4 @@
-"""Node access and API access, the pure decisions (`bridge.agent.access`): the switches, the node's
+"""Node access and API access, the pure decisions (`bridge.agent.access.decide`): the switches, the node's
 path per NAD type (and each refusal), the API's addresses, and the node's nftables table. Real
 traffic through them: tests/cni/test_node_access.py.
 """
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.agent import access, nftables
+from bridge.agent.access import decide as access
+from bridge.agent.netns import nftables
 from podnetwork.ground import constants
 
 NODE, API = constants.NODE_ACCESS_ANNOTATION, constants.API_ACCESS_ANNOTATION

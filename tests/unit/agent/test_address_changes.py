@@ -1,6 +1,6 @@
 """Live IP changes (KEP Req 25), the pure part: the status an address set gives
 (`addresswatch.updated_status`), which addresses are pod IPs, reading the kernel's
-messages (the bytes the kernel writes, through `bridge.agent.netlink`'s parsers), and the debounce (`flush_at`, `retry_delay`).
+messages (the bytes the kernel writes, through `bridge.agent.netns.netlink`'s parsers), and the debounce (`flush_at`, `retry_delay`).
 The watch itself, with real namespaces and plugins, is tests/cni/test_live_ip_changes.py.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import netlink
-from bridge.agent.addresswatch import (
+from bridge.agent.netns import netlink
+from bridge.agent.pods.addresswatch import (
     IFA_F_DADFAILED,
     IFA_F_TENTATIVE,
     Address,

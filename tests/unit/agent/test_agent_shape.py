@@ -45,11 +45,11 @@ def test_the_check_sees_a_reach_into_another_modules_or_objects_private_names() 
     assert reaches("from bridge.agent import routes\nroutes._socket_in('x')\n") == ["line 2: routes._socket_in"]
     assert reaches("def f(agent):\n    return agent._selection\n") == ["line 2: agent._selection"]
     assert reaches("class A:\n    def f(self):\n        return self.agent._save\n") == ["line 3: self.agent._save"]
-    assert reaches("from bridge.agent.agent import _Found\n") == ["line 1: from bridge.agent.agent import _Found"]
+    assert reaches("from bridge.agent.daemon.agent import _Found\n") == ["line 1: from bridge.agent.daemon.agent import _Found"]
     assert reaches("import posix\nposix._exit(0)\nclass A:\n    def f(self):\n        self._x = 1\n") == []
 
 
-@pytest.mark.parametrize("path", sorted(AGENT.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(AGENT.rglob("*.py")), ids=lambda p: str(p.relative_to(AGENT)))
 def test_no_module_of_the_agent_reaches_into_another_ones_underscore_names(path: Path) -> None:
     assert reaches(path.read_text()) == []
 
@@ -61,13 +61,13 @@ def _functions(path: Path) -> list[tuple[str, int]]:
 
 
 def test_no_function_of_the_agent_the_translation_or_the_npwg_library_is_over_80_lines() -> None:
-    paths = [*AGENT.glob("*.py"), *(ROOT / "bridge" / "translate").glob("*.py"), *(ROOT / "bridge" / "npwg").glob("*.py")]
+    paths = [*AGENT.rglob("*.py"), *(ROOT / "bridge" / "translate").glob("*.py"), *(ROOT / "bridge" / "npwg").glob("*.py")]
     long = [f"{where}: {lines} lines" for path in paths for where, lines in _functions(path) if lines > MAX_FUNCTION_LINES]
     assert long == []
 
 
 def test_the_agent_is_a_composition_of_at_most_400_lines() -> None:
-    tree = ast.parse((AGENT / "agent.py").read_text())
+    tree = ast.parse((AGENT / "daemon" / "agent.py").read_text())
     (agent,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Agent"]
     assert agent.end_lineno is not None and agent.end_lineno - agent.lineno + 1 <= MAX_AGENT_LINES
-    assert len((AGENT / "agent.py").read_text().splitlines()) <= MAX_AGENT_LINES
+    assert len((AGENT / "daemon" / "agent.py").read_text().splitlines()) <= MAX_AGENT_LINES

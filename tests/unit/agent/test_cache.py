@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import agent, cache, objects
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates import cache
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
 
 
 def record(container_id: str = "abc") -> cache.Record:
@@ -112,7 +114,7 @@ async def test_del_of_an_unreadable_record_fails_once_keeps_the_file_aside_and_t
     a = _agent(tmp_path)
     a.cache.ensure()
     a.cache.path("c1").write_bytes(GARBAGE)
-    with caplog.at_level(logging.ERROR, logger="bridge.agent.attachments"), pytest.raises(CNIError) as caught:
+    with caplog.at_level(logging.ERROR, logger="bridge.agent.cni.attachments"), pytest.raises(CNIError) as caught:
         await a.handle(_env("DEL"), STDIN)
     aside = list((tmp_path / "cache").glob("c1.jsonl.corrupt-*"))
     assert len(aside) == 1, "the unreadable file is kept, under a new name"

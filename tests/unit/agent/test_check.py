@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import agent, cache, objects
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates import cache
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
 
 
 class Refuse:

@@ -1,4 +1,4 @@
-"""bridge.agent.clusterips without the kernel: the `ip` batch it sends to make a pod's ClusterIP routes
+"""bridge.agent.netns.clusterips without the kernel: the `ip` batch it sends to make a pod's ClusterIP routes
 exactly the wanted ones (ours only, by protocol 201), against stand-in `nsenter` and `ip` scripts
 under tmp_path and this process's own namespace file. The real thing: tests/cni/test_service_cluster_ips.py.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import clusterips, nftables
+from bridge.agent.netns import clusterips, nftables
 from bridge.services.dnat import Route
 
 OWN_NETNS = "/proc/self/ns/net"

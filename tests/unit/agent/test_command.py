@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import agent, command, objects
-from bridge.agent.running import Running
+from bridge.agent.daemon import agent, command
+from bridge.agent.daemon.running import Running
+from bridge.agent.kube import objects
 from podnetwork import cli
 
 

@@ -1,4 +1,4 @@
-"""The compiled shim (`bridge/agent/shim.c`, `install_shim(shim="compiled")`): what it forwards is
+"""The compiled shim (`bridge/agent/shim/shim.c`, `install_shim(shim="compiled")`): what it forwards is
 byte for byte what the Python shim forwards, what it prints of the agent's answer is the same, and
 everything else (VERSION, a variable with a newline, no agent, an unusual configuration) is the
 Python shim's own answer. One table of inputs (`tests/unit/shim_table_support.py`) and random
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import command, shim
+from bridge.agent.daemon import command
+from bridge.agent.shim import shim
 from tests.unit import shim_table_support as table
 from tests.unit.agent.test_shim_process import PYTHON, _Recorder
 

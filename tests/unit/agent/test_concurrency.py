@@ -8,7 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-from bridge.agent import agent, objects
+from bridge.agent.daemon import agent
+from bridge.agent.kube import objects
 
 POD_ARGS = "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"
 

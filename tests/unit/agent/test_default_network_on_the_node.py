@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent, objects, settings
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
+from bridge.agent.node import settings
 from tests.unit.agent.test_networks import Recorder, add, nad, pod, podnetwork
 
 KUBENET = {"cniVersion": "1.0.0", "name": "kubenet",

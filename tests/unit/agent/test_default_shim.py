@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import install, shimbuild
+from bridge.agent.node import install
+from bridge.agent.shim import shimbuild
 from tests.unit.agent.test_shim_process import PYTHON
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,7 +53,7 @@ def test_by_default_the_compiled_shim_is_built_where_a_compiler_exists_with_the_
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     needs_cc()
-    with caplog.at_level(logging.WARNING, "bridge.agent.install"):
+    with caplog.at_level(logging.WARNING, "bridge.agent.node.install"):
         installed = install.install(tmp_path / "bin", PYTHON)
     assert installed.compiled and installed.how.startswith("built with ")
     assert installed.path == tmp_path / "bin" / "multinetwork"
@@ -68,7 +69,7 @@ def test_without_a_compiler_the_python_shim_is_installed_with_one_warning_naming
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = no_compiler_path(tmp_path)
-    with caplog.at_level(logging.WARNING, "bridge.agent.install"):
+    with caplog.at_level(logging.WARNING, "bridge.agent.node.install"):
         installed = install.install(tmp_path / "bin", PYTHON, compiler_path=path)
     assert not installed.compiled
     assert installed.path.read_text().splitlines()[0] == f"#!{PYTHON} -IS"
@@ -88,7 +89,7 @@ def test_a_failed_build_installs_the_python_shim_and_says_the_compilers_first_er
                                "echo 'shim.c:12:5: error: expected declaration' >&2\necho 'later: error: x' >&2\n"
                                "exit 1\n")
     (broken / "cc").chmod(0o755)
-    with caplog.at_level(logging.WARNING, "bridge.agent.install"):
+    with caplog.at_level(logging.WARNING, "bridge.agent.node.install"):
         installed = install.install(tmp_path / "bin", PYTHON, compiler_path=str(broken))
     assert not installed.compiled
     (warning,) = caplog.records
@@ -126,14 +127,14 @@ def test_a_prebuilt_shim_of_another_source_is_not_installed(
     stale = tmp_path / "stale"
     stale.write_bytes(data.replace(carried.encode(), b"0" * 64))
     assert "was built from another shim.c or protocol" in (shimbuild.prebuilt_problem(stale) or "")
-    with caplog.at_level(logging.WARNING, "bridge.agent.install"):
+    with caplog.at_level(logging.WARNING, "bridge.agent.node.install"):
         fallback = install.install(tmp_path / "a", PYTHON, prebuilt=stale, compiler_path=no_compiler_path(tmp_path))
     assert not fallback.compiled and fallback.path.read_bytes()[:2] == b"#!"
     (warning,) = caplog.records
     assert f"the prebuilt shim {stale} was built from another shim.c or protocol" in warning.getMessage()
     assert "no C compiler found" in warning.getMessage()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, "bridge.agent.install"):
+    with caplog.at_level(logging.WARNING, "bridge.agent.node.install"):
         rebuilt = install.install(tmp_path / "b", PYTHON, prebuilt=stale)
     assert rebuilt.compiled and rebuilt.how.startswith("built with ")
     assert shimbuild.carried_build(rebuilt.path.read_bytes()) == shimbuild.build_id()

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from bridge.agent import command, policystate, servicestate, watchcache
+from bridge.agent.daemon import command
+from bridge.agent.kube import watchcache
+from bridge.agent.policy import state as policystate
+from bridge.agent.services import state as servicestate
 from podnetwork.ground import constants
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "agent"

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import cache, conflist, invoke
-from bridge.agent.invoke import CNIError, Command, ErrorCode, RuntimeArgs
-from bridge.agent.records import Records
-from bridge.agent.runner import Runner
+from bridge.agent.delegates import cache, conflist, invoke
+from bridge.agent.delegates.invoke import CNIError, Command, ErrorCode, RuntimeArgs
+from bridge.agent.delegates.records import Records
+from bridge.agent.delegates.runner import Runner
 
 
 def runner(executor: invoke.Exec, bins: list[Path]) -> Runner:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import plan
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.cni import plan
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
 from tests.unit.agent.test_networks import ENV, RUNTIME, add, make, nad, pod, podnetwork
 
 KEP = "multinetwork.x-k8s.io/networks"
@@ -58,7 +58,7 @@ def test_an_explicit_list_of_nothing_cannot_be_placed() -> None:
 
 
 async def status(a: Any) -> list[dict[str, Any]]:
-    await a.status.idle()  # written after the answer (bridge.agent.publisher)
+    await a.status.idle()  # written after the answer (bridge.agent.pods.publisher)
     return json.loads((await a.objects.get_pod("ns", "p")).metadata.annotations[STATUS])
 
 

@@ -27,10 +27,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import agent, command, objects, server, shim
-from bridge.agent.invoke import CNIError
-from bridge.agent.request import parse_request
-from bridge.agent.running import Running
+from bridge.agent.cni.request import parse_request
+from bridge.agent.daemon import agent, command, server
+from bridge.agent.daemon.running import Running
+from bridge.agent.delegates.invoke import CNIError
+from bridge.agent.kube import objects
+from bridge.agent.shim import shim
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 INTERNAL = {"internal agent error", "internal shim error"}

@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent, cache, objects
-from bridge.agent.invoke import CNIError
+from bridge.agent.daemon import agent
+from bridge.agent.delegates import cache
+from bridge.agent.delegates.invoke import CNIError
+from bridge.agent.kube import objects
 
 DEFAULT = {"cniVersion": "1.1.0", "name": "kubenet", "type": "bridge"}
 STDIN = json.dumps({"cniVersion": "1.1.0", "name": "multinetwork"}).encode()

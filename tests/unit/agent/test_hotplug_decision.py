@@ -1,4 +1,4 @@
-"""bridge.agent.hotplug.decide: which networks a running container gains and loses when its
+"""bridge.agent.daemon.hotplug.decide: which networks a running container gains and loses when its
 pod's selection changes (KEP Req 24), with NPWG 4.2.1 interface names. Pure: a cache record
 and selection elements in, a Change out."""
 
@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from bridge import npwg
-from bridge.agent import hotplug
-from bridge.agent.cache import Attachment, Record, State
+from bridge.agent.daemon import hotplug
+from bridge.agent.delegates.cache import Attachment, Record, State
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 
@@ -137,8 +137,8 @@ def test_a_kep_pod_changes_only_once_the_bridges_selection_agrees_with_its_netwo
 
 
 async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_queued(tmp_path) -> None:
-    from bridge.agent.agent import Agent, AgentConfig
-    from bridge.agent.objects import MemoryObjects
+    from bridge.agent.daemon.agent import Agent, AgentConfig
+    from bridge.agent.kube.objects import MemoryObjects
 
     class Sink:
         async def post_event(self, body: object) -> None:
@@ -161,8 +161,8 @@ async def test_only_a_change_of_the_networks_of_a_running_pod_of_this_node_is_qu
 async def test_queued_pods_wait_as_the_watch_gave_them_and_the_worker_reads_each_in_turn(tmp_path) -> None:
     """A node's listing queues every pod: held as views too, it was held twice until the last was
     handled (a view is larger than its object; docs/benchmarks.md, "Agent RSS, every feature on")."""
-    from bridge.agent.agent import Agent, AgentConfig
-    from bridge.agent.objects import MemoryObjects
+    from bridge.agent.daemon.agent import Agent, AgentConfig
+    from bridge.agent.kube.objects import MemoryObjects
 
     class Sink:
         async def post_event(self, body: object) -> None:
@@ -193,8 +193,8 @@ def test_an_unreadable_npwg_selection_of_a_running_pod_is_refused_not_read_as_em
 
 
 def test_a_deleted_pod_that_does_not_fit_the_pod_view_is_ignored(tmp_path) -> None:
-    from bridge.agent.agent import Agent, AgentConfig
-    from bridge.agent.objects import MemoryObjects
+    from bridge.agent.daemon.agent import Agent, AgentConfig
+    from bridge.agent.kube.objects import MemoryObjects
 
     class Sink:
         async def post_event(self, body: object) -> None:

@@ -25,8 +25,8 @@ try:
     cli.main()
 except SystemExit:
     pass
-import bridge.agent.agent, bridge.agent.running, bridge.agent.objects, bridge.agent.watchcache
-import bridge.agent.hotplug, bridge.agent.addresswatch, bridge.agent.publisher
+import bridge.agent.daemon.agent, bridge.agent.daemon.running, bridge.agent.kube.objects, bridge.agent.kube.watchcache
+import bridge.agent.daemon.hotplug, bridge.agent.pods.addresswatch, bridge.agent.pods.publisher
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 
@@ -42,7 +42,7 @@ IN_CLUSTER = """
 import json, sys
 from pathlib import Path
 from podnetwork.kube import credentials
-import bridge.agent.command, bridge.agent.running, bridge.agent.hotplug
+import bridge.agent.daemon.command, bridge.agent.daemon.running, bridge.agent.daemon.hotplug
 account = Path({account!r})
 found = credentials.resolve(environ={{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}},
                             service_account=account)

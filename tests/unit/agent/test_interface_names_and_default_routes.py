@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.agent import plan
-from bridge.agent.invoke import CNIError
+from bridge.agent.cni import plan
+from bridge.agent.delegates.invoke import CNIError
 
 
 def test_unnamed_attachments_get_net1_net2_skipping_names_the_pod_asked_for() -> None:

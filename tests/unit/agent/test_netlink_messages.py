@@ -1,4 +1,4 @@
-"""The address watch's rtnetlink reader (`bridge.agent.netlink`): its parsers of the kernel's
+"""The address watch's rtnetlink reader (`bridge.agent.netns.netlink`): its parsers of the kernel's
 bytes, fuzzed with hypothesis (they return or raise `Malformed`, nothing else, and never
 yield more than the bytes hold), and its socket on the event loop, driven through a datagram
 socketpair standing in for the kernel: dumps over several datagrams, the kernel's errors, a
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import netlink
+from bridge.agent.netns import netlink
 from tests.unit.netlink_support import (
     IFA_ADDRESS,
     IFA_LOCAL,

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent, objects
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
 
 NAD_CONF = {"cniVersion": "1.0.0", "type": "bridge", "capabilities": {"portMappings": True, "mac": True}}
 
@@ -74,7 +75,7 @@ async def test_without_a_default_conf_the_default_podnetworks_nad_is_attached_fi
                              podnetwork("default", "kubenet")])
     await add(a)
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")]
-    await a.status.idle()  # written after the answer (bridge.agent.publisher)
+    await a.status.idle()  # written after the answer (bridge.agent.pods.publisher)
     status = json.loads((await a.objects.get_pod("ns", "p")).metadata.annotations["k8s.v1.cni.cncf.io/network-status"])
     assert [(s["name"], s["default"]) for s in status] == [("ns/kubenet", True), ("ns/blue", False)]
     assert await a.default_network_problem() is None

@@ -1,4 +1,4 @@
-"""bridge.agent.nftables without the kernel's nftables: the transaction it builds, what it refuses
+"""bridge.agent.netns.nftables without the kernel's nftables: the transaction it builds, what it refuses
 before nft runs, and how it runs nft (time-out, bounded output, errors naming the namespace),
 against stand-in `nsenter` and `nft` scripts under tmp_path and this process's own namespace
 file. The real nft in real namespaces: tests/cni/test_policy_tables.py.
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 
 OURS = {"family": "inet", "table": "podnetwork_policy"}
 OWN_NETNS = "/proc/self/ns/net"

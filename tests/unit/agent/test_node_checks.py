@@ -1,4 +1,4 @@
-"""What the agent checks of its node (bridge.agent.node), on real files and symlinks in temp dirs
+"""What the agent checks of its node (bridge.agent.delegates.hostpaths), on real files and symlinks in temp dirs
 that stand for /proc/<pid> and a host's root.
 
 - the propagation of the mount holding the netns directory, read from mountinfo: in the agent's
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import invoke, node
-from bridge.agent.invoke import CNIError
+from bridge.agent.delegates import hostpaths as node
+from bridge.agent.delegates import invoke
+from bridge.agent.delegates.invoke import CNIError
 
 # Real lines of /proc/<pid>/mountinfo (proc(5)): root ext4 private, /run tmpfs shared, a netns bind
 # mount, a slave mount as HostToContainer gives the container, and a mount point with a space.

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.agent import agent, objects
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
 from tests.unit.hostile_api_support import HostileApi, ok
 from tests.unit.ports_support import free_port
 

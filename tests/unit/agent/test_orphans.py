@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import orphans
+from bridge.agent.delegates import orphans
 
 
 def test_stat_fields_read_past_a_command_name_with_spaces_and_parentheses() -> None:

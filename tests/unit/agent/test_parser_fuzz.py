@@ -10,9 +10,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import install, server, shim
-from bridge.agent.invoke import CNIError
-from bridge.agent.request import parse_request
+from bridge.agent.cni.request import parse_request
+from bridge.agent.daemon import server
+from bridge.agent.delegates.invoke import CNIError
+from bridge.agent.node import install
+from bridge.agent.shim import shim
 
 
 @settings(max_examples=150)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import conflist
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.delegates import conflist
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
 from tests.unit.agent.test_networks import Recorder, add, make, nad, pod
 
 KUBENET = {"cniVersion": "1.0.0", "name": "kubenet", "type": "bridge"}
@@ -137,7 +137,7 @@ async def test_spec_4_1_2_1_pre_spec_keys_are_ignored_and_the_agent_logs_a_warni
     selection = [{"name": "blue", "interfaceRequest": "eth9", "ipRequest": ["10.0.0.5/24"]}]
     a, rec = make(tmp_path, [pod({"k8s.v1.cni.cncf.io/networks": json.dumps(selection)}), nad("blue")],
                   default=KUBENET)
-    with caplog.at_level(logging.WARNING, logger="bridge.agent.selection"):
+    with caplog.at_level(logging.WARNING, logger="bridge.agent.cni.selection"):
         await add(a)
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "blue")], "attached, the ignored keys doing nothing"
     (warning,) = [r.getMessage() for r in caplog.records if "ignoring key" in r.getMessage()]
@@ -155,7 +155,7 @@ async def test_spec_5_3_2_a_result_without_a_sandbox_interface_gives_a_status_wi
     a.runner.executor = Answering({"cniVersion": "1.0.0", "interfaces": [{"name": "host9", "mac": "02:00:00:00:00:09"}],
                             "ips": [{"address": "10.0.9.2/24"}]})
     await add(a)
-    await a.status.idle()  # written after the answer (bridge.agent.publisher)
+    await a.status.idle()  # written after the answer (bridge.agent.pods.publisher)
     annotations = (await a.objects.get_pod("ns", "p")).metadata.annotations or {}
     blue = json.loads(annotations["k8s.v1.cni.cncf.io/network-status"])[1]
     assert blue == {"name": "ns/blue", "ips": ["10.0.9.2/24"], "default": False}

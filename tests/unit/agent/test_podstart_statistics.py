@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from bridge.agent.request import Phases
+from bridge.agent.cni.request import Phases
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_podstart.py"
 
@@ -69,12 +69,12 @@ def test_the_agents_add_and_status_write_lines_are_read_for_the_benchmarks_names
     phases = Phases()
     phases.spans = {"pod": 0.0011, "plan": 0.0004, "exec eth0": 0.012, "exec net1": 0.0105}
     log = "\n".join([
-        # the agent's own format (bridge/agent/agent.py, request.Phases): the parser must follow it
+        # the agent's own format (bridge/agent/daemon/agent.py, request.Phases): the parser must follow it
         f"INFO bridge.agent: ADD container abc123 (pod bench-x/single-0) done in 31.4 ms ({phases})",
         f"INFO bridge.agent: ADD container def456 (pod other/p) done in 99.0 ms ({phases})",
         "INFO bridge.agent: DEL container abc123 (pod bench-x/single-0) done in 20.0 ms (exec eth0 9.00)",
-        "INFO bridge.agent.publisher: pod bench-x/single-0: network-status written in 6.5 ms",
-        "INFO bridge.agent.publisher: pod other/p: network-status written in 60.0 ms",
+        "INFO bridge.agent.pods.publisher: pod bench-x/single-0: network-status written in 6.5 ms",
+        "INFO bridge.agent.pods.publisher: pod other/p: network-status written in 60.0 ms",
     ])
     adds, writes = bench.agent_log(log, "bench-x")
     assert adds == [{"total": 31.4, "pod": 1.1, "plan": 0.4, "exec eth0": 12.0, "exec net1": 10.5}]
@@ -85,7 +85,7 @@ def test_the_agents_metrics_are_summed_per_command_and_per_plugin_counting_succe
         bench: ModuleType) -> None:
     from prometheus_client import generate_latest
 
-    from bridge.agent.metrics import AgentMetrics
+    from bridge.agent.daemon.metrics import AgentMetrics
 
     # the agent's own registry, as its /metrics serves it: the parser must follow its names and labels
     metrics = AgentMetrics(lambda: 0)

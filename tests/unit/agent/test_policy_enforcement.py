@@ -15,11 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import enforcement, nftables, watchcache
-from bridge.agent.cache import Attachment, Record, State
-from bridge.agent.enforcer import Enforcer, Settings
-from bridge.agent.invoke import CNIError, ErrorCode
-from bridge.agent.policystate import KINDS, PolicyState
+from bridge.agent.delegates.cache import Attachment, Record, State
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import watchcache
+from bridge.agent.netns import nftables
+from bridge.agent.netns.local import local_of, planned_local
+from bridge.agent.policy import decide as enforcement
+from bridge.agent.policy.apply import Enforcer, Settings
+from bridge.agent.policy.state import KINDS, PolicyState
 from bridge.policy import rules, scope, views
 from bridge.policy.world import World
 from podnetwork.ground import constants
@@ -100,7 +103,7 @@ BASE = (namespace("db"), namespace("web", team="web"), nad("default", "blue-nad"
 
 
 def test_a_local_pod_is_its_records_attached_secondary_interfaces_with_their_own_addresses() -> None:
-    local = enforcement.local_of(record("c1", "db", "db-0"))
+    local = local_of(record("c1", "db", "db-0"))
     assert local.pod == "db/db-0" and local.netns == "/var/run/netns/x"
     # Not the default network's, not an attachment still an intent; only the IPs on net1 itself.
     assert [(i.network, i.interface, [str(a) for a in i.addresses]) for i in local.interfaces] == [
@@ -115,7 +118,7 @@ def test_the_compiler_gets_the_interface_name_from_the_record_when_the_status_na
     state = state_with(*objects)
     from_status = rules.compile_pod(state.world(), "db/db-0")
     assert from_status.document is None and from_status.unenforced
-    local = enforcement.local_of(record("c1", "db", "db-0"))
+    local = local_of(record("c1", "db", "db-0"))
     info = enforcement.pod_info_of(local, state.pods["db/db-0"], state.by_nad())
     world = state.world({"db/db-0": info})
     steps = enforcement.decide(world, scope.scopes(world), [local], {})
@@ -125,7 +128,7 @@ def test_the_compiler_gets_the_interface_name_from_the_record_when_the_status_na
 
 def test_a_local_pod_keeps_its_watched_labels_and_ports_and_the_addresses_its_status_adds() -> None:
     state = state_with(*BASE, pod("db", "db-0", {"app": "db"}, ip="10.1.0.77", node="here"))
-    local = enforcement.local_of(record("c1", "db", "db-0", ip="10.1.0.5"))
+    local = local_of(record("c1", "db", "db-0", ip="10.1.0.5"))
     info = enforcement.pod_info_of(local, state.pods["db/db-0"], state.by_nad())
     assert dict(info.labels) == {"app": "db"} and info.named_port("http", info.ports[0].protocol) == 8080
     # Keyed by the PodNetwork the NAD backs; the record's address first, then the status's.
@@ -139,7 +142,7 @@ def test_a_local_pod_keeps_its_watched_labels_and_ports_and_the_addresses_its_st
 
 
 def decide(state: PolicyState, applied: Mapping[str, Any], *records: Record) -> list[enforcement.Step]:
-    locals_ = [enforcement.local_of(r) for r in records]
+    locals_ = [local_of(r) for r in records]
     infos = {lo.pod: enforcement.pod_info_of(lo, state.pods.get(lo.pod), state.by_nad()) for lo in locals_}
     world = state.world(infos)
     return enforcement.decide(world, scope.scopes(world), locals_, applied)
@@ -213,7 +216,7 @@ def test_a_podnetwork_made_after_its_pods_still_finds_their_addresses() -> None:
 def test_an_invalid_policy_is_said_once_per_change_and_a_valid_one_that_turns_invalid_stays_in_force(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "bridge.agent.policystate")
+    caplog.set_level(logging.WARNING, "bridge.agent.policy.state")
     state = state_with(*BASE)
     bad = policy("db", "bad", {"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]})
     for _ in range(3):
@@ -231,7 +234,7 @@ def test_an_invalid_policy_is_said_once_per_change_and_a_valid_one_that_turns_in
 
 
 def test_findings_of_a_policys_scope_are_logged_once_per_change(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, "bridge.agent.policystate")
+    caplog.set_level(logging.WARNING, "bridge.agent.policy.state")
     state = state_with(*BASE, policy("db", "nowhere", DENY_INGRESS, network="no-such-net"))
     for _ in range(3):
         state.note(scope.scopes(state.world()))
@@ -247,7 +250,7 @@ class NotInstalled(Exception):
 
 
 def test_a_missing_policy_crd_is_said_once_and_counts_as_no_policies(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, "bridge.agent.policystate")
+    caplog.set_level(logging.WARNING, "bridge.agent.policy.state")
     state = PolicyState()
     for kind in KINDS:
         if kind is not watchcache.POLICY:
@@ -323,7 +326,7 @@ async def test_add_writes_the_table_from_the_plan_and_the_pass_after_the_delegat
         await enforcer.added(first, pod_view("db", "db-0", {"app": "db"}))
         await enforcer.reconcile()
         second = record("c2", "db", "db-1", ip="10.1.0.6", netns="/n/2")
-        planned = enforcement.planned_local(second, [("default/blue-nad", "net1")])
+        planned = planned_local(second, [("default/blue-nad", "net1")])
         assert planned.interfaces and not planned.interfaces[0].addresses
         await enforcer.added(second, pod_view("db", "db-1", {"app": "db"}), local=planned)
         written = kernel.tables["/n/2"]
@@ -448,7 +451,7 @@ async def test_the_enforcer_s_incremental_passes_decide_what_deciding_every_pod_
     await enforcer.reconcile()
     for kind, event, obj in events:
         if kind is None:
-            enforcer.locals[obj["container"]] = enforcement.local_of(record(obj["container"], "db", obj["pod"], ip=obj["ip"]))
+            enforcer.locals[obj["container"]] = local_of(record(obj["container"], "db", obj["pod"], ip=obj["ip"]))
         else:
             state.changed(kind, event, obj)
         await enforcer.reconcile()

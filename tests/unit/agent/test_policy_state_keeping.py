@@ -1,4 +1,4 @@
-"""What the agent's policy state keeps of each pod, and how (`bridge.agent.policystate`).
+"""What the agent's policy state keeps of each pod, and how (`bridge.agent.policy.state`).
 
 The state reads pods from the raw objects a list or watch decodes, building the pydantic
 `ObjectMeta` only for metadata of unusual types. Proven against the reading it replaced (the
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge.agent.policystate import PolicyState
-from bridge.agent.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY
+from bridge.agent.kube.watchcache import NAD, NAMESPACE, POD, PODNETWORK, POLICY
+from bridge.agent.policy.state import PolicyState
 from bridge.policy import views
 from bridge.policy.world import PodInfo, World, interface, pod_info
 from podnetwork.ground import constants

@@ -1,4 +1,4 @@
-"""The shim <-> agent protocol is defined once (`bridge/agent/protocol.py`) and every end speaks it:
+"""The shim <-> agent protocol is defined once (`bridge/agent/shim/protocol.py`) and every end speaks it:
 the Python shim carries its text when installed, the server reads what `frame` writes, the
 compiled shim is built with its constants and requires each of them, and the agent's error codes
 and versions are its own. Pure, and the installed shim run as a process."""
@@ -15,8 +15,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import install, invoke, protocol, server, shim, shimbuild
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import server
+from bridge.agent.delegates import invoke
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.node import install
+from bridge.agent.shim import protocol, shim, shimbuild
 
 AGENT = Path(protocol.__file__).parent
 
@@ -41,7 +44,7 @@ def test_the_installed_shim_carries_the_protocol_in_place_of_its_import(tmp_path
 
 
 def test_a_shim_source_without_the_protocol_markers_makes_no_script(tmp_path: Path) -> None:
-    """Else the installed shim would import bridge.agent.protocol on a node that has no such package."""
+    """Else the installed shim would import bridge.agent.shim.protocol on a node that has no such package."""
     source = tmp_path / "shim.py"
     source.write_text(install.SHIM_SOURCE.read_text().replace(install.PROTOCOL_BEGIN, "# moved"))
     with pytest.raises(ValueError, match="lacks the lines"):

@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import agent, invoke, objects, request
-from bridge.agent.running import Running
+from bridge.agent.cni import request
+from bridge.agent.daemon import agent
+from bridge.agent.daemon.running import Running
+from bridge.agent.delegates import invoke
+from bridge.agent.kube import objects
 
 
 def _agent(tmp_path: Path, version: str) -> agent.Agent:
@@ -129,11 +132,11 @@ class Sink:
 
 
 def probe(socket_path: Path) -> tuple[int, str]:
-    """`python3 -I -m bridge.agent.probe --socket PATH`, as the DaemonSet's readiness probe runs it."""
+    """`python3 -I -m bridge.agent.shim.probe --socket PATH`, as the DaemonSet's readiness probe runs it."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-I", "-m", "bridge.agent.probe", f"--socket={socket_path}"],
+    done = subprocess.run([sys.executable, "-I", "-m", "bridge.agent.shim.probe", f"--socket={socket_path}"],
                           capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[3])
     return done.returncode, done.stdout.strip()
@@ -141,13 +144,13 @@ def probe(socket_path: Path) -> tuple[int, str]:
 
 async def test_readiness_changes_are_logged_and_posted_on_the_node_once_each_and_the_probe_says_why(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from bridge.agent import readiness
+    from bridge.agent.node import readiness
 
     a = _agent(tmp_path, "1.0.0")
     (tmp_path / "bin" / "bridge").unlink()  # the default network's plugin is missing: not ready
     sink = Sink()
     a.readiness = readiness.Reporter("node-a", sink)
-    caplog.set_level("INFO", logger="bridge.agent.readiness")
+    caplog.set_level("INFO", logger="bridge.agent.node.readiness")
     async with Running(a):
         await asyncio.sleep(0.3)  # several checks at readiness_interval 0.05
         code, said = await asyncio.to_thread(probe, tmp_path / "a.sock")
@@ -159,7 +162,7 @@ async def test_readiness_changes_are_logged_and_posted_on_the_node_once_each_and
         await asyncio.wait_for(a.conf_written.wait(), 5)
         assert await asyncio.to_thread(probe, tmp_path / "a.sock") == (0, "ready")
         await asyncio.sleep(0.2)
-    assert [r.getMessage() for r in caplog.records if r.name == "bridge.agent.readiness"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "bridge.agent.node.readiness"] == [
         not_ready[0].getMessage(), "ready again: pods can be attached"]
     assert [(e["reason"], e["type"]) for e in sink.events] == [
         (readiness.REASON_NOT_READY, "Warning"), (readiness.REASON_READY, "Normal")]

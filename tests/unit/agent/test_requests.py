@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.agent import request
-from bridge.agent.invoke import CNIError
+from bridge.agent.cni import request
+from bridge.agent.delegates.invoke import CNIError
 
 ADD_ENV = {
     "CNI_COMMAND": "ADD",

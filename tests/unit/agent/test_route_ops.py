@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import plan
-from bridge.agent.invoke import CNIError
-from bridge.agent.plan import RouteAction, RouteOp
+from bridge.agent.cni import plan
+from bridge.agent.delegates.invoke import CNIError
+from bridge.agent.netns.routes import RouteAction, RouteOp
 
 FLUSH, ADD = RouteAction.FLUSH_DEFAULT, RouteAction.ADD_DEFAULT
 
@@ -63,11 +63,11 @@ def test_a_step_that_cannot_mean_anything_is_refused_when_made(kwargs: dict[str,
 
 def test_the_agent_imports_no_pyroute2() -> None:
     # ~6.6 MB of RSS and ~55 ms (docs/benchmarks.md): routes and the address watch speak
-    # rtnetlink through `bridge.agent.netlink` (the stdlib); a move in a real namespace without
+    # rtnetlink through `bridge.agent.netns.netlink` (the stdlib); a move in a real namespace without
     # pyroute2 is tests/cni/test_default_routes_over_netlink.py.
     probe = (
-        "import sys, bridge.agent.command, bridge.agent.agent, bridge.agent.server, bridge.agent.routes, "
-        "bridge.agent.addresswatch; "
+        "import sys, bridge.agent.daemon.command, bridge.agent.daemon.agent, bridge.agent.daemon.server, bridge.agent.netns.routes, "
+        "bridge.agent.pods.addresswatch; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -77,8 +77,8 @@ def test_the_agent_imports_no_pyroute2() -> None:
 def test_a_namespace_that_cannot_be_entered_is_said_so_without_pyroute2() -> None:
     probe = (
         "import asyncio, sys; sys.modules['pyroute2'] = None\n"  # as if it were not installed
-        "from bridge.agent import plan, routes\n"
-        "from bridge.agent.invoke import CNIError\n"
+        "from bridge.agent.cni import plan\nfrom bridge.agent.netns import routes\n"
+        "from bridge.agent.delegates.invoke import CNIError\n"
         "try:\n"
         "    asyncio.run(routes.apply('/var/run/netns/none', plan.default_route_ops('net1', ['10.0.0.1']), 5))\n"
         "except CNIError as exc:\n"

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import agent, objects, settings
-from bridge.agent.invoke import CNIError, ErrorCode
+from bridge.agent.daemon import agent
+from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.agent.kube import objects
+from bridge.agent.node import settings
 
 
 class Recorder:

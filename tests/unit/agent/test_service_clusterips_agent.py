@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import enforcement, nftables, serving
-from bridge.agent.cache import Attachment, Record, State
-from bridge.agent.reconciler import Settings
-from bridge.agent.servicer import ClusterIPs
-from bridge.agent.servicestate import KINDS, ServiceState
-from bridge.agent.watchcache import ENDPOINTSLICE, SERVICE
+from bridge.agent.delegates.cache import Attachment, Record, State
+from bridge.agent.kube.watchcache import ENDPOINTSLICE, SERVICE
+from bridge.agent.netns import nftables
+from bridge.agent.netns.local import local_of
+from bridge.agent.netns.reconciler import Settings
+from bridge.agent.policy import decide as enforcement
+from bridge.agent.services import decide as serving
+from bridge.agent.services.apply import ClusterIPs
+from bridge.agent.services.state import KINDS, ServiceState
 from bridge.services import Ruleset
 from podnetwork.ground import constants
 
@@ -106,7 +109,7 @@ class Gone(Exception):
 
 def test_a_kind_not_served_is_said_once_counts_as_none_and_is_followed_once_served(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "bridge.agent.servicestate")
+    caplog.set_level(logging.INFO, "bridge.agent.services.state")
     state = listed(*BASE)
     pokes: list[int] = []
     state.on_change = lambda: pokes.append(state.version)
@@ -126,7 +129,7 @@ def test_a_kind_not_served_is_said_once_counts_as_none_and_is_followed_once_serv
 
 def decide(state: ServiceState, applied: Mapping[str, Any], *records: Record) -> list[enforcement.Step[serving.Tables]]:
     return serving.decide(list(state.services.values()), state.endpoints(), state.by_nad(),
-                          [enforcement.local_of(r) for r in records], applied)
+                          [local_of(r) for r in records], applied)
 
 
 def test_a_pod_on_the_network_gets_the_cluster_ip_through_its_records_interface_and_address() -> None:
@@ -301,7 +304,7 @@ def test_pods_of_one_shape_share_a_compilation_and_each_gets_exactly_its_own_com
     records = [record(f"c{i}", f"client-{i}", ip=f"10.1.0.{i + 5}", netns=f"/n/{i}") for i in range(3)]
     steps = decide(state, {}, *records)
     for r, step in zip(records, steps, strict=True):
-        own = serving.tables_of(serving.client_of(enforcement.local_of(r), state.by_nad()),
+        own = serving.tables_of(serving.client_of(local_of(r), state.by_nad()),
                                 list(state.services.values()), state.endpoints())
         assert step.document == own  # as if compiled for this pod alone
     assert {s.document.ruleset.routes[0].source for s in steps if s.document} == {"10.1.0.5", "10.1.0.6", "10.1.0.7"}

@@ -1,4 +1,4 @@
-"""The shim (bridge.agent.shim) reads the configuration's own top-level keys and nothing nested or quoted."""
+"""The shim (bridge.agent.shim.shim) reads the configuration's own top-level keys and nothing nested or quoted."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.agent import shim
+from bridge.agent.shim import shim
 
 
 def _runtime_stdin(pod_annotations: dict[str, str]) -> bytes:

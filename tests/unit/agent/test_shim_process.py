@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.agent import install, server, shim
+from bridge.agent.daemon import server
+from bridge.agent.node import install
+from bridge.agent.shim import shim
 
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 

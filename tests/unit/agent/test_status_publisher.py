@@ -1,4 +1,4 @@
-"""`bridge.agent.publisher.StatusPublisher` over the in-memory object source: the latest status
+"""`bridge.agent.pods.publisher.StatusPublisher` over the in-memory object source: the latest status
 of a pod wins, a DEL drops its own pending write only, a vanished pod drops its write, and
 the counts the metrics export (pending, failed) say what happened. And the agent's repairs:
 a record whose status was never written gets it from the next CHECK or ADD."""
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from bridge import npwg
-from bridge.agent import agent, cache
-from bridge.agent.objects import MemoryObjects
-from bridge.agent.publisher import StatusPublisher
+from bridge.agent.daemon import agent
+from bridge.agent.delegates import cache
+from bridge.agent.kube.objects import MemoryObjects
+from bridge.agent.pods.publisher import StatusPublisher
 
 
 def pod(name: str) -> dict[str, object]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bridge.agent import install
+from bridge.agent.node import install
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from bridge import npwg, translate
-from bridge.agent import plan
-from bridge.agent.invoke import CNIError
+from bridge.agent.cni import plan
+from bridge.agent.delegates.invoke import CNIError
 from podnetwork.kep.api import Network
 
 NS = "app"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from bridge import npwg
-from bridge.agent import invoke
+from bridge.agent.delegates import invoke
 
 KERNEL_REFUSES = ["dà", "a b", "a\tb", "a/b", "a:b", "", ".", "..", "x" * 16, "é" * 8]
 KERNEL_ACCEPTS = ["d\u2003x", "dé", "net1", "x" * 15, "é" * 7 + "x", "a.b", "a@b"]

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from bridge.agent import objects as cni_objects
-from bridge.agent import servicestate, watchcache
-from bridge.agent.servicestate import ServiceState
+from bridge.agent.kube import objects as cni_objects
+from bridge.agent.kube import watchcache
+from bridge.agent.services import state as servicestate
+from bridge.agent.services.state import ServiceState
 from demo.objects import StoreObjects, follow
 from demo.store import Store
 from podnetwork.ground import constants

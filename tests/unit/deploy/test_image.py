@@ -24,7 +24,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from bridge.agent import install, shimbuild
+from bridge.agent.node import install
+from bridge.agent.shim import shimbuild
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "deploy" / "agent" / "Dockerfile"
@@ -199,7 +200,7 @@ def test_the_build_stage_builds_exactly_the_shim_install_accepts(tmp_path: Path)
             target = inside(destination) / origin.name if destination.endswith("/") else inside(destination)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(origin, target)
-    assert {p.name for p in (workdir / "bridge" / "agent").iterdir()} >= {"shim.c", "protocol.py", "shimbuild.py"}
+    assert {p.name for p in (workdir / "bridge" / "agent" / "shim").iterdir()} >= {"shim.c", "protocol.py", "shimbuild.py"}
     # An interpreter with none of the project's dependencies, first on PATH, as in python:slim.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

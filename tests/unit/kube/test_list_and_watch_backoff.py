@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, cast
 
-from bridge.agent import hotplug
+from bridge.agent.daemon import hotplug
 from podnetwork.kube import credentials, lite
 from tests.unit.hostile_api_support import HostileApi, listing, ok, pod, query_of
 

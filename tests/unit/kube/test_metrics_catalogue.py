@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bridge.agent.metrics import AgentMetrics
+from bridge.agent.daemon.metrics import AgentMetrics
 from bridge.operator import command as bridge_command
 from bridge.operator import controller as bridge_controller
 from bridge.operator import serviceslices

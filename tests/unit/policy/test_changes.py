@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge import policy as netpol
-from bridge.agent import enforcement
+from bridge.agent.policy import decide as enforcement
 from bridge.policy import changes, rules, scope
 from tests import policy_cases
 from tests.policy_cases import DEFAULT_TOPOLOGY as T

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bridge import policy as netpol
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from bridge.policy import evaluate, rules, scope
 from tests import policy_cases
 from tests.policy_cases import DEFAULT_TOPOLOGY as T
@@ -178,7 +178,7 @@ def _without_addresses(world: netpol.World, key: str) -> netpol.World:
 @pytest.mark.parametrize("case", policy_cases.CASES, ids=lambda c: c.name)
 def test_a_pod_s_table_does_not_depend_on_its_own_addresses_and_its_peers_still_see_them(case: policy_cases.Case) -> None:
     """The table written at ADD, before the delegates gave the pod an address, is the one a later
-    pass compiles with the address (bridge.agent.enforcer): its own addresses are in no set of its own."""
+    pass compiles with the address (bridge.agent.policy.apply): its own addresses are in no set of its own."""
     world = policy_cases.world(T, case.policies(T))
     documents = _documents(world)
     for key in world.pods:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bridge import policy as netpol
 from bridge import services
-from bridge.agent import nftables
+from bridge.agent.netns import nftables
 from bridge.policy import rules as policy_rules
 from bridge.services import dnat
 from bridge.services.model import Endpoint, EndpointPort, Protocol, Service, ServicePort, SessionAffinity
