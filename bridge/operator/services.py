@@ -29,7 +29,7 @@ import ipaddress
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.operator import pods as bridge_pods
@@ -450,84 +450,95 @@ def _not_on_network(network: str, left_out: Sequence[str], total: int) -> Servic
         f"left out of its endpoints: {shown}{more}"))
 
 
-def plan(service: views.Service, network: Network | None, pods: Iterable[PodRecord],
-         slices: Mapping[str, Slice], attachment_networks: Mapping[str, str] | None = None) -> ServicePlan:
-    """What to write for `service` (module docstring).
+@dataclass
+class _Gathered:
+    """The selected pods of one Service on its PodNetwork, as endpoints grouped for slices."""
 
-    `network` is the PodNetwork the Service names as the bridge knows it (None: unknown),
-    `pods` the records of the pods of its namespace, `slices` ours of it by name, and
-    `attachment_networks` the PodNetwork of each PodNetworkAttachment of its namespace.
-    A Service that names no PodNetwork, or cannot be served, loses our slices.
-    """
+    groups: dict[GroupKey, dict[str, Endpoint]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+    """Selected pods that do not declare the network."""
+    total: int = 0
+    """Pods the selector selects."""
+    candidates: int = 0
+    """Of them, those with an address on the network."""
+    resolved_by_some: set[int] = field(default_factory=set)
+    """The indexes of the Service's ports some candidate resolves."""
+    found_families: set[str] = field(default_factory=set)
+
+
+def _gather(service: views.Service, network: Network, pods: Iterable[PodRecord],
+            attachment_networks: Mapping[str, str]) -> _Gathered:
+    """Each selected pod with an address on `network`: one endpoint per wanted family, grouped by
+    (family, resolved ports); the pods left out and the ports resolved, for the warnings."""
     namespace = service.metadata.namespace or ""
     name = service.metadata.name or ""
-    drop_all = tuple(Delete(views.ENDPOINTSLICE_KIND, n, namespace) for n in sorted(slices))
-    network_name = network_of(service)
-    if network_name is None:
-        return ServicePlan(deletes=drop_all)
-    problems = refusals(service, network)
-    if problems or network is None or not service.spec.selector:
-        return ServicePlan(deletes=drop_all, warnings=tuple(problems), served=True)
-    attachment_networks = attachment_networks or {}
-    selector = service.spec.selector
+    selector = service.spec.selector or {}
     spec_ports = service.spec.ports or []
     publish = bool(service.spec.publish_not_ready_addresses)
     wanted = families(service)
-    groups: dict[GroupKey, dict[str, Endpoint]] = {}
-    warnings: list[ServiceWarning] = []
-    left_out: list[str] = []
-    total = candidates = 0
-    resolved_by_some: set[int] = set()
-    found_families: set[str] = set()
+    out = _Gathered()
     for pod in pods:
         if not selected(selector, pod.labels):
             continue
-        total += 1
+        out.total += 1
         found = _addresses(pod, network, namespace)
         if not found:
             if not _declares(pod, network, attachment_networks):
-                left_out.append(pod.name)
+                out.left_out.append(pod.name)
             continue  # on the network, not attached yet: no address to serve
-        candidates += 1
+        out.candidates += 1
         ports: list[Port] = []
         for i, sp in enumerate(spec_ports):
             number = _resolve(sp, pod)
             if number is not None:
-                resolved_by_some.add(i)
+                out.resolved_by_some.add(i)
                 ports.append(Port(sp.name or "", number, sp.protocol, sp.app_protocol))
         hostname = pod.hostname if pod.hostname and pod.subdomain == name else None
         for version, ip in found.items():
             address_type = _FAMILY_OF[version]
-            found_families.add(address_type)
+            out.found_families.add(address_type)
             if address_type not in wanted:
                 continue
             endpoint = Endpoint(
                 pod=pod.name, uid=pod.uid, addresses=(ip,), node=pod.node,
                 ready=publish or (pod.ready and not pod.terminating), serving=pod.ready,
                 terminating=pod.terminating, hostname=hostname)
-            groups.setdefault((address_type, tuple(ports)), {})[pod.name] = endpoint
-    if left_out:
-        warnings.append(_not_on_network(network_name, left_out, total))
-    unnamed = [sp for i, sp in enumerate(spec_ports) if candidates and i not in resolved_by_some]
-    if unnamed:
-        for sp in unnamed:
-            warnings.append(ServiceWarning(TARGET_PORT_NOT_FOUND, (
-                f"port {sp.name or sp.port} targets the container port named {sp.target_port!r} "
-                f"({sp.protocol}), which none of the {candidates} selected pods on PodNetwork "
-                f"{network_name} declares: name a port of theirs, or give the number")))
-        return ServicePlan(deletes=drop_all, warnings=tuple(warnings), served=True)
-    if candidates:
-        for address_type in wanted:
-            if address_type not in found_families:
-                have = " and ".join(sorted(found_families)) or "none"
-                warnings.append(ServiceWarning(NO_ADDRESS_OF_FAMILY, (
-                    f"none of the {candidates} selected pods on PodNetwork {network_name} has an "
-                    f"{address_type} address there (they have {have}); no {address_type} endpoints: "
-                    f"give the network an {address_type} range, or set the Service's ipFamilies to "
-                    "what it has")))
+            out.groups.setdefault((address_type, tuple(ports)), {})[pod.name] = endpoint
+    return out
+
+
+def _port_warnings(service: views.Service, network_name: str, gathered: _Gathered) -> list[ServiceWarning]:
+    """A port that targets a container port by a name none of the candidates declares."""
+    spec_ports = service.spec.ports or []
+    candidates = gathered.candidates
+    return [ServiceWarning(TARGET_PORT_NOT_FOUND, (
+        f"port {sp.name or sp.port} targets the container port named {sp.target_port!r} "
+        f"({sp.protocol}), which none of the {candidates} selected pods on PodNetwork "
+        f"{network_name} declares: name a port of theirs, or give the number"))
+        for i, sp in enumerate(spec_ports) if candidates and i not in gathered.resolved_by_some]
+
+
+def _family_warnings(service: views.Service, network_name: str, gathered: _Gathered) -> list[ServiceWarning]:
+    """A family the Service wants that none of the candidates has an address of."""
+    if not gathered.candidates:
+        return []
+    have = " and ".join(sorted(gathered.found_families)) or "none"
+    return [ServiceWarning(NO_ADDRESS_OF_FAMILY, (
+        f"none of the {gathered.candidates} selected pods on PodNetwork {network_name} has an "
+        f"{address_type} address there (they have {have}); no {address_type} endpoints: "
+        f"give the network an {address_type} range, or set the Service's ipFamilies to "
+        "what it has"))
+        for address_type in families(service) if address_type not in gathered.found_families]
+
+
+def _writes(service: views.Service, network_name: str, groups: Mapping[GroupKey, Mapping[str, Endpoint]],
+            slices: Mapping[str, Slice]) -> tuple[list[Create], list[Patch], tuple[Delete, ...], int]:
+    """The slices that hold `groups`: created, patched where they differ, deleted when left empty;
+    and how many endpoints they hold."""
+    namespace = service.metadata.namespace or ""
     labels = labels_for(service, network_name)
     owners = owners_for(service)
-    placed, empty = _pack(name, groups, slices)
+    placed, empty = _pack(service.metadata.name or "", groups, slices)
     creates: list[Create] = []
     updates: list[Patch] = []
     count = 0
@@ -556,6 +567,35 @@ def plan(service: views.Service, network: Network | None, pods: Iterable[PodReco
         updates.append(Patch(views.ENDPOINTSLICE_KIND, slice_name_, namespace,
                              {"metadata": meta, "endpoints": body_endpoints, "ports": body_ports}))
     deletes = tuple(Delete(views.ENDPOINTSLICE_KIND, n, namespace) for n in sorted(empty))
+    return creates, updates, deletes, count
+
+
+def plan(service: views.Service, network: Network | None, pods: Iterable[PodRecord],
+         slices: Mapping[str, Slice], attachment_networks: Mapping[str, str] | None = None) -> ServicePlan:
+    """What to write for `service` (module docstring).
+
+    `network` is the PodNetwork the Service names as the bridge knows it (None: unknown),
+    `pods` the records of the pods of its namespace, `slices` ours of it by name, and
+    `attachment_networks` the PodNetwork of each PodNetworkAttachment of its namespace.
+    A Service that names no PodNetwork, or cannot be served, loses our slices.
+    """
+    namespace = service.metadata.namespace or ""
+    drop_all = tuple(Delete(views.ENDPOINTSLICE_KIND, n, namespace) for n in sorted(slices))
+    network_name = network_of(service)
+    if network_name is None:
+        return ServicePlan(deletes=drop_all)
+    problems = refusals(service, network)
+    if problems or network is None or not service.spec.selector:
+        return ServicePlan(deletes=drop_all, warnings=tuple(problems), served=True)
+    gathered = _gather(service, network, pods, attachment_networks or {})
+    warnings: list[ServiceWarning] = []
+    if gathered.left_out:
+        warnings.append(_not_on_network(network_name, gathered.left_out, gathered.total))
+    unnamed = _port_warnings(service, network_name, gathered)
+    if unnamed:
+        return ServicePlan(deletes=drop_all, warnings=(*warnings, *unnamed), served=True)
+    warnings += _family_warnings(service, network_name, gathered)
+    creates, updates, deletes, count = _writes(service, network_name, gathered.groups, slices)
     return ServicePlan(tuple(creates), tuple(updates), deletes, tuple(warnings), served=True, endpoints=count)
 
 
