@@ -20,6 +20,7 @@ import contextlib
 import json
 import shutil
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.agent.netns import nftables
@@ -84,88 +85,117 @@ def policy(name: str, ns: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
             "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": ingress}}
 
 
+@dataclass
+class _Stage:
+    """What the stage's steps share: the demo, its namespace, web-b's namespace, web-a's addresses,
+    and the policy tables last shown."""
+
+    demo: Demo
+    ns: str
+    client: str
+    on_blue: str
+    on_green: str
+    shown: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)
+
+    async def sync(self) -> None:
+        """Wait for the agents, then say which tables they wrote, changed or removed."""
+        r = self.demo.report
+        await settle(self.demo)
+        now = await tables(self.demo)
+        for key, (node, netns, held) in sorted(now.items()):
+            if self.shown.get(key) != (node, netns, held):
+                r.say(f"{node}'s agent: {key}: table {nftables.POLICY} in {netns} (chains {', '.join(held)})")
+        for key in sorted(set(self.shown) - set(now)):
+            r.say(f"{self.shown[key][0]}'s agent: {key}: no policy isolates it: table removed")
+        self.shown = now
+
+    async def probe(self, address: str, network: str) -> bool:
+        ok, said = await connects(self.client, address)
+        self.demo.report.say(f"  web-b -> web-a ({address}:{PORT}) over TCP on {network}: {said}")
+        return ok
+
+
 async def run(demo: Demo, *, ns: str) -> None:
     """Stage 4d: web-b reaches web-a over TCP on blue; a policy isolating blue for ingress refuses
     it (green stays open); a second policy allowing pods labelled role=client lets it through."""
-    r, api = demo.report, demo.api
+    r = demo.report
     absent = [tool for tool in ("nft", "nsenter") if shutil.which(tool) is None]
     if absent:
         r.skip(f"4d. network policy: needs {' and '.join(absent)} (apt-get install nftables util-linux)")
         return
     r.section("4d. Network policy: a MultiNetworkPolicy isolates blue (KEP Phase III, Req 22)")
-    server, client = demo._sandbox("web-a").netns, demo._sandbox("web-b").netns
     on_blue, on_green = demo._ip_on("web-a", BLUE.name), demo._ip_on("web-a", GREEN.name)
     if on_blue is None or on_green is None:
         r.check(False, "web-a has addresses on blue and green for the policy stage", demo._pod_ips("web-a"))
         return
+    stage = _Stage(demo, ns, demo._sandbox("web-b").netns, on_blue, on_green)
     servers = Servers()
-
-    shown: dict[str, tuple[str, str, list[str]]] = {}
-
-    async def sync() -> None:
-        """Wait for the agents, then say which tables they wrote, changed or removed."""
-        await settle(demo)
-        now = await tables(demo)
-        for key, (node, netns, held) in sorted(now.items()):
-            if shown.get(key) != (node, netns, held):
-                r.say(f"{node}'s agent: {key}: table {nftables.POLICY} in {netns} (chains {', '.join(held)})")
-        for key in sorted(set(shown) - set(now)):
-            r.say(f"{shown[key][0]}'s agent: {key}: no policy isolates it: table removed")
-        shown.clear()
-        shown.update(now)
-
-    async def probe(address: str, network: str) -> bool:
-        ok, said = await connects(client, address)
-        r.say(f"  web-b -> web-a ({address}:{PORT}) over TCP on {network}: {said}")
-        return ok
-
     try:
-        await servers.start(server, on_blue, PORT)
-        await servers.start(server, on_green, PORT)
-        r.say(f"web-a ({_node_of(api, 'web-a', ns)}) serves TCP {PORT} on blue and green; "
-              f"web-b ({_node_of(api, 'web-b', ns)}) connects from its own namespace")
-        r.check(await probe(on_blue, BLUE.name), "web-b connects to web-a on blue before any policy")
-
-        deny = policy("isolate-blue", ns, [])
-        r.say("")
-        r.say(f"create MultiNetworkPolicy {ns}/isolate-blue: {constants.POLICY_FOR_PODNETWORK_ANNOTATION}: "
-              "blue, podSelector {}, policyTypes [Ingress], no ingress rule (deny all ingress on blue)")
-        api.create(deny)
-        await sync()
-        said = [e for e in api.list("v1", "Event", ns)
-                if (e.get("involvedObject") or {}).get("kind") == constants.POLICY_KIND
-                and e["involvedObject"].get("name") == "isolate-blue"]
-        r.check([e.get("reason") for e in said] == ["PolicyApplies"],
-                f"the bridge posted PolicyApplies on MultiNetworkPolicy {ns}/isolate-blue",
-                [(e.get("reason"), e.get("message")) for e in said])
-        r.check(not await probe(on_blue, BLUE.name),
-                "web-b cannot connect to web-a on blue: isolate-blue denies ingress")
-        r.check(await probe(on_green, GREEN.name),
-                "web-b still connects to web-a on green: the policy names blue only")
-
-        allow = policy("allow-clients", ns, [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
-                                              "ports": [{"protocol": "TCP", "port": PORT}]}])
-        r.say("")
-        r.say("label web-b role=client; create MultiNetworkPolicy "
-              f"{ns}/allow-clients: ingress on blue from pods labelled role=client to TCP {PORT}")
-        api.patch(*POD, "web-b", {"metadata": {"labels": {"role": "client"}}}, ns)
-        api.create(allow)
-        await sync()
-        r.check(await probe(on_blue, BLUE.name),
-                "web-b connects to web-a on blue once allow-clients admits pods labelled role=client")
-
-        r.say("")
-        r.say("delete both policies")
-        api.delete(*POLICY, "allow-clients", ns)
-        api.delete(*POLICY, "isolate-blue", ns)
-        await sync()
-        r.check(not shown, "with the policies deleted the agents removed every policy table", sorted(shown))
+        await _web_a_serves_and_web_b_connects(stage, servers)
+        await _a_policy_isolates_blue(stage)
+        await _a_second_policy_admits_clients(stage)
+        await _deleting_the_policies_removes_the_tables(stage)
     finally:
         await servers.stop()
         # An interrupted stage leaves no policy behind either: the agents then remove the tables.
         for name in ("allow-clients", "isolate-blue"):
             with contextlib.suppress(NotFound):
-                api.delete(*POLICY, name, ns)
+                demo.api.delete(*POLICY, name, ns)
+
+
+async def _web_a_serves_and_web_b_connects(stage: _Stage, servers: Servers) -> None:
+    demo, ns = stage.demo, stage.ns
+    server = demo._sandbox("web-a").netns
+    await servers.start(server, stage.on_blue, PORT)
+    await servers.start(server, stage.on_green, PORT)
+    demo.report.say(f"web-a ({_node_of(demo.api, 'web-a', ns)}) serves TCP {PORT} on blue and green; "
+                    f"web-b ({_node_of(demo.api, 'web-b', ns)}) connects from its own namespace")
+    demo.report.check(await stage.probe(stage.on_blue, BLUE.name),
+                      "web-b connects to web-a on blue before any policy")
+
+
+async def _a_policy_isolates_blue(stage: _Stage) -> None:
+    """isolate-blue (no ingress rule on blue): the bridge says it applies, web-b is refused on blue
+    and still reaches web-a on green."""
+    r, api, ns = stage.demo.report, stage.demo.api, stage.ns
+    r.say("")
+    r.say(f"create MultiNetworkPolicy {ns}/isolate-blue: {constants.POLICY_FOR_PODNETWORK_ANNOTATION}: "
+          "blue, podSelector {}, policyTypes [Ingress], no ingress rule (deny all ingress on blue)")
+    api.create(policy("isolate-blue", ns, []))
+    await stage.sync()
+    said = stages.events_about(api, ns, constants.POLICY_KIND, "isolate-blue")
+    r.check([e.reason for e in said] == ["PolicyApplies"],
+            f"the bridge posted PolicyApplies on MultiNetworkPolicy {ns}/isolate-blue",
+            [(e.reason, e.message) for e in said])
+    r.check(not await stage.probe(stage.on_blue, BLUE.name),
+            "web-b cannot connect to web-a on blue: isolate-blue denies ingress")
+    r.check(await stage.probe(stage.on_green, GREEN.name),
+            "web-b still connects to web-a on green: the policy names blue only")
+
+
+async def _a_second_policy_admits_clients(stage: _Stage) -> None:
+    r, api, ns = stage.demo.report, stage.demo.api, stage.ns
+    allow = policy("allow-clients", ns, [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                                          "ports": [{"protocol": "TCP", "port": PORT}]}])
+    r.say("")
+    r.say("label web-b role=client; create MultiNetworkPolicy "
+          f"{ns}/allow-clients: ingress on blue from pods labelled role=client to TCP {PORT}")
+    api.patch(*POD, "web-b", {"metadata": {"labels": {"role": "client"}}}, ns)
+    api.create(allow)
+    await stage.sync()
+    r.check(await stage.probe(stage.on_blue, BLUE.name),
+            "web-b connects to web-a on blue once allow-clients admits pods labelled role=client")
+
+
+async def _deleting_the_policies_removes_the_tables(stage: _Stage) -> None:
+    r, api, ns = stage.demo.report, stage.demo.api, stage.ns
+    r.say("")
+    r.say("delete both policies")
+    api.delete(*POLICY, "allow-clients", ns)
+    api.delete(*POLICY, "isolate-blue", ns)
+    await stage.sync()
+    r.check(not stage.shown, "with the policies deleted the agents removed every policy table",
+            sorted(stage.shown))
 
 
 def _node_of(api: Any, pod: str, ns: str) -> str:

@@ -48,6 +48,7 @@ from demo.report import Report
 from demo.store import CREATE, UPDATE, Invalid, Store
 from demo.world import BLUE, DEFAULT, NODE_A, NODE_B, POD, pod_manifest
 from podnetwork.ground import constants
+from podnetwork.ground.service import Endpoint, EndpointSlice
 
 SERVICE = ("v1", "Service")
 SLICE = (f"{constants.ENDPOINTSLICE_GROUP}/{constants.ENDPOINTSLICE_VERSION}", "EndpointSlice")
@@ -205,34 +206,39 @@ async def settle(demo: Demo) -> None:
     await stages.settle(demo, lambda agent: agent.services, "ClusterIP rules")
 
 
-def _slices(api: Store, ns: str) -> list[dict[str, Any]]:
-    return [s for s in api.list(*SLICE, ns)
-            if (s["metadata"].get("labels") or {}).get(constants.ENDPOINTSLICE_SERVICE_NAME_LABEL) == NAME]
+def _label(found: EndpointSlice, key: str) -> str | None:
+    return found.metadata.labels.get(key) if found.metadata.labels else None
 
 
-def _show_slices(r: Report, api: Store, ns: str) -> list[dict[str, Any]]:
+def _slices(api: Store, ns: str) -> list[EndpointSlice]:
+    found = (EndpointSlice.model_validate(s) for s in api.list(*SLICE, ns))
+    return [s for s in found if _label(s, constants.ENDPOINTSLICE_SERVICE_NAME_LABEL) == NAME]
+
+
+def _show_slices(r: Report, api: Store, ns: str) -> list[EndpointSlice]:
     found = _slices(api, ns)
     for s in found:
-        labels = s["metadata"].get("labels") or {}
-        r.say(f"  bridge: EndpointSlice {ns}/{s['metadata']['name']} ({s.get('addressType')}, managed-by "
-              f"{labels.get(constants.ENDPOINTSLICE_MANAGED_BY_LABEL)}), ports "
-              + ", ".join(f"{p.get('name')} {p.get('port')}/{p.get('protocol')}"
-                          for p in s.get("ports") or []))
-        for e in s.get("endpoints") or []:
-            c = e.get("conditions") or {}
-            r.say(f"    {', '.join(e.get('addresses') or [])} {(e.get('targetRef') or {}).get('name')} on "
-                  f"{e.get('nodeName')}: ready={c.get('ready')} serving={c.get('serving')} "
-                  f"terminating={c.get('terminating')}")
-        r.detail(f"EndpointSlice {s['metadata']['name']}", s)
+        r.say(f"  bridge: EndpointSlice {ns}/{s.metadata.name} ({s.address_type}, managed-by "
+              f"{_label(s, constants.ENDPOINTSLICE_MANAGED_BY_LABEL)}), ports "
+              + ", ".join(f"{p.name} {p.port}/{p.protocol}" for p in s.ports or []))
+        for e in s.endpoints or []:
+            c = e.conditions
+            r.say(f"    {', '.join(e.addresses)} {_pod_of(e)} on {e.node_name}: ready={c.ready} "
+                  f"serving={c.serving} terminating={c.terminating}")
+        r.detail(f"EndpointSlice {s.metadata.name}", s.model_dump(by_alias=True, exclude_none=True))
     if not found:
         r.say(f"  no EndpointSlice of Service {ns}/{NAME}")
     return found
 
 
-def _endpoints(found: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
+def _pod_of(endpoint: Endpoint) -> str | None:
+    return endpoint.target_ref.name if endpoint.target_ref else None
+
+
+def _endpoints(found: list[EndpointSlice]) -> dict[str, tuple[str, bool]]:
     """Pod name -> (its address, ready) over the slices."""
-    return {str((e.get("targetRef") or {}).get("name")): (a, bool((e.get("conditions") or {}).get("ready")))
-            for s in found for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
+    return {str(_pod_of(e)): (a, bool(e.conditions.ready))
+            for s in found for e in s.endpoints or [] for a in e.addresses}
 
 
 def _route_get(netns: str, address: str) -> str:
@@ -245,7 +251,7 @@ def _route_get(netns: str, address: str) -> str:
 async def run(demo: Demo, *, ns: str) -> None:
     """Stage 4f: a Service on blue; the client reaches both backends through its ClusterIP, then only
     the ready one; the Service deleted, no rule is left."""
-    r, api = demo.report, demo.api
+    r = demo.report
     absent = [tool for tool in ("nft", "nsenter") if shutil.which(tool) is None]
     if absent:
         r.skip(f"4f. a Service on blue: needs {' and '.join(absent)} (apt-get install nftables util-linux)")
@@ -255,132 +261,177 @@ async def run(demo: Demo, *, ns: str) -> None:
     servers = Servers()
     started: list[str] = []
     try:
-        for name, node in (*BACKENDS.items(), (CLIENT, CLIENT_NODE)):
-            await demo._create_pod(_pod(name, node, NAME if name in BACKENDS else CLIENT))
-            started.append(name)  # removed at the end, its sandbox too if the ADD fails half-way
-            await demo.kubelets[node].start_pod(ns, name)
-            r.say(f"{node}: CNI ADD {ns}/{name} via the shim, netns {demo._sandbox(name).netns}")
-        for running in demo.agents:
-            await running.agent.status.idle()
-        demo._flush_notes()
-        blue = {name: demo._ip_on(name, BLUE.name) for name in started}
-        on_default = {name: demo._ip_on(name, DEFAULT.name) for name in started}
-        r.say(f"on blue: {json.dumps(blue)}; on default: {json.dumps(on_default)}")
-        if not all(blue.values()):
-            r.check(False, "the Service's pods have addresses on blue", blue)
+        blue = await _pods_on_blue(demo, ns, started)
+        if blue is None:
             return
-        for name in BACKENDS:
-            await servers.start(demo._sandbox(name).netns, "0.0.0.0", TARGET_PORT, name=name)
-        r.say(f"echo-1 and echo-2 serve TCP {TARGET_PORT} (container port 'echo') on every address, "
-              "answering '<name> from <the client's address>'")
-
-        r.say("")
-        created = api.create(service_manifest(ns))
-        cluster_ip = str(created["spec"].get("clusterIP"))
-        r.say(f"create Service {ns}/{NAME}: {constants.SERVICE_PODNETWORK_ANNOTATION}: blue, label "
-              f"{constants.SERVICE_PROXY_NAME_LABEL}={constants.SERVICE_PROXY_NAME}, selector app={NAME}, "
-              f"port {PORT} -> targetPort echo")
-        r.say(f"  the API server allocated ClusterIP {cluster_ip} from the service range {SERVICE_CIDR}")
-        r.check(ipaddress.ip_address(cluster_ip) in SERVICE_CIDR,
-                f"Service {NAME} got a ClusterIP in {SERVICE_CIDR}", created["spec"])
-        await settle(demo)
-        found = _show_slices(r, api, ns)
-        endpoints = _endpoints(found)
-        r.check(endpoints == {name: (blue[name], True) for name in BACKENDS}
-                and all(s.get("addressType") == "IPv4" and [p.get("port") for p in s.get("ports") or []]
-                        == [TARGET_PORT] for s in found),
-                "the bridge's EndpointSlices list echo-1 and echo-2 by their blue addresses, ready, on port "
-                f"{TARGET_PORT} (the named targetPort resolved)", endpoints)
-        r.check(not any(ipaddress.ip_address(a) in ipaddress.ip_network(DEFAULT.subnet)
-                        for a, _ in endpoints.values()),
-                f"no endpoint is a cluster-network address ({DEFAULT.subnet})", endpoints)
-        warnings = [(e.get("reason"), e.get("message")) for e in api.list("v1", "Event", ns)
-                    if (e.get("involvedObject") or {}).get("kind") == "Service"
-                    and e["involvedObject"].get("name") == NAME]
-        r.check(not warnings, f"the bridge posted no Warning on Service {ns}/{NAME}", warnings)
-
-        client = demo._sandbox(CLIENT).netns
-        client_path = demo._sandbox(CLIENT).netns_path
-        ours = await clusterips.routes(client_path)
-        route = _route_get(client, cluster_ip)
-        r.say(f"{CLIENT_NODE}'s agent wrote table {nftables.SERVICES.family} {nftables.SERVICES.name} in "
-              f"{CLIENT}'s namespace; route to the ClusterIP: {route}")
-        rules = host_mod.run(["ip", "netns", "exec", client, "nft", "list", "table", nftables.SERVICES.family,
-                              nftables.SERVICES.name], check=False).stdout
-        for line in rules.splitlines():
-            if "dnat" in line and "numgen" in line:
-                r.say(f"  {line.strip()}")
-        r.detail(f"nft list table in {CLIENT}", rules)
-        r.check(await nftables.exists(client_path, table=nftables.SERVICES)
-                and [(str(ipaddress.ip_interface(x.destination).ip), x.interface) for x in ours]
-                == [(cluster_ip, INTERFACE)]
-                and f"dev {INTERFACE} src {blue[CLIENT]}" in route,
-                f"the agent routes the ClusterIP in {CLIENT} through {INTERFACE} from its blue address, "
-                "with its table",
-                {"routes": [f"{x.destination} dev {x.interface} src {x.source}" for x in ours],
-                 "route get": route})
-        plain = demo._sandbox("plain").netns_path
-        r.check(not await nftables.exists(plain, table=nftables.SERVICES),
-                "pod plain (not on blue) has no Services table")
-
-        answers = await connect_many(client, cluster_ip)
-        names, peers = tally(answers)
-        r.say(f"{CLIENT} -> {cluster_ip}:{PORT}, {CONNECTIONS} new connections: "
-              + ", ".join(f"{n} x{c}" for n, c in sorted(names.items()))
-              + f"; the backends saw {', '.join(sorted(peers)) or 'nobody'}")
-        r.check(set(names) == set(BACKENDS),
-                f"{CLIENT} reached both echo-1 and echo-2 through the ClusterIP", answers)
-        r.check(peers == {blue[CLIENT]},
-                f"every connection came from {CLIENT}'s blue address {blue[CLIENT]} (over {INTERFACE}, "
-                "not eth0)", sorted(peers))
-
-        r.say("")
-        pod = api.get(*POD, "echo-2", ns)
-        conditions = [dict(c, status="False") if c.get("type") == "Ready" else c
-                      for c in pod["status"].get("conditions") or []]
-        api.patch(*POD, "echo-2", {"status": {"conditions": conditions}}, ns, subresource="status")
-        r.say("echo-2 turns not Ready (its Ready condition False, as the kubelet sets it when a readiness "
-              "probe fails); the agents rewrite their pods' tables")
-        await settle(demo)
-        endpoints = _endpoints(_show_slices(r, api, ns))
-        r.check(endpoints.get("echo-2", ("", True))[1] is False and endpoints.get("echo-1", ("", False))[1],
-                "the bridge marked echo-2 not ready in the slice (echo-1 still ready)", endpoints)
-        answers = await connect_many(client, cluster_ip)
-        names, _ = tally(answers)
-        r.say(f"{CLIENT} -> {cluster_ip}:{PORT}, {CONNECTIONS} new connections: "
-              + ", ".join(f"{n} x{c}" for n, c in sorted(names.items())))
-        r.check(names == {"echo-1": CONNECTIONS},
-                "every connection went to echo-1: the agent left not-ready echo-2 out", answers)
-
-        r.say("")
-        api.delete(*SERVICE, NAME, ns)
-        await settle(demo)
-        left_slices = [s["metadata"]["name"] for s in _slices(api, ns)]
-        r.say(f"delete Service {ns}/{NAME}: its EndpointSlices go with it (ownerReferences, the garbage "
-              f"collector): {left_slices or 'none left'}")
-        r.check(not left_slices, "the Service's EndpointSlices are gone", left_slices)
-        left = await _rules_left(demo)
-        answers = await connect_many(client, cluster_ip, 1)
-        r.say(f"{CLIENT} -> {cluster_ip}:{PORT}: {answers[0] if answers else '(nothing)'}; route: "
-              f"{_route_get(client, cluster_ip)}")
-        r.check(not left, "with the Service deleted no pod's namespace holds its table or a route of it",
-                left)
-        r.check(tally(answers)[0].keys() <= {"(no answer)"}, "the ClusterIP answers no more", answers)
+        await _backends_serve(demo, servers)
+        cluster_ip = await _service_gets_its_slices(demo, ns, blue)
+        await _the_agent_writes_the_client_rules(demo, cluster_ip, blue)
+        await _the_client_reaches_both_backends(demo, cluster_ip, blue)
+        await _a_not_ready_backend_gets_nothing(demo, ns, cluster_ip)
+        await _deleting_the_service_leaves_nothing(demo, ns, cluster_ip)
     finally:
-        await servers.stop()
-        with contextlib.suppress(Exception):
-            api.delete(*SERVICE, NAME, ns)
-        for name in started:
-            node = BACKENDS.get(name, CLIENT_NODE)
-            try:
-                await demo.kubelets[node].stop_pod(ns, name)
-            except Exception as exc:  # keep removing the others; the demo's cleanup tries again
-                r.check(False, f"CNI DEL of {ns}/{name} at the end of the stage", str(exc))
-            with contextlib.suppress(Exception):
-                api.delete(*POD, name, ns)
-        demo._flush_notes()
+        await _remove_the_stage(demo, ns, servers, started)
     if started:
         r.say(f"CNI DEL of {', '.join(started)}: their namespaces, and the tables in them, are gone")
+
+
+async def _pods_on_blue(demo: Demo, ns: str, started: list[str]) -> dict[str, str | None] | None:
+    """The backends and the client attached (each name added to `started` as it is created): their
+    blue addresses, or None when one has none (said)."""
+    r = demo.report
+    for name, node in (*BACKENDS.items(), (CLIENT, CLIENT_NODE)):
+        await demo._create_pod(_pod(name, node, NAME if name in BACKENDS else CLIENT))
+        started.append(name)  # removed at the end, its sandbox too if the ADD fails half-way
+        await demo.kubelets[node].start_pod(ns, name)
+        r.say(f"{node}: CNI ADD {ns}/{name} via the shim, netns {demo._sandbox(name).netns}")
+    for running in demo.agents:
+        await running.agent.status.idle()
+    demo._flush_notes()
+    blue = {name: demo._ip_on(name, BLUE.name) for name in started}
+    on_default = {name: demo._ip_on(name, DEFAULT.name) for name in started}
+    r.say(f"on blue: {json.dumps(blue)}; on default: {json.dumps(on_default)}")
+    if not all(blue.values()):
+        r.check(False, "the Service's pods have addresses on blue", blue)
+        return None
+    return blue
+
+
+async def _backends_serve(demo: Demo, servers: Servers) -> None:
+    for name in BACKENDS:
+        await servers.start(demo._sandbox(name).netns, "0.0.0.0", TARGET_PORT, name=name)
+    demo.report.say(f"echo-1 and echo-2 serve TCP {TARGET_PORT} (container port 'echo') on every address, "
+                    "answering '<name> from <the client's address>'")
+
+
+async def _service_gets_its_slices(demo: Demo, ns: str, blue: dict[str, str | None]) -> str:
+    """Service echo created: its ClusterIP allocated, the bridge's EndpointSlices of the backends'
+    blue addresses, no Warning. Returns the ClusterIP."""
+    r, api = demo.report, demo.api
+    r.say("")
+    created = api.create(service_manifest(ns))
+    cluster_ip = str(created["spec"].get("clusterIP"))
+    r.say(f"create Service {ns}/{NAME}: {constants.SERVICE_PODNETWORK_ANNOTATION}: blue, label "
+          f"{constants.SERVICE_PROXY_NAME_LABEL}={constants.SERVICE_PROXY_NAME}, selector app={NAME}, "
+          f"port {PORT} -> targetPort echo")
+    r.say(f"  the API server allocated ClusterIP {cluster_ip} from the service range {SERVICE_CIDR}")
+    r.check(ipaddress.ip_address(cluster_ip) in SERVICE_CIDR,
+            f"Service {NAME} got a ClusterIP in {SERVICE_CIDR}", created["spec"])
+    await settle(demo)
+    found = _show_slices(r, api, ns)
+    endpoints = _endpoints(found)
+    r.check(endpoints == {name: (blue[name], True) for name in BACKENDS}
+            and all(s.address_type == "IPv4" and [p.port for p in s.ports or []] == [TARGET_PORT]
+                    for s in found),
+            "the bridge's EndpointSlices list echo-1 and echo-2 by their blue addresses, ready, on port "
+            f"{TARGET_PORT} (the named targetPort resolved)", endpoints)
+    r.check(not any(ipaddress.ip_address(a) in ipaddress.ip_network(DEFAULT.subnet)
+                    for a, _ in endpoints.values()),
+            f"no endpoint is a cluster-network address ({DEFAULT.subnet})", endpoints)
+    warnings = [(e.reason, e.message) for e in stages.events_about(api, ns, "Service", NAME)]
+    r.check(not warnings, f"the bridge posted no Warning on Service {ns}/{NAME}", warnings)
+    return cluster_ip
+
+
+async def _the_agent_writes_the_client_rules(demo: Demo, cluster_ip: str,
+                                             blue: dict[str, str | None]) -> None:
+    """The client's node agent wrote the Services table and the ClusterIP's route over blue; a pod not
+    on blue got neither."""
+    r = demo.report
+    client = demo._sandbox(CLIENT).netns
+    client_path = demo._sandbox(CLIENT).netns_path
+    ours = await clusterips.routes(client_path)
+    route = _route_get(client, cluster_ip)
+    r.say(f"{CLIENT_NODE}'s agent wrote table {nftables.SERVICES.family} {nftables.SERVICES.name} in "
+          f"{CLIENT}'s namespace; route to the ClusterIP: {route}")
+    rules = host_mod.run(["ip", "netns", "exec", client, "nft", "list", "table", nftables.SERVICES.family,
+                          nftables.SERVICES.name], check=False).stdout
+    for line in rules.splitlines():
+        if "dnat" in line and "numgen" in line:
+            r.say(f"  {line.strip()}")
+    r.detail(f"nft list table in {CLIENT}", rules)
+    r.check(await nftables.exists(client_path, table=nftables.SERVICES)
+            and [(str(ipaddress.ip_interface(x.destination).ip), x.interface) for x in ours]
+            == [(cluster_ip, INTERFACE)]
+            and f"dev {INTERFACE} src {blue[CLIENT]}" in route,
+            f"the agent routes the ClusterIP in {CLIENT} through {INTERFACE} from its blue address, "
+            "with its table",
+            {"routes": [f"{x.destination} dev {x.interface} src {x.source}" for x in ours],
+             "route get": route})
+    plain = demo._sandbox("plain").netns_path
+    r.check(not await nftables.exists(plain, table=nftables.SERVICES),
+            "pod plain (not on blue) has no Services table")
+
+
+async def _the_client_reaches_both_backends(demo: Demo, cluster_ip: str, blue: dict[str, str | None]) -> None:
+    r = demo.report
+    answers = await connect_many(demo._sandbox(CLIENT).netns, cluster_ip)
+    names, peers = tally(answers)
+    r.say(f"{CLIENT} -> {cluster_ip}:{PORT}, {CONNECTIONS} new connections: "
+          + ", ".join(f"{n} x{c}" for n, c in sorted(names.items()))
+          + f"; the backends saw {', '.join(sorted(peers)) or 'nobody'}")
+    r.check(set(names) == set(BACKENDS),
+            f"{CLIENT} reached both echo-1 and echo-2 through the ClusterIP", answers)
+    r.check(peers == {blue[CLIENT]},
+            f"every connection came from {CLIENT}'s blue address {blue[CLIENT]} (over {INTERFACE}, "
+            "not eth0)", sorted(peers))
+
+
+async def _a_not_ready_backend_gets_nothing(demo: Demo, ns: str, cluster_ip: str) -> None:
+    """echo-2's Ready condition turns False: the bridge marks it not ready, the agent leaves it out."""
+    r, api = demo.report, demo.api
+    r.say("")
+    pod = api.get(*POD, "echo-2", ns)
+    conditions = [dict(c, status="False") if c.get("type") == "Ready" else c
+                  for c in pod["status"].get("conditions") or []]
+    api.patch(*POD, "echo-2", {"status": {"conditions": conditions}}, ns, subresource="status")
+    r.say("echo-2 turns not Ready (its Ready condition False, as the kubelet sets it when a readiness "
+          "probe fails); the agents rewrite their pods' tables")
+    await settle(demo)
+    endpoints = _endpoints(_show_slices(r, api, ns))
+    r.check(endpoints.get("echo-2", ("", True))[1] is False and endpoints.get("echo-1", ("", False))[1],
+            "the bridge marked echo-2 not ready in the slice (echo-1 still ready)", endpoints)
+    answers = await connect_many(demo._sandbox(CLIENT).netns, cluster_ip)
+    names, _ = tally(answers)
+    r.say(f"{CLIENT} -> {cluster_ip}:{PORT}, {CONNECTIONS} new connections: "
+          + ", ".join(f"{n} x{c}" for n, c in sorted(names.items())))
+    r.check(names == {"echo-1": CONNECTIONS},
+            "every connection went to echo-1: the agent left not-ready echo-2 out", answers)
+
+
+async def _deleting_the_service_leaves_nothing(demo: Demo, ns: str, cluster_ip: str) -> None:
+    r, api = demo.report, demo.api
+    r.say("")
+    api.delete(*SERVICE, NAME, ns)
+    await settle(demo)
+    left_slices = [s.metadata.name for s in _slices(api, ns)]
+    r.say(f"delete Service {ns}/{NAME}: its EndpointSlices go with it (ownerReferences, the garbage "
+          f"collector): {left_slices or 'none left'}")
+    r.check(not left_slices, "the Service's EndpointSlices are gone", left_slices)
+    left = await _rules_left(demo)
+    client = demo._sandbox(CLIENT).netns
+    answers = await connect_many(client, cluster_ip, 1)
+    r.say(f"{CLIENT} -> {cluster_ip}:{PORT}: {answers[0] if answers else '(nothing)'}; route: "
+          f"{_route_get(client, cluster_ip)}")
+    r.check(not left, "with the Service deleted no pod's namespace holds its table or a route of it",
+            left)
+    r.check(tally(answers)[0].keys() <= {"(no answer)"}, "the ClusterIP answers no more", answers)
+
+
+async def _remove_the_stage(demo: Demo, ns: str, servers: Servers, started: list[str]) -> None:
+    """The servers, the Service and the stage's pods removed, whatever happened."""
+    await servers.stop()
+    with contextlib.suppress(Exception):
+        demo.api.delete(*SERVICE, NAME, ns)
+    for name in started:
+        node = BACKENDS.get(name, CLIENT_NODE)
+        try:
+            await demo.kubelets[node].stop_pod(ns, name)
+        except Exception as exc:  # keep removing the others; the demo's cleanup tries again
+            demo.report.check(False, f"CNI DEL of {ns}/{name} at the end of the stage", str(exc))
+        with contextlib.suppress(Exception):
+            demo.api.delete(*POD, name, ns)
+    demo._flush_notes()
 
 
 async def _rules_left(demo: Demo) -> list[str]:

@@ -9,12 +9,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from bridge.agent.daemon.agent import Agent
 from bridge.agent.daemon.running import Running
 from bridge.agent.netns.reconciler import Reconciler
 from demo.kubelet import Kubelet
 from demo.report import Report
 from demo.store import Store
+from podnetwork.ground.service import ObjectReference
 
 #: Seconds each agent may take to bring its pods' tables up to date after a change.
 SETTLE_TIMEOUT = 30.0
@@ -82,4 +85,20 @@ class Servers:
         self.procs.clear()
 
 
-__all__ = ["SETTLE_TIMEOUT", "Demo", "Servers", "settle"]
+class Event(BaseModel):
+    """An Event as a stage reads it back: about which object, why, and what it says."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    involved_object: ObjectReference = Field(default_factory=ObjectReference, alias="involvedObject")
+    reason: str | None = None
+    message: str | None = None
+
+
+def events_about(api: Store, ns: str, kind: str, name: str) -> list[Event]:
+    """The Events of namespace `ns` about the object `kind` `name`, in the order stored."""
+    events = (Event.model_validate(e) for e in api.list("v1", "Event", ns))
+    return [e for e in events if e.involved_object.kind == kind and e.involved_object.name == name]
+
+
+__all__ = ["SETTLE_TIMEOUT", "Demo", "Event", "Servers", "events_about", "settle"]
