@@ -263,3 +263,33 @@ def test_an_update_in_place_moves_the_changed_service_keeps_the_other_and_equals
         is False  # refused in place: written whole
     assert backends_of(reached(node)) == {"x/b"} and others() == {"x/b"}
     node.assert_sealed()
+
+
+def test_route_sync_over_netlink_drops_our_stale_routes_adds_the_wanted_and_leaves_others_alone(node: Node) -> None:
+    pod = node.pods[CLIENT]
+    net1 = pod.addresses["net1"]
+    run("ip", "-n", pod.netns, "route", "add", "10.96.99.1/32", "dev", "net1")  # someone else's (proto boot)
+    run("ip", "-n", pod.netns, "route", "add", "10.96.99.2/32", "dev", "net1", "proto", str(dnat.ROUTE_PROTOCOL))
+    try:
+        wanted = [dnat.Route("10.96.99.3/32", "net1", net1), dnat.Route("10.96.99.4/32", "eth0", "")]
+        asyncio.run(clusterips.sync_routes(pod.path, wanted))
+
+        assert asyncio.run(clusterips.routes(pod.path)) == sorted(wanted)
+        listed = json.loads(run("ip", "-n", pod.netns, "-j", "route", "show", "table", "main").stdout)
+        by_dst = {r["dst"]: r for r in listed}
+        assert "10.96.99.2" not in by_dst and "10.96.99.1" in by_dst, listed
+        assert (by_dst["10.96.99.3"]["dev"], by_dst["10.96.99.3"]["prefsrc"]) == ("net1", net1)
+        assert by_dst["10.96.99.3"]["scope"] == "link" and by_dst["10.96.99.4"]["dev"] == "eth0"
+
+        # An interface the pod lacks: refused in ip's words, and what is there stays.
+        with pytest.raises(nftables.NftablesError, match='Cannot find device "net9"'):
+            asyncio.run(clusterips.sync_routes(pod.path, [*wanted, dnat.Route("10.96.99.5/32", "net9", "")]))
+        assert asyncio.run(clusterips.routes(pod.path)) == sorted(wanted)
+    finally:
+        run("ip", "-n", pod.netns, "route", "del", "10.96.99.1/32", "dev", "net1")
+
+
+def test_routes_of_a_namespace_that_is_gone_say_so(tmp_path: Path) -> None:
+    with pytest.raises(nftables.NetnsGone, match="does not exist"):
+        asyncio.run(clusterips.routes(str(tmp_path / "gone")))
+    asyncio.run(clusterips.remove(str(tmp_path / "gone")))  # idempotent: nothing to remove

@@ -140,7 +140,7 @@ async def _apply(netns: str, ops: Sequence[RouteOp], progress: list[RouteOp]) ->
                 else:
                     await _add_default(link, op, netns, indexes)
             except netlink.NetlinkError as exc:
-                raise _failed(op, netns, _ip_wording(exc)) from None
+                raise _failed(op, netns, ip_wording(exc)) from None
     finally:
         link.close()
 
@@ -244,7 +244,7 @@ def _failed(op: RouteOp, netns: str, details: str) -> CNIError:
     return CNIError(ErrorCode.IO_FAILURE, f"{' '.join(op.argv())} failed in {netns}", details)
 
 
-def _ip_wording(exc: netlink.NetlinkError) -> str:
+def ip_wording(exc: netlink.NetlinkError) -> str:
     """A kernel refusal as `ip` prints it: the extended ack's text if any, else the errno's."""
     code = int(exc.errno or 0)
     if exc.text and exc.text != os.strerror(code):

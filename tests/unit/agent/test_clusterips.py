@@ -1,61 +1,59 @@
-"""bridge.agent.netns.clusterips without the kernel: the `ip` batch it sends to make a pod's ClusterIP routes
-exactly the wanted ones (ours only, by protocol 201), against stand-in `nsenter` and `ip` scripts
-under tmp_path and this process's own namespace file. The real thing: tests/cni/test_service_cluster_ips.py.
+"""bridge.agent.netns.clusterips without the kernel: the rtnetlink messages of a pod's ClusterIP
+routes, built as `ip route replace DEST dev IF src SRC proto 201` sends them and read back from a
+dump, ours told from anyone else's by the protocol number. The real thing, in real namespaces:
+tests/cni/test_service_cluster_ips.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from pathlib import Path
+import socket
+import struct
 
 import pytest
 
-from bridge.agent.netns import clusterips, nftables
-from bridge.services.dnat import Route
+from bridge.agent.netns import clusterips, netlink
+from bridge.services.dnat import ROUTE_PROTOCOL, Route
 
-OWN_NETNS = "/proc/self/ns/net"
-
-
-def fake_ip(tmp_path: Path, v4: list[dict[str, str]], v6: list[dict[str, str]]) -> dict[str, str]:
-    nsenter = tmp_path / "nsenter"
-    nsenter.write_text('#!/bin/sh\nshift\nexec "$@"\n')
-    (tmp_path / "v4").write_text(json.dumps(v4))
-    (tmp_path / "v6").write_text(json.dumps(v6))
-    ip = tmp_path / "ip"
-    ip.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n'
-                  f'case "$*" in *-batch*) cat > {tmp_path}/batch;; *-4*) cat {tmp_path}/v4;; *) cat {tmp_path}/v6;; esac\n')
-    for script in (nsenter, ip):
-        script.chmod(0o755)
-    return {"nsenter": str(nsenter), "ip": str(ip)}
+NAMES = {7: "net1", 9: "net2"}
 
 
-def test_stale_routes_go_wanted_ones_come_and_those_in_place_are_left(tmp_path: Path) -> None:
-    fake = fake_ip(tmp_path, [{"dst": "10.96.0.1", "dev": "net1", "prefsrc": "10.1.0.9", "protocol": "201"},
-                              {"dst": "10.96.0.2", "dev": "net1", "prefsrc": "10.1.0.9"}],
-                   [{"dst": "fd00:96::1", "dev": "net1", "prefsrc": "fd00:1::9"}])
-    wanted = [Route("10.96.0.1/32", "net1", "10.1.0.9"), Route("10.96.0.3/32", "net2", "10.2.0.9")]
-
-    asyncio.run(clusterips.sync_routes(OWN_NETNS, wanted, **fake))
-
-    calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[:2] == ["-j -4 route show table main proto 201", "-j -6 route show table main proto 201"]
-    assert (tmp_path / "batch").read_text().splitlines() == [
-        "route del 10.96.0.2/32 dev net1 proto 201",
-        "route del fd00:96::1/128 dev net1 proto 201",
-        "route replace 10.96.0.3/32 dev net2 src 10.2.0.9 proto 201",
-    ]
+def test_a_route_read_back_from_its_own_message_is_the_same_route() -> None:
+    for route, index in ((Route("10.96.0.1/32", "net1", "10.1.0.9"), 7),
+                         (Route("fd00:96::1/128", "net2", "fd00:1::9"), 9),
+                         (Route("10.96.0.0/24", "net1", ""), 7)):
+        dumped = clusterips.parse_route(memoryview(clusterips.route_message(route, index)), NAMES)
+        assert dumped is not None and dumped.route == route
 
 
-def test_nothing_to_change_runs_no_batch(tmp_path: Path) -> None:
-    fake = fake_ip(tmp_path, [{"dst": "10.96.0.1", "dev": "net1", "prefsrc": "10.1.0.9"}], [])
-    asyncio.run(clusterips.sync_routes(OWN_NETNS, [Route("10.96.0.1/32", "net1", "10.1.0.9")], **fake))
-    assert not (tmp_path / "batch").exists()
+def test_the_message_is_a_direct_route_of_ours_in_the_main_table() -> None:
+    body = clusterips.route_message(Route("10.96.0.1/32", "net1", "10.1.0.9"), 7)
+    family, dst_len, _, _, table, protocol, scope, kind, _ = netlink.RTMSG.unpack_from(body)
+    assert (family, dst_len, table, protocol, scope, kind) == (
+        socket.AF_INET, 32, clusterips.RT_TABLE_MAIN, ROUTE_PROTOCOL, clusterips.RT_SCOPE_LINK, clusterips.RTN_UNICAST)
+    attrs = netlink.attributes(memoryview(body), netlink.RTMSG.size)
+    assert bytes(attrs[clusterips.RTA_DST]) == socket.inet_aton("10.96.0.1")
+    assert struct.unpack("=I", attrs[clusterips.RTA_OIF])[0] == 7
+    assert bytes(attrs[clusterips.RTA_PREFSRC]) == socket.inet_aton("10.1.0.9")
 
 
-def test_an_answer_that_is_not_ips_json_is_an_error_naming_the_namespace(tmp_path: Path) -> None:
-    fake = fake_ip(tmp_path, [], [])
-    (tmp_path / "v4").write_text("10.96.0.1 dev net1")
-    with pytest.raises(nftables.NftablesError, match=f"list our routes \\(-4\\) in network namespace {OWN_NETNS} "
-                                                    "failed: ip answered what is not its JSON: 10.96.0.1 dev net1"):
-        asyncio.run(clusterips.routes(OWN_NETNS, **fake))
+def _with(body: bytes, **fields: int) -> memoryview:
+    values = list(netlink.RTMSG.unpack_from(body))
+    for name, value in fields.items():
+        values[["family", "dst_len", "src_len", "tos", "table", "protocol", "scope", "type", "flags"].index(name)] = value
+    return memoryview(netlink.RTMSG.pack(*values) + body[netlink.RTMSG.size:])
+
+
+def test_routes_of_anyone_else_a_cached_clone_or_another_table_are_not_ours() -> None:
+    body = clusterips.route_message(Route("10.96.0.1/32", "net1", "10.1.0.9"), 7)
+    assert clusterips.parse_route(_with(body, protocol=3), NAMES) is None  # the kernel's, a plugin's (boot)
+    assert clusterips.parse_route(_with(body, table=100), NAMES) is None
+    assert clusterips.parse_route(_with(body, flags=clusterips.RTM_F_CLONED), NAMES) is None
+
+
+def test_a_route_of_ours_without_its_destination_or_a_short_message_is_malformed() -> None:
+    head = netlink.RTMSG.pack(socket.AF_INET, 32, 0, 0, clusterips.RT_TABLE_MAIN, ROUTE_PROTOCOL,
+                              clusterips.RT_SCOPE_LINK, clusterips.RTN_UNICAST, 0)
+    with pytest.raises(netlink.Malformed, match="without its destination or interface"):
+        clusterips.parse_route(memoryview(head), NAMES)
+    with pytest.raises(netlink.Malformed, match="shorter than rtmsg"):
+        clusterips.parse_route(memoryview(head[:5]), NAMES)
