@@ -22,15 +22,15 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path as FilePath
 from typing import Any
 
-from bridge.agent.access import decide
+from bridge.agent.access import decide, state
 from bridge.agent.access.decide import Path
+from bridge.agent.access.state import STATE_FILE, Made
 from bridge.agent.delegates import invoke
 from bridge.agent.delegates.cache import Record
 from bridge.agent.delegates.invoke import CNIError, Command, RuntimeArgs
@@ -43,7 +43,6 @@ from podnetwork.ground import constants
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "node-access.json"
 OWN_NETNS = "/proc/self/ns/net"
 #: Seconds one `ip` or `nft` run may take.
 COMMAND_TIMEOUT = 10.0
@@ -71,29 +70,6 @@ async def ip(netns: str, *args: str, ok: Iterable[str] = ()) -> str:
     if proc.returncode != 0 and not any(o in message for o in ok):
         raise CommandFailed(f"ip {' '.join(args)} in {netns}: {message or f'exit code {proc.returncode}'}")
     return out.decode(errors="replace")
-
-
-@dataclass
-class Made:
-    """One node path as it was made (the state file's entry)."""
-
-    path: dict[str, Any]
-    """`Path.key()`, plus what a removal needs."""
-    addresses: list[str]
-    """The node's addresses (CIDR) on the path's interface."""
-    api: bool
-    reservation: dict[str, Any] | None = None
-    """A sub-interface's IPAM reservation: `config` (the network's name, version, IPAM) and
-    `container_id`, to release it with a DEL."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "addresses": self.addresses, "api": self.api,
-                "reservation": self.reservation}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Made:
-        return cls(dict(data["path"]), list(data["addresses"]), bool(data.get("api")),
-                   data.get("reservation"))
 
 
 @dataclass
@@ -126,22 +102,10 @@ class NodeAccess:
     # --- state ---
 
     def made(self) -> dict[str, Made]:
-        try:
-            data = json.loads(self.state_file.read_text())
-            return {name: Made.from_json(entry) for name, entry in data.items()}
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error("node access: %s is unreadable (%s); starting from nothing (what it named may be "
-                      "left on the node: remove it by hand)", self.state_file, exc)
-            return {}
+        return state.load(self.state_file)
 
     def _save(self, made: Mapping[str, Made]) -> None:
-        if not made and not self.state_file.exists():
-            return  # an agent that never made a path leaves no file
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: v.to_json() for k, v in sorted(made.items())}, indent=1))
-        os.replace(tmp, self.state_file)
+        state.save(self.state_file, made)
 
     def concerns(self, record: Record) -> bool:
         """Whether a change of this container's attachments may change the node's paths."""
