@@ -87,7 +87,7 @@ def _review(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> 
 
 
 def _refused(response: dict[str, Any]) -> Invalid:
-    status = response.get("status") or {}
+    status = response.get("status") or {}  # a webhook's answer, as the API server reads it: JSON
     return Invalid(status.get("message") or "refused by the podnetwork admission webhook")
 
 

@@ -34,6 +34,7 @@ from demo.store import Event, EventType, Store
 from demo.storeapi import StoreApi
 from podnetwork.cli.handlers import Watch
 from podnetwork.ground import constants
+from podnetwork.ground.core import head_of
 from podnetwork.kep import controller as kep_controller
 from podnetwork.kep import plans as kep_plans
 
@@ -112,7 +113,8 @@ class Feed:
         self._deliver(watch, event.type.value, event.object)
 
     def _deliver(self, watch: Watch, type_: str | None, obj: dict[str, Any]) -> None:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        head = head_of(obj)
+        annotations = head.metadata.annotations or {} if head is not None else {}
         if watch.event is not None and (watch.annotation is None or watch.annotation in annotations):
             run_now(watch.event(type_, obj))
         if self.after is not None:
@@ -163,7 +165,8 @@ class ControlPlane:
 
     def _seen(self, watch: Watch, event: Event) -> None:
         if event.type == EventType.DELETED and watch.kind == constants.PODNETWORK_KIND:
-            name = (event.object.get("metadata") or {}).get("name")
+            head = head_of(event.object)
+            name = head.metadata.name if head is not None else None
             self._note(f'controller: PodNetwork "{name}" is gone')
 
     def _controller_did(self, action: kep_controller.Applied) -> None:

@@ -19,6 +19,7 @@ from demo.controlplane import ControlPlane
 from demo.host import Footprint, Host
 from demo.report import Report
 from demo.scheduling import Scheduler
+from demo.stages import events_about
 from demo.store import Store
 from demo.world import (
     BLUE,
@@ -416,5 +417,5 @@ class ControlStory:
 
     def _events(self, pod: str, reason: str) -> list[str]:
         """The messages of the Events of `reason` about a pod of the demo (the bridge posts them)."""
-        return [event.get("message", "") for event in self.api.list("v1", "Event", NS)
-                if event.get("reason") == reason and (event.get("involvedObject") or {}).get("name") == pod]
+        return [event.message or "" for event in events_about(self.api, NS, None, pod)
+                if event.reason == reason]

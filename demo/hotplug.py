@@ -25,8 +25,9 @@ from bridge.agent.daemon.running import Running
 from demo import host as host_mod
 from demo import store as store_mod
 from demo.report import Report
+from demo.stages import EventView
 from demo.store import Event, EventType, Store
-from demo.world import PN, POD
+from demo.world import PN, POD, conditions_of
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
 from podnetwork.ground.core import Pod
@@ -46,9 +47,10 @@ class StoreEvents:
     async def post_event(self, body: Mapping[str, Any]) -> None:
         with contextlib.suppress(store_mod.AlreadyExists):
             self._api.create(dict(body))
-        meta = body.get("involvedObject") or {}
-        self._note(f"agent: event on pod {meta.get('namespace')}/{meta.get('name')}: "
-                   f"{body.get('type')} {body.get('reason')}: {body.get('message')}")
+        event = EventView.model_validate(body)
+        about = event.involved_object
+        self._note(f"agent: event on pod {about.namespace}/{about.name}: "
+                   f"{body.get('type')} {event.reason}: {event.message}")
 
 
 class Followers:
@@ -127,8 +129,8 @@ def _status(demo: Demo, pod: str, ns: str) -> list[dict[str, Any]]:
 
 
 def _in_use(demo: Demo, name: str) -> str:
-    conditions = (demo.api.get(*PN, name).get("status") or {}).get("conditions") or []
-    return str(next((c.get("message", "") for c in conditions if c.get("type") == ConditionType.IN_USE), ""))
+    conditions = conditions_of(demo.api.get(*PN, name))
+    return next((c.message for c in conditions if c.type == ConditionType.IN_USE), "")
 
 
 async def run(demo: Demo, *, ns: str, red: Any) -> None:

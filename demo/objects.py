@@ -24,7 +24,7 @@ from bridge.agent.kube import objects as cni_objects
 from bridge.agent.kube import watchcache
 from demo import store as store_mod
 from podnetwork.ground import constants
-from podnetwork.ground.core import Pod
+from podnetwork.ground.core import Pod, head_of
 
 _COORDINATES: dict[str, str] = {
     cni_objects.POD: "v1",
@@ -83,7 +83,7 @@ class StoreObjects:
         except store_mod.NotFound:  # the kind is not registered in the demo's store
             return []
         return [dict(s) for s in slices
-                if (s.get("metadata", {}).get("labels") or {}).get(constants.SERVICE_NAME_LABEL) == service]
+                if _labels(s).get(constants.SERVICE_NAME_LABEL) == service]
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
@@ -103,9 +103,15 @@ class StoreObjects:
         self.patches.append((namespace, name, dict(annotations)))
 
 
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The labels of a stored object (none when it has none, or they are not strings)."""
+    head = head_of(obj)
+    return dict(head.metadata.labels or {}) if head is not None else {}
+
+
 def _selected(selector: str, obj: Mapping[str, Any]) -> bool:
     """Whether `obj` matches an equality label selector (`k=v,k2=v2`, what `watchcache.Kind` carries)."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    labels = _labels(obj)
     for term in filter(None, selector.split(",")):
         name, _, value = term.partition("=")
         if labels.get(name) != value:

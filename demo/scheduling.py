@@ -228,7 +228,7 @@ class Scheduler:
         cond = {"type": "PodScheduled", "status": "True" if ok else "False"}
         if not ok:
             cond.update(reason=reason, message=message)
-        status = dict(pod.get("status") or {})
+        status = dict(pod.get("status") or {})  # copied whole into the binding's write, other keys kept
         others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         status["conditions"] = [*others, cond]
         if not ok:

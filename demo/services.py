@@ -41,6 +41,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from bridge.agent.netns import clusterips, nftables
 from demo import host as host_mod
 from demo import stages
@@ -48,6 +50,7 @@ from demo.report import Report
 from demo.store import CREATE, UPDATE, Invalid, Store
 from demo.world import BLUE, DEFAULT, NODE_A, NODE_B, POD, pod_manifest
 from podnetwork.ground import constants
+from podnetwork.ground.core import ObjectMeta
 from podnetwork.ground.service import Endpoint, EndpointSlice
 
 SERVICE = ("v1", "Service")
@@ -67,6 +70,22 @@ CONNECTIONS = 20
 
 
 # --- the API server's part: ClusterIP allocation ------------------------------------------------
+
+
+class _AllocatedSpec(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    cluster_ip: Any = Field(None, alias="clusterIP")
+    cluster_ips: Any = Field(None, alias="clusterIPs")
+
+
+class _Allocated(BaseModel):
+    """A Service as the allocator reads it: its name and the addresses it holds (as stored, unchecked)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: _AllocatedSpec = Field(default_factory=_AllocatedSpec)
 
 
 class ServiceIPs:
@@ -89,16 +108,17 @@ class ServiceIPs:
     def admit(self, operation: str, obj: dict[str, Any], old: dict[str, Any] | None,
               services: list[dict[str, Any]]) -> dict[str, Any]:
         """The Service to store, `services` being those stored now; raises `Invalid` to refuse it."""
-        spec = obj.setdefault("spec", {})
-        name = (obj.get("metadata") or {}).get("name")
+        spec = obj.setdefault("spec", {})  # written into, as the API server's strategy does
+        name = _Allocated.model_validate(obj).metadata.name
         if operation == UPDATE and old is not None:
-            kept = old.get("spec") or {}
-            if spec.get("clusterIP", kept.get("clusterIP")) != kept.get("clusterIP"):
+            kept = _Allocated.model_validate(old).spec
+            if spec.get("clusterIP", kept.cluster_ip) != kept.cluster_ip:
                 raise Invalid(f'Service "{name}" is invalid: spec.clusterIPs[0]: Invalid value: '
                               f'{json.dumps(spec.get("clusterIP"))}: field is immutable')
-            for key in ("clusterIP", "clusterIPs"):
-                if key in kept:
-                    spec[key] = kept[key]
+            if "cluster_ip" in kept.model_fields_set:
+                spec["clusterIP"] = kept.cluster_ip
+            if "cluster_ips" in kept.model_fields_set:
+                spec["clusterIPs"] = kept.cluster_ips
             return obj
         if operation != CREATE:
             return obj
@@ -109,7 +129,7 @@ class ServiceIPs:
         if asked == "None":
             spec["clusterIPs"] = ["None"]
             return obj
-        used = {(s.get("spec") or {}).get("clusterIP") for s in services}
+        used = {_Allocated.model_validate(s).spec.cluster_ip for s in services}
         if asked:
             address = self._checked(name, asked, used)
         else:

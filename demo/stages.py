@@ -85,7 +85,7 @@ class Servers:
         self.procs.clear()
 
 
-class Event(BaseModel):
+class EventView(BaseModel):
     """An Event as a stage reads it back: about which object, why, and what it says."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
@@ -95,10 +95,10 @@ class Event(BaseModel):
     message: str | None = None
 
 
-def events_about(api: Store, ns: str, kind: str, name: str) -> list[Event]:
-    """The Events of namespace `ns` about the object `kind` `name`, in the order stored."""
-    events = (Event.model_validate(e) for e in api.list("v1", "Event", ns))
-    return [e for e in events if e.involved_object.kind == kind and e.involved_object.name == name]
+def events_about(api: Store, ns: str, kind: str | None, name: str) -> list[EventView]:
+    """The Events of namespace `ns` about the object `kind` (None: any kind) `name`, as stored."""
+    events = (EventView.model_validate(e) for e in api.list("v1", "Event", ns))
+    return [e for e in events if kind in (None, e.involved_object.kind) and e.involved_object.name == name]
 
 
-__all__ = ["SETTLE_TIMEOUT", "Demo", "Event", "Servers", "events_about", "settle"]
+__all__ = ["SETTLE_TIMEOUT", "Demo", "EventView", "Servers", "events_about", "settle"]

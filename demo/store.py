@@ -161,7 +161,7 @@ UPDATE = "UPDATE"
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata") or {}  # any kind, as JSON: the API server reads metadata before a schema
     return (obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""))
 
 
@@ -445,7 +445,7 @@ class Store:
         if not isinstance(obj, Mapping):
             raise BadRequest("an object must be a JSON object")
         res = self.resource(obj.get("apiVersion", ""), obj.get("kind", ""))
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata") or {}  # any kind, as JSON: the API server reads metadata before a schema
         return res, meta.get("name", ""), meta.get("namespace")
 
     def _existing(self, res: Resource, name: str, namespace: str | None) -> Obj:
@@ -456,6 +456,7 @@ class Store:
 
     @staticmethod
     def _require_version(res: Resource, name: str, body: Mapping[str, Any]) -> None:
+        # Any kind's body, as JSON (the API server checks the version before a schema).
         if not res.unconditional_update and not (body.get("metadata") or {}).get("resourceVersion"):
             raise Invalid(
                 f'{res.qualified} "{name}" is invalid: metadata.resourceVersion: Invalid value: 0: '
@@ -464,7 +465,7 @@ class Store:
 
     @staticmethod
     def _check_version(res: Resource, body: Mapping[str, Any], current: Obj) -> None:
-        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        wanted = (body.get("metadata") or {}).get("resourceVersion")  # as in _require_version
         have = current["metadata"]["resourceVersion"]
         if wanted and wanted != have:
             name = current["metadata"]["name"]

@@ -64,7 +64,7 @@ class StoreApi:
         return self._written(resource, "patch_status" if status else "patch", what, send)
 
     async def create(self, resource: kube.Resource, body: Mapping[str, Any]) -> dict[str, Any]:
-        meta = body.get("metadata") or {}
+        meta = body.get("metadata") or {}  # any kind's body, as the store takes it (JSON)
         what = f"create {kube.kind_of(resource)} {_where(meta.get('namespace'), meta.get('name'))}"
         return self._written(resource, "create", what, lambda: self.store.create(body))
 
@@ -140,7 +140,7 @@ def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 def _put(obj: Mapping[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
     out = dict(obj)
     head, *rest = path
-    out[head] = _put(out.get(head) or {}, tuple(rest), value) if rest else value
+    out[head] = _put(out.get(head) or {}, tuple(rest), value) if rest else value  # a JSON path, any kind
     return out
 
 

@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from bridge import npwg
 from podnetwork.ground import constants
 from podnetwork.ground.constants import ConditionType
+from podnetwork.ground.core import Condition
 
 NS = "demo"
 PN: tuple[str, str] = (constants.API_VERSION, constants.PODNETWORK_KIND)
@@ -86,14 +89,34 @@ def podnetwork_manifest(net: Net) -> dict[str, Any]:
     }
 
 
+class _Status(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    conditions: list[Condition] | None = None
+
+
+class _Conditioned(BaseModel):
+    """Any object of the demo's store, seen as its status conditions."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: _Status | None = None
+
+
+def conditions_of(obj: dict[str, Any] | None) -> list[Condition]:
+    """The status conditions of `obj` (none for None, or an object without them)."""
+    status = _Conditioned.model_validate(obj if obj is not None else {}).status
+    return list(status.conditions or []) if status is not None else []
+
+
 def condition_summary(obj: dict[str, Any] | None) -> str:
     if obj is None:
         return "(gone)"
     parts = []
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        text = f"{cond['type']}={cond['status']}"
-        if cond["status"] != "True" or cond["type"] == ConditionType.IN_USE:
-            text += f" ({cond.get('reason')}: {cond.get('message')})"
+    for cond in conditions_of(obj):
+        text = f"{cond.type}={cond.status}"
+        if cond.status != "True" or cond.type == ConditionType.IN_USE:
+            text += f" ({cond.reason}: {cond.message})"
         parts.append(text)
     if obj["metadata"].get("deletionTimestamp"):
         parts.append("deleting, finalizers " + ",".join(obj["metadata"].get("finalizers") or []))
@@ -101,7 +124,7 @@ def condition_summary(obj: dict[str, Any] | None) -> str:
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
+    for cond in conditions_of(obj):
+        if cond.type == type_:
+            return cond.to_dict()
     return {}
