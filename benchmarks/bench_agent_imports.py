@@ -30,8 +30,9 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("the models the agent reads (ground.core, ground.nad, bridge.translate, bridge.policy.model)",
      "import podnetwork.ground.core, podnetwork.ground.nad, bridge.translate, bridge.policy.model"),
     ("the rest of the agent (command, agent, server, watch cache, hot-plug, address watch)",
-     "import bridge.agent.command, bridge.agent.agent, bridge.agent.server, bridge.agent.watchcache, "
-     "bridge.agent.hotplug, bridge.agent.addresswatch, bridge.agent.publisher"),
+     "import bridge.agent.daemon.command, bridge.agent.daemon.agent, bridge.agent.daemon.server, "
+     "bridge.agent.kube.watchcache, bridge.agent.daemon.hotplug, bridge.agent.pods.addresswatch, "
+     "bridge.agent.pods.publisher"),
 )
 
 PROBE = """

@@ -30,8 +30,9 @@ from typing import Any
 import kmock
 import pytest
 
-from bridge.agent import command, watchcache
-from bridge.agent.running import Running
+from bridge.agent.daemon import command
+from bridge.agent.daemon.running import Running
+from bridge.agent.kube import watchcache
 from podnetwork.cli import build_parser
 from tests.api.controller_support import free_port
 from tests.api.kube_emulator import Emulator, write_kubeconfig

@@ -14,7 +14,7 @@ own steps, read from the Dockerfile, by the tools a Debian machine has:
 - **app layer** (each run, a few seconds): exactly the files the final stage COPYs, built into a
   wheel and installed by the image's pip (`--no-deps`: the base has them), and the compiled shim
   at `/opt/podnetwork/shim/multinetwork`, built on this host by `python3 -m
-  bridge.agent.shimbuild` as the Dockerfile's build stage runs it (a static binary).
+  bridge.agent.shim.shimbuild` as the Dockerfile's build stage runs it (a static binary).
 
 The scheduler's image (`registry.k8s.io/kube-scheduler` at the tag deploy/scheduler's
 kustomization sets) holds the kit's own kube-scheduler (the kit's one static binary, which acts as
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import yaml
 
-from bridge.agent import install
+from bridge.agent.node import install
 from tests.real.cluster_support import REPO
 from tests.unit.deploy.test_image import copied_paths, stages
 
@@ -203,7 +203,7 @@ def app_layer(work: Path) -> Layer:
     stage = work / "stage"
     shim = stage / str(install.DEFAULT_PREBUILT_SHIM).lstrip("/")
     shim.parent.mkdir(parents=True)
-    _run([sys.executable, "-m", "bridge.agent.shimbuild", str(shim)], "building the compiled shim",
+    _run([sys.executable, "-m", "bridge.agent.shim.shimbuild", str(shim)], "building the compiled shim",
          cwd=REPO, timeout=180, env=_tmpdir(work))
     rootfs = _base_folder() / "rootfs"
     inside = f"/tmp/podnetwork-app-{secrets.token_hex(4)}"
