@@ -201,12 +201,12 @@ def test_make_setup_installs_graphviz_as_root_only_when_dot_is_missing(tmp_path,
     bin_dir.mkdir()
     cni_dir.mkdir()
     # Everything else system-deps looks for is there: nft, conntrack, cc with a static libc, and the
-    # real tier's containerd, runc, openssl, curl and xz.
+    # real tier's containerd, runc, openssl, curl and xz, and mmdebstrap (the image the real tier packs).
     libc = tmp_path / "libc.a"
     libc.write_text("")
     stubs = {"apt-get": f'echo "$*" >> {calls}', "id": f"echo {uid}", "ip": "exit 0", "nft": "exit 0",
              "conntrack": "exit 0", "cc": f"echo {libc}", "containerd": "exit 0", "runc": "exit 0",
-             "openssl": "exit 0", "curl": "exit 0", "xz": "exit 0", **({"dot": "exit 0"} if have_dot else {})}
+             "openssl": "exit 0", "curl": "exit 0", "xz": "exit 0", "mmdebstrap": "exit 0", **({"dot": "exit 0"} if have_dot else {})}
     for name, body in [*stubs.items(), ("bridge", "exit 0"), ("host-local", "exit 0")]:
         stub = (cni_dir if name in ("bridge", "host-local") else bin_dir) / name
         stub.write_text(f"#!/bin/sh\n{body}\n")
