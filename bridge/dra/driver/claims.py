@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from bridge.dra.driver import views
+from podnetwork.ground import core
+
 
 class ClaimProblem(ValueError):
     """Why a claim cannot be prepared here; the message is for the pod's events."""
@@ -31,26 +36,37 @@ class Allocated:
     (`allowMultipleAllocations`) an id of its own (gate DRAConsumableCapacity)."""
 
 
-def _selected_nodes(allocation: Mapping[str, Any]) -> set[str] | None:
+def _selected_nodes(allocation: views.AllocationResult) -> set[str] | None:
     """The nodes `allocation.nodeSelector` names by `metadata.name` (None: it names none that way)."""
     named: set[str] = set()
-    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("operator") == "In":
-                named |= set(field.get("values") or [])
+    for term in allocation.node_selector.node_selector_terms if allocation.node_selector else []:
+        for field in term.match_fields:
+            if field.key == "metadata.name" and field.operator == "In":
+                named |= set(field.values)
     return named or None
+
+
+def _parse(claim: Mapping[str, Any]) -> views.ResourceClaim:
+    try:
+        return views.ResourceClaim.model_validate(claim)
+    except ValidationError as exc:
+        head = core.head_of(claim)
+        what = f"ResourceClaim {head.metadata.key}" if head else "the ResourceClaim"
+        raise ClaimProblem(f"{what} as the API served it does not read as a resource.k8s.io/v1 "
+                           f"ResourceClaim: {str(exc).splitlines()[0]}") from exc
 
 
 def allocated(claim: Mapping[str, Any], *, uid: str, driver: str, node: str) -> list[Allocated]:
     """This driver's devices on `node` in the allocation of `claim` (the object the API served for
     the kubelet's claim of `uid`), by device in the order of the results. Raises `ClaimProblem`."""
-    meta = claim.get("metadata") or {}
-    what = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
-    if meta.get("uid") != uid:
-        raise ClaimProblem(f"{what} has uid {meta.get('uid')}, the kubelet asked for {uid}: it was deleted "
+    parsed = _parse(claim)
+    meta = parsed.metadata
+    what = f"ResourceClaim {meta.namespace}/{meta.name}"
+    if meta.uid != uid:
+        raise ClaimProblem(f"{what} has uid {meta.uid}, the kubelet asked for {uid}: it was deleted "
                            "and made again since the pod was scheduled")
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
+    allocation = parsed.status.allocation
+    if allocation is None or not allocation.model_fields_set:
         raise ClaimProblem(f"{what} is not allocated (no status.allocation): kube-scheduler allocates it "
                            "when it schedules the pod")
     nodes = _selected_nodes(allocation)
@@ -58,16 +74,15 @@ def allocated(claim: Mapping[str, Any], *, uid: str, driver: str, node: str) -> 
         raise ClaimProblem(f"{what} is allocated for node(s) {', '.join(sorted(nodes))}, not for {node}")
     by_device: dict[tuple[str, str, str | None], list[str]] = {}
     others: set[str] = set()
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        if result.get("driver") != driver:
+    for result in allocation.devices.results:
+        if result.driver != driver:
             continue
-        pool, device = str(result.get("pool") or ""), str(result.get("device") or "")
+        pool, device = result.pool, result.device
         if pool != node:
             others.add(f"{pool}/{device}")
             continue
-        share = result.get("shareID")
-        key = (pool, device, share if isinstance(share, str) and share else None)
-        by_device.setdefault(key, []).append(str(result.get("request") or ""))
+        key = (pool, device, result.share_id or None)
+        by_device.setdefault(key, []).append(result.request)
     if others:
         raise ClaimProblem(f"{what} is allocated device(s) {', '.join(sorted(others))} of driver {driver} "
                            f"from another node's pool; this is node {node}")

@@ -41,11 +41,19 @@ def test_the_drivers_devices_of_the_nodes_pool_with_their_requests() -> None:
     (claim(result("net0", "blue"), node="n2"), "not for n1"),
     (claim(result("net0", "blue", pool="n2"), node=None), "another node's pool"),
     (claim(result("gpu", "g0", driver="gpu.example.com")), "no device of driver"),
-], ids=["uid", "unallocated", "other-node", "other-pool", "other-driver"])
+    ({"metadata": {"namespace": "ns", "name": "c", "uid": UID},
+      "status": {"allocation": {"devices": {"results": "net0"}}}}, "does not read as a resource.k8s.io/v1"),
+], ids=["uid", "unallocated", "other-node", "other-pool", "other-driver", "malformed"])
 def test_a_claim_that_is_not_this_nodes_is_refused_with_why(obj: dict[str, Any], said: str) -> None:
     with pytest.raises(claims.ClaimProblem, match=said) as caught:
         claims.allocated(obj, uid=UID, driver=DRIVER, node="n1")
     assert "ResourceClaim ns/c" in str(caught.value)
+
+
+def test_null_lists_and_selectors_mean_what_their_absence_means() -> None:
+    obj = claim(result("net0", "blue"), node=None)
+    obj["status"]["allocation"]["nodeSelector"] = None
+    assert claims.allocated(obj, uid=UID, driver=DRIVER, node="n1") == [claims.Allocated(("net0",), "n1", "blue")]
 
 
 def prepared(uid: str = UID) -> state.PreparedClaim:
