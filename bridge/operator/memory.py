@@ -179,9 +179,11 @@ def _version(body: Mapping[str, Any]) -> str:
 
 
 def key_of(body: Mapping[str, Any]) -> Key:
-    """(namespace, name) of a watched body."""
-    meta = body.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name") or "")
+    """(namespace, name) of a watched body (`("", "")` for one whose metadata does not parse,
+    which the API server never sends)."""
+    head = kube_core.head_of(body)
+    meta = head.metadata if head is not None else kube_core.ObjectMeta()
+    return (meta.namespace or "", meta.name or "")
 
 
 __all__ = ["Key", "Memory", "key_of", "read"]

@@ -37,6 +37,7 @@ from podnetwork.cli.handlers import Watch
 from podnetwork.ground import constants
 from podnetwork.ground import service as views
 from podnetwork.ground.actions import Create, Delete, Patch
+from podnetwork.ground.core import head_of
 from podnetwork.kep import conditions
 from podnetwork.kube import client as kube
 from podnetwork.kube import writes
@@ -161,8 +162,9 @@ class Services:
     async def slice_event(self, type: str | None, body: Mapping[str, Any]) -> None:
         if type == "DELETED":
             namespace, name = key_of(body)
-            labels = (body.get("metadata") or {}).get("labels") or {}
-            key = (namespace, str(labels.get(constants.ENDPOINTSLICE_SERVICE_NAME_LABEL) or ""))
+            head = head_of(body)
+            labels = (head.metadata.labels if head is not None else None) or {}
+            key = (namespace, labels.get(constants.ENDPOINTSLICE_SERVICE_NAME_LABEL) or "")
             if self.slices.get(key, {}).pop(name, None) is not None:
                 if not self.slices[key]:
                     del self.slices[key]

@@ -38,7 +38,7 @@ from bridge.policy.world import (
 )
 from bridge.translate.podips import status_address
 from podnetwork.ground import constants
-from podnetwork.ground.core import Namespace, ObjectMeta
+from podnetwork.ground.core import Namespace, ObjectMeta, PartialObjectMetadata
 
 
 def container_ports(pod: Mapping[str, Any]) -> list[ContainerPort]:
@@ -185,7 +185,7 @@ def _merged(
 
 def pod_from_object(obj: Mapping[str, Any], networks: Iterable[NetworkInfo]) -> PodInfo:
     """A `PodInfo` from a Pod object (a watch event's, an API response's)."""
-    meta = ObjectMeta.model_validate(obj.get("metadata") or {})
+    meta = PartialObjectMetadata.model_validate(obj).metadata
     spec = obj.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     return pod_info(
