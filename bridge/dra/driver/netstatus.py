@@ -19,7 +19,7 @@ from typing import Any
 from bridge import npwg
 from bridge.dra import objects as dra
 from bridge.dra.driver import state
-from podnetwork.ground import constants
+from podnetwork.ground import constants, core
 
 CONDITION_READY = "Ready"
 REASON_ATTACHED = "InterfaceAttached"
@@ -62,7 +62,8 @@ def cidr(value: object) -> str | None:
 def device_statuses(prepared: state.PreparedClaim, pod: Mapping[str, Any], *, driver: str,
                     now: str) -> list[dict[str, Any]]:
     """The `status.devices[]` entries of the claim's attached devices (AllocatedDeviceStatus v1)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    head = core.head_of(pod)
+    annotations = (head.metadata.annotations if head else None) or {}
     interfaces = _interfaces_by_podnetwork(annotations)
     statuses = _status_by_interface(annotations)
     out: list[dict[str, Any]] = []

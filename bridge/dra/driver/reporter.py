@@ -13,24 +13,33 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from lightkube.types import PatchType
+from pydantic import ValidationError
 
-from bridge.dra.driver import netstatus, state
+from bridge.dra.driver import netstatus, state, views
 from bridge.dra.driver.publisher import ResourceClaim
+from podnetwork.ground import core
 from podnetwork.kube import client as kube
 
 logger = logging.getLogger(__name__)
 
 
-def claim_names(pod: dict[str, Any]) -> list[str]:
-    """The ResourceClaims a pod uses, by name."""
-    names = [str(s["resourceClaimName"]) for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-             if isinstance(s, dict) and s.get("resourceClaimName")]
-    names += [str(c["resourceClaimName"]) for c in (pod.get("spec") or {}).get("resourceClaims") or []
-              if isinstance(c, dict) and c.get("resourceClaimName")]
-    return list(dict.fromkeys(names))
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims a pod uses, by name (none when the pod does not read as a v1 Pod)."""
+    try:
+        parsed = views.Pod.model_validate(pod)
+    except ValidationError:
+        return []
+    refs = [*parsed.status.resource_claim_statuses, *parsed.spec.resource_claims]
+    return list(dict.fromkeys(r.resource_claim_name for r in refs if r.resource_claim_name))
+
+
+def _meta(obj: Mapping[str, Any]) -> core.ObjectMeta:
+    head = core.head_of(obj)
+    return head.metadata if head else core.ObjectMeta()
 
 
 class Reporter:
@@ -44,9 +53,9 @@ class Reporter:
         self.written.pop(uid, None)
 
     def _pod(self, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
         if claim_names(obj):
-            self._pending[f"{meta.get('namespace')}/{meta.get('name')}"] = obj
+            meta = _meta(obj)
+            self._pending[f"{meta.namespace}/{meta.name}"] = obj
             self._wake.set()
 
     def _listed(self, items: list[dict[str, Any]]) -> None:
@@ -75,7 +84,7 @@ class Reporter:
                     logger.warning("cannot write the networkData of pod %s's claims: %s", key, exc)
 
     async def report(self, pod: dict[str, Any]) -> None:
-        namespace = str((pod.get("metadata") or {}).get("namespace"))
+        namespace = str(_meta(pod).namespace)
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in claim_names(pod):
             prepared = self.store.by_name(namespace, name)

@@ -61,6 +61,8 @@ def test_unreadable_annotations_are_left_out_never_a_failure() -> None:
     broken_status = pod([{"podNetwork": "blue", "interfaceName": "blue0"}], "[1]")
     (status,) = netstatus.device_statuses(prepared(("blue", "blue", None)), broken_status, driver=DRIVER, now="T")
     assert status["networkData"] == {"interfaceName": "blue0"} and "shareID" not in status
+    not_strings = {"metadata": {"annotations": {"multinetwork.x-k8s.io/pod-ips": [1]}}}
+    assert netstatus.device_statuses(prepared(("blue", "blue", None)), not_strings, driver=DRIVER, now="T") == []
 
 
 def test_the_comparison_key_ignores_only_the_conditions_times() -> None:
@@ -86,3 +88,5 @@ def test_the_claims_of_a_pod_from_its_status_and_its_spec() -> None:
                                     {"name": "b", "resourceClaimTemplateName": "t"}]},
         "status": {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "p-b-x1"}]}}) == ["p-b-x1", "shared"]
     assert reporter.claim_names({"metadata": {}}) == []
+    assert reporter.claim_names({"spec": {"resourceClaims": None}, "status": {"resourceClaimStatuses": None}}) == []
+    assert reporter.claim_names({"spec": {"resourceClaims": "shared"}}) == []  # not a v1 Pod: nothing to report
