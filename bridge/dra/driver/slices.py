@@ -21,9 +21,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.dra.driver import names
+from bridge.dra.driver import names, views
 from bridge.dra.objects import API_VERSION
-from podnetwork.ground import constants
+from podnetwork.ground import constants, core
 from podnetwork.ground.core import Node
 from podnetwork.kep import api, conditions, plans
 
@@ -62,7 +62,8 @@ def offers(podnetworks: Iterable[Mapping[str, Any]],
     out: dict[str, Offer] = {}
     left: list[Left] = []
     for obj in podnetworks:
-        name = str((obj.get("metadata") or {}).get("name") or "")
+        head = core.head_of(obj)
+        name = (head.metadata.name if head else None) or ""
         try:
             pn = api.parse(obj, constants.PODNETWORK_KIND)
         except (ValidationError, ValueError) as exc:
@@ -108,14 +109,20 @@ def specs(offered: list[Offer], *, node: str, driver: str) -> dict[str, dict[str
         "devices": [_device(o) for o in chunk]} for i, chunk in enumerate(chunks)}
 
 
-def _projected(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a slice's spec this driver sets (the API server may add defaults to the rest)."""
-    pool = spec.get("pool") or {}
-    return {"driver": spec.get("driver"), "nodeName": spec.get("nodeName"),
-            "pool": {"name": pool.get("name"), "resourceSliceCount": pool.get("resourceSliceCount")},
-            "devices": [{"name": d.get("name"), "attributes": d.get("attributes") or {},
-                         "allowMultipleAllocations": bool(d.get("allowMultipleAllocations"))}
-                        for d in spec.get("devices") or []]}
+def _projected(spec: views.ResourceSliceSpec | None) -> views.ResourceSliceSpec | None:
+    """The fields of a slice's spec this driver sets (the API server may add defaults to the rest):
+    the view drops unknown keys; `pool.generation` is compared apart."""
+    if spec is None:
+        return None
+    return spec.model_copy(update={"pool": spec.pool.model_copy(update={"generation": None})})
+
+
+def _read(spec: object) -> views.ResourceSliceSpec | None:
+    """A slice's spec as served; None when it does not read as one (it is then rewritten)."""
+    try:
+        return views.ResourceSliceSpec.model_validate(spec if spec is not None else {})
+    except ValidationError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,19 +134,20 @@ class Write:
     body: dict[str, Any] | None = None
 
 
-def generation(spec: Mapping[str, Any]) -> int:
-    value = (spec.get("pool") or {}).get("generation")
-    return value if isinstance(value, int) else 0
-
-
 def plan(observed: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, Mapping[str, Any]]) -> list[Write]:
     """The writes that turn `observed` (the driver's slices on the node, by name, as the API serves
     them) into `wanted` (`specs`): none when each wanted slice holds its spec and all share one
     generation; else every wanted slice written under the next generation, extra ones deleted."""
-    specs_now = {n: dict(o.get("spec") or {}) for n, o in observed.items()}
-    generations = {generation(s) for s in specs_now.values()}
+    specs_now: dict[str, views.ResourceSliceSpec | None] = {}
+    for n, o in observed.items():
+        try:
+            specs_now[n] = views.ResourceSlice.model_validate(o).spec
+        except ValidationError:
+            specs_now[n] = None
+    generations = {(s.pool.generation if s else None) or 0 for s in specs_now.values()}
     if (set(specs_now) == set(wanted) and len(generations) == 1
-            and all(_projected(specs_now[n]) == _projected(w) for n, w in wanted.items())):
+            and all(specs_now[n] is not None and _projected(specs_now[n]) == _projected(_read(w))
+                    for n, w in wanted.items())):
         return []
     next_generation = max(generations, default=0) + 1
     writes: list[Write] = []
@@ -152,4 +160,4 @@ def plan(observed: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, Mapping
     return writes
 
 
-__all__ = ["Left", "Offer", "Write", "generation", "offers", "plan", "specs"]
+__all__ = ["Left", "Offer", "Write", "offers", "plan", "specs"]

@@ -91,6 +91,10 @@ class ResourceSliceSpec(_View):
     devices: list[Device] = Field(default_factory=list)
 
 
+class ResourceSlice(_View):
+    spec: ResourceSliceSpec = Field(default_factory=ResourceSliceSpec)
+
+
 # --- Pod v1: the claims it uses ---------------------------------------------------------------
 
 
@@ -129,5 +133,6 @@ __all__ = [
     "ResourceClaim",
     "ResourceClaimStatus",
     "ResourcePool",
+    "ResourceSlice",
     "ResourceSliceSpec",
 ]

@@ -151,6 +151,17 @@ def test_plan_ignores_what_the_api_server_adds_and_repairs_a_pool_of_mixed_gener
     assert writes[0].body is not None and writes[0].body["spec"]["pool"]["generation"] == 6
 
 
+def test_plan_rewrites_a_served_slice_whose_spec_does_not_read_as_one() -> None:
+    wanted = slices.specs([slices.Offer("blue", "blue", PROVIDER)], node="n1", driver=DRIVER)
+    now = applied(slices.plan({}, wanted), {})
+    (name,) = now
+    broken = json.loads(json.dumps(now[name]))
+    broken["spec"]["devices"] = "blue"
+    writes = slices.plan({name: broken}, wanted)
+    assert [(w.verb, w.name) for w in writes] == [("update", name)]
+    assert writes[0].body is not None and writes[0].body["spec"]["pool"]["generation"] == 1
+
+
 def test_plan_rewrites_a_device_whose_attribute_changed() -> None:
     now = applied(slices.plan({}, slices.specs([slices.Offer("blue", "blue", "a")], node="n1", driver=DRIVER)), {})
     writes = slices.plan(now, slices.specs([slices.Offer("blue", "blue", None)], node="n1", driver=DRIVER))
