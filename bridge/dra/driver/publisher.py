@@ -21,6 +21,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 
 from bridge.dra.driver import slices
 from bridge.dra.objects import API_GROUP
+from podnetwork.ground import core
 from podnetwork.kube import client as kube
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,12 @@ ResourceClaim = create_namespaced_resource(API_GROUP, "v1", "ResourceClaim", "re
 #: What must be listed before the first write: a slice computed without one of them could take
 #: devices away that are there.
 _SOURCES = ("podnetworks", "node", "resourceslices")
+
+
+def _meta(obj: dict[str, Any] | None) -> core.ObjectMeta:
+    """A served object's metadata; empty for no object, or one whose metadata does not read."""
+    head = None if obj is None else core.head_of(obj)
+    return head.metadata if head else core.ObjectMeta()
 
 
 class Publisher:
@@ -78,10 +85,10 @@ class Publisher:
         self._changed()
 
     def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
-        annotations_before = ((self.node_obj or {}).get("metadata") or {}).get("annotations")
+        annotations_before = _meta(self.node_obj).annotations
         self.node_obj = None if kind == "DELETED" else obj
         # a heartbeat changes the status every few seconds; only the annotations and presence matter
-        if kind != "MODIFIED" or annotations_before != (obj.get("metadata") or {}).get("annotations"):
+        if kind != "MODIFIED" or annotations_before != _meta(obj).annotations:
             self._changed()
 
     def _slices_listed(self, items: list[dict[str, Any]]) -> None:
@@ -183,10 +190,10 @@ class Publisher:
         self.slices[write.name] = obj
 
     async def _create(self, body: dict[str, Any]) -> dict[str, Any]:
-        node_meta = (self.node_obj or {}).get("metadata") or {}
-        if node_meta.get("uid"):
+        uid = _meta(self.node_obj).uid
+        if uid:
             body = {**body, "metadata": {**body["metadata"], "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": node_meta["uid"],
+                {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid,
                  "controller": True}]}}
         try:
             return await self.api.create(ResourceSlice, body)
