@@ -6,7 +6,8 @@
 - `state`: the prepared claims on disk; `classes`: the DeviceClass and claim templates (pure);
 - `plugin`: GetInfo and NodePrepareResources/NodeUnprepareResources; `wire`: those services on
   unix sockets (grpc.aio), and the kubelet's side of them; `protos`: their messages;
-- `publisher`: the watches and the writer of the node's slices; `command`: the subcommand.
+- `publisher`: the watches and the writer of the node's slices; `command`: the subcommand;
+- `views`: the parts of served ResourceClaims, ResourceSlices and Pods the driver reads, typed.
 
 docs/dra.md ("The DRA driver").
 """
