@@ -16,7 +16,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podnetwork.ground import constants
+import pydantic
+
+from podnetwork.ground import constants, core
 from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kep import admission, inuse
 from podnetwork.kep import api as models
@@ -110,9 +112,10 @@ class UseReviews:
 
 def namespace_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the namespace cache keeps of a Namespace: its name and its networks profile."""
-    meta = body.get("metadata") or {}
-    entry: dict[str, Any] = {"metadata": {"name": meta.get("name")}}
-    profile = (meta.get("annotations") or {}).get(constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION)
+    head = core.head_of(body)  # None only for metadata the API server would refuse: no profile then
+    meta = head.metadata if head is not None else core.ObjectMeta()
+    entry: dict[str, Any] = {"metadata": {"name": meta.name}}
+    profile = meta.annotation(constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION)
     if profile is not None:
         entry["metadata"]["annotations"] = {constants.NAMESPACE_DEFAULT_NETWORKS_ANNOTATION: profile}
     return entry
@@ -177,8 +180,10 @@ class AdmissionReads:
             return None
         except kube.ApiError as exc:
             raise admission.UseUnavailable(str(exc)) from None
-        network = (body.get("spec") or {}).get("podNetworkName")
-        return network if isinstance(network, str) and network else None
+        try:
+            return models.PodNetworkAttachment.model_validate(body).spec.pod_network_name
+        except pydantic.ValidationError:
+            return None  # not an attachment the CRD's schema lets through: it names no network
 
     def namespace_profile(self, name: str) -> list[Network] | None:
         try:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import ErrorDetails
 
 from podnetwork.ground import jsontype
 from podnetwork.ground.fielderrors import ErrorType, FieldError
@@ -384,19 +385,20 @@ _EXPECTED = {
 }
 
 
-def _problem(err: Mapping[str, Any]) -> str:
+def _problem(err: ErrorDetails) -> str:
     kind = err["type"]
+    ctx: dict[str, Any] = err.get("ctx", {})
     if kind == "missing":
         return "is required"
     if kind in _EXPECTED:
         return f"{_EXPECTED[kind]}, not {jsontype.describe(err.get('input'))}"
     if kind == "literal_error":
-        expected = str((err.get("ctx") or {}).get("expected", "")).replace("'", '"')
+        expected = str(ctx.get("expected", "")).replace("'", '"')
         return f"must be {expected}, not {_shown(err.get('input'))}"
     if kind in ("string_too_short", "too_short"):
         return "must not be empty"
     if kind == "value_error":
-        return str((err.get("ctx") or {}).get("error") or err["msg"])
+        return str(ctx.get("error") or err["msg"])
     return str(err["msg"]).lower()
 
 
@@ -408,7 +410,7 @@ def _shown(value: Any) -> str:
     return jsontype.describe(value)
 
 
-def _field_error(path: str, err: Mapping[str, Any]) -> FieldError:
+def _field_error(path: str, err: ErrorDetails) -> FieldError:
     if err["type"] == "missing":
         return FieldError(path, ErrorType.REQUIRED)
     value = err.get("input")
