@@ -34,11 +34,12 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.models.meta_v1 import APIGroup, ObjectMeta
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
 from podnetwork.kube.apierrors import (
@@ -226,8 +227,10 @@ class Api:
                 return resource
         what = f"discover {name} in API group {group or 'core'}"
         if group:
-            versions = self._raw_request(what, "GET", f"/apis/{group}").json()
-            version = str((versions.get("preferredVersion") or {}).get("version") or "")
+            # lightkube's APIGroup model (from_dict is typed as returning its base class)
+            document = self._raw_request(what, "GET", f"/apis/{group}").json()
+            preferred = cast(APIGroup, APIGroup.from_dict(document)).preferredVersion
+            version = preferred.version if preferred is not None else ""
             path = f"/apis/{group}/{version}"
         else:
             version, path = "v1", "/api/v1"
@@ -362,9 +365,9 @@ class AsyncApi:
         return _plain(obj)
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
-        meta = body.get("metadata") or {}
         obj = _any(resource)(dict(body))
-        what = _what("create", resource, meta.get("namespace"), meta.get("name"))
+        meta = obj.metadata or ObjectMeta()  # lightkube's typed view of the generic body's metadata
+        what = _what("create", resource, meta.namespace, meta.name)
         return _plain(await self._written(resource, "create", self.call(what, lambda c: c.create(obj))))
 
     async def _written(self, resource: Resource, verb: str, request: Awaitable[T]) -> T:
@@ -465,6 +468,7 @@ async def list_and_watch(api: AsyncApi, resource: Resource, *,
                             break  # silent for too long: a dead connection; resume from `version`
                         except FAILURES as exc:
                             raise error_of(unwrap(exc), f"watch {plural_of(resource)}") from None
+                        # why: one key of each raw event, read before the consumer parses the body its way
                         version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                         if kind in ("ADDED", "MODIFIED", "DELETED"):
                             on_event(kind, obj)
