@@ -95,11 +95,13 @@ class Document:
 
     @property
     def name(self) -> str:
+        # why: a manifest as the user wrote it, before any schema: its name must read even when
+        # another metadata field is wrong, to name it in the error that says so
         return str((self.obj.get("metadata") or {}).get("name") or "")
 
     @property
     def namespace(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("namespace") or "")
+        return str((self.obj.get("metadata") or {}).get("namespace") or "")  # why: as `name`
 
     @property
     def ref(self) -> str:

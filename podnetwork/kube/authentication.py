@@ -72,6 +72,8 @@ def _exec_result(plugin: ExecPlugin, returncode: int, stdout: bytes, stderr: byt
     if answer.get("apiVersion") != plugin.api_version:
         raise _exec_failed(plugin, f"it answered apiVersion {answer.get('apiVersion')!r}, "
                            f"the kubeconfig asked for {plugin.api_version!r}")
+    # why: the agent process loads this module (its node API's credentials) and keeps pydantic out;
+    # the ExecCredential's few fields are checked one by one below, each with its own error
     status = answer.get("status") or {}
     token = status.get("token") or None
     cert, key = status.get("clientCertificateData") or None, status.get("clientKeyData") or None

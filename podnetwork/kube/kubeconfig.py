@@ -63,6 +63,8 @@ def _read(paths: list[Path], explicit: bool) -> _Merged:
             for item in items:
                 if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
                     raise CredentialsError(f"{path}: every entry of `{section}` needs a `name`")
+                # why: the agent process loads this module (no pydantic there); each field is checked
+                # by hand with its own error, and `cluster: null` reads as empty, as kubectl reads it
                 body = item.get(key) or {}
                 if not isinstance(body, Mapping):
                     raise CredentialsError(
