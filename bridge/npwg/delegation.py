@@ -177,6 +177,7 @@ def delegate_config(
     for plugin in plugins:
         runtime = {cap: value for cap, value in wanted.items() if _declares(plugin, cap)}
         if runtime:
+            # why: a CNI configuration is JSON handed on to the plugin as it is, unknown keys and all
             plugin["runtimeConfig"] = {**(plugin.get("runtimeConfig") or {}), **runtime}
         if element is not None and element.cni_args:
             args = plugin.get("args", {})
@@ -187,7 +188,7 @@ def delegate_config(
                     "NPWG multi-net spec 4.1.2.1.6.2)"
                 )
             args = dict(args)
-            args["cni"] = {**(args.get("cni") or {}), **element.cni_args}
+            args["cni"] = {**(args.get("cni") or {}), **element.cni_args}  # why: as runtimeConfig above
             plugin["args"] = args
     return config
 

@@ -60,6 +60,7 @@ def parse_request(env: Mapping[str, str], stdin: bytes) -> Request:
             f"unsupported cniVersion {version!r}",
             f"the agent speaks {', '.join(invoke.SUPPORTED_VERSIONS)}",
         )
+    # why: the agent keeps pydantic out (its RSS); the CNI config is JSON checked key by key
     runtime_config = conf.get("runtimeConfig") or {}
     if not isinstance(runtime_config, dict):
         raise CNIError(

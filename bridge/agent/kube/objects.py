@@ -154,7 +154,7 @@ class MemoryObjects:
         return (kind, namespace if kind in _NAMESPACED else None, name)
 
     def put(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata") or {}  # why: an in-memory store of any kind's JSON, as the API keeps it
         kind = obj.get("kind")
         if not isinstance(kind, str) or not meta.get("name"):
             raise ValueError("an object needs a kind and metadata.name")
@@ -202,6 +202,7 @@ class MemoryObjects:
     async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(obj) for (kind, ns, _), obj in sorted(self._store.items())
                 if kind == ENDPOINT_SLICE and ns == namespace
+                # why: the store's JSON, as `put` keeps it
                 and (obj["metadata"].get("labels") or {}).get(constants.SERVICE_NAME_LABEL) == service]
 
     async def patch_pod_annotations(
@@ -213,7 +214,7 @@ class MemoryObjects:
         meta = self._store[key].setdefault("metadata", {})
         if uid and meta.get("uid") and meta["uid"] != uid:
             raise Replaced(POD, namespace, name, f"UID {meta['uid']}, not {uid}")
-        current = dict(meta.get("annotations") or {})
+        current = dict(meta.get("annotations") or {})  # why: patches the store's JSON in place
         for k, v in annotations.items():
             if v is None:
                 current.pop(k, None)

@@ -224,6 +224,7 @@ def own_conflist(default_config: Mapping[str, Any], socket_path: Path) -> dict[s
     network's cniVersion and offering the capabilities its plugins declare (7.5)."""
     capabilities: dict[str, bool] = {}
     for delegate in npwg.plugins_of(default_config):
+        # why: the agent keeps pydantic out (its RSS); a CNI plugin's JSON, one key read
         for cap, on in (delegate.get("capabilities") or {}).items():
             if on is True:
                 capabilities[cap] = True
