@@ -56,11 +56,22 @@ class Status(_View):
     """As sent (entries that are not objects are skipped by `Object.condition`): a test shows
     the condition it judged."""
     phase: str | None = None
+    pod_ip: str | None = Field(None, alias="podIP")
     pod_ips: list[dict[str, Any]] | None = Field(None, alias="podIPs")
 
 
+class ContainerPort(_View):
+    name: str | None = None
+    protocol: str | None = None
+    container_port: int | None = Field(None, alias="containerPort")
+
+
+class Container(_View):
+    ports: list[ContainerPort] | None = None
+
+
 class Spec(_View):
-    """The spec fields the tests read, of a Pod, a Node or a KEP object."""
+    """The spec fields the tests read, of a Pod, a Node, a Service or a KEP object."""
 
     node_name: str | None = Field(None, alias="nodeName")
     scheduling_gates: list[dict[str, Any]] | None = Field(None, alias="schedulingGates")
@@ -69,6 +80,10 @@ class Spec(_View):
     provider: Any = None
     enabled: Any = None
     pod_network_name: Any = Field(None, alias="podNetworkName")
+    containers: list[Container] | None = None
+    ip_families: list[str] | None = Field(None, alias="ipFamilies")
+    cluster_ips: list[Any] | None = Field(None, alias="clusterIPs")
+    cluster_ip: Any = Field(None, alias="clusterIP")
 
 
 class Object(_View):
@@ -107,6 +122,34 @@ class Event(_View):
         return self.message or self.note or ""
 
 
+class EndpointConditions(_View):
+    """As sent (`Any`): a test judges that `ready` is `true`, not something that reads as true."""
+
+    ready: Any = None
+    serving: Any = None
+    terminating: Any = None
+
+
+class Endpoint(_View):
+    addresses: list[Any] | None = None
+    target_ref: Reference | None = Field(None, alias="targetRef")
+    conditions: EndpointConditions = Field(default_factory=EndpointConditions)
+
+
+class EndpointPort(_View):
+    name: str | None = None
+    port: Any = None
+
+
+class EndpointSlice(_View):
+    """discovery.k8s.io/v1 EndpointSlice: what the multi-network controller under test wrote."""
+
+    metadata: Meta = Field(default_factory=Meta)
+    address_type: Any = Field(None, alias="addressType")
+    endpoints: list[Endpoint] | None = None
+    ports: list[EndpointPort] | None = None
+
+
 V = TypeVar("V", bound=_View)
 
 
@@ -125,4 +168,5 @@ def read(obj: Mapping[str, Any] | None) -> Object:
     return read_as(obj, Object)
 
 
-__all__ = ["Event", "Meta", "Object", "Reference", "Spec", "Status", "read", "read_as"]
+__all__ = ["Container", "ContainerPort", "Endpoint", "EndpointConditions", "EndpointPort", "EndpointSlice",
+           "Event", "Meta", "Object", "Reference", "Spec", "Status", "read", "read_as"]

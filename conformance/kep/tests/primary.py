@@ -51,16 +51,17 @@ async def explicit_list(ctx: Context) -> None:
     await ctx.apply("pod.yaml", NAME="alone", NETWORKS=json.dumps([{"podNetworkName": network}]))
     await _running(ctx, "alone")
 
-    async def reported() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-        pod = await ctx.client.get(kc.Pod, "alone", ctx.namespace) or {}
-        raw = views.read(pod).metadata.annotation(NETWORK_STATUS)
-        ips = _pod_ips(pod)
+    async def reported() -> tuple[list[dict[str, Any]], list[dict[str, Any]], views.Object]:
+        pod = await ctx.client.get(kc.Pod, "alone", ctx.namespace)
+        seen = views.read(pod)
+        raw = seen.metadata.annotation(NETWORK_STATUS)
+        ips = _pod_ips(pod) if pod is not None else []
         if not raw or not ips:
             raise kc.Unmet("the running pod reports no network-status or no per-network pod IPs yet")
-        return list(json.loads(raw)), ips, pod
+        return list(json.loads(raw)), ips, seen
 
     status, ips, pod = await ctx.client.eventually("the pod reports its networks", reported)
-    problem = explicit_list_problem(network, status, ips, (pod.get("status") or {}).get("podIP"))
+    problem = explicit_list_problem(network, status, ips, pod.status.pod_ip)
     assert problem is None, problem
 
 
@@ -90,11 +91,10 @@ async def readiness_probe(ctx: Context) -> None:
                     PROBE_IMAGE=ctx.settings["PROBE_IMAGE"])
 
     async def ready() -> bool:
-        pod = await ctx.client.get(kc.Pod, "probed", ctx.namespace) or {}
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        state = next((c for c in conditions if c.get("type") == "Ready"), None)
+        pod = await ctx.client.get(kc.Pod, "probed", ctx.namespace)
+        state = views.read(pod).condition("Ready")
         if state is None or state.get("status") != "True":
-            raise kc.Unmet(f"the pod is not Ready: {kc.shown(state or pod.get('status') or {})}")
+            raise kc.Unmet(f"the pod is not Ready: {kc.shown(state or (pod or {}).get('status'))}")
         return True
 
     await ctx.client.eventually(

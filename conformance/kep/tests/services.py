@@ -91,34 +91,35 @@ def backend(pod: Mapping[str, Any], network: str, target: str, protocol: str = "
             on.setdefault(family, ip)
         else:
             elsewhere[ip] = named
-    state = kc.condition(pod, "Ready")
+    seen = views.read(pod)
+    state = seen.condition("Ready")
     port = None
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for p in container.get("ports") or []:
-            if p.get("name") == target and (p.get("protocol") or "TCP") == protocol:
-                port = int(p["containerPort"])
-    return Backend(str((pod.get("metadata") or {}).get("name")), on,
-                   state is not None and state.get("status") == "True", port, elsewhere)
+    for container in seen.spec.containers or []:
+        for p in container.ports or []:
+            if p.name == target and (p.protocol or "TCP") == protocol and p.container_port is not None:
+                port = p.container_port
+    return Backend(str(seen.metadata.name), on, state is not None and state.get("status") == "True", port,
+                   elsewhere)
 
 
 def service_families(service: Mapping[str, Any]) -> tuple[str, ...]:
     """The address families of a Service, as the API server answered it: `spec.ipFamilies`; else
     those of its cluster IPs; else IPv4 (an API server always sets ipFamilies on a Service it
     allocated for)."""
-    spec = service.get("spec") or {}
-    if spec.get("ipFamilies"):
-        return tuple(str(f) for f in spec["ipFamilies"])
-    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    spec = views.read(service).spec
+    if spec.ip_families:
+        return tuple(spec.ip_families)
+    ips = spec.cluster_ips or [spec.cluster_ip]
     found = [_family(str(ip)) for ip in ips if ip and ip != "None"]
     return tuple(dict.fromkeys(f for f in found if f)) or ("IPv4",)
 
 
-def ours(service: str, slices: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def ours(service: str, slices: Sequence[Mapping[str, Any]]) -> list[views.EndpointSlice]:
     """The EndpointSlices of `service` on its PodNetwork: labelled with it and managed by the
     multi-network controller."""
     found = []
-    for s in slices:
-        labels = (s.get("metadata") or {}).get("labels") or {}
+    for s in (views.read_as(s, views.EndpointSlice) for s in slices):
+        labels = s.metadata.labels or {}
         if labels.get(SERVICE_NAME) == service and labels.get(MANAGED_BY) == OURS:
             found.append(s)
     return found
@@ -140,18 +141,18 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
     elsewhere = {ip: (b.pod, net) for b in backends for ip, net in b.elsewhere.items()}
     seen: dict[tuple[str, str], str] = {}
     for s in mine:
-        name = str((s.get("metadata") or {}).get("name"))
-        kind = str(s.get("addressType"))
+        name = str(s.metadata.name)
+        kind = str(s.address_type)
         if kind not in families:
             return (f"EndpointSlice {name} has addressType {kind}, not one of the Service's families "
                     f"{', '.join(families)}")
-        endpoints = list(s.get("endpoints") or [])
+        endpoints = list(s.endpoints or [])
         if len(endpoints) > MAX_ENDPOINTS:
             return f"EndpointSlice {name} holds {len(endpoints)} endpoints; at most {MAX_ENDPOINTS} per slice"
-        numbers = {str(p.get("name") or ""): p.get("port") for p in s.get("ports") or []}
+        numbers = {p.name or "": p.port for p in s.ports or []}
         for ep in endpoints:
-            addresses = [str(a) for a in ep.get("addresses") or []]
-            pod = str((ep.get("targetRef") or {}).get("name") or "")
+            addresses = [str(a) for a in ep.addresses or []]
+            pod = (ep.target_ref.name if ep.target_ref else None) or ""
             if len(addresses) != 1:
                 return (f"EndpointSlice {name}: the endpoint of pod {pod or '?'} has addresses {addresses}, "
                         "not one")
@@ -173,8 +174,7 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
             if (kind, pod) in seen:
                 return f"pod {pod} is listed twice ({seen[(kind, pod)]} and {name})"
             seen[(kind, pod)] = name
-            conditions = ep.get("conditions") or {}
-            got = (conditions.get("ready"), conditions.get("serving"), conditions.get("terminating"))
+            got = (ep.conditions.ready, ep.conditions.serving, ep.conditions.terminating)
             if got != (wanted.ready, wanted.ready, False):
                 return (f"EndpointSlice {name}: pod {pod} (Ready {wanted.ready}, not terminating) has "
                         f"conditions ready={got[0]}, serving={got[1]}, terminating={got[2]}; want "
@@ -186,7 +186,7 @@ def slices_problem(service: str, network: str, families: Sequence[str], port_nam
     missing = [f"{b.pod} ({kind} {b.addresses[kind]})" for b in backends for kind in families
                if kind in b.addresses and (kind, b.pod) not in seen]
     if missing:
-        where = (f"in {', '.join(str((s.get('metadata') or {}).get('name')) for s in mine)}" if mine
+        where = (f"in {', '.join(str(s.metadata.name) for s in mine)}" if mine
                  else f"(no EndpointSlice labelled {SERVICE_NAME}={service}, {MANAGED_BY}={OURS})")
         return f"no endpoint for pod {', '.join(missing)} on PodNetwork {network} {where}"
     return None
@@ -239,8 +239,9 @@ async def _report(ctx: Context, name: str, pod_ips: list[dict[str, str]], ready:
     """Write what a provider and a kubelet would: the pod's IPs per PodNetwork, its Ready condition."""
     await ctx.client.patch(kc.Pod, name, {"metadata": {"annotations": {
         constants.POD_IPS_ANNOTATION: json.dumps(pod_ips)}}}, namespace=ctx.namespace)
-    current = await ctx.client.get(kc.Pod, name, ctx.namespace) or {}
-    kept = [x for x in (current.get("status") or {}).get("conditions") or [] if x.get("type") != "Ready"]
+    current = views.read(await ctx.client.get(kc.Pod, name, ctx.namespace))
+    kept = [x for x in current.status.conditions or []
+            if not (isinstance(x, dict) and x.get("type") == "Ready")]
     condition = {"type": "Ready", "status": "True" if ready else "False"}
     await ctx.client.patch(kc.Pod, name, {"status": {"conditions": [*kept, condition]}},
                            namespace=ctx.namespace, status=True)
@@ -249,7 +250,7 @@ async def _report(ctx: Context, name: str, pod_ips: list[dict[str, str]], ready:
 async def _backends(ctx: Context, network: str) -> list[Backend]:
     pods = await ctx.client.list(kc.Pod, ctx.namespace)
     return [backend(p, network, PORT_NAME) for p in pods
-            if ((p.get("metadata") or {}).get("labels") or {}).get("app") == "backend"]
+            if (views.read(p).metadata.labels or {}).get("app") == "backend"]
 
 
 async def _slices_match(ctx: Context, service: str, network: str, why: str) -> None:
@@ -270,7 +271,7 @@ async def _slices_match(ctx: Context, service: str, network: str, why: str) -> N
 
 async def _no_slices(ctx: Context, service: str, why: str) -> None:
     async def gone() -> bool:
-        left = [str(s["metadata"]["name"]) for s in ours(service, await ctx.client.list(kc.EndpointSlice,
+        left = [str(s.metadata.name) for s in ours(service, await ctx.client.list(kc.EndpointSlice,
                                                                                        ctx.namespace))]
         if left:
             raise kc.Unmet(f"EndpointSlices {', '.join(left)} are still there")
@@ -292,7 +293,7 @@ async def _refused(ctx: Context, service: str, names: str) -> None:
 
     async def no_slice() -> str | None:
         made = ours(service, await ctx.client.list(kc.EndpointSlice, ctx.namespace))
-        return f"it has EndpointSlices {kc.shown([s['metadata']['name'] for s in made])}" if made else None
+        return f"it has EndpointSlices {kc.shown([s.metadata.name for s in made])}" if made else None
 
     await ctx.client.never(f"Service {service}, refused, gets no EndpointSlice", no_slice, for_seconds=2.0)
 
@@ -383,9 +384,10 @@ async def cluster_ip(ctx: Context) -> None:
     (service,) = await ctx.apply("service.yaml", NAME="backend", NETWORK=network, TYPE="ClusterIP")
     served = await ctx.client.get(kc.Service, "backend", ctx.namespace) or service
     family = service_families(served)[0]
-    spec = served.get("spec") or {}
-    cluster_ips = [str(ip) for ip in spec.get("clusterIPs") or [] if _family(str(ip)) == family]
-    assert cluster_ips, f"the API server gave Service backend no {family} ClusterIP: {kc.shown(spec)}"
+    spec = views.read(served).spec
+    cluster_ips = [str(ip) for ip in spec.cluster_ips or [] if _family(str(ip)) == family]
+    assert cluster_ips, (f"the API server gave Service backend no {family} ClusterIP: "
+                         f"{kc.shown(served.get('spec'))}")
     answers = ("backend-a", "backend-b")
     for name in answers:
         await ctx.apply("pod-backend.yaml", NAME=name, NETWORKS=json.dumps(on), GATES="[]",
