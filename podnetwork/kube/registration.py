@@ -82,9 +82,9 @@ def desired(objects: Sequence[Mapping[str, Any]], ca_bundle_b64: str, component:
     wanted = []
     for obj in objects:
         new = copy.deepcopy(dict(obj))
+        labels = _Configuration.model_validate(new).metadata.labels or {}  # the builder's: it fits
         meta = new.setdefault("metadata", {})
-        # why: a body to write, built as the JSON the builder made (no model of it is read back)
-        meta["labels"] = {**(meta.get("labels") or {}), **webhooksecret.labels(component)}
+        meta["labels"] = {**labels, **webhooksecret.labels(component)}
         if owner is not None:
             meta["ownerReferences"] = [owner.reference()]
         for hook in new.get("webhooks") or []:
@@ -153,10 +153,10 @@ def up_to_date(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
 def patch(wanted: Mapping[str, Any], resource_version: str | None) -> dict[str, Any]:
     """A JSON merge patch making a stored configuration `wanted`; with the resourceVersion it
     was decided from, so that it fails (409 Conflict) when another replica wrote meanwhile."""
-    meta = wanted.get("metadata") or {}  # why: a merge patch built as a dict from `desired`'s dict
-    body: dict[str, Any] = {"metadata": {"labels": meta.get("labels") or {}}, "webhooks": wanted["webhooks"]}
-    if "ownerReferences" in meta:
-        body["metadata"]["ownerReferences"] = meta["ownerReferences"]
+    want = _Configuration.model_validate(wanted).metadata  # ours (`desired`): it fits
+    body: dict[str, Any] = {"metadata": {"labels": want.labels or {}}, "webhooks": wanted["webhooks"]}
+    if want.owner_references is not None:
+        body["metadata"]["ownerReferences"] = want.owner_references
     if resource_version:
         body["metadata"]["resourceVersion"] = resource_version
     return body
