@@ -494,7 +494,7 @@ class Bench:
     def runtime_conf(self, runtime_config: Mapping[str, Any] | None, prev_result: Any) -> dict[str, Any]:
         """The plugin's configuration as libcni passes it: `runtimeConfig` only for declared capabilities."""
         conf = dict(self.conf)
-        declared = {k for k, v in (conf.get("capabilities") or {}).items() if v is True}
+        declared = self.declared_capabilities()
         given = {k: v for k, v in (runtime_config or {}).items() if k in declared}
         if given:
             conf["runtimeConfig"] = given
@@ -503,7 +503,8 @@ class Bench:
         return conf
 
     def declared_capabilities(self) -> set[str]:
-        return {k for k, v in (self.conf.get("capabilities") or {}).items() if v is True}
+        # parse_conf refused a "capabilities" that is not an object; absent declares none
+        return {k for k, v in self.conf.get("capabilities", {}).items() if v is True}
 
     def cni(
         self,
@@ -560,7 +561,7 @@ class Bench:
                 data = json.loads(line)
             except ValueError:
                 continue
-            env = data.get("env") or {}
+            env = data.get("env") or {}  # why: the recorder's own JSON line (recorder.py), not an API object
             if env.get("CNI_CONTAINERID") != pod.container:
                 continue
             conf = data.get("conf") if isinstance(data.get("conf"), dict) else {}

@@ -241,6 +241,7 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
         new = pod_metadata_from_protobuf(body) if content_type == PROTOBUF else _json(body)
         if not isinstance(new, dict):
             raise ApiError(400, "BadRequest", "the body of a PUT is the object")
+        # why: a stand-in API server stores what clients send as JSON, as the real one does
         sent = (new.get("metadata") or {}).get("resourceVersion")
         if sent and sent != current["metadata"]["resourceVersion"]:
             raise ApiError(
@@ -251,6 +252,7 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
             )
         # Only metadata may change here: the harness's pods have no spec worth replacing.
         updated = copy.deepcopy(current)
+        # why: the stored object stays the JSON sent (a typed view would drop what it does not declare)
         updated["metadata"]["annotations"] = dict((new.get("metadata") or {}).get("annotations") or {})
         updated["metadata"]["labels"] = dict((new.get("metadata") or {}).get("labels") or {})
     elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
@@ -264,6 +266,7 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
             f"PATCH with Content-Type {content_type!r}: use "
             "application/merge-patch+json, strategic-merge-patch+json or json-patch+json",
         )
+    # why: read raw to answer 422 for non-string values, as the API server does, not fail to parse
     annotations = (updated.get("metadata") or {}).get("annotations") or {}
     if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
         raise ApiError(422, "Invalid", "metadata.annotations: values must be strings")
@@ -272,7 +275,7 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
     state.version += 1
     updated["metadata"]["resourceVersion"] = str(state.version)
     state.objects[key] = updated
-    before = current["metadata"].get("annotations") or {}
+    before = current["metadata"].get("annotations") or {}  # why: the JSON store's own object
     if annotations != before:
         state.writes.setdefault((namespace, name), []).append(
             AnnotationWrite(method, path, content_type, dict(annotations))
