@@ -176,8 +176,7 @@ def delegate_config(
             )
     for plugin in plugins:
         runtime = {cap: value for cap, value in wanted.items() if _declares(plugin, cap)}
-        if runtime:
-            # why: a CNI configuration is JSON handed on to the plugin as it is, unknown keys and all
+        if runtime:  # why `or {}`: a CNI configuration is JSON handed on as it is, unknown keys and all
             plugin["runtimeConfig"] = {**(plugin.get("runtimeConfig") or {}), **runtime}
         if element is not None and element.cni_args:
             args = plugin.get("args", {})
