@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.dra.driver import classes, names
+from bridge.dra.driver import classes
+from bridge.dracontract import names
 from tests.real.attachments_support import bridged_networks, interfaces
 from tests.real.cluster_support import (
     PODNETWORK,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from bridge.dra import objects as dra
 from bridge.dra.devices import cel_string
-from bridge.dra.driver import names
+from bridge.dracontract import names
 
 
 def device_class(driver: str) -> dra.DeviceClass:

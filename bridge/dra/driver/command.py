@@ -24,7 +24,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-#: Repeated from `bridge.dra.driver.names` so that `--help` imports nothing heavy.
+#: Repeated from `bridge.dracontract.names` so that `--help` imports nothing heavy.
 DEFAULT_DRIVER = "dra.multinetwork.x-k8s.io"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
@@ -92,7 +92,7 @@ def _folders(args: argparse.Namespace) -> tuple[str, str, Path]:
 
 
 def _problem(args: argparse.Namespace) -> str | None:
-    from bridge.dra.driver import names
+    from bridge.dracontract import names
 
     if problem := names.driver_name_problem(args.driver_name):
         return problem
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 async def _serve(args: argparse.Namespace, creds: credentials.Credentials) -> int:
     import grpc
 
-    from bridge.dra.driver import names, plugin, publisher, reporter, state, wire
+    from bridge.dra.driver import plugin, publisher, reporter, wire
+    from bridge.dracontract import names, state
     from podnetwork.kube import client as kube
 
     driver, node = args.driver_name, args.node_name

@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge import npwg
 from bridge.dra import objects as dra
-from bridge.dra.driver import state
+from bridge.dracontract import state
 from podnetwork.ground import constants, core
 
 CONDITION_READY = "Ready"

@@ -3,7 +3,7 @@
 `Plugin.prepare` answers each claim of a NodePrepareResources on its own (by uid): a claim
 already prepared gets the devices recorded then (the kubelet asks again after a restart of
 either side); another is read from the API, checked to be allocated devices of this driver on
-this node (`bridge.dra.driver.claims`), recorded on disk (`bridge.dra.driver.state`) and
+this node (`bridge.dra.driver.claims`), recorded on disk (`bridge.dracontract.state`) and
 answered with those devices. `Plugin.unprepare` forgets a claim; one it does not know is
 already released. A problem with one claim is that claim's `error` (the kubelet shows it in the
 pod's events and retries), never a failed call.
@@ -17,9 +17,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bridge.dra.driver import claims, names, state
+from bridge.dra.driver import claims
 from bridge.dra.driver.protos import dra_v1_pb2 as dra_pb
 from bridge.dra.driver.protos import pluginregistration_v1_pb2 as reg_pb
+from bridge.dracontract import names, state
 
 logger = logging.getLogger(__name__)
 

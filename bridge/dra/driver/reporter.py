@@ -19,8 +19,9 @@ from typing import Any
 from lightkube.types import PatchType
 from pydantic import ValidationError
 
-from bridge.dra.driver import netstatus, state, views
+from bridge.dra.driver import netstatus, views
 from bridge.dra.driver.publisher import ResourceClaim
+from bridge.dracontract import state
 from podnetwork.ground import core
 from podnetwork.kube import client as kube
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bridge.dra.driver import names, views
+from bridge.dra.driver import views
 from bridge.dra.objects import API_VERSION
+from bridge.dracontract import names
 from podnetwork.ground import constants, core
 from podnetwork.ground.core import Node
 from podnetwork.kep import api, conditions, plans

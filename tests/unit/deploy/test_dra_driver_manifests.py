@@ -13,7 +13,8 @@ import re
 
 import yaml
 
-from bridge.dra.driver import command, names
+from bridge.dra.driver import command
+from bridge.dracontract import names
 from tests.unit.deploy.test_manifests import parses
 from tests.unit.deploy_support import DEPLOY, ROOT, containers, render
 

@@ -1,5 +1,5 @@
 """Which allocated devices of a claim are this driver's on this node (bridge.dra.driver.claims), and the
-record of prepared claims on disk (bridge.dra.driver.state)."""
+record of prepared claims on disk (bridge.dracontract.state)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bridge.dra.driver import claims, state
+from bridge.dra.driver import claims
+from bridge.dracontract import state
 
 DRIVER = "dra.multinetwork.x-k8s.io"
 UID = "0b7e6c1e-7d8a-4c55-9d8e-2f0c6c0a1b2c"

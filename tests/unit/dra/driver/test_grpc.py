@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from bridge.dra.driver import names, plugin, state, wire
+from bridge.dra.driver import plugin, wire
 from bridge.dra.driver.protos import dra_v1_pb2 as dra_pb
+from bridge.dracontract import names, state
 
 DRIVER = names.DEFAULT_DRIVER
 NODE = "n1"

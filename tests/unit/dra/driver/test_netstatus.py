@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 from lightkube.models import resource_v1
 
-from bridge.dra.driver import claims, netstatus, reporter, state
+from bridge.dra.driver import claims, netstatus, reporter
+from bridge.dracontract import state
 
 DRIVER = "dra.multinetwork.x-k8s.io"
 

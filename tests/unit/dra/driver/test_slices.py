@@ -8,7 +8,8 @@ from typing import Any
 import msgspec
 from lightkube.models import resource_v1
 
-from bridge.dra.driver import names, slices
+from bridge.dra.driver import slices
+from bridge.dracontract import names
 
 DRIVER = names.DEFAULT_DRIVER
 PROVIDER = "multinetwork.x-k8s.io/npwg-bridge"

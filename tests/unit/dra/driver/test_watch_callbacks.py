@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bridge.dra.driver import publisher, reporter, state
+from bridge.dra.driver import publisher, reporter
+from bridge.dracontract import state
 
 NODE_ANNOTATION = "multinetwork.x-k8s.io/podnetworks"
 
