@@ -89,6 +89,11 @@ if k get --raw /apis/resource.k8s.io/v1 >/dev/null 2>&1; then
     until_empty "the DRA driver's pods" pods_of multinetwork-dra-driver
     k delete resourceslices.resource.k8s.io --field-selector spec.driver=dra.multinetwork.x-k8s.io \
         --ignore-not-found
+    # The templates the bridge made for the claims of --dra-claims, in every namespace (claims made
+    # from them belong to their pods, which the garbage collector deletes them with).
+    say "deleting the ResourceClaimTemplates the bridge made (--dra-claims)"
+    k delete resourceclaimtemplates.resource.k8s.io -A -l app.kubernetes.io/managed-by=podnetwork-bridge \
+        --ignore-not-found
 fi
 
 # 2. The operators. Deleting a component's ClusterRole makes the garbage collector delete the

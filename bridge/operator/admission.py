@@ -65,9 +65,11 @@ GATE_WARNING = (
 )
 
 
-def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Objects) -> dict[str, Any]:
+def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Objects, *,
+           dra_driver: str | None = None) -> dict[str, Any]:
     """The webhook's answer to one AdmissionRequest: allowed, with a JSON Patch or none; refused
-    only for a pod object of the wrong shape.
+    only for a pod object of the wrong shape. With `dra_driver` (`--dra-claims`), the pod's DRA
+    claims too (`pods.claims`).
 
     Raises `admissionreview.BadReview` when `request` is not an AdmissionRequest.
     """
@@ -80,13 +82,13 @@ def mutate(request: AdmissionRequest | Mapping[str, Any], objects: translate.Obj
     except InvalidPod as exc:
         return admissionreview.refused(uid, exc.name, exc.errors)
     try:
-        view = Pod.model_validate(request.object)
+        view = (pods.ClaimedPod if dra_driver else Pod).model_validate(request.object)
     except pydantic.ValidationError:
         # Fits the webhook's shape but not the view (a label that is not text...): the API
         # server decodes a pod into its type before admission, so it never sends one. As
         # for a pod whose networks cannot be read, no patch: validation is the other webhook's.
         return admissionreview.allowed(uid)
-    decision = pods.admission(view, objects, namespace=request.namespace or None)
+    decision = pods.admission(view, objects, namespace=request.namespace or None, dra_driver=dra_driver)
     ops = decision.ops
     warnings = list(decision.warnings)
     if warnings:
@@ -110,13 +112,13 @@ def _short(warning: str) -> str:
     return warning[: WARNING_MAX_CHARS - len(MORE)] + MORE
 
 
-def review(body: Any, objects: translate.Objects) -> dict[str, Any]:
+def review(body: Any, objects: translate.Objects, *, dra_driver: str | None = None) -> dict[str, Any]:
     """AdmissionReview v1 in (decoded JSON, or the typed model), AdmissionReview v1 out.
 
     Raises `admissionreview.BadReview`, a ValueError naming the field, for a body
     that is not an AdmissionReview v1 request (the server answers 400).
     """
-    return mutate(admissionreview.review_of(body).request, objects)
+    return mutate(admissionreview.review_of(body).request, objects, dra_driver=dra_driver)
 
 
 def _client_config(client_config: Mapping[str, Any], path: str) -> dict[str, Any]:

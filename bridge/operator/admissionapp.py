@@ -97,21 +97,22 @@ async def authorize(body: AdmissionReview, objects: translate.Objects, may_use: 
 
 
 def app(objects: Callable[[], translate.Objects], *, may_use: MayUse | None = None,
-        podnetworks: selectionuse.ListPodNetworks | None = None) -> Any:
+        podnetworks: selectionuse.ListPodNetworks | None = None, dra_driver: str | None = None) -> Any:
     """The FastAPI application serving the mutating webhook on `admission.MUTATE_PATH`, the
     validating one on `admission.VALIDATE_PATH`, and `/healthz`.
 
     `objects()` returns what the bridge controller knows now (its watch-fed memory); `may_use`
     (`--enforce-use-permission`) asks the API server's SubjectAccessReviews
     (`podnetwork.kep.admissionreads.UseReviews.may_use`), and `podnetworks` lists the
-    PodNetworks for a NAD that memory cannot vouch for (`PodNetworkListing.podnetworks`).
+    PodNetworks for a NAD that memory cannot vouch for (`PodNetworkListing.podnetworks`);
+    `dra_driver` (`--dra-claims`) adds DRA claims to new pods (`bridge.operator.pods.claims`).
     """
     from fastapi import FastAPI, Request, Response
 
     api = FastAPI(title="podnetwork bridge admission", docs_url=None, redoc_url=None, openapi_url=None)
 
     async def decide(body: AdmissionReview) -> dict[str, Any]:
-        return admission.review(body, objects())
+        return admission.review(body, objects(), dra_driver=dra_driver)
 
     async def validate(body: AdmissionReview) -> dict[str, Any]:
         return await authorize(body, objects(), may_use, podnetworks)

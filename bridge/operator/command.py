@@ -12,6 +12,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
+from bridge.dracontract import names as dra_names
 from podnetwork.cli import Command, arguments, logs, operatorshell
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
@@ -119,6 +120,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    "that neither the requesting user nor the pod's ServiceAccount may `use` "
                    "(SubjectAccessReviews; needs `create` on subjectaccessreviews). Off by default; "
                    "turn it on with the controller's flag of the same name")
+    p.add_argument("--dra-claims", metavar="DRIVER", dest="dra_claims",
+                   help="with --webhook, add to each new pod one DRA ResourceClaim per PodNetwork of its "
+                   f"{constants.NETWORKS_ANNOTATION} (not default), from a ResourceClaimTemplate the bridge "
+                   "makes in the pod's namespace asking DRIVER's DeviceClass for the PodNetwork's device, "
+                   "so kube-scheduler places the pod by its networks without the extender. DRIVER is "
+                   "the name `podnetwork dra-driver` runs under (default dra.multinetwork.x-k8s.io); "
+                   "off by default (docs/dra.md \"Claims made at admission\")")
     # Port 9444: the controller's webhooks take 9443 by default.
     operatorshell.add_webhook_arguments(p, default_port=9444)
     arguments.add_metrics_arguments(p)
@@ -133,7 +141,8 @@ def features(args: argparse.Namespace) -> dict[str, object]:
     return {"params-ready": args.params_ready, "selection": args.write_selection,
             "pod-ips": args.write_pod_ips, "attachment-data": args.write_attachments,
             "services": args.services, "webhook": args.webhook,
-            "enforce-use-permission": args.enforce_use_permission, "namespaces": args.namespace or ["all"],
+            "enforce-use-permission": args.enforce_use_permission, "dra-claims": args.dra_claims or "off",
+            "namespaces": args.namespace or ["all"],
             "peering": args.peering or "standalone"}
 
 
@@ -144,6 +153,13 @@ def _problem(args: argparse.Namespace) -> str | None:
     if args.enforce_use_permission and not args.webhook:
         return ("--enforce-use-permission is enforced by the bridge's validating webhook, which "
                 "--webhook serves: add --webhook")
+    if args.dra_claims is not None:
+        if not args.webhook:
+            return ("--dra-claims adds claims to pods in the bridge's mutating webhook, which --webhook "
+                    "serves: add --webhook")
+        problem = dra_names.driver_name_problem(args.dra_claims)
+        if problem is not None:
+            return problem.replace("--driver-name", "--dra-claims")
     problem = operatorshell.webhook_problem(webhook_flags(args), turn_on="add --webhook")
     if problem is None and args.webhook and not args.write_selection:
         return ("--webhook gates pods until the bridge writes their selection, which --no-selection "
@@ -207,7 +223,8 @@ async def _serve(args: argparse.Namespace, registry: Any, bridge: Any, measured:
             # any while peering pauses this replica) is listed from the API, with the same client.
             listing = listing or admissionapp.PodNetworkListing(bridge.api)
             webhook = admissionapp.app(bridge.objects, may_use=may_use,
-                                       podnetworks=listing.podnetworks if enforce else None)
+                                       podnetworks=listing.podnetworks if enforce else None,
+                                       dra_driver=args.dra_claims)
             if measured is not None:
                 from podnetwork.cli import metrics as kube_metrics
 
@@ -269,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
         write_selection=args.write_selection,
         write_pod_ips=args.write_pod_ips,
         write_attachments=args.write_attachments,
+        dra_driver=args.dra_claims,
     ), api=api)
     listing = admissionapp.PodNetworkListing(api)
     measured = metrics(bridge, listing)

@@ -28,6 +28,12 @@ The other kinds are remembered by `kopf.index` handlers only, which kopf runs fo
 object before any event handler, and the first pod decision waits until every index
 has its initial listing: it already sees every NAD.
 
+With `--dra-claims` (`BridgeSettings.dra_driver`), a pod that admission gave DRA claims
+(`pods.claims`) gets the ResourceClaimTemplates they name made in its namespace
+(`pods.templates_wanted`, once per template: ResourceClaimTemplates are watched, event
+handler only, so one deleted is made again at the next pod that names it), and a network
+added to such a pod after creation gets an Event saying it has no claim (`pods.unclaimed`).
+
 `register(registry, bridge)` adds the handlers to any kopf registry, so the
 bridge runs alone (`podnetwork bridge`) or beside the PodNetwork controller in
 one operator.
@@ -42,8 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from lightkube.generic_resource import create_namespaced_resource
 
 from bridge import npwg, translate
+from bridge.dracontract import claims as dra_claims
 from bridge.operator import plans, pods, policies
 from bridge.operator.memory import Key, Memory, key_of, read
 from bridge.operator.plans import BridgeSettings, Ref
@@ -63,6 +71,11 @@ logger = logging.getLogger(__name__)
 #: What the bridge reports when it applied an action (`Bridge.report`), with the object's `ns/name`.
 Applied = (plans.Release | plans.WriteSelection | plans.PostEvent | plans.ReverseStatus | plans.WriteParams
            | policies.PostPolicyEvent)
+
+#: The templates of the claims admission makes (`--dra-claims`), resource.k8s.io/v1.
+RESOURCE_CLAIM_TEMPLATE = create_namespaced_resource("resource.k8s.io", "v1", dra_claims.TEMPLATE_KIND,
+                                                     "resourceclaimtemplates")
+TEMPLATES_PLURAL = "resourceclaimtemplates"
 
 #: Where MultiNetworkPolicy would be served, were its CRD installed (API discovery).
 POLICY_DISCOVERY = f"/apis/{constants.POLICY_GROUP}/{constants.POLICY_VERSION}"
@@ -95,6 +108,9 @@ class Bridge(Memory):
     policy_networks: frozenset[NetworkInfo] | None = None
     """The networks the policies were last judged against: a PodNetwork or NAD event that changes
     none of them judges nothing again."""
+    templates: set[Key] = field(default_factory=set)
+    """ResourceClaimTemplates known to exist (made by the bridge, or seen by its watch), with
+    `--dra-claims`: each is made once, not at every pod."""
     report: Callable[[str, Applied], None] | None = None
     """Told of every action once it was applied, with the `ns/name` it was applied to (the demo
     narrates them); the log says them anyway."""
@@ -118,6 +134,9 @@ class Bridge(Memory):
                   annotation=constants.NETWORKS_ANNOTATION),
             Watch(constants.POLICY_PLURAL, constants.POLICY_API_VERSION, constants.POLICY_KIND,
                   event=self.policy_event, event_handler="bridge_policy_event"),
+            *([Watch(TEMPLATES_PLURAL, dra_claims.TEMPLATE_API_VERSION, dra_claims.TEMPLATE_KIND,
+                     event=self.template_event, event_handler="bridge_template_event")]
+              if self.config.dra_driver else []),
         ]
 
     def index_podnetwork(self, body: Mapping[str, Any]) -> None:
@@ -180,6 +199,14 @@ class Bridge(Memory):
             self.posted.pop(key, None)
             return
         await self.reconcile_pod(body)
+        if self.config.dra_driver:
+            await self.reconcile_claims(body, self.config.dra_driver)
+
+    async def template_event(self, type: str | None, body: Mapping[str, Any]) -> None:
+        if type == "DELETED":
+            self.templates.discard(key_of(body))
+        else:
+            self.templates.add(key_of(body))
 
     async def policy_event(self, type: str | None, body: Mapping[str, Any]) -> None:
         key = key_of(body)
@@ -312,6 +339,31 @@ class Bridge(Memory):
             self.reverse_written[key] = action.written
             logger.info("pod %s/%s: wrote %s", *key, ", ".join(action.keys))
             self._report(key, action)
+
+    async def reconcile_claims(self, body: Mapping[str, Any], driver: str) -> None:
+        """The templates of the pod's bridge-made claims, made where missing; an Event for networks
+        a hot-plug added that have no claim (`pods.unclaimed`)."""
+        pod = read(pods.ClaimedPod, body)
+        if pod is None:
+            return
+        objects = self.objects()
+        for template in pods.templates_wanted(pod, objects, driver):
+            key = (template["metadata"]["namespace"], template["metadata"]["name"])
+            if key in self.templates:
+                continue
+            try:
+                await self._api().create(RESOURCE_CLAIM_TEMPLATE, template)
+                logger.info("ResourceClaimTemplate %s/%s made for pod %s", *key, pod.metadata.name)
+            except kube.Conflict:
+                logger.debug("ResourceClaimTemplate %s/%s exists", *key)
+            except kube.ApiError as exc:
+                logger.warning("ResourceClaimTemplate %s/%s not made (the pod's next event retries): %s",
+                               *key, exc)
+                continue
+            self.templates.add(key)
+        missing = pods.unclaimed(pod, objects)
+        if missing:
+            await self.post_event(pod, pods.NETWORK_WITHOUT_CLAIM_REASON, pods.unclaimed_message(missing))
 
     async def retry_waiting(self) -> None:
         """Re-plan the pods waiting for objects; called when one of those objects changes."""
@@ -474,6 +526,12 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
     @on.event(*mnp, registry=registry, id="bridge_policy_event")
     async def bridge_policy_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         await bridge.policy_event(type, body)
+
+    if bridge.config.dra_driver:
+        # An event handler only, as for policies: the templates never hold the pods' decisions.
+        @on.event("resource.k8s.io", "v1", TEMPLATES_PLURAL, registry=registry, id="bridge_template_event")
+        async def bridge_template_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+            await bridge.template_event(type, body)
 
 
 __all__ = ["Applied", "Bridge", "BridgeSettings", "register"]

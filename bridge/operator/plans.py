@@ -55,6 +55,9 @@ class BridgeSettings:
     write_attachments: bool = True
     """Write `multinetwork.x-k8s.io/attachments` (the attachment data for the workload, KEP
     Phase II requirement 17) from `network-status`, in the same write. Default on."""
+    dra_driver: str | None = None
+    """`--dra-claims DRIVER`: admission adds DRA claims to new pods, and the controller makes the
+    ResourceClaimTemplates they come from (`bridge.dracontract.claims`). Default off."""
 
 
 # --- before scheduling: the selection and the gate ---------------------------------------

@@ -24,8 +24,16 @@
   so kube-scheduler binds the pod, and kubelet runs CNI ADD, only after the
   selection is on the pod. See docs/bridge.md "The scheduling gate".
 
+- The DRA claims (`claims`, with `podnetwork bridge --dra-claims DRIVER`): admission adds to a
+  new pod one `spec.resourceClaims[]` entry per PodNetwork its networks name (not `default`),
+  each from the template `bridge.dracontract.claims` names, so kube-scheduler's own DRA
+  allocator places the pod on a node whose driver offers every one (docs/dra.md "Claims made
+  at admission"). `templates_wanted` says which templates the bridge controller makes for it,
+  `unclaimed` which networks a hot-plug added after the claims were fixed.
+
 Every decision reads the typed view `podnetwork.ground.core.Pod`, built where the
-pod enters (the operator's handlers, the admission request, the demo's store).
+pod enters (the operator's handlers, the admission request, the demo's store); the DRA
+decisions read `ClaimedPod`, the same view with the pod's `spec.resourceClaims`.
 """
 
 from __future__ import annotations
@@ -34,10 +42,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from bridge import npwg, translate
+from bridge.dracontract import claims as dra_claims
 from bridge.translate import Translation, podips
 from podnetwork.ground import constants
-from podnetwork.ground.core import Pod, PodSchedulingGate, pod_event
+from podnetwork.ground.core import Pod, PodSchedulingGate, PodSpec, pod_event
 from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kep import activevalidation, conditions
 from podnetwork.kep import networks as kep_networks
@@ -59,6 +70,8 @@ GATED_REASON = "SchedulingGated"
 #: Event reason: isDefaultGW4/6 on a network whose NAD names no gateway of that family
 #: (`translate.GatewayGap`): the bridge writes no selection for the pod.
 GATEWAY_MISSING_REASON = translate.GATEWAY_MISSING_REASON
+#: Event reason: a network added to a pod with bridge-made DRA claims after it was created (`unclaimed`).
+NETWORK_WITHOUT_CLAIM_REASON = "NetworkWithoutClaim"
 
 
 digest = translate.selection_digest
@@ -403,13 +416,14 @@ class AdmissionDecision:
 
 
 def admission_patch(
-    pod: Pod, objects: translate.Objects, namespace: str | None = None
+    pod: Pod, objects: translate.Objects, namespace: str | None = None, *, dra_driver: str | None = None
 ) -> list[dict[str, Any]]:
     """The operations of `admission` (JSON Patch, RFC 6902)."""
-    return admission(pod, objects, namespace).ops
+    return admission(pod, objects, namespace, dra_driver=dra_driver).ops
 
 
-def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None) -> AdmissionDecision:
+def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None, *,
+              dra_driver: str | None = None) -> AdmissionDecision:
     """What the bridge's mutating webhook returns for a new pod.
 
     For a pod that names a bridge network (`may_be_bridged`): the selection, when
@@ -425,6 +439,10 @@ def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None
     admission's other half). `namespace` is the admission request's, for pods whose
     metadata does not carry one yet. The warnings are the translation's (`notices`),
     whenever it succeeds, so the pod's creator sees them at `kubectl apply`.
+
+    With `dra_driver` (`--dra-claims`), also the pod's DRA claims (`claims`), whatever the
+    NPWG part decided: the claims place the pod, the selection still says how to attach it.
+    The claims already on the pod are read from a `ClaimedPod` (a plain `Pod` has none).
     """
     nothing = AdmissionDecision([], [])
     try:
@@ -434,6 +452,17 @@ def admission(pod: Pod, objects: translate.Objects, namespace: str | None = None
     namespace = pod.metadata.namespace or namespace or ""
     if nets is None or pod.spec.host_network or not namespace:
         return nothing
+    decided = _selection_admission(pod, nets, namespace, objects)
+    if dra_driver is None:
+        return decided
+    claimed = claims(pod if isinstance(pod, ClaimedPod) else ClaimedPod.of(pod), nets, namespace, objects)
+    return AdmissionDecision(decided.ops + claimed.ops, decided.warnings + claimed.warnings)
+
+
+def _selection_admission(pod: Pod, nets: Sequence[Network], namespace: str,
+                         objects: translate.Objects) -> AdmissionDecision:
+    """`admission`'s NPWG part: the selection, the gate, or nothing."""
+    nothing = AdmissionDecision([], [])
     if npwg.NETWORKS_ANNOTATION in annotations_of(pod) or not may_be_bridged(nets, namespace, objects):
         return nothing
     if pod.spec.node_name or gated(pod):
@@ -466,18 +495,169 @@ def referenced(networks: Sequence[Network], pod_namespace: str) -> tuple[set[str
     return pns, pnas
 
 
+# --- DRA: claims made at admission (--dra-claims) -------------------------------------------------
+
+class PodResourceClaim(BaseModel):
+    """A `spec.resourceClaims[]` entry (`v1.PodResourceClaim`), all three of its fields: an entry
+    read here names the claim or template the API server stored."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    name: str
+    resource_claim_name: str | None = Field(None, alias="resourceClaimName")
+    resource_claim_template_name: str | None = Field(None, alias="resourceClaimTemplateName")
+
+    def entry(self) -> dict[str, str]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class ClaimedPodSpec(PodSpec):
+    resource_claims: list[PodResourceClaim] | None = Field(None, alias="resourceClaims")
+
+
+class ClaimedPod(Pod):
+    """`Pod` with `spec.resourceClaims`: what the DRA decisions read. A separate view, so the pod
+    views the scheduler extender checks field by field (`scheduler_plugin.wire`) stay as they are."""
+
+    spec: ClaimedPodSpec = Field(default_factory=ClaimedPodSpec)
+
+    @classmethod
+    def of(cls, pod: Pod) -> ClaimedPod:
+        """A plain `Pod` read as having no claims (its view dropped them, if it had any)."""
+        return cls.model_validate(pod.model_dump(by_alias=True, exclude_none=True))
+
+    def claim_entries(self) -> list[dict[str, str]]:
+        return [claim.entry() for claim in self.spec.resource_claims or []]
+
+
+@dataclass(frozen=True)
+class ClaimsDecision:
+    """The DRA part of the webhook's answer: JSON Patch operations and warnings."""
+
+    ops: list[dict[str, Any]]
+    warnings: list[str]
+
+
+def claimed_podnetworks(networks: Sequence[Network], pod_namespace: str,
+                        objects: translate.Objects) -> list[str] | None:
+    """The PodNetworks a pod's claims ask for: each network of its annotation but `default`, an
+    attachment read as its PodNetwork, in the annotation's order, each once (KEP static validation
+    refuses a PodNetwork named twice; through an attachment it can still be reached twice).
+
+    None when an attachment is not in memory: its PodNetwork cannot be told, and claims cannot be
+    added later (`spec.resourceClaims` is immutable), so the pod gets none and follows the
+    annotation path. A PodNetwork missing or not Ready is claimed all the same: its device appears
+    once it is Ready on a node, and kube-scheduler waits for it.
+    """
+    found: list[str] = []
+    for net in networks:
+        pn_name = net.pod_network_name or ""
+        if net.pod_network_attachment_name:
+            pna = objects.attachments.get((pod_namespace, net.pod_network_attachment_name))
+            if pna is None:
+                return None
+            pn_name = pna.spec.pod_network_name
+        if pn_name and pn_name != constants.DEFAULT_PODNETWORK and pn_name not in found:
+            found.append(pn_name)
+    return found
+
+
+def claims(pod: ClaimedPod, networks: Sequence[Network], pod_namespace: str,
+           objects: translate.Objects) -> ClaimsDecision:
+    """The `spec.resourceClaims[]` entries to add to a new pod (`bridge.dracontract.claims`).
+
+    Idempotent: an entry already on the pod (a second pass of the webhook) is not added again, and
+    the pod's own claims stay. An entry of the pod's whose name is one the bridge would use for
+    another template is the pod's: the bridge adds none under that name, and warns. A pod created
+    with `spec.nodeName` gets none: it skips kube-scheduler, which allocates claims.
+    """
+    if pod.spec.node_name:
+        return ClaimsDecision([], [])
+    wanted = claimed_podnetworks(networks, pod_namespace, objects)
+    if wanted is None:
+        return ClaimsDecision([], [
+            "a PodNetworkAttachment the pod names is not known yet, so its PodNetwork cannot be claimed: "
+            "the pod gets no ResourceClaims and is placed and attached by its annotation only"])
+    have = pod.claim_entries()
+    names_taken = {entry["name"]: entry for entry in have}
+    adds: list[dict[str, str]] = []
+    warnings: list[str] = []
+    for pn in wanted:
+        entry = dra_claims.claim_entry(pn)
+        taken = names_taken.get(entry["name"])
+        if taken == entry:
+            continue
+        if taken is not None:
+            warnings.append(f"spec.resourceClaims already has an entry named {entry['name']!r} that does not "
+                            f"name template {entry['resourceClaimTemplateName']}: PodNetwork {pn} gets no "
+                            "claim from the bridge")
+            continue
+        adds.append(entry)
+        names_taken[entry["name"]] = entry
+    if not adds:
+        return ClaimsDecision([], warnings)
+    if not have:
+        return ClaimsDecision([{"op": "add", "path": "/spec/resourceClaims", "value": adds}], warnings)
+    return ClaimsDecision([{"op": "add", "path": "/spec/resourceClaims/-", "value": entry} for entry in adds],
+                          warnings)
+
+
+def _dra_networks(pod: ClaimedPod, objects: translate.Objects) -> tuple[list[str], set[str]]:
+    """(the PodNetworks the pod's annotation claims, the names of the claim entries on the pod)."""
+    try:
+        nets = declared(pod)
+    except InvalidObject:
+        return [], set()
+    namespace = pod.metadata.namespace or ""
+    wanted = claimed_podnetworks(nets or [], namespace, objects) or []
+    return wanted, {entry["name"] for entry in pod.claim_entries()
+                    if entry.get("resourceClaimTemplateName", "").startswith(dra_claims.TEMPLATE_PREFIX)}
+
+
+def templates_wanted(pod: ClaimedPod, objects: translate.Objects, driver: str) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates the pod's bridge-made claims need in its namespace: what the
+    bridge controller makes (kube-controller-manager makes the pod's claims from them)."""
+    wanted, entries = _dra_networks(pod, objects)
+    namespace = pod.metadata.namespace or ""
+    return [dra_claims.template(pn, namespace, driver) for pn in wanted
+            if dra_claims.claim_name(pn) in entries]
+
+
+def unclaimed(pod: ClaimedPod, objects: translate.Objects) -> list[str]:
+    """The PodNetworks of a pod with bridge-made claims that have no claim: added to its annotation
+    after creation (hot-plug; its claims cannot change). Nothing for a pod without such claims."""
+    wanted, entries = _dra_networks(pod, objects)
+    if not entries:
+        return []
+    return [pn for pn in wanted if dra_claims.claim_name(pn) not in entries]
+
+
+def unclaimed_message(podnetworks: Sequence[str]) -> str:
+    return (f"PodNetwork(s) {', '.join(podnetworks)} were added to {constants.NETWORKS_ANNOTATION} after the "
+            "pod was created: spec.resourceClaims cannot change, so they have no ResourceClaim. "
+            "kube-scheduler did not place the pod by them and no claim reports them; they are attached "
+            "through the annotation (hot-plug), where the node offers them")
+
+
 __all__ = [
     "CONFLICT_REASON",
     "GATED_REASON",
     "GATEWAY_MISSING_REASON",
+    "NETWORK_WITHOUT_CLAIM_REASON",
     "SCHEDULING_GATE",
     "TRANSLATION_WARNING_REASON",
     "WRITTEN_ANNOTATION",
     "AdmissionDecision",
+    "ClaimedPod",
+    "ClaimedPodSpec",
+    "ClaimsDecision",
+    "PodResourceClaim",
     "SelectionDecision",
     "admission",
     "admission_patch",
     "attached",
+    "claimed_podnetworks",
+    "claims",
     "declared",
     "digest",
     "event",
@@ -495,5 +675,8 @@ __all__ = [
     "reverse_status_patch",
     "scheduling_gates",
     "selection",
+    "templates_wanted",
     "translation",
+    "unclaimed",
+    "unclaimed_message",
 ]

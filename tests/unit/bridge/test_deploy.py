@@ -92,13 +92,15 @@ def test_with_cert_manager_the_bridge_reads_the_secret_a_ca_issued_certificate_f
 
 def test_rbac_allows_every_watch_the_registered_handlers_make() -> None:
     registry = kopf.OperatorRegistry()
-    controller.register(registry, controller.Bridge())
+    # --dra-claims on: its watch of ResourceClaimTemplates too
+    controller.register(registry, controller.Bridge(config=controller.BridgeSettings(dra_driver="dra.example.com")))
     serviceslices.register(registry, serviceslices.Services())
     assert bridge_args().services  # on in the Deployment, as by default
     selectors = [h.selector for reg in (registry._indexing, registry._watching) for h in reg.get_all_handlers()]
     watched = {(s.group or "", s.any_name) for s in selectors}
     assert ("", "pods") in watched and ("k8s.cni.cncf.io", "network-attachment-definitions") in watched
     assert ("", "services") in watched and ("discovery.k8s.io", "endpointslices") in watched
+    assert ("resource.k8s.io", "resourceclaimtemplates") in watched
     for group, resource in watched:
         for verb in ("list", "watch"):
             assert (group, resource, verb) in allowed(), (group, resource, verb)
@@ -111,7 +113,10 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     # renewal of a policy's Event (read, then patched), and the patches its planners return, which
     # it applies as they are: merge patches of pods (selection, gate, reverse status) and of the
     # status of its PodNetworks and attachments (ParamsReady).
-    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event", "kube.Event"]
+    # With --dra-claims, the templates of the claims its webhook adds (controller.reconcile_claims).
+    assert re.findall(r"\.create\(([\w.]+),", source) == ["kube.Event", "RESOURCE_CLAIM_TEMPLATE", "kube.Event"]
+    assert (kube.api_version_of(controller.RESOURCE_CLAIM_TEMPLATE), kube.plural_of(controller.RESOURCE_CLAIM_TEMPLATE)
+            ) == ("resource.k8s.io/v1", "resourceclaimtemplates")
     assert re.findall(r"_api\(\)\.(get|patch)\(([\w.]+),", source) == [("get", "kube.Event"), ("patch", "kube.Event")]
     assert re.findall(r"self\.apply\(([^)]*)\)", source) == ["action.patch", "step.patch", "action.patch"]
     assert re.findall(r"Patch\(([^,]+),", planned) == ['"Pod"', "kind"]
@@ -142,7 +147,8 @@ def test_rbac_allows_every_write_the_bridge_makes_and_no_other() -> None:
     slices = {("discovery.k8s.io", "endpointslices", verb) for verb in ("create", "patch", "delete")}
     writes = {("", "pods", "patch"), ("", "events", "create"), ("", "events", "patch"), *slices,
               ("multinetwork.x-k8s.io", "podnetworks/status", "patch"),
-              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook, *reviews}
+              ("multinetwork.x-k8s.io", "podnetworkattachments/status", "patch"), *webhook, *reviews,
+              ("resource.k8s.io", "resourceclaimtemplates", "create")}
     # kopf's own write: this replica's keep-alive in the peering object (--peering).
     peering = {(references.CLUSTER_PEERINGS_K.group or "", references.CLUSTER_PEERINGS_K.any_name, "patch")}
     assert writes | peering <= allowed()
