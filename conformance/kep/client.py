@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+
 from conformance.kep import views
 from podnetwork.kube import client as kube
 from podnetwork.kube.credentials import Credentials
@@ -33,6 +35,14 @@ Service = kube.Service
 EndpointSlice = kube.EndpointSlice
 ApiError = kube.ApiError
 NotFound = kube.NotFound
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes v1.34), for DRAPlacement: the
+# suite's own resources, as no layer of podnetwork reads these kinds.
+DRA_GROUP = "resource.k8s.io"
+DeviceClass = create_global_resource(DRA_GROUP, "v1", "DeviceClass", "deviceclasses")
+ResourceSlice = create_global_resource(DRA_GROUP, "v1", "ResourceSlice", "resourceslices")
+ResourceClaim = create_namespaced_resource(DRA_GROUP, "v1", "ResourceClaim", "resourceclaims")
+ResourceClaimTemplate = create_namespaced_resource(DRA_GROUP, "v1", "ResourceClaimTemplate",
+                                                   "resourceclaimtemplates")
 
 
 @dataclass(frozen=True)

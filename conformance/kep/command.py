@@ -21,6 +21,11 @@ from podnetwork.cli.arguments import positive_seconds
 from podnetwork.ground import constants
 from podnetwork.kube import credentials
 
+#: DRAPlacement's driver by default: this project's (`podnetwork dra-driver`, docs/dra.md); the suite
+#: names it, not imports it, judging any driver through the API.
+DRA_DRIVER = f"dra.{constants.GROUP}"
+DRA_ATTRIBUTE = "podNetwork"
+
 #: The NetworkPolicy tests' default image: Kubernetes' own e2e busybox, whose nc serves and probes.
 PROBE_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 
@@ -28,7 +33,7 @@ PROBE_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 def _feature_lines() -> str:
     lines = []
     for f in features.FEATURES:
-        lines.append(f"  {f.name} ({f.level.value}): {f.summary}")
+        lines.append(f"  {f.name} ({f.level.value}{', opt-in' if f.opt_in else ''}): {f.summary}")
         lines.extend(textwrap.wrap("needs: " + "; ".join(f.needs), 88, initial_indent="      ",
                                    subsequent_indent="        "))
     return "\n".join(lines)
@@ -44,6 +49,7 @@ what it made. Exit status: 0 when no test of a requested feature failed, 1 when 
 profiles: core = {", ".join(features.PROFILES["core"])};
           extended = core + {", ".join(f for f in features.PROFILES["extended"]
                                        if f not in features.PROFILES["core"])}
+opt-in (in no profile, run with --features): {", ".join(features.OPT_IN)}
 
 features:
 {_feature_lines()}
@@ -91,6 +97,15 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service-network", metavar="NAME", default="",
                         help="the PodNetwork the ServiceClusterIP test runs backends and a client on: Ready, "
                              "attached to pods by the cluster (default: none, the test is skipped saying so)")
+    parser.add_argument("--dra-driver", metavar="NAME", default=DRA_DRIVER,
+                        help="DRAPlacement: the DRA driver that serves PodNetworks as devices "
+                             f"(default {DRA_DRIVER})")
+    parser.add_argument("--dra-attribute", metavar="NAME", default=DRA_ATTRIBUTE,
+                        help="DRAPlacement: the device attribute (in the driver's domain) holding the "
+                             f"PodNetwork's name (default {DRA_ATTRIBUTE})")
+    parser.add_argument("--dra-device-class", metavar="NAME", default="",
+                        help="DRAPlacement: the DeviceClass of the driver's devices (default: the driver's "
+                             "name)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=positive_seconds, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -160,7 +175,10 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
                                                             "PROBE_IMAGE": args.probe_image,
                                                             "POLICY_NETWORK": args.policy_network,
                                                             "PRIMARY_NETWORK": args.primary_network,
-                                                            "SERVICE_NETWORK": args.service_network},
+                                                            "SERVICE_NETWORK": args.service_network,
+                                                            "DRA_DRIVER": args.dra_driver,
+                                                            "DRA_ATTRIBUTE": args.dra_attribute,
+                                                            "DRA_DEVICE_CLASS": args.dra_device_class},
                                   progress=_progress(out))
     finally:
         await client.close()

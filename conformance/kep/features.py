@@ -28,6 +28,10 @@ class Feature:
     summary: str
     needs: tuple[str, ...]
     """What the cluster must run for the feature's tests to be set up at all."""
+    opt_in: bool = False
+    """Run only when named with `--features`, in no profile: an alternative to features a profile
+    holds (a cluster that places pods through DRA need not also serve them as devices), so a
+    profile's run on a cluster with one of the two does not report the other as missing."""
 
 
 CRDS = "the PodNetwork and PodNetworkAttachment APIs served (CRDs or built in), with their validation"
@@ -50,6 +54,10 @@ SERVICES = ("an implementation of Services on PodNetworks: EndpointSlices of a n
 SERVICE_NETWORK = ("for the ClusterIP test: a PodNetwork the cluster attaches to pods (--service-network), "
                    "on whose pods a Service's ClusterIP reaches its endpoints")
 PROBE_IMAGE = "the probe image (--probe-image, a busybox with nc) pullable by the nodes"
+DRA_DRIVER = ("a DRA driver (resource.k8s.io/v1) that publishes in each node's ResourceSlices one device per "
+              "Ready PodNetwork the node offers, with the PodNetwork's name as a string attribute, shareable "
+              "by many pods (--dra-driver, --dra-attribute), and a DeviceClass for its devices "
+              "(--dra-device-class, default the driver's name); two schedulable nodes where it publishes")
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
 
@@ -106,15 +114,23 @@ FEATURES: tuple[Feature, ...] = (
             "that network; with pods that run, a client on the network reaches the backends through the "
             "ClusterIP (Phase III Req 22)",
             (CRDS, CONTROLLER, SERVICES, SCHEDULER, KUBELET, CNI_AGENT, SERVICE_NETWORK, PROBE_IMAGE)),
+    Feature("DRAPlacement", Level.EXTENDED,
+            "PodNetworks served as DRA devices where nodes offer them (Req 18): kube-scheduler's own "
+            "allocator binds a pod claiming a PodNetwork to a node that offers it, holds it Pending when "
+            "none does, and the claim is deallocated when the pod goes (KEP \"DRA integration "
+            "(alternative)\")",
+            (CRDS, CONTROLLER, SCHEDULER, NODE_NETWORKS, DRA_DRIVER), opt_in=True),
 )
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
 
-#: Profiles: the feature sets `--profile` names. "extended" includes "core".
+#: Profiles: the feature sets `--profile` names. "extended" includes "core"; neither holds an opt-in
+#: feature (`Feature.opt_in`), which runs only when `--features` names it.
 PROFILES: dict[str, tuple[str, ...]] = {
-    "core": tuple(f.name for f in FEATURES if f.level is Level.CORE),
-    "extended": tuple(f.name for f in FEATURES),
+    "core": tuple(f.name for f in FEATURES if f.level is Level.CORE and not f.opt_in),
+    "extended": tuple(f.name for f in FEATURES if not f.opt_in),
 }
+OPT_IN: tuple[str, ...] = tuple(f.name for f in FEATURES if f.opt_in)
 
 
 class UnknownFeature(ValueError):

@@ -42,6 +42,7 @@ class _View(BaseModel):
 
 class Meta(_View):
     name: str | None = None
+    uid: str | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     finalizers: list[str] | None = None
@@ -110,6 +111,7 @@ class Event(_View):
     regarding: Reference | None = None
     message: str | None = None
     note: str | None = None
+    reason: str | None = None
 
     @property
     def about(self) -> str | None:
@@ -150,6 +152,91 @@ class EndpointSlice(_View):
     ports: list[EndpointPort] | None = None
 
 
+class DeviceAttribute(_View):
+    """resource.k8s.io/v1 DeviceAttribute: one of its typed values (the tests read strings)."""
+
+    string: str | None = None
+
+
+class Device(_View):
+    name: str | None = None
+    attributes: dict[str, DeviceAttribute] | None = None
+    allow_multiple_allocations: Any = Field(None, alias="allowMultipleAllocations")
+
+
+class ResourcePool(_View):
+    name: str | None = None
+    generation: int | None = None
+    resource_slice_count: int | None = Field(None, alias="resourceSliceCount")
+
+
+class ResourceSliceSpec(_View):
+    driver: str | None = None
+    node_name: str | None = Field(None, alias="nodeName")
+    pool: ResourcePool = Field(default_factory=ResourcePool)
+    devices: list[Device] | None = None
+
+
+class ResourceSlice(_View):
+    """resource.k8s.io/v1 ResourceSlice: what the DRA driver under test publishes."""
+
+    metadata: Meta = Field(default_factory=Meta)
+    spec: ResourceSliceSpec = Field(default_factory=ResourceSliceSpec)
+
+
+class AllocationResult(_View):
+    """resource.k8s.io/v1 DeviceRequestAllocationResult: which device of which pool serves a request."""
+
+    request: str | None = None
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+
+class DeviceAllocation(_View):
+    results: list[AllocationResult] | None = None
+
+
+class Allocation(_View):
+    devices: DeviceAllocation = Field(default_factory=DeviceAllocation)
+
+
+class Consumer(_View):
+    """resource.k8s.io/v1 ResourceClaimConsumerReference: who a claim is reserved for."""
+
+    resource: str | None = None
+    name: str | None = None
+    uid: str | None = None
+
+
+class ResourceClaimStatus(_View):
+    allocation: Allocation | None = None
+    reserved_for: list[Consumer] | None = Field(None, alias="reservedFor")
+
+
+class ResourceClaim(_View):
+    metadata: Meta = Field(default_factory=Meta)
+    status: ResourceClaimStatus = Field(default_factory=ResourceClaimStatus)
+
+
+class PodClaimStatus(_View):
+    """core/v1 PodResourceClaimStatus: the claim made for a pod's entry from a template."""
+
+    name: str | None = None
+    resource_claim_name: str | None = Field(None, alias="resourceClaimName")
+
+
+class PodClaimsStatus(_View):
+    resource_claim_statuses: list[PodClaimStatus] | None = Field(None, alias="resourceClaimStatuses")
+
+
+class PodClaims(_View):
+    """A pod's claims as its status names them."""
+
+    metadata: Meta = Field(default_factory=Meta)
+    status: PodClaimsStatus = Field(default_factory=PodClaimsStatus)
+
+
 V = TypeVar("V", bound=_View)
 
 
@@ -168,5 +255,8 @@ def read(obj: Mapping[str, Any] | None) -> Object:
     return read_as(obj, Object)
 
 
-__all__ = ["Container", "ContainerPort", "Endpoint", "EndpointConditions", "EndpointPort", "EndpointSlice",
-           "Event", "Meta", "Object", "Reference", "Spec", "Status", "read", "read_as"]
+__all__ = ["Allocation", "AllocationResult", "Consumer", "Container", "ContainerPort", "Device",
+           "DeviceAllocation", "DeviceAttribute", "Endpoint", "EndpointConditions", "EndpointPort",
+           "EndpointSlice", "Event", "Meta", "Object", "PodClaimStatus", "PodClaims", "PodClaimsStatus",
+           "Reference", "ResourceClaim", "ResourceClaimStatus", "ResourcePool", "ResourceSlice",
+           "ResourceSliceSpec", "Spec", "Status", "read", "read_as"]

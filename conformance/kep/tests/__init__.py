@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from conformance.kep.suite import ConformanceTest
-from conformance.kep.tests import admission, core, extended, policy, primary, services
+from conformance.kep.tests import admission, core, dra, extended, policy, primary, services
 
 ALL: tuple[ConformanceTest, ...] = (*core.TESTS, *admission.TESTS, *extended.TESTS, *policy.TESTS,
-                                    *primary.TESTS, *services.TESTS)
+                                    *primary.TESTS, *services.TESTS, *dra.TESTS)
 BY_NAME: dict[str, ConformanceTest] = {t.name: t for t in ALL}
