@@ -157,7 +157,7 @@ class Attachments:
             await self.teardown(record, args.netns)
         pod = await self._pod(request)
         with request.phases.timed("plan"):
-            planned, explicit = await self.planner.attachments(request, pod)
+            planned, selected = await self.planner.attachments(request, pod)
         record = Record(
             container_id=args.container_id,
             netns=args.netns,
@@ -167,7 +167,8 @@ class Attachments:
             pod_name=request.pod_name or "",
             # The runtime's word first: the sandbox is that pod's, whatever the API holds by now.
             pod_uid=args.arg("K8S_POD_UID") or pod.metadata.uid or "",
-            explicit=explicit,
+            explicit=selected.explicit,
+            claimed=selected.claimed,
         )
         await self._set_up(record, planned, request, pod)
         if self.node_access is not None and self.node_access.concerns(record):

@@ -16,14 +16,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge import npwg, translate
-from bridge.agent.cni import plan, selection
+from bridge.agent.cni import claims, plan, selection
 from bridge.agent.cni.defaultnet import DefaultNetwork
 from bridge.agent.cni.request import Request
+from bridge.agent.cni.selection import Selected
 from bridge.agent.delegates import conflist
 from bridge.agent.delegates.invoke import CNIError, ErrorCode
 from bridge.agent.delegates.runner import Runner
 from bridge.agent.kube.objects import NotFound, ObjectSource
 from bridge.agent.node.settings import PLUGIN_TYPE, AgentConfig
+from bridge.dracontract import prepared
 from podnetwork.ground.core import Pod
 
 log = logging.getLogger(__name__)
@@ -38,14 +40,20 @@ class Planner:
         self.config = config
         self.runner = runner
         self.default = default
+        self.claims = prepared.Records(config.dra_state_dir) if config.dra_state_dir is not None else None
+        """The DRA driver's records of prepared claims (`claims`); None: claims are not read."""
 
     async def selection(self, pod: Pod) -> selection.Selected:
-        """The pod's selected networks in order, and whether they are explicit (`selection`)."""
+        """The pod's selected networks in order, and whether they are explicit: its recorded
+        claims' (`claims`), else its annotations' (`selection`)."""
+        if self.claims is not None and (
+                by_claims := await claims.selected(self.objects, pod, self.claims)) is not None:
+            return by_claims
         return await selection.of(self.objects, pod)
 
-    async def attachments(self, request: Request, pod: Pod) -> tuple[list[plan.Planned], bool]:
+    async def attachments(self, request: Request, pod: Pod) -> tuple[list[plan.Planned], Selected]:
         """Every attachment of this ADD, resolved and validated before anything executes, and
-        whether the pod's list is explicit (no cluster default network)."""
+        the selection they come from (`Selected.explicit`: no cluster default network)."""
         selected = await self.selection(pod)
         elements = selected.elements
         placements = plan.placements(request.args.ifname, [e.interface for e in elements],
@@ -67,7 +75,7 @@ class Planner:
                 planned.append(await self.selected(elements[index], ifname, podnetwork=podnetworks[index]))
         for p in planned:  # all configs valid and all plugins present, before the first exec
             self.check(p)
-        return planned, selected.explicit
+        return planned, selected
 
     async def selected(self, element: npwg.NetworkSelectionElement, ifname: str, *,
                        primary: Mapping[str, Any] | None = None,

@@ -46,6 +46,8 @@ class Selected:
     """For KEP networks, where each element came from (same index): its PodNetwork, attachment
     and place in the pod's list; empty for an NPWG selection, which names no PodNetwork. What a
     per-PodNetwork choice of the agent (such as a path from the node) is keyed by."""
+    claimed: bool = False
+    """The networks are the pod's ResourceClaims' (`bridge.agent.cni.claims`)."""
 
 
 def fetchable(key: tuple[str, str]) -> bool:
@@ -93,10 +95,12 @@ class Found:
             own_nad = False
             if net.pod_network_attachment_name:
                 key = (namespace, net.pod_network_attachment_name)
-                with contextlib.suppress(NotFound):
-                    attachment = await self.source.get_attachment(*key)
-                    self.attachments[key] = attachment
-                    await self.follow_refs(attachment)
+                attachment = self.attachments.get(key)  # fetched once per ADD (`claims` asks first)
+                if attachment is None:
+                    with contextlib.suppress(NotFound):
+                        attachment = self.attachments[key] = await self.source.get_attachment(*key)
+                        await self.follow_refs(attachment)
+                if attachment is not None:
                     pn_name = attachment.spec.pod_network_name
                     own_nad = bool(translate.references(attachment)[0])
             if not pn_name or pn_name == constants.DEFAULT_PODNETWORK:
@@ -112,6 +116,23 @@ class Found:
 async def translated(source: ObjectSource, namespace: str, annotations: Mapping[str, str]) -> Selected:
     """The selection of a pod with spec-style networks, decided as the bridge decides it; a
     CNIError (7 for an annotation that cannot be read, 105 for a refused translation) otherwise."""
+    found = Found(source)
+    return await decided(found, parsed(annotations), namespace, annotations)
+
+
+def parsed(annotations: Mapping[str, str]) -> list[translate.Network]:
+    """The pod's spec-style networks (CNIError 7 when they cannot be read)."""
+    try:
+        return translate.parse_networks(annotations[constants.NETWORKS_ANNOTATION])
+    except InvalidObject as exc:
+        raise CNIError(ErrorCode.INVALID_CONFIG, f"invalid pod annotation {constants.NETWORKS_ANNOTATION}",
+                       str(exc)) from None
+
+
+async def decided(found: Found, networks: list[translate.Network], namespace: str,
+                  annotations: Mapping[str, str]) -> Selected:
+    """The selection of `networks` (the pod's spec-style networks, or those its claims give,
+    `bridge.agent.cni.claims`), translated as the bridge translates them (`translated`)."""
     what = f"pod annotation {constants.NETWORKS_ANNOTATION}"
     try:
         # Attachments are held to what admission recorded of them: one re-created since to
@@ -120,11 +141,6 @@ async def translated(source: ObjectSource, namespace: str, annotations: Mapping[
     except translate.TranslationError as exc:
         raise CNIError(ErrorCode.INVALID_CONFIG, "invalid pod annotation "
                        f"{translate.ATTACHMENT_NETWORKS_ANNOTATION}", str(exc)) from None
-    try:
-        networks = translate.parse_networks(annotations[constants.NETWORKS_ANNOTATION])
-    except InvalidObject as exc:
-        raise CNIError(ErrorCode.INVALID_CONFIG, f"invalid {what}", str(exc)) from None
-    found = Found(source)
     await found.fetch(networks, namespace)
     try:
         translation = translate.translate(networks, namespace, found.objects(), admitted)

@@ -23,10 +23,15 @@ from bridge.agent.daemon import agent as agent_mod
 from bridge.agent.delegates import hostpaths, invoke
 from bridge.agent.node import install, preflight, settings
 from bridge.agent.node.install import DEFAULT_SHIM_PYTHON, install_shim
+from bridge.dracontract import names as dra_names
 from podnetwork.cli import Command
 from podnetwork.cli.arguments import byte_count, positive_seconds, tcp_port
 from podnetwork.cli.manifestlimits import add_limit_arguments
 from podnetwork.kube import credentials
+
+#: Where `podnetwork dra-driver` keeps its records by default (its --state-dir: `<kubelet plugins
+#: dir>/<driver>/`); deploy/agent's DaemonSet mounts it read-only.
+DEFAULT_DRA_STATE_DIR = os.path.join("/var/lib/kubelet/plugins", dra_names.DEFAULT_DRIVER)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,14 @@ def _paths_and_limits(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=settings.DEFAULT_CACHE_DIR,
         help="what the agent attached, per container (default: %(default)s)",
+    )
+    p.add_argument(
+        "--dra-state-dir",
+        default=DEFAULT_DRA_STATE_DIR,
+        metavar="DIR",
+        help="the records of claims `podnetwork dra-driver` prepared on this node (its --state-dir): a pod "
+        "with claims recorded there gets exactly their PodNetworks (docs/dra.md); '' to not read claims "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--default-network-conf",
@@ -424,6 +437,7 @@ def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
         watch_addresses=args.watch_addresses,
         netns_dir=args.netns_dir,
         node_netns=args.node_netns,
+        dra_state_dir=Path(args.dra_state_dir) if args.dra_state_dir else None,
     )
 
 

@@ -55,6 +55,7 @@ from bridge.agent.delegates.invoke import CNIError, Command, RuntimeArgs, check_
 from bridge.agent.delegates.records import unfinished
 from bridge.agent.kube.objects import EventSink
 from bridge.agent.node.settings import EVENT_COMPONENT
+from bridge.dracontract import podclaims
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod, head_of, pod_event
 from podnetwork.kube import lite
@@ -306,7 +307,7 @@ class HotPlug:
         """A pod of this node as a watch saw it (added or modified); queued, never blocks. The
         object is queued as given (a watch's, never changed after): not changed afterwards."""
         try:
-            pod = body if isinstance(body, Pod) else Pod.model_validate(body)
+            pod = body if isinstance(body, Pod) else podclaims.Pod.model_validate(body)
         except ValueError as exc:  # pydantic's ValidationError
             log.warning("hot-plug: ignoring a pod that does not fit the Pod view: %s", exc)
             return
@@ -351,7 +352,7 @@ class HotPlug:
                 body = self._pending.pop(key)
                 try:
                     # pod_changed read it into a view before: it fits
-                    await self.handle(body if isinstance(body, Pod) else Pod.model_validate(body))
+                    await self.handle(body if isinstance(body, Pod) else podclaims.Pod.model_validate(body))
                 except Exception:  # one pod's trouble must not stop the others'
                     log.exception("hot-plug of pod %s/%s failed", *key)
             if not self._pending:

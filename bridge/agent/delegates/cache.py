@@ -125,6 +125,10 @@ class Record:
     """The pod's KEP networks left out `default` (KEP-3698: the list is explicit): its first
     attachment is the first listed network, and no cluster default network was attached.
     Records of earlier agents lack the key: they always attached the default network."""
+    claimed: bool = False
+    """The networks came from the pod's ResourceClaims of the DRA driver (`bridge.agent.cni.claims`):
+    the agent writes the pod's `multinetwork.x-k8s.io/pod-ips` with its network-status, since
+    the bridge writes it only for pods whose annotation it translates."""
 
     def to_json(self) -> dict[str, Any]:
         # By hand rather than dataclasses.asdict: that deep-copies every config and result,
@@ -142,6 +146,7 @@ class Record:
             "attachments": [a.to_json() for a in self.attachments],
             "status_published": self.status_published,
             "explicit": self.explicit,
+            "claimed": self.claimed,
             "format": FORMAT_VERSION,
         }
 
@@ -161,6 +166,7 @@ class Record:
             attachments=[Attachment.from_json(a) for a in data.get("attachments", [])],
             status_published=bool(data.get("status_published", True)),
             explicit=bool(data.get("explicit", False)),
+            claimed=bool(data.get("claimed", False)),
         )
 
 

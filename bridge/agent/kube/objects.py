@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from bridge import npwg, translate
 from bridge.agent.delegates.invoke import CNIError, ErrorCode
+from bridge.dracontract import podclaims
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
 
@@ -81,7 +82,7 @@ def uid_mismatch(status: int, message: str) -> bool:
 
 
 _VIEWS: dict[str, type[BaseModel]] = {
-    POD: Pod,
+    POD: podclaims.Pod,  # with its ResourceClaims (`bridge.agent.cni.claims`)
     constants.NAD_KIND: npwg.NetworkAttachmentDefinition,
     constants.PODNETWORK_KIND: translate.PodNetwork,
     constants.ATTACHMENT_KIND: translate.PodNetworkAttachment,

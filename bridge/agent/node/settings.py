@@ -102,6 +102,10 @@ class AgentConfig:
     `bridge.agent.pods.addresswatch`). Only with `patch_status`."""
     address_watch: AddressWatchSettings = field(default_factory=AddressWatchSettings)
     """Debounce and rate bound of those status writes."""
+    dra_state_dir: Path | None = None
+    """The DRA driver's records of prepared claims (`podnetwork dra-driver --state-dir`): a pod
+    with claims recorded there gets exactly their PodNetworks (`bridge.agent.cni.claims`).
+    None: claims are not read."""
 
     @property
     def watching_addresses(self) -> bool:

@@ -73,6 +73,8 @@ class _Pending:
     of an agent that did not keep the UID, without K8S_POD_UID)."""
     cancelled: bool = False
     """Set by `cancel` while the write is in flight: not retried, not recorded as written."""
+    also: Mapping[str, str] | None = None
+    """Other annotations written in the same patch (a claimed pod's pod-ips, `reports.Reports.publish`)."""
 
 
 class StatusPublisher:
@@ -115,12 +117,13 @@ class StatusPublisher:
         owner: str = "",
         on_written: Written | None = None,
         uid: str = "",
+        also: Mapping[str, str] | None = None,
     ) -> None:
         """Queues the pod's whole network-status (entries, or their JSON text), for the pod of
-        `uid` (when given)."""
+        `uid` (when given), and `also` these annotations in the same write."""
         text = status if isinstance(status, str) else json.dumps(list(status))
         key = (namespace, name)
-        self._pending[key] = _Pending(text, owner, on_written, time.monotonic(), uid)
+        self._pending[key] = _Pending(text, owner, on_written, time.monotonic(), uid, also=also)
         if key not in self._workers:
             self._idle.clear()
             task = asyncio.create_task(self._work(key), name=f"network-status {namespace}/{name}")
@@ -165,7 +168,8 @@ class StatusPublisher:
             while (item := self._pending.pop(key, None)) is not None:
                 self._writing[key] = item
                 try:
-                    await self._patch(key[0], key[1], {npwg.NETWORK_STATUS_ANNOTATION: item.status},
+                    await self._patch(key[0], key[1], {**(item.also or {}),
+                                                       npwg.NETWORK_STATUS_ANNOTATION: item.status},
                                       uid=item.uid or None)
                 except Replaced as exc:
                     log.info("pod %s/%s: its network-status is not written: %s (the pod it reports on "

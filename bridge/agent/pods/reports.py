@@ -30,6 +30,8 @@ from bridge.agent.delegates.records import Records, shape, unfinished
 from bridge.agent.kube.objects import EventSink, ObjectSource
 from bridge.agent.node.settings import EVENT_COMPONENT, AgentConfig
 from bridge.agent.pods import addresswatch, publisher
+from bridge.translate import podips
+from podnetwork.ground import constants
 from podnetwork.ground.core import ObjectMeta, Pod, pod_event
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,25 @@ def status_entries(record: Record) -> list[dict[str, Any]]:
         )
         for a in record.attachments
     ]
+
+
+def claimed_pod_ips(record: Record, entries: list[dict[str, Any]]) -> dict[str, str]:
+    """`multinetwork.x-k8s.io/pod-ips` of a pod attached by its claims (`Record.claimed`), as the
+    bridge writes it for annotated pods (`bridge.translate.podips.pod_ips`: the first IP per
+    family per PodNetwork, bare): the DRA driver's networkData is read from it (docs/dra.md)."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, int]] = set()
+    for attachment, entry in zip(record.attachments, entries, strict=True):
+        podnetwork = attachment.podnetwork or (constants.DEFAULT_PODNETWORK if attachment.default else None)
+        if podnetwork is None:
+            continue
+        for raw in entry.get("ips") or []:
+            address = podips.status_address(raw)
+            if address is None or (podnetwork, address.version) in seen:
+                continue
+            seen.add((podnetwork, address.version))
+            out.append({"ip": str(address), "podNetwork": podnetwork, "interfaceName": attachment.ifname})
+    return {constants.POD_IPS_ANNOTATION: podips.format_pod_ips(out)}
 
 
 class Reports:
@@ -114,7 +135,7 @@ class Reports:
 
         self.publisher.publish(
             record.pod_namespace, record.pod_name, entries, owner=container_id, on_written=written,
-            uid=record.pod_uid,
+            uid=record.pod_uid, also=claimed_pod_ips(record, entries) if record.claimed else None,
         )
         return entries
 
