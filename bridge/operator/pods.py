@@ -346,6 +346,7 @@ def reverse_status_patch(
     wanted: dict[str, tuple[str, bool]] = {}
     if pod_ips:
         ips = podips.pod_ips(status, translation, namespace)
+        ips += podips.claimed_pod_ips(pod.metadata.annotation(constants.POD_IPS_ANNOTATION), ips, status)
         wanted[constants.POD_IPS_ANNOTATION] = (podips.format_pod_ips(ips), bool(ips))
     if attachment_data:
         data = podips.attachments(status, translation, namespace)

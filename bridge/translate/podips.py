@@ -124,6 +124,24 @@ def pod_ips(
     return out
 
 
+def claimed_pod_ips(current: str | None, ips: Sequence[Mapping[str, Any]],
+                    status: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of the pod's current pod-ips that `ips` (the translation's) cannot know and
+    that still hold: of a PodNetwork `ips` names nowhere, on an interface network-status still
+    reports. The CNI agent writes such entries for the networks of a pod's DRA claims
+    (docs/dra.md), which its annotation need not name; the bridge keeps them instead of
+    overwriting them, and they go with their interface (a DEL, a hot-unplug)."""
+    try:
+        entries = json.loads(current or "[]")
+    except (ValueError, RecursionError):
+        return []
+    known = {e.get("podNetwork") for e in ips}
+    interfaces = {e.get("interface") for e in status if isinstance(e.get("interface"), str)}
+    return [dict(e) for e in entries if isinstance(entries, list) and isinstance(e, dict)
+            and isinstance(e.get("podNetwork"), str) and e["podNetwork"] not in known
+            and isinstance(e.get("ip"), str) and e.get("interfaceName") in interfaces]
+
+
 def format_pod_ips(ips: Sequence[Mapping[str, Any]]) -> str:
     """The `multinetwork.x-k8s.io/pod-ips` annotation value (compact JSON)."""
     return json.dumps(list(ips), separators=(",", ":"))
@@ -180,4 +198,5 @@ def format_attachments(data: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(data), separators=(",", ":"))
 
 
-__all__ = ["attachments", "format_attachments", "format_pod_ips", "match", "pod_ips", "status_address"]
+__all__ = ["attachments", "claimed_pod_ips", "format_attachments", "format_pod_ips", "match", "pod_ips",
+           "status_address"]

@@ -141,6 +141,23 @@ def test_kep_status_pod_ips_are_patched_from_network_status_only_when_they_chang
     assert pods.pod_ips_patch(Pod.model_validate(p), tr()) is None
 
 
+def test_pod_ips_the_agent_wrote_for_a_pods_dra_claims_are_kept_while_their_interface_is_reported() -> None:
+    """A pod attached by its ResourceClaims (docs/dra.md) has networks its annotation does not name:
+    the agent writes their pod-ips, and the bridge keeps them instead of overwriting them."""
+    status = [{"name": "x/default-net", "interface": "eth0", "ips": ["10.244.0.9/24"], "default": True},
+              {"name": "nets/blue", "interface": "net1", "ips": ["10.2.0.9/24"], "default": False}]
+    written = [{"ip": "10.244.0.9", "podNetwork": "default", "interfaceName": "eth0"},
+               {"ip": "10.2.0.9", "podNetwork": "blue", "interfaceName": "net1"}]
+    p = pod({npwg.NETWORK_STATUS_ANNOTATION: json.dumps(status),
+             constants.POD_IPS_ANNOTATION: json.dumps(written, separators=(",", ":"))})
+    assert pods.pod_ips_patch(Pod.model_validate(p), tr([{"podNetworkName": "default"}])) is None
+    # once net1 is gone from network-status (DEL, hot-unplug), so is its entry
+    p["metadata"]["annotations"][npwg.NETWORK_STATUS_ANNOTATION] = json.dumps(status[:1])
+    patch = pods.pod_ips_patch(Pod.model_validate(p), tr([{"podNetworkName": "default"}]))
+    assert patch is not None and json.loads(patch["metadata"]["annotations"][constants.POD_IPS_ANNOTATION]) == [
+        written[0]]
+
+
 def test_pod_ips_need_network_status_and_a_well_formed_one() -> None:
     assert pods.pod_ips_patch(Pod.model_validate(pod()), tr()) is None
     with pytest.raises(ValueError, match="network-status"):
