@@ -395,7 +395,10 @@ class Cluster:
         argv = ["cni-agent", "--install", "--socket", str(node.socket), "--cni-bin-dir", str(node.bin_dir),
                 "--cni-conf-dir", str(node.conf_dir), "--cache-dir", str(node.cache_dir),
                 "--node-name", node.name, "--kubeconfig", str(self.kubeconfig),
-                "--metrics-port", str(free_port()), "--metrics-host", "127.0.0.1", *extra]
+                "--metrics-port", str(free_port()), "--metrics-host", "127.0.0.1",
+                # where `podnetwork dra-driver` on this node records the claims it prepared (docs/dra.md)
+                "--dra-state-dir", str(node.dir / "kubelet" / "root" / "plugins" / "dra.multinetwork.x-k8s.io"),
+                *extra]
         conflists = lambda: sorted(p.name for p in node.conf_dir.glob("*.conflist"))  # noqa: E731
         before = set(conflists())
         process = self.start_component(f"agent-{node.name}", argv,
