@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from podnetwork.ground import constants
 
 Obj = dict[str, Any]
@@ -160,9 +162,48 @@ CREATE = "CREATE"
 UPDATE = "UPDATE"
 
 
+class Names(BaseModel):
+    """What the store reads of any kind's metadata before its schema: the name, the namespace and
+    the resourceVersion, spelled as `metav1.ObjectMeta` spells them. Only these three: a merge
+    patch's metadata carries nulls elsewhere (an annotation being removed), and the rest of an
+    object is kept as it was sent, not as a view would rewrite it."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    name: str | None = None
+    namespace: str | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+
+
+class _Head(BaseModel):
+    """Any object as the store meets it: its type and the `Names` of its metadata (null: absent)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    api_version: str = Field("", alias="apiVersion")
+    kind: str = ""
+    metadata: Names | None = None
+
+
+def _head(obj: Mapping[str, Any]) -> _Head:
+    """`obj`'s type and names; BadRequest when they are not text, as the API server refuses to decode
+    such a body (the store then keeps nothing)."""
+    try:
+        return _Head.model_validate(obj)
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
+        raise BadRequest(f"the object does not decode: {where}: {exc.errors()[0]['msg']}") from None
+
+
+def names_of(obj: Mapping[str, Any]) -> Names:
+    """The name, namespace and resourceVersion of any kind's object or merge patch."""
+    return _head(obj).metadata or Names()
+
+
 def key_of(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata") or {}  # any kind, as JSON: the API server reads metadata before a schema
-    return (obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""))
+    head = _head(obj)
+    meta = head.metadata or Names()
+    return (head.api_version, head.kind, meta.namespace, meta.name or "")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -444,9 +485,10 @@ class Store:
     def _identify(self, obj: Mapping[str, Any]) -> tuple[Resource, str, str | None]:
         if not isinstance(obj, Mapping):
             raise BadRequest("an object must be a JSON object")
-        res = self.resource(obj.get("apiVersion", ""), obj.get("kind", ""))
-        meta = obj.get("metadata") or {}  # any kind, as JSON: the API server reads metadata before a schema
-        return res, meta.get("name", ""), meta.get("namespace")
+        head = _head(obj)
+        res = self.resource(head.api_version, head.kind)
+        meta = head.metadata or Names()
+        return res, meta.name or "", meta.namespace
 
     def _existing(self, res: Resource, name: str, namespace: str | None) -> Obj:
         obj = self._objects.get(self._key(res, name, namespace))
@@ -456,8 +498,7 @@ class Store:
 
     @staticmethod
     def _require_version(res: Resource, name: str, body: Mapping[str, Any]) -> None:
-        # Any kind's body, as JSON (the API server checks the version before a schema).
-        if not res.unconditional_update and not (body.get("metadata") or {}).get("resourceVersion"):
+        if not res.unconditional_update and not names_of(body).resource_version:
             raise Invalid(
                 f'{res.qualified} "{name}" is invalid: metadata.resourceVersion: Invalid value: 0: '
                 "must be specified for an update"
@@ -465,7 +506,7 @@ class Store:
 
     @staticmethod
     def _check_version(res: Resource, body: Mapping[str, Any], current: Obj) -> None:
-        wanted = (body.get("metadata") or {}).get("resourceVersion")  # as in _require_version
+        wanted = names_of(body).resource_version
         have = current["metadata"]["resourceVersion"]
         if wanted and wanted != have:
             name = current["metadata"]["name"]

@@ -64,8 +64,11 @@ class StoreApi:
         return self._written(resource, "patch_status" if status else "patch", what, send)
 
     async def create(self, resource: kube.Resource, body: Mapping[str, Any]) -> dict[str, Any]:
-        meta = body.get("metadata") or {}  # any kind's body, as the store takes it (JSON)
-        what = f"create {kube.kind_of(resource)} {_where(meta.get('namespace'), meta.get('name'))}"
+        try:
+            meta = store_mod.names_of(body)
+        except store_mod.BadRequest:
+            meta = store_mod.Names()  # the store refuses the body below, its message saying why
+        what = f"create {kube.kind_of(resource)} {_where(meta.namespace, meta.name)}"
         return self._written(resource, "create", what, lambda: self.store.create(body))
 
     async def delete(self, resource: kube.Resource, name: str, namespace: str | None = None) -> None:

@@ -72,6 +72,24 @@ def test_create_with_a_resource_version_is_refused(api: Store) -> None:
         api.create(obj)
 
 
+@pytest.mark.parametrize("metadata", [{"name": 5}, {"name": "blue", "namespace": ["x"]}, "blue"])
+def test_a_body_whose_names_are_not_text_is_a_bad_request_that_stores_nothing(api: Store, metadata: Any) -> None:
+    obj = podnetwork()
+    obj["metadata"] = metadata
+    with pytest.raises(BadRequest, match="metadata"):
+        api.create(obj)
+    assert api.list(*PN) == []
+
+
+def test_a_merge_patch_removing_an_annotation_with_a_stale_version_is_a_conflict(api: Store) -> None:
+    created = api.create({**podnetwork(), "metadata": {"name": "blue", "annotations": {"a": "1"}}})
+    api.patch(*PN, "blue", {"metadata": {"labels": {"x": "y"}}})
+    stale = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"], "annotations": {"a": None}}}
+    with pytest.raises(Conflict):
+        api.patch(*PN, "blue", stale)
+    assert api.get(*PN, "blue")["metadata"]["annotations"] == {"a": "1"}
+
+
 def test_get_of_a_missing_object_is_not_found_with_the_resource_name(api: Store) -> None:
     with pytest.raises(NotFound, match=re.escape('podnetworks.multinetwork.x-k8s.io "nope" not found')):
         api.get(*PN, "nope")
