@@ -19,6 +19,8 @@ import json
 import uuid
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from demo.store import Invalid, Store
 from podnetwork.ground.core import ObjectMeta, head_of
 from podnetwork.kep import admission
@@ -86,9 +88,33 @@ def _review(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> 
     }
 
 
-def _refused(response: dict[str, Any]) -> Invalid:
-    status = response.get("status") or {}  # a webhook's answer, as the API server reads it: JSON
-    return Invalid(status.get("message") or "refused by the podnetwork admission webhook")
+class _Status(BaseModel):
+    """The `metav1.Status` of a refusal: its message is what the API server reports."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    message: str = ""
+
+
+class _Answer(BaseModel):
+    """A webhook's `response` (admission.k8s.io/v1 AdmissionResponse): what the API server reads
+    of it. Read once, from the review the webhook answered."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    allowed: bool = False
+    patch_type: str | None = Field(None, alias="patchType")
+    patch: str | None = None
+    status: _Status | None = None
+
+
+def _answer(review: dict[str, Any]) -> _Answer:
+    return _Answer.model_validate(review["response"])
+
+
+def _refused(answer: _Answer) -> Invalid:
+    said = answer.status.message if answer.status is not None else ""
+    return Invalid(said or "refused by the podnetwork admission webhook")
 
 
 def register(api: Store, *, enabled: bool = True) -> None:
@@ -96,21 +122,21 @@ def register(api: Store, *, enabled: bool = True) -> None:
 
     def mutate(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         namespace = api.find("v1", "Namespace", _meta(pod).namespace or "")
-        answer = admission.review(
+        answer = _answer(admission.review(
             _review(operation, pod, old), admission.Webhook.MUTATING, enabled=enabled, namespace=namespace
-        )["response"]
-        if not answer.get("allowed"):
+        ))
+        if not answer.allowed:
             raise _refused(answer)
-        if answer.get("patchType") == "JSONPatch":
-            patched: dict[str, Any] = apply_json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+        if answer.patch_type == "JSONPatch" and answer.patch is not None:
+            patched: dict[str, Any] = apply_json_patch(pod, json.loads(base64.b64decode(answer.patch)))
             return patched
         return pod
 
     def validate(operation: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
-        answer = admission.review(
+        answer = _answer(admission.review(
             _review(operation, pod, old), admission.Webhook.VALIDATING, enabled=enabled
-        )["response"]
-        if not answer.get("allowed"):
+        ))
+        if not answer.allowed:
             raise _refused(answer)
 
     api.add_admission(*POD, mutate=mutate, validate=validate)

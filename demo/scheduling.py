@@ -90,6 +90,16 @@ class Extender:
         self._server = self._task = None
 
 
+class _ConditionedStatus(core.PodStatus):
+    conditions: list[core.Condition] = Field(default_factory=list)
+
+
+class _ConditionedPod(core.Pod):
+    """The pod as the scheduler's status write reads it: its phase and conditions."""
+
+    status: _ConditionedStatus = Field(default_factory=_ConditionedStatus)
+
+
 class _SchedulingSpec(core.PodSpec):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
 
@@ -228,11 +238,13 @@ class Scheduler:
         cond = {"type": "PodScheduled", "status": "True" if ok else "False"}
         if not ok:
             cond.update(reason=reason, message=message)
-        status = dict(pod.get("status") or {})  # copied whole into the binding's write, other keys kept
-        others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        status["conditions"] = [*others, cond]
-        if not ok:
-            status.setdefault("phase", "Pending")
+        current = _ConditionedPod.model_validate(pod).status
+        # A merge patch replaces the list whole: the other conditions go back as they were sent.
+        others = [c.model_dump(by_alias=True, exclude_unset=True, mode="json")
+                  for c in current.conditions if c.type != "PodScheduled"]
+        status: dict[str, Any] = {"conditions": [*others, cond]}
+        if not ok and current.phase is None:
+            status["phase"] = "Pending"
         self.api.patch("v1", "Pod", name, {"status": status}, ns, subresource="status")
 
 
