@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from conformance.npwg import kubeapi, recorder
 
 NAMESPACE = "npwgc"
@@ -151,6 +153,18 @@ def validate(
             raise BenchError("--daemon: empty command")
     if daemon_ready is not None:
         substitute(daemon_ready, preview, "--daemon-ready")
+
+
+class _Line(BaseModel):
+    """One line of the records file, as `recorder.main` writes it (its own format, read once)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    conf: Any = None
+    """The plugin's stdin as JSON: any value, null when it was not JSON."""
+    netns_is_file: bool = False
 
 
 @dataclass(frozen=True)
@@ -556,18 +570,15 @@ class Bench:
     def records(self, pod: Pod) -> list[Record]:
         """The recorders' executions for this pod's sandbox, in order."""
         out: list[Record] = []
-        for seq, line in enumerate(self.records_file.read_text().splitlines()):
+        for seq, text in enumerate(self.records_file.read_text().splitlines()):
             try:
-                data = json.loads(line)
-            except ValueError:
+                line = _Line.model_validate_json(text)
+            except ValidationError:
+                continue  # not a line the recorder wrote whole: it names no execution
+            if line.env.get("CNI_CONTAINERID") != pod.container:
                 continue
-            env = data.get("env") or {}  # why: the recorder's own JSON line (recorder.py), not an API object
-            if env.get("CNI_CONTAINERID") != pod.container:
-                continue
-            conf = data.get("conf") if isinstance(data.get("conf"), dict) else {}
-            out.append(
-                Record(seq, str(data.get("type", "")), dict(env), conf, bool(data.get("netns_is_file")))
-            )
+            conf = line.conf if isinstance(line.conf, dict) else {}
+            out.append(Record(seq, line.type, dict(line.env), conf, line.netns_is_file))
         return out
 
     def writes(self, pod: Pod) -> list[kubeapi.AnnotationWrite]:

@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
 NAD_PREFIX = "/apis/k8s.cni.cncf.io/v1/namespaces/"
 POD_PREFIX = "/api/v1/namespaces/"
 TOKEN = "npwg-conformance"
@@ -201,6 +203,35 @@ def _split(path: str) -> tuple[str, str, str, str, str] | None:
     return None
 
 
+class _PodMeta(BaseModel):
+    """What this API reads of a pod's metadata: the resourceVersion a PUT carries and the two maps
+    a plugin writes. Values of `annotations` must be text, as the API server's validation wants
+    (422 otherwise); `labels` are kept as sent."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    resource_version: StrictStr | None = Field(None, alias="resourceVersion")
+    annotations: dict[str, StrictStr] | None = None
+    labels: dict[str, Any] | None = None
+
+
+class _Pod(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    metadata: _PodMeta | None = None
+
+
+def _meta_of(pod: Any) -> _PodMeta:
+    """A pod's metadata, sent or kept (null and absent read as empty); 422 when it does not read."""
+    try:
+        return _Pod.model_validate(pod).metadata or _PodMeta()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        detail = "values must be strings" if ".annotations" in f".{where}" else error["msg"]
+        raise ApiError(422, "Invalid", f"{where}: {detail}") from None
+
+
 def _route(state: State, method: str, path: str, content_type: str, body: bytes) -> tuple[int, Any]:
     if path == "/version" and method == "GET":
         return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0+npwg-conformance"}
@@ -241,9 +272,8 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
         new = pod_metadata_from_protobuf(body) if content_type == PROTOBUF else _json(body)
         if not isinstance(new, dict):
             raise ApiError(400, "BadRequest", "the body of a PUT is the object")
-        # why: a stand-in API server stores what clients send as JSON, as the real one does
-        sent = (new.get("metadata") or {}).get("resourceVersion")
-        if sent and sent != current["metadata"]["resourceVersion"]:
+        sent = _meta_of(new)
+        if sent.resource_version and sent.resource_version != current["metadata"]["resourceVersion"]:
             raise ApiError(
                 409,
                 "Conflict",
@@ -252,9 +282,8 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
             )
         # Only metadata may change here: the harness's pods have no spec worth replacing.
         updated = copy.deepcopy(current)
-        # why: the stored object stays the JSON sent (a typed view would drop what it does not declare)
-        updated["metadata"]["annotations"] = dict((new.get("metadata") or {}).get("annotations") or {})
-        updated["metadata"]["labels"] = dict((new.get("metadata") or {}).get("labels") or {})
+        updated["metadata"]["annotations"] = dict(sent.annotations or {})
+        updated["metadata"]["labels"] = dict(sent.labels or {})
     elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
         updated = merge_patch(current, _json(body))
     elif content_type == "application/json-patch+json":
@@ -266,16 +295,13 @@ def _route(state: State, method: str, path: str, content_type: str, body: bytes)
             f"PATCH with Content-Type {content_type!r}: use "
             "application/merge-patch+json, strategic-merge-patch+json or json-patch+json",
         )
-    # why: read raw to answer 422 for non-string values, as the API server does, not fail to parse
-    annotations = (updated.get("metadata") or {}).get("annotations") or {}
-    if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
-        raise ApiError(422, "Invalid", "metadata.annotations: values must be strings")
+    annotations = _meta_of(updated).annotations or {}
     for fixed in ("name", "namespace", "uid"):
         updated["metadata"][fixed] = current["metadata"][fixed]
     state.version += 1
     updated["metadata"]["resourceVersion"] = str(state.version)
     state.objects[key] = updated
-    before = current["metadata"].get("annotations") or {}  # why: the JSON store's own object
+    before = _meta_of(current).annotations or {}
     if annotations != before:
         state.writes.setdefault((namespace, name), []).append(
             AnnotationWrite(method, path, content_type, dict(annotations))

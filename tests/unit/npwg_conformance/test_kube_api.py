@@ -90,6 +90,15 @@ def test_an_unknown_patch_type_and_non_string_annotations_are_refused(api: KubeA
     assert api.writes("ns", "web") == []
 
 
+def test_a_put_with_non_string_annotations_is_refused_and_changes_nothing(api: KubeApi) -> None:
+    pod = api.pod("ns", "web")
+    pod["metadata"]["annotations"] = {STATUS: 1}
+    code, status = call(api, "PUT", POD, pod)
+    assert (code, status["reason"]) == (422, "Invalid") and "metadata.annotations" in status["message"]
+    assert api.pod("ns", "web")["metadata"]["annotations"] == {"a": "1"}
+    assert api.writes("ns", "web") == []
+
+
 def test_the_kubeconfig_it_writes_is_read_by_this_projects_credentials(api: KubeApi, tmp_path: Path) -> None:
     path = api.write_kubeconfig(tmp_path / "kubeconfig")
     creds = credentials.resolve(str(path))
