@@ -1,0 +1,92 @@
+"""The DRA scheduling benchmark's own parts (benchmarks/bench_dra_scheduling.py, docs/benchmarks.md):
+the cluster it writes (each network on half the nodes, the slices the driver's code builds for each
+node), the pods of each arm, the check that a placed pod's node offers its networks, and its
+reading of kube-scheduler's metrics. The benchmark itself never runs in the suite (it needs a kit
+cluster for minutes and asserts no timing); these are the parts whose mistakes would print wrong
+figures without anyone noticing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_dra_scheduling.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_dra_scheduling", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_dra_scheduling", module)  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ready_podnetwork(name: str) -> dict[str, Any]:
+    return {"apiVersion": "multinetwork.x-k8s.io/v1alpha1", "kind": "PodNetwork", "metadata": {"name": name},
+            "spec": {"provider": "example.com/bench", "enabled": True},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+
+
+def test_each_network_is_offered_by_half_of_1000_nodes(bench: ModuleType) -> None:
+    counts = {n: sum(n in bench.offered(i) for i in range(1000)) for n in bench.NETWORKS}
+    assert counts["blue"] == counts["green"] == counts["red"] == 500
+    assert 490 <= counts["yellow"] <= 510  # bit 3 of 0..999: 1,000 is no multiple of 16
+
+
+def test_a_nodes_slices_are_the_drivers_with_one_shareable_device_per_offered_network(bench: ModuleType) -> None:
+    podnetworks = [_ready_podnetwork(n) for n in ["default", *bench.NETWORKS]]
+    for i in (0, 5, 15):
+        node = bench.node_body(i)
+        (body,) = bench.slice_bodies(podnetworks, node)
+        spec = body["spec"]
+        assert spec["nodeName"] == spec["pool"]["name"] == bench.node_name(i)
+        assert spec["driver"] == bench.DRIVER and spec["pool"]["generation"] == 1
+        devices = {d["attributes"]["podNetwork"]["string"]: d for d in spec["devices"]}
+        assert sorted(devices) == sorted(bench.offered(i))
+        assert all(d["allowMultipleAllocations"] for d in devices.values())
+
+
+def test_dra_pods_name_their_claim_and_the_others_none(bench: ModuleType) -> None:
+    plain, templated, claimed = (bench.pod_body("p", 1, arm) for arm in ("none", "dra", "dra-claims"))
+    assert "resourceClaims" not in plain["spec"] and "resourceClaims" not in bench.pod_body("p", 1, "extender")["spec"]
+    assert templated["spec"]["resourceClaims"] == [{"name": "networks", "resourceClaimTemplateName": "nets-green-red"}]
+    assert claimed["spec"]["resourceClaims"] == [{"name": "networks", "resourceClaimName": "p"}]
+    assert claimed["spec"]["containers"][0]["resources"]["claims"] == [{"name": "networks"}]
+    # the claim made beforehand asks what the template's claim asks
+    requests = bench.claim_body("p", 1)["spec"]["devices"]["requests"]
+    assert [r["name"] for r in requests] == ["net0", "net1"]
+    assert 'podNetwork == "green"' in requests[0]["exactly"]["selectors"][0]["cel"]["expression"]
+
+
+def test_a_pod_on_a_node_without_its_network_is_caught(bench: ModuleType) -> None:
+    check = bench.Bench.check
+    # pod 1 needs green and red (bits 1 and 2): node 6 offers both, node 2 only green
+    check(None, "dra", ["a", "b"], [(0.0, bench.node_name(1)), (0.0, bench.node_name(6))])
+    with pytest.raises(AssertionError, match="1 pods on nodes without their networks"):
+        check(None, "extender", ["a", "b"], [(0.0, bench.node_name(1)), (0.0, bench.node_name(2))])
+    check(None, "none", ["a", "b"], [(0.0, bench.node_name(0)), (0.0, bench.node_name(0))])
+
+
+def test_the_metrics_read_as_milliseconds_per_pod(bench: ModuleType) -> None:
+    text = "\n".join([
+        '# TYPE scheduler_framework_extension_point_duration_seconds histogram',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="p",'
+        'status="Success"} 0.5',
+        'scheduler_framework_extension_point_duration_seconds_count{extension_point="Filter",profile="p",'
+        'status="Success"} 100',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="p",'
+        'status="Unschedulable"} 9',
+        'scheduler_scheduling_attempt_duration_seconds_sum{profile="p",result="scheduled"} 2',
+        'scheduler_scheduling_attempt_duration_seconds_count{profile="p",result="scheduled"} 1000',
+        'rest_client_rate_limiter_duration_seconds_sum{host="h",verb="POST"} 1.5',
+        'rest_client_rate_limiter_duration_seconds_count{host="h",verb="POST"} 3',
+        'scheduler_framework_extension_point_duration_seconds_bucket{extension_point="Filter",le="0.1"} 7'])
+    assert bench.breakdown(text) == pytest.approx({"Filter": 5.0, "attempt": 2.0, "rate limiter POST": 500.0})
