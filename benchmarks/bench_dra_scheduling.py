@@ -278,7 +278,7 @@ class Scheduler:
                 [str(self.binary), "--config", str(self.config), "--bind-address", "127.0.0.1",
                  "--secure-port", str(self.port), "--authentication-kubeconfig", str(self.kubeconfig),
                  "--authorization-kubeconfig", str(self.kubeconfig),
-                 "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics"],
+                 "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics,/debug/pprof/*"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         eventually(lambda: self._get("/healthz").status_code == 200, "kube-scheduler is healthy", timeout=60)
 
@@ -289,6 +289,13 @@ class Scheduler:
 
     def metrics(self) -> str:
         return self._get("/metrics").text
+
+    def profile(self, seconds: int) -> bytes:
+        """A CPU profile of the next `seconds` (Go's pprof, on by default: --profiling)."""
+        if self.proc is None:
+            raise RuntimeError("kube-scheduler is not running")
+        url = f"https://127.0.0.1:{self.port}/debug/pprof/profile?seconds={seconds}"
+        return httpx.get(url, verify=False, timeout=seconds + 60).content
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -343,6 +350,83 @@ def breakdown(text: str) -> dict[str, float]:
     return {k: 1e3 * sums[k] / counts[k] for k in sums if counts.get(k)}
 
 
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """A protobuf message's fields: (number, varint or bytes); enough to read a pprof profile."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        kind = key & 7
+        if kind == 0:
+            value, i = _varint(data, i)
+            yield key >> 3, value
+        elif kind == 2:
+            size, i = _varint(data, i)
+            yield key >> 3, data[i:i + size]
+            i += size
+        else:  # fixed 64 or 32 bits: not in profile.proto's fields read here
+            i += 8 if kind == 1 else 4
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def _ints(value: int | bytes) -> list[int]:
+    """A repeated integer field's values: packed (bytes) or one."""
+    if isinstance(value, int):
+        return [value]
+    out, i = [], 0
+    while i < len(value):
+        v, i = _varint(value, i)
+        out.append(v)
+    return out
+
+
+def pprof_top(gzipped: bytes, count: int = 20) -> list[tuple[str, float, float]]:
+    """The functions of a Go CPU profile (`/debug/pprof/profile`, profile.proto) with the share of
+    CPU time spent in them (flat) and under them (cumulative), the highest cumulative first."""
+    import gzip
+
+    strings: list[str] = []
+    functions: dict[int, int] = {}
+    locations: dict[int, list[int]] = {}
+    samples: list[tuple[list[int], int]] = []
+    for number, value in _fields(gzip.decompress(gzipped)):
+        assert isinstance(value, bytes)
+        if number == 6:
+            strings.append(value.decode(errors="replace"))
+        elif number == 5:
+            f = dict(_fields(value))
+            functions[int(f.get(1, 0))] = int(f.get(2, 0))
+        elif number == 4:
+            loc = list(_fields(value))
+            ident = next(int(v) for n, v in loc if n == 1)
+            locations[ident] = [int(dict(_fields(v)).get(1, 0)) for n, v in loc if n == 4 and isinstance(v, bytes)]
+        elif number == 2:
+            sample = list(_fields(value))
+            ids = [i for n, v in sample if n == 1 for i in _ints(v)]
+            values = [i for n, v in sample if n == 2 for i in _ints(v)]
+            samples.append((ids, values[-1]))
+    flat: dict[str, int] = {}
+    cum: dict[str, int] = {}
+    for ids, value in samples:
+        stack = [strings[functions[f]] for loc in ids for f in locations.get(loc, [])]
+        if stack:
+            flat[stack[0]] = flat.get(stack[0], 0) + value
+        for name in set(stack):
+            cum[name] = cum.get(name, 0) + value
+    total = sum(v for _, v in samples) or 1
+    ranked = sorted(cum, key=lambda n: -cum[n])[:count]
+    return [(n, flat.get(n, 0) / total, cum[n] / total) for n in ranked]
+
+
 # --- one arm, one phase -----------------------------------------------------------------------------
 
 
@@ -354,6 +438,9 @@ class Bench:
     schedulers: dict[str, Scheduler]
     pods: int
     timeout: float
+    pprof: int = 0
+    """Seconds of CPU profile to take at the start of each arm's first backlog (0: none)."""
+    profiles: dict[str, bytes] = field(default_factory=dict)
     serial: int = 0
     costs: dict[tuple[str, str], list[dict[str, float]]] = field(default_factory=dict)
 
@@ -412,7 +499,15 @@ class Bench:
         scheduler = self.schedulers[arm]
         scheduler.start()
         try:
+            profiling = None
+            if self.pprof and arm not in self.profiles:
+                def take(arm: str = arm) -> None:
+                    self.profiles[arm] = scheduler.profile(self.pprof)
+                profiling = threading.Thread(target=take)
+                profiling.start()
             bound = self.binds.wait(names_, self.timeout)
+            if profiling is not None:
+                profiling.join()
             self.costs.setdefault((arm, "backlog"), []).append(breakdown(scheduler.metrics()))
         finally:
             scheduler.stop()
@@ -518,6 +613,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every arm (default: %(default)s)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms (none is always run)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a phase may take")
+    parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
+                        help="profile kube-scheduler's CPU for SECONDS at the start of each arm's first backlog "
+                             "and print where it went")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster is removed on TERM too
     arms = ["none", *[a for a in args.arms if a != "none"]]
@@ -529,7 +627,7 @@ def main() -> None:
         binds = Binds(client(cluster))
         watcher = threading.Thread(target=binds.run, daemon=True)
         watcher.start()
-        bench = Bench(cluster, apis, binds, schedulers(cluster), args.pods, args.timeout)
+        bench = Bench(cluster, apis, binds, schedulers(cluster), args.pods, args.timeout, args.pprof)
         rates: dict[tuple[str, str], list[float]] = {(a, p): [] for a in arms for p in ("live", "backlog")}
         try:
             for r in range(args.rounds):
@@ -537,6 +635,10 @@ def main() -> None:
                 for arm in order:
                     for phase, measure in (("live", bench.live), ("backlog", bench.backlog)):
                         rates[(arm, phase)].append(measure(arm))
+                        cost = bench.costs[(arm, phase)][-1]
+                        print(f"  {arm}, {phase}: {rates[(arm, phase)][-1]:.1f} pods/s; ms per pod: "
+                              + ", ".join(f"{k} {cost[k]:.2f}" for k in ("attempt", "Filter", "PreBind", "Bind")
+                                          if k in cost), flush=True)
                         bench.clean()
                 print(f"round {r + 1}: " + ", ".join(f"{a} {rates[(a, 'live')][-1]:.0f}/"
                                                      f"{rates[(a, 'backlog')][-1]:.0f}" for a in arms)
@@ -548,6 +650,12 @@ def main() -> None:
             if extender is not None:
                 extender.stop()
         report(rates, bench, arms)
+        for arm, data in bench.profiles.items():
+            print()
+            print(f"kube-scheduler's CPU, {arm} arm, backlog, first {args.pprof} s: function, flat %, cumulative %")
+            print()
+            for name, flat, cum in pprof_top(data, 25):
+                print(f"    {100 * flat:5.1f} {100 * cum:5.1f}  {name}")
     print()
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -90,3 +90,40 @@ def test_the_metrics_read_as_milliseconds_per_pod(bench: ModuleType) -> None:
         'rest_client_rate_limiter_duration_seconds_count{host="h",verb="POST"} 3',
         'scheduler_framework_extension_point_duration_seconds_bucket{extension_point="Filter",le="0.1"} 7'])
     assert bench.breakdown(text) == pytest.approx({"Filter": 5.0, "attempt": 2.0, "rate limiter POST": 500.0})
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def test_a_cpu_profile_reads_as_each_functions_flat_and_cumulative_share(bench: ModuleType) -> None:
+    """A profile as Go's runtime/pprof writes it (profile.proto: packed location ids and values, the
+    string table, functions, locations with lines): `alloc` called by `filter` called by `main`."""
+    import gzip
+
+    strings = [b"", b"main", b"filter", b"alloc"]
+    message = b"".join(_field(6, s) for s in strings)
+    for ident in (1, 2, 3):  # function i is named strings[i], at location i
+        message += _field(5, _field(1, ident) + _field(2, ident))
+        message += _field(4, _field(1, ident) + _field(4, _field(1, ident)))
+
+    def sample(stack: list[int], nanoseconds: int) -> bytes:
+        ids = b"".join(_varint(i) for i in stack)
+        values = _varint(1) + _varint(nanoseconds)
+        return _field(2, _field(1, ids) + _field(2, values))
+
+    message += sample([3, 2, 1], 600) + sample([2, 1], 300) + sample([1], 100)
+    top = bench.pprof_top(gzip.compress(message))
+    assert top == [("main", pytest.approx(0.1), pytest.approx(1.0)), ("filter", pytest.approx(0.3), pytest.approx(0.9)),
+                   ("alloc", pytest.approx(0.6), pytest.approx(0.6))]
