@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed-stamp
 PYTHON  ?= python3
 CNI_BIN ?= /usr/lib/cni
 
-.PHONY: demo test setup system-deps lint bench bench-agent bench-podstart soak clean conformance-report uninstall
+.PHONY: demo test setup system-deps lint bench bench-agent bench-podstart bench-dra soak clean conformance-report uninstall
 
 demo: setup
 	$(VENV)/bin/podnetwork demo
@@ -109,6 +109,13 @@ bench-agent: setup
 # CNI plugins; ~7 minutes on 2 cores. Smaller: `$(PY) benchmarks/bench_podstart.py --singles 3 --burst 10 --waves 2`.
 bench-podstart: setup
 	$(PY) benchmarks/bench_podstart.py --from-make
+
+# Scheduling throughput at 1,000 fake nodes on the kit's kube-scheduler (docs/benchmarks.md, "DRA
+# placement against the extender"): no network constraint, the extender, DRA claims from templates
+# and DRA claims made beforehand, live and from a backlog, in one cluster; ~25 minutes on 2 busy
+# cores. Smaller: `$(PY) benchmarks/bench_dra_scheduling.py --nodes 200 --pods 50 --rounds 1`.
+bench-dra: setup
+	$(PY) benchmarks/bench_dra_scheduling.py --nodes 1000 --pods 150 --rounds 2
 
 # A churn soak on a kubelet node of the kit (docs/reliability.md): pods with 0-3 PodNetworks
 # created and deleted for MINUTES minutes while the agent, the bridge, the controller,
