@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import platform
@@ -62,6 +63,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import ssl
 import statistics
 import subprocess
@@ -157,6 +159,10 @@ class PodWatch:
         self.stopping = False
         self.failure: BaseException | None = None
         self.reconnects: list[str] = []
+        self.response: httpx.Response | None = None
+        #: `time.time() - time.monotonic()`: turns the watch's stamps into the nodes' logs' wall clock
+        self.wall = time.time() - time.monotonic()
+        self.began = time.time()
         listing = self.client.get(f"/api/v1/namespaces/{ns}/pods")
         listing.raise_for_status()
         self.version = listing.json()["metadata"]["resourceVersion"]
@@ -180,18 +186,18 @@ class PodWatch:
             try:
                 params = {"watch": "true", "resourceVersion": self.version, "allowWatchBookmarks": "true"}
                 with self.client.stream("GET", f"/api/v1/namespaces/{self.ns}/pods", params=params) as response:
+                    self.response = response
                     response.raise_for_status()
                     for line in response.iter_lines():
                         now = time.monotonic()
                         if line:
                             self._event(json.loads(line), now)
             except (httpx.TransportError, ssl.SSLError) as error:
-                # Under load a stream broke once here mid-event (an SSL record error): the watch goes
-                # on from the last resourceVersion on a new connection, so no event is lost, only
-                # stamped late by the reconnect; the report says how often it happened.
+                # The watch goes on from the last resourceVersion on a new connection, so no event is
+                # lost, only stamped late by the reconnect; the report says how often it happened.
                 if self.stopping:
                     return
-                self.reconnects.append(repr(error))
+                self.reconnects.append(f"{error!r} after {time.monotonic() + self.wall - self.began:.1f} s")
                 if len(self.reconnects) > 20:
                     self._fail(error)
                     return
@@ -251,7 +257,22 @@ class PodWatch:
                 self.changed.wait(min(left, 1.0))
 
     def close(self) -> None:
+        """Ends the watch, its thread first. Closing the client alone, with the thread blocked in
+        the TLS read, frees the socket's fd number while OpenSSL still reads from it: the server's
+        next bytes on that watch (a BOOKMARK, about a minute later) wake the thread, whose next
+        read takes them from whatever connection got the number since, the next way's watch: that
+        one then fails with `SSL: WRONG_VERSION_NUMBER` (what every run's reconnect was). A
+        shutdown of the socket ends the blocked read at once, with the fd still the watch's."""
         self.stopping = True
+        response = self.response
+        stream = response.extensions.get("network_stream") if response is not None else None
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # the plain socket's shutdown: SSLSocket.shutdown would drop the TLS object the
+                # thread is reading with
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        self.thread.join(10)
         self.client.close()
 
 
@@ -266,6 +287,8 @@ class Batch:
     delete: list[float] = field(default_factory=list)
     steps: dict[str, list[float]] = field(default_factory=dict)
     pods: list[str] = field(default_factory=list)
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each pod's marks as the watch stamped them, wall clock (`time.time()`)."""
 
 
 @dataclass
@@ -277,6 +300,10 @@ class Way:
     reconnects: list[str] = field(default_factory=list)
     status_writes: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    admission: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """The API server's admission figures over the single pods (`admission_means`)."""
+    node: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The kubelet's and containerd's steps of each pod (`node_marks`), wall clock."""
 
 
 class Runner:
@@ -314,6 +341,7 @@ class Runner:
         result = Batch(label, pods=[n for wave in waves for n in wave])
         for name in result.pods:
             marks = self.watch.timeline(name).marks
+            result.marks[name] = {step: when + self.watch.wall for step, when in marks.items()}
             result.start.append(marks["ready"] - marks["create"])
             result.delete.append(marks["gone"] - marks["delete"])
             for step in STEPS:
@@ -329,8 +357,10 @@ def run_way(name: str, api: Api, cluster: Cluster, ns: str, manifest: Callable[[
     began = time.monotonic()
     try:
         runner = Runner(api, watch, ns, manifest, args.timeout)
+        before = scrape_admission(api)
         way.batches.append(runner.batch(f"1 pod ({args.singles}×, one after the other)",
                                         [[f"single-{i}"] for i in range(args.singles)], alone=True))
+        way.admission = admission_means(before, scrape_admission(api))
         way.batches.append(runner.batch(f"{args.burst} at once",
                                         [[f"burst-{i}" for i in range(args.burst)]]))
         way.batches.append(runner.batch(f"{args.waves * args.burst} in {args.waves} waves of {args.burst}",
@@ -445,6 +475,159 @@ def metric_means(text: str) -> dict[str, tuple[float, float]]:
     return {key: (count, total) for key, (count, total) in found.items() if count}
 
 
+# -- finer steps of a pod alone: the node's logs and the API server's admission metrics ---------------
+
+#: klog's header (`I1207 02:40:01.123456 ...`, local time, no year) and containerd's (`time="...Z"`)
+_KLOG = re.compile(r"^[IWE](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\s")
+_CONTAINERD_TIME = re.compile(r'^time="([^"]+)"')
+_SANDBOX = re.compile(r'RunPodSandbox for &PodSandboxMetadata\{Name:([^,]+),Uid:[^,]*,Namespace:([^,]+),'
+                      r'Attempt:\d+,\}( returns sandbox id \\"([0-9a-f]+)\\")?')
+_CREATED = re.compile(r'CreateContainer within sandbox \\"([0-9a-f]+)\\" for &ContainerMetadata\{[^}]*\} '
+                      r'returns container id \\"([0-9a-f]+)\\"')
+_STARTED = re.compile(r'StartContainer for \\"([0-9a-f]+)\\" returns successfully')
+#: Where a pod alone goes on its node, in order: the kubelet's and containerd's steps (wall clock).
+NODE_STEPS = ("kubelet ADD", "sandbox asked", "sandbox done", "container started", "PLEG saw it", "running")
+
+
+def _klog_time(line: str, year: int) -> float | None:
+    head = _KLOG.match(line)
+    if head is None:
+        return None
+    month, day, hour, minute, second, micro = (int(x) for x in head.groups())
+    return datetime.datetime(year, month, day, hour, minute, second, micro).timestamp()  # local, as klog
+
+
+def _containerd_time(line: str) -> float | None:
+    head = _CONTAINERD_TIME.match(line)
+    return datetime.datetime.fromisoformat(head.group(1)).timestamp() if head else None
+
+
+def containerd_marks(text: str, ns: str) -> dict[str, dict[str, float]]:
+    """Per pod of `ns`: when containerd was asked for its sandbox, when the sandbox was done (the
+    CNI ADD is inside: the runtime's network setup), and when its container had started."""
+    marks: dict[str, dict[str, float]] = {}
+    sandboxes: dict[str, str] = {}
+    containers: dict[str, str] = {}
+    for line in text.splitlines():
+        when = _containerd_time(line)
+        if when is None:
+            continue
+        if (sandbox := _SANDBOX.search(line)) and sandbox.group(2) == ns:
+            pod = marks.setdefault(sandbox.group(1), {})
+            if sandbox.group(4):
+                sandboxes[sandbox.group(4)] = sandbox.group(1)
+                pod.setdefault("sandbox done", when)
+            else:
+                pod.setdefault("sandbox asked", when)
+        elif (created := _CREATED.search(line)) and created.group(1) in sandboxes:
+            containers[created.group(2)] = sandboxes[created.group(1)]
+        elif (started := _STARTED.search(line)) and started.group(1) in containers:
+            marks[containers[started.group(1)]].setdefault("container started", when)
+    return marks
+
+
+_RUNNING = re.compile(r'observedRunningTime="(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \+0000 UTC')
+
+
+def kubelet_marks(text: str, ns: str, year: int) -> dict[str, dict[str, float]]:
+    """Per pod of `ns`: when the kubelet got it (SyncLoop ADD), the first UPDATE it got from the API
+    (a change of the pod's annotations: network-status), when its PLEG saw the pod's last container
+    started (the sandbox's and the container's ContainerStarted come in either order), and when
+    it found the pod running (its startup-latency line's observedRunningTime, UTC)."""
+    marks: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        if '"SyncLoop ' not in line and '"Observed pod startup duration"' not in line:
+            continue
+        when = _klog_time(line, year)
+        if when is None:
+            continue
+        for name in re.findall(rf'"{re.escape(ns)}/([^"]+)"', line):
+            pod = marks.setdefault(name, {})
+            if '"SyncLoop ADD"' in line:
+                pod.setdefault("kubelet ADD", when)
+            elif '"SyncLoop UPDATE"' in line:
+                pod.setdefault("kubelet UPDATE", when)
+            elif '"SyncLoop (PLEG)' in line and '"Type":"ContainerStarted"' in line:
+                pod["PLEG saw it"] = max(pod.get("PLEG saw it", when), when)
+            elif running := _RUNNING.search(line):
+                pod.setdefault("running", datetime.datetime.fromisoformat(running.group(1) + "+00:00").timestamp())
+    return marks
+
+
+def node_marks(node: Node, ns: str) -> dict[str, dict[str, float]]:
+    """The kubelet's and containerd's steps of each pod of `ns` on `node`, wall clock (read from
+    their logs before the node goes); none when a log cannot be read (the report says `none`)."""
+    try:
+        return _node_marks(node, ns)
+    except OSError as error:
+        print(f"# {node.name}: its logs not read: {error}", file=sys.stderr)
+        return {}
+
+
+def _node_marks(node: Node, ns: str) -> dict[str, dict[str, float]]:
+    logs = node.dir / "log"
+    year = time.localtime().tm_year
+    marks = containerd_marks((logs / "containerd.log").read_text(errors="replace"), ns)
+    for name, found in kubelet_marks((logs / "kubelet.log").read_text(errors="replace"), ns, year).items():
+        marks.setdefault(name, {}).update(found)
+    return marks
+
+
+_HISTOGRAM = re.compile(r"^(apiserver_\w+)_(sum|count)\{([^}]*)\} (\S+)$")
+#: The API server's histograms of a pod's POST: the whole request, each admission step (admit:
+#: mutating, validate), each webhook and each ValidatingAdmissionPolicy.
+ADMISSION_FAMILIES = ("apiserver_request_duration_seconds", "apiserver_admission_step_admission_duration_seconds",
+                      "apiserver_admission_webhook_admission_duration_seconds",
+                      "apiserver_validating_admission_policy_check_duration_seconds")
+
+
+def scrape_admission(api: Api) -> dict[str, list[float]]:
+    code, text = api.request("GET", "/metrics")
+    if code != 200 or not isinstance(text, str):
+        print(f"# the API server's /metrics: HTTP {code}", file=sys.stderr)
+        return {}
+    return admission_sums(text)
+
+
+def admission_sums(text: str) -> dict[str, list[float]]:
+    """From the API server's /metrics: [count, seconds] of what a pod's POST runs through, keyed
+    `request`, `step admit`, `webhook <name> validating`, `policy <name>`."""
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        sample = _HISTOGRAM.match(line)
+        if not sample or sample.group(1) not in ADMISSION_FAMILIES:
+            continue
+        labels = dict(_LABEL.findall(sample.group(3)))
+        family = sample.group(1)
+        if family == "apiserver_request_duration_seconds":
+            if (labels.get("verb"), labels.get("resource"), labels.get("subresource")) != ("POST", "pods", ""):
+                continue
+            key = "request"
+        elif family == "apiserver_admission_step_admission_duration_seconds":
+            if (labels.get("operation"), labels.get("resource"), labels.get("subresource")) != ("CREATE", "pods", ""):
+                continue
+            key = f"step {labels.get('type')}"
+        elif family == "apiserver_validating_admission_policy_check_duration_seconds":
+            key = f"policy {labels.get('policy')}"
+        else:
+            if labels.get("operation") != "CREATE":
+                continue
+            key = f"webhook {labels.get('name')} {labels.get('type')}"
+        slot = found.setdefault(key, [0.0, 0.0])
+        slot[0 if sample.group(2) == "count" else 1] += float(sample.group(4))
+    return found
+
+
+def admission_means(before: Mapping[str, list[float]], after: Mapping[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """What changed between two scrapes: per key, how many and the mean in seconds."""
+    means = {}
+    for key, (count, total) in after.items():
+        was = before.get(key, [0.0, 0.0])
+        if count > was[0]:
+            means[key] = (count - was[0], (total - was[1]) / (count - was[0]))
+    return means
+
+
 def _metrics_port(node: Node) -> int:
     assert node.agent is not None
     return int(node.agent.argv[node.agent.argv.index("--metrics-port") + 1])
@@ -512,6 +695,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                 with namespace(api, f"bench-default-{tag}") as ns:
                     ways.append(run_way("default", api, cluster, ns,
                                         lambda name: pod(name, node), args))
+                    ways[-1].node = node_marks(node, ns)
             finally:
                 remove(cluster, node)
             _report_progress(ways[-1])
@@ -523,6 +707,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                 selection = json.dumps([{"name": "blue", "interface": "net1"}, {"name": "red", "interface": "net2"}])
                 ways.append(run_way("multus", api, cluster, ns, lambda name: pod(
                     name, node, annotations={"k8s.v1.cni.cncf.io/networks": selection}), args))
+                ways[-1].node = node_marks(node, ns)
             _report_progress(ways[-1])
 
         if "podnetwork" in args.ways:
@@ -539,6 +724,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                     way = run_way("podnetwork", api, cluster, ns,
                                   lambda name: pod(name, node, networks=networks), args)
                     ways.append(way)
+                    way.node = node_marks(node, ns)
                     way.agent_metrics = agent_metrics(node)
                     way.agent_adds, way.status_writes = one_pod_with_phases(cluster, api, node, ns, networks)
             finally:
@@ -557,6 +743,45 @@ def _report_progress(way: Way) -> None:
 
 
 # -- the report ----------------------------------------------------------------------------------
+
+#: A pod alone, in order: the watch's marks and the node's, each as the median ms after the POST.
+SINGLE_STEPS = ("admitted", "bound", "kubelet ADD", "sandbox asked", "sandbox done", "network-status",
+                "kubelet UPDATE", "container started", "PLEG saw it", "running", "ready")
+
+
+def single_pod_steps(ways: Sequence[Way]) -> list[str]:
+    """The tables of a pod alone: each step after the POST, from the watch and the node's logs; and
+    what the API server's admission took of the POST (its own histograms)."""
+    lines = ["", "A pod alone, step by step: the median ms after the POST, from the watch and the node's "
+             "logs (kubelet ADD: the kubelet got the pod; sandbox asked / done: containerd's RunPodSandbox, "
+             "the CNI ADD inside; kubelet UPDATE: the kubelet got the first change of the pod's annotations; "
+             "container started: containerd's StartContainer returned; PLEG saw it: the kubelet's relist "
+             "found it started; running: the kubelet's status manager found the pod running, which its "
+             "status write (Ready) follows):", "",
+             "| way | " + " | ".join(SINGLE_STEPS) + " |", "| --- | " + " | ".join("---" for _ in SINGLE_STEPS) + " |"]
+    for way in ways:
+        single = way.batches[0] if way.batches else None
+        if single is None:
+            continue
+        cells = []
+        for step in SINGLE_STEPS:
+            after = [{**way.node.get(p, {}), **single.marks[p]}.get(step) for p in single.pods]
+            offsets = [when - single.marks[p]["create"] for p, when in zip(single.pods, after, strict=True)
+                       if when is not None]
+            cells.append(f"{statistics.median(offsets) * 1000:.0f}" if offsets else "none")
+        lines.append(f"| {way.name} | " + " | ".join(cells) + " |")
+    keys = sorted({key for way in ways for key in way.admission})
+    if keys:
+        lines += ["", "What the API server's admission took of a pod alone's POST (its histograms over the single "
+                  "pods: mean ms per call; `request` is the whole POST at the server, `step admit` / `step "
+                  "validate` every mutating / validating plugin and webhook together):", "",
+                  "| what | " + " | ".join(w.name for w in ways) + " |", "| --- | " + " | ".join("---" for _ in ways) + " |"]
+        for key in keys:
+            cells = [f"{way.admission[key][1] * 1000:.1f} ({way.admission[key][0]:.0f}×)" if key in way.admission
+                     else "none" for way in ways]
+            lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return lines
+
 
 def report(ways: list[Way], args: argparse.Namespace) -> str:
     by_name = {w.name: w for w in ways}
@@ -597,6 +822,7 @@ def report(ways: list[Way], args: argparse.Namespace) -> str:
             cells = [milliseconds(statistics.median(batch.steps[s])) if batch.steps.get(s) else "none"
                      for s in STEPS]
             lines.append(f"| {way.name} | {batch.name} | " + " | ".join(cells) + " |")
+    lines += single_pod_steps(ways)
     if ours is not None and ours.agent_metrics:
         lines += ["", "Our agent's own figures over the whole podnetwork run (its /metrics: time at its socket "
                   "per CNI command, and per plugin execution):", "", "| what | count | mean |", "| --- | --- | --- |"]
@@ -614,7 +840,7 @@ def report(ways: list[Way], args: argparse.Namespace) -> str:
     lines += ["", "Each way's wall time: " + ", ".join(f"{w.name} {w.seconds:.0f} s" for w in ways) + "."]
     for way in ways:
         if way.reconnects:
-            lines.append(f"The {way.name} watch reconnected {len(way.reconnects)} times ({way.reconnects[0]}): "
+            lines.append(f"The {way.name} watch reconnected {len(way.reconnects)} times ({'; '.join(way.reconnects)}): "
                          "its events during a reconnect are stamped late.")
     return "\n".join(lines)
 
