@@ -24,11 +24,13 @@ stopped after it (one scheduler at a time: none competes for the 2 cores):
   the annotation, which nothing reads);
 - **extender**: that scheduler with `podnetwork scheduler-extender` registered as
   deploy/scheduler/kube-scheduler-config.yaml registers it (filter verb, nodeCacheCapable);
-- **dra**: the pod's networks as one ResourceClaim from a ResourceClaimTemplate (one request per
-  network, `classes.claim_template`: what issue 36 item 3's admission makes), which
-  kube-controller-manager's resourceclaim controller turns into the pod's claim; the scheduler's
-  DynamicResources plugin allocates it and writes the allocation before binding. The claim's
-  creation is part of what a user pays, so it is inside the clock;
+- **dra**: the pod's `spec.resourceClaims` as `podnetwork bridge --dra-claims` writes them at
+  admission (`bridge.dracontract.claims`): one entry per network, each from that PodNetwork's
+  ResourceClaimTemplate (one request, selecting the device by its `podNetwork` attribute), which
+  kube-controller-manager's resourceclaim controller turns into the pod's claims; the scheduler's
+  DynamicResources plugin allocates them and writes each allocation before binding. The claims'
+  creation is part of what a user pays, so it is inside the clock (the webhook's own call is not:
+  no webhook runs here, in any arm);
 - **dra-claims**: the same claims, created by the benchmark before the clock starts and named by
   the pods (`resourceClaimName`): the scheduler's own DRA cost without the controller's.
 
@@ -75,6 +77,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge.dra.driver import classes, slices
+from bridge.dracontract import claims as admission
 from bridge.dracontract import names
 from tests.real.cluster_support import (
     REPO,
@@ -112,10 +115,6 @@ def node_name(i: int) -> str:
 
 def pod_networks(p: int) -> list[str]:
     return [NETWORKS[p % 4]] + ([NETWORKS[(p + 1) % 4]] if p % 2 else [])
-
-
-def template_name(nets: Sequence[str]) -> str:
-    return "nets-" + "-".join(nets)
 
 
 # --- the cluster ----------------------------------------------------------------------------------
@@ -170,10 +169,9 @@ def populate(cluster: Cluster, apis: list[Api], nodes: int) -> None:
     in_parallel(apis, [lambda a, b=b: a.create(f"{RESOURCE}/resourceslices", b) for b in bodies])
     api.create(f"{RESOURCE}/deviceclasses", classes.device_class(DRIVER).to_dict())
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    for p in range(4):
-        nets = pod_networks(p)
+    for network in NETWORKS:
         api.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
-                   classes.claim_template(template_name(nets), NAMESPACE, nets, DRIVER).to_dict())
+                   admission.template(network, NAMESPACE, DRIVER))
     eventually(lambda: api.find(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
                "the bench namespace's default ServiceAccount", timeout=120)
 
@@ -186,21 +184,24 @@ def pod_body(name: str, p: int, arm: str) -> dict[str, Any]:
         "resources": {"limits": {"memory": "256Mi"}, "requests": {"cpu": "100m", "memory": "128Mi"}}}
     spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0,
                             "automountServiceAccountToken": False}
-    if arm.startswith("dra"):
-        source = ({"resourceClaimTemplateName": template_name(nets)} if arm == "dra"
-                  else {"resourceClaimName": name})
-        spec["resourceClaims"] = [{"name": "networks", **source}]
-        container["resources"]["claims"] = [{"name": "networks"}]
+    if arm == "dra":  # what `podnetwork bridge --dra-claims` adds at admission
+        spec["resourceClaims"] = [admission.claim_entry(n) for n in nets]
+    elif arm == "dra-claims":
+        spec["resourceClaims"] = [{"name": admission.claim_name(n), "resourceClaimName": made_claim(name, n)}
+                                  for n in nets]
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
             "metadata": {"name": name, "labels": {"app": "web"}, "annotations": {NETWORKS_ANNOTATION: annotation}}}
 
 
-def claim_body(name: str, p: int) -> dict[str, Any]:
-    """The claim the template would make, named after its pod."""
-    nets = pod_networks(p)
-    spec = classes.claim_template(template_name(nets), NAMESPACE, nets, DRIVER).to_dict()["spec"]["spec"]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+def made_claim(pod: str, network: str) -> str:
+    return f"{pod}-{admission.claim_name(network)}"
+
+
+def claim_bodies(pod: str, p: int) -> list[dict[str, Any]]:
+    """The claims the PodNetworks' templates would make for pod `p`, made beforehand."""
+    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": made_claim(pod, n), "namespace": NAMESPACE},
+             "spec": admission.template(n, NAMESPACE, DRIVER)["spec"]["spec"]} for n in pod_networks(p)]
 
 
 # --- seeing binds -----------------------------------------------------------------------------------
@@ -399,7 +400,8 @@ def pprof_top(gzipped: bytes, count: int = 20) -> list[tuple[str, float, float]]
     locations: dict[int, list[int]] = {}
     samples: list[tuple[list[int], int]] = []
     for number, value in _fields(gzip.decompress(gzipped)):
-        assert isinstance(value, bytes)
+        if not isinstance(value, bytes):  # time, duration, period: not needed for shares
+            continue
         if number == 6:
             strings.append(value.decode(errors="replace"))
         elif number == 5:
@@ -456,8 +458,8 @@ class Bench:
     def claims_first(self, arm: str, names_: Sequence[str]) -> None:
         if arm == "dra-claims":
             claims = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
-            in_parallel(self.apis, [lambda a, n=n, p=p: a.create(claims, claim_body(n, p))
-                                    for p, n in enumerate(names_)])
+            in_parallel(self.apis, [lambda a, b=b: a.create(claims, b)
+                                    for p, n in enumerate(names_) for b in claim_bodies(n, p)])
 
     def check(self, arm: str, names_: Sequence[str], bound: list[tuple[float, str]]) -> None:
         """Each pod of a constrained arm is on a node that offers its networks."""

@@ -54,16 +54,20 @@ def test_a_nodes_slices_are_the_drivers_with_one_shareable_device_per_offered_ne
         assert all(d["allowMultipleAllocations"] for d in devices.values())
 
 
-def test_dra_pods_name_their_claim_and_the_others_none(bench: ModuleType) -> None:
+def test_dra_pods_carry_the_admissions_claims_and_the_others_none(bench: ModuleType) -> None:
     plain, templated, claimed = (bench.pod_body("p", 1, arm) for arm in ("none", "dra", "dra-claims"))
     assert "resourceClaims" not in plain["spec"] and "resourceClaims" not in bench.pod_body("p", 1, "extender")["spec"]
-    assert templated["spec"]["resourceClaims"] == [{"name": "networks", "resourceClaimTemplateName": "nets-green-red"}]
-    assert claimed["spec"]["resourceClaims"] == [{"name": "networks", "resourceClaimName": "p"}]
-    assert claimed["spec"]["containers"][0]["resources"]["claims"] == [{"name": "networks"}]
-    # the claim made beforehand asks what the template's claim asks
-    requests = bench.claim_body("p", 1)["spec"]["devices"]["requests"]
-    assert [r["name"] for r in requests] == ["net0", "net1"]
-    assert 'podNetwork == "green"' in requests[0]["exactly"]["selectors"][0]["cel"]["expression"]
+    # pod 1 names green and red: one claim each, from each PodNetwork's template, as the bridge's admission adds
+    assert templated["spec"]["resourceClaims"] == [
+        {"name": "pn-green", "resourceClaimTemplateName": "podnetwork-green"},
+        {"name": "pn-red", "resourceClaimTemplateName": "podnetwork-red"}]
+    assert claimed["spec"]["resourceClaims"] == [{"name": "pn-green", "resourceClaimName": "p-pn-green"},
+                                                 {"name": "pn-red", "resourceClaimName": "p-pn-red"}]
+    # the claims made beforehand ask what the templates' claims ask
+    made = bench.claim_bodies("p", 1)
+    assert [c["metadata"]["name"] for c in made] == ["p-pn-green", "p-pn-red"]
+    (request,) = made[1]["spec"]["devices"]["requests"]
+    assert request["exactly"]["selectors"][0]["cel"]["expression"].endswith('podNetwork == "red"')
 
 
 def test_a_pod_on_a_node_without_its_network_is_caught(bench: ModuleType) -> None:
@@ -113,7 +117,7 @@ def test_a_cpu_profile_reads_as_each_functions_flat_and_cumulative_share(bench: 
     import gzip
 
     strings = [b"", b"main", b"filter", b"alloc"]
-    message = b"".join(_field(6, s) for s in strings)
+    message = b"".join(_field(6, s) for s in strings) + _field(9, 1_700_000_000) + _field(10, 3_000_000_000)
     for ident in (1, 2, 3):  # function i is named strings[i], at location i
         message += _field(5, _field(1, ident) + _field(2, ident))
         message += _field(4, _field(1, ident) + _field(4, _field(1, ident)))
