@@ -62,6 +62,12 @@ Run the NPWG bridge of KEP-3698 PodNetworks against the cluster of your kubeconf
                 as `podnetwork controller --enforce-use-permission` asks them;
                 docs/controller.md "Permission to use a PodNetwork").
 
+  DRA claims    with --dra-claims DRIVER (and --webhook), the webhook also adds to each
+                new pod one ResourceClaim per PodNetwork of its networks (not default),
+                from a ResourceClaimTemplate per PodNetwork the bridge makes in the pod's
+                namespace, so kube-scheduler places the pod on a node whose `podnetwork
+                dra-driver` offers them, without the extender (docs/dra.md).
+
 The PodNetwork controller (Ready, InUse, the default PodNetwork) is a separate
 process; without it nothing turns Ready and no selection is written.
 Needs the CRDs in crds/ (NetworkAttachmentDefinition only if no NPWG

@@ -20,10 +20,12 @@ from bridge.dra.driver import classes
 from bridge.dracontract import claims as dra_claims
 from bridge.dracontract import names as dra_names
 from bridge.operator import admission, controller, pods
+from bridge.operator import command as bridge_command
 from podnetwork.ground import constants, names
 from podnetwork.ground.fielderrors import InvalidObject
 from podnetwork.kep import networks as kep_networks
 from podnetwork.kube import client as kube
+from tests.unit import webhook_deploy_support as support
 from tests.unit.bridge_support import NS, attachment, nad, podnetwork
 
 DRIVER = dra_names.DEFAULT_DRIVER
@@ -271,3 +273,16 @@ def test_without_the_flag_the_controller_makes_no_template_and_watches_none() ->
     assert "resourceclaimtemplates" not in {w.plural for w in bridge.watches()}
     dra = controller.Bridge(config=controller.BridgeSettings(dra_driver=DRIVER))
     assert "resourceclaimtemplates" in {w.plural for w in dra.watches()}
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--dra-claims", DRIVER], "add --webhook"),
+    (["--webhook", "--dra-claims", "Not_A_Name"], "--dra-claims 'Not_A_Name' is not a DNS subdomain"),
+    (["--webhook", "--dra-claims", DRIVER], None),
+])
+def test_the_flag_needs_the_webhook_and_a_driver_name(argv: list[str], problem: str | None) -> None:
+    args = support.parsed(argv, bridge_command.command.configure)
+    said = bridge_command._problem(args)
+    assert (said is None) if problem is None else (said is not None and problem in said), said
+    if problem is None:
+        assert args.dra_claims == DRIVER and bridge_command.features(args)["dra-claims"] == DRIVER
