@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import celpy
@@ -286,3 +287,11 @@ def test_the_flag_needs_the_webhook_and_a_driver_name(argv: list[str], problem: 
     assert (said is None) if problem is None else (said is not None and problem in said), said
     if problem is None:
         assert args.dra_claims == DRIVER and bridge_command.features(args)["dra-claims"] == DRIVER
+
+
+def test_uninstall_deletes_the_templates_by_the_label_the_bridge_puts_on_them() -> None:
+    script = (Path(__file__).resolve().parents[3] / "deploy" / "uninstall.sh").read_text()
+    labels = dra_claims.template("blue", NS, DRIVER)["metadata"]["labels"]
+    assert labels == {dra_claims.MANAGED_BY: dra_claims.MANAGER}
+    assert (f"k delete resourceclaimtemplates.resource.k8s.io -A -l {dra_claims.MANAGED_BY}={dra_claims.MANAGER}"
+            in script)
