@@ -485,8 +485,12 @@ _SANDBOX = re.compile(r'RunPodSandbox for &PodSandboxMetadata\{Name:([^,]+),Uid:
 _CREATED = re.compile(r'CreateContainer within sandbox \\"([0-9a-f]+)\\" for &ContainerMetadata\{[^}]*\} '
                       r'returns container id \\"([0-9a-f]+)\\"')
 _STARTED = re.compile(r'StartContainer for \\"([0-9a-f]+)\\" returns successfully')
+#: The shim of a sandbox's pause container starting: containerd sets the pod's network up (the CNI
+#: ADD, through whichever plugin) before it creates that container, so the ADD is over by then.
+_SHIM = re.compile(r'msg="starting signal loop".* path=\S*/([0-9a-f]{64})\b')
 #: Where a pod alone goes on its node, in order: the kubelet's and containerd's steps (wall clock).
-NODE_STEPS = ("kubelet ADD", "sandbox asked", "sandbox done", "container started", "PLEG saw it", "running")
+NODE_STEPS = ("kubelet ADD", "sandbox asked", "CNI over", "sandbox done", "container started", "PLEG saw it",
+              "running")
 
 
 def _klog_time(line: str, year: int) -> float | None:
@@ -503,14 +507,18 @@ def _containerd_time(line: str) -> float | None:
 
 
 def containerd_marks(text: str, ns: str) -> dict[str, dict[str, float]]:
-    """Per pod of `ns`: when containerd was asked for its sandbox, when the sandbox was done (the
-    CNI ADD is inside: the runtime's network setup), and when its container had started."""
+    """Per pod of `ns`: when containerd was asked for its sandbox, when the sandbox's shim started
+    (the CNI ADD over), when the sandbox was done, and when its container had started."""
     marks: dict[str, dict[str, float]] = {}
     sandboxes: dict[str, str] = {}
     containers: dict[str, str] = {}
+    shims: dict[str, float] = {}
     for line in text.splitlines():
         when = _containerd_time(line)
         if when is None:
+            continue
+        if shim := _SHIM.search(line):
+            shims.setdefault(shim.group(1), when)
             continue
         if (sandbox := _SANDBOX.search(line)) and sandbox.group(2) == ns:
             pod = marks.setdefault(sandbox.group(1), {})
@@ -523,6 +531,9 @@ def containerd_marks(text: str, ns: str) -> dict[str, dict[str, float]]:
             containers[created.group(2)] = sandboxes[created.group(1)]
         elif (started := _STARTED.search(line)) and started.group(1) in containers:
             marks[containers[started.group(1)]].setdefault("container started", when)
+    for sandbox_id, name in sandboxes.items():
+        if sandbox_id in shims:
+            marks[name].setdefault("CNI over", shims[sandbox_id])
     return marks
 
 
@@ -668,6 +679,16 @@ def one_pod_with_phases(cluster: Cluster, api: Api, node: Node, ns: str,
     return found
 
 
+def keep_logs(args: argparse.Namespace, way: str, node: Node) -> None:
+    """`--keep-logs`: the node's containerd and kubelet logs (and our agent's) copied before the node goes."""
+    if args.keep_logs is None:
+        return
+    into = Path(args.keep_logs) / way
+    shutil.copytree(node.dir / "log", into, dirs_exist_ok=True)
+    if node.agent is not None:
+        shutil.copy(node.agent.log, into / "agent.log")
+
+
 def run(args: argparse.Namespace) -> list[Way]:
     missing = node_prerequisites()
     if missing:
@@ -696,6 +717,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                     ways.append(run_way("default", api, cluster, ns,
                                         lambda name: pod(name, node), args))
                     ways[-1].node = node_marks(node, ns)
+                    keep_logs(args, "default", node)
             finally:
                 remove(cluster, node)
             _report_progress(ways[-1])
@@ -708,6 +730,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                 ways.append(run_way("multus", api, cluster, ns, lambda name: pod(
                     name, node, annotations={"k8s.v1.cni.cncf.io/networks": selection}), args))
                 ways[-1].node = node_marks(node, ns)
+                keep_logs(args, "multus", node)
             _report_progress(ways[-1])
 
         if "podnetwork" in args.ways:
@@ -725,6 +748,7 @@ def run(args: argparse.Namespace) -> list[Way]:
                                   lambda name: pod(name, node, networks=networks), args)
                     ways.append(way)
                     way.node = node_marks(node, ns)
+                    keep_logs(args, "podnetwork", node)
                     way.agent_metrics = agent_metrics(node)
                     way.agent_adds, way.status_writes = one_pod_with_phases(cluster, api, node, ns, networks)
             finally:
@@ -745,8 +769,8 @@ def _report_progress(way: Way) -> None:
 # -- the report ----------------------------------------------------------------------------------
 
 #: A pod alone, in order: the watch's marks and the node's, each as the median ms after the POST.
-SINGLE_STEPS = ("admitted", "bound", "kubelet ADD", "sandbox asked", "sandbox done", "network-status",
-                "kubelet UPDATE", "container started", "PLEG saw it", "running", "ready")
+SINGLE_STEPS = ("admitted", "bound", "kubelet ADD", "sandbox asked", "network-status", "kubelet UPDATE",
+                "CNI over", "sandbox done", "container started", "PLEG saw it", "running", "ready")
 
 
 def single_pod_steps(ways: Sequence[Way]) -> list[str]:
@@ -754,7 +778,8 @@ def single_pod_steps(ways: Sequence[Way]) -> list[str]:
     what the API server's admission took of the POST (its own histograms)."""
     lines = ["", "A pod alone, step by step: the median ms after the POST, from the watch and the node's "
              "logs (kubelet ADD: the kubelet got the pod; sandbox asked / done: containerd's RunPodSandbox, "
-             "the CNI ADD inside; kubelet UPDATE: the kubelet got the first change of the pod's annotations; "
+             "the CNI ADD inside; CNI over: the sandbox's shim started, which containerd does once the ADD "
+             "returned; kubelet UPDATE: the kubelet got the first change of the pod's annotations; "
              "container started: containerd's StartContainer returned; PLEG saw it: the kubelet's relist "
              "found it started; running: the kubelet's status manager found the pod running, which its "
              "status write (Ready) follows):", "",
@@ -854,6 +879,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--waves", type=int, default=5, help="waves of --burst pods (5: 100 pods)")
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which ways (all three)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a batch may take to be Ready or gone")
+    parser.add_argument("--keep-logs", metavar="DIR", help="copy each way's node logs (containerd, kubelet, "
+                        "our agent) into DIR/<way> before the node goes")
     parser.add_argument("--from-make", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())

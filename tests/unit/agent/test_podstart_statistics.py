@@ -206,6 +206,7 @@ SANDBOX, CONTAINER = "4f3e" * 16, "9a8b" * 16
 CONTAINERD_LOG = f"""\
 time="2026-12-07T02:40:01.100000000Z" level=info msg="RunPodSandbox for &PodSandboxMetadata{{Name:single-0,Uid:0c1d,Namespace:bench-x,Attempt:0,}}"
 time="2026-12-07T02:40:01.120000000Z" level=info msg="RunPodSandbox for &PodSandboxMetadata{{Name:single-0,Uid:0c1e,Namespace:other,Attempt:0,}}"
+time="2026-12-07T02:40:01.250000000Z" level=info msg="starting signal loop" namespace=k8s.io path=/var/tmp/n/containerd/state/io.containerd.runtime.v2.task/k8s.io/{SANDBOX} pid=4242 runtime=io.containerd.runc.v2
 time="2026-12-07T02:40:01.300000000Z" level=info msg="RunPodSandbox for &PodSandboxMetadata{{Name:single-0,Uid:0c1d,Namespace:bench-x,Attempt:0,}} returns sandbox id \\"{SANDBOX}\\""
 time="2026-12-07T02:40:01.350000000Z" level=info msg="CreateContainer within sandbox \\"{SANDBOX}\\" for container &ContainerMetadata{{Name:c,Attempt:0,}}"
 time="2026-12-07T02:40:01.400000000Z" level=info msg="CreateContainer within sandbox \\"{SANDBOX}\\" for &ContainerMetadata{{Name:c,Attempt:0,}} returns container id \\"{CONTAINER}\\""
@@ -227,7 +228,7 @@ def test_containerd_and_the_kubelet_steps_are_read_per_pod_of_the_namespace(benc
     marks = bench.containerd_marks(CONTAINERD_LOG, "bench-x")
     base = datetime.datetime(2026, 12, 7, 2, 40, 1, tzinfo=datetime.UTC).timestamp()
     assert {step: round(when - base, 3) for step, when in marks["single-0"].items()} == {
-        "sandbox asked": 0.1, "sandbox done": 0.3, "container started": 0.5}
+        "sandbox asked": 0.1, "CNI over": 0.25, "sandbox done": 0.3, "container started": 0.5}
     kubelet = bench.kubelet_marks(KUBELET_LOG, "bench-x", 2026)
     local = datetime.datetime(2026, 12, 7, 2, 40, 1).timestamp()  # klog writes local time
     running = kubelet["single-0"].pop("running")
