@@ -106,6 +106,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dra-device-class", metavar="NAME", default="",
                         help="DRAPlacement: the DeviceClass of the driver's devices (default: the driver's "
                              "name)")
+    parser.add_argument("--dra-network", metavar="NAME", default="",
+                        help="DRANetworkData: a Ready PodNetwork the cluster attaches to pods, to attach one "
+                             "through a claim (default: none, the test is skipped saying so)")
     timeouts = kc.Timeouts()
     parser.add_argument("--request-timeout", type=positive_seconds, metavar="S", default=timeouts.request,
                         help=f"seconds per API request (default {timeouts.request:g})")
@@ -178,7 +181,8 @@ async def execute(args: argparse.Namespace, creds: credentials.Credentials, out:
                                                             "SERVICE_NETWORK": args.service_network,
                                                             "DRA_DRIVER": args.dra_driver,
                                                             "DRA_ATTRIBUTE": args.dra_attribute,
-                                                            "DRA_DEVICE_CLASS": args.dra_device_class},
+                                                            "DRA_DEVICE_CLASS": args.dra_device_class,
+                                                            "DRA_NETWORK": args.dra_network},
                                   progress=_progress(out))
     finally:
         await client.close()

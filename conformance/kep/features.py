@@ -58,6 +58,9 @@ DRA_DRIVER = ("a DRA driver (resource.k8s.io/v1) that publishes in each node's R
               "Ready PodNetwork the node offers, with the PodNetwork's name as a string attribute, shareable "
               "by many pods (--dra-driver, --dra-attribute), and a DeviceClass for its devices "
               "(--dra-device-class, default the driver's name); two schedulable nodes where it publishes")
+DRA_NETWORK_DATA = ("a DRA driver that writes, once a pod's network is attached, KEP-4817 networkData on "
+                    "its claim (status.devices[]), and a PodNetwork the cluster attaches to pods "
+                    "(--dra-network), which the pod names in its networks too and a node is made to offer")
 NPWG_BRIDGE = ("the NPWG bridge: NetworkAttachmentDefinitions served and a provider that sets ParamsReady "
                f"and writes the NPWG selection {constants.NPWG_NETWORKS_ANNOTATION}")
 
@@ -120,6 +123,10 @@ FEATURES: tuple[Feature, ...] = (
             "none does, and the claim is deallocated when the pod goes (KEP \"DRA integration "
             "(alternative)\")",
             (CRDS, CONTROLLER, SCHEDULER, NODE_NETWORKS, DRA_DRIVER), opt_in=True),
+    Feature("DRANetworkData", Level.EXTENDED,
+            "a running pod's claim for a PodNetwork reports the interface the network became in the pod, in "
+            "KEP-4817's networkData: its name and the pod's addresses on that network",
+            (SCHEDULER, KUBELET, CNI_AGENT, NODE_NETWORKS, DRA_DRIVER, DRA_NETWORK_DATA), opt_in=True),
 )
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}

@@ -191,6 +191,7 @@ class AllocationResult(_View):
     driver: str | None = None
     pool: str | None = None
     device: str | None = None
+    share_id: str | None = Field(None, alias="shareID")
 
 
 class DeviceAllocation(_View):
@@ -209,9 +210,28 @@ class Consumer(_View):
     uid: str | None = None
 
 
+class NetworkData(_View):
+    """resource.k8s.io/v1 NetworkDeviceData (KEP-4817): the interface a device became in the pod."""
+
+    interface_name: str | None = Field(None, alias="interfaceName")
+    ips: list[str] | None = None
+    hardware_address: str | None = Field(None, alias="hardwareAddress")
+
+
+class AllocatedDeviceStatus(_View):
+    """resource.k8s.io/v1 AllocatedDeviceStatus: what a driver reports of one allocated device."""
+
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+    share_id: str | None = Field(None, alias="shareID")
+    network_data: NetworkData | None = Field(None, alias="networkData")
+
+
 class ResourceClaimStatus(_View):
     allocation: Allocation | None = None
     reserved_for: list[Consumer] | None = Field(None, alias="reservedFor")
+    devices: list[AllocatedDeviceStatus] | None = None
 
 
 class ResourceClaim(_View):
@@ -255,8 +275,9 @@ def read(obj: Mapping[str, Any] | None) -> Object:
     return read_as(obj, Object)
 
 
-__all__ = ["Allocation", "AllocationResult", "Consumer", "Container", "ContainerPort", "Device",
-           "DeviceAllocation", "DeviceAttribute", "Endpoint", "EndpointConditions", "EndpointPort",
-           "EndpointSlice", "Event", "Meta", "Object", "PodClaimStatus", "PodClaims", "PodClaimsStatus",
-           "Reference", "ResourceClaim", "ResourceClaimStatus", "ResourcePool", "ResourceSlice",
-           "ResourceSliceSpec", "Spec", "Status", "read", "read_as"]
+__all__ = ["AllocatedDeviceStatus", "Allocation", "AllocationResult", "Consumer", "Container",
+           "ContainerPort", "Device", "DeviceAllocation", "DeviceAttribute", "Endpoint",
+           "EndpointConditions", "EndpointPort", "EndpointSlice", "Event", "Meta", "NetworkData", "Object",
+           "PodClaimStatus", "PodClaims", "PodClaimsStatus", "Reference", "ResourceClaim",
+           "ResourceClaimStatus", "ResourcePool", "ResourceSlice", "ResourceSliceSpec", "Spec", "Status",
+           "read", "read_as"]

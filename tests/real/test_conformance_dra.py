@@ -1,8 +1,8 @@
-"""`podnetwork conformance --features DRAPlacement` on the kit's cluster, with `podnetwork dra-driver`
-running on two nodes as tests/real/test_dra_driver.py runs it (its `dra` fixture: the drivers with
-tokens of their ServiceAccount, the DeviceClass applied, node B added): the opt-in feature passes as
-a user runs it, every test of it, and nothing of it is left; with a driver the cluster does not run,
-its tests are skipped saying which DeviceClass is missing.
+"""`podnetwork conformance --features DRAPlacement,DRANetworkData` on the kit's cluster, with
+`podnetwork dra-driver` running on two nodes as tests/real/test_dra_driver.py runs it (its `dra`
+fixture: the drivers with tokens of their ServiceAccount, the DeviceClass applied, node B added): the
+opt-in features pass as a user runs them, every test of them, and nothing of them is left; with a
+driver the cluster does not run, DRAPlacement's tests are skipped saying which DeviceClass is missing.
 
 A module of its own: the fixture's second node stays up for the module, which the one-node run of
 tests/real/test_conformance.py must not see.
@@ -23,6 +23,7 @@ from tests.real.test_conformance import (
     _outcomes,
     _podnetworks,
     _said,
+    bridge_networks,
     report_file,  # noqa: F401 (a fixture of this module too)
 )
 from tests.real.test_dra_driver import (
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.usefixtures("components")
 
 FEATURE = "DRAPlacement"
 TESTS = {t.name for t in ALL if FEATURE in t.features}
+NETWORK_DATA = "DRANetworkData"
 
 
 def _offers(api: Api, running: Dra) -> dict[str, str | None]:
@@ -42,20 +44,25 @@ def _offers(api: Api, running: Dra) -> dict[str, str | None]:
             for n in (running.a, running.b)}
 
 
-def test_the_dra_placement_feature_passes_with_the_driver_on_two_nodes(
-        dra: Dra, api: Api, report_file: Path) -> None:  # noqa: F811 (the fixtures imported above)
+def test_the_dra_placement_and_network_data_features_pass_with_the_driver_on_two_nodes(
+        dra: Dra, api: Api, ns: str, report_file: Path) -> None:  # noqa: F811 (the fixtures imported above)
     offers = _offers(api, dra)
-    before = _podnetworks(api)
-    try:
-        proc, made = _conformance(dra.cluster, report_file, "--features", FEATURE)
-    finally:
-        _nothing_left(api, before)
+    # DRANetworkData's network: a PodNetwork of the bridge on a NAD of a bridge and a subnet of its own,
+    # which the agent attaches (the pod names it in its networks too)
+    with bridge_networks(api, ns, ("service",)) as names:
+        before = _podnetworks(api)
+        try:
+            proc, made = _conformance(dra.cluster, report_file, "--features", f"{FEATURE},{NETWORK_DATA}",
+                                      "--dra-network", names["service"])
+        finally:
+            _nothing_left(api, before)
     assert made is not None, f"no report written: {_said(proc)}"
     passed, failed, skipped = _outcomes(made)
-    assert (passed, failed, skipped) == (TESTS, {}, {}), f"{json.dumps([failed, skipped], indent=1)}\n{_said(proc)}"
+    assert (passed, failed, skipped) == (TESTS | {NETWORK_DATA}, {}, {}), (
+        f"{json.dumps([failed, skipped], indent=1)}\n{_said(proc)}")
     assert proc.returncode == 0, _said(proc)
     assert "cleanupProblems" not in made, made["cleanupProblems"]
-    assert made["requestedFeatures"] == [FEATURE]
+    assert made["requestedFeatures"] == [FEATURE, NETWORK_DATA]
     assert _offers(api, dra) == offers, "the tests put the nodes' PodNetworks annotation back"
 
     before = _podnetworks(api)

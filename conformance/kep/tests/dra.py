@@ -10,6 +10,7 @@ allocator's doing. The judgements on what the API returns are the pure functions
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from conformance.kep.tests import extended
 FEATURE = "DRAPlacement"
 CLAIM = "network"
 """The pod's entry in spec.resourceClaims, and its template's request."""
+INTERFACE = "dra0"
+"""DRANetworkData's interface name for the claimed network in the pod."""
 
 
 def attribute_value(device: views.Device, driver: str, attribute: str) -> str | None:
@@ -93,6 +96,38 @@ def allocation_problem(claim: Mapping[str, Any] | None, driver: str, devices: It
                 f"{where[0].podnetwork} on node {where[0].node}, not {podnetwork} on {node}")
     if pod_uid not in {r.uid for r in status.reserved_for or []}:
         return "the claim is not reserved for the pod (status.reservedFor)"
+    return None
+
+
+def network_data_problem(claim: Mapping[str, Any] | None, driver: str, interface: str,
+                         addresses: set[str]) -> str | None:
+    """What is wrong with what the driver reported on an allocated claim whose pod has the network as
+    `interface` with `addresses`, or None: an entry of status.devices for the allocated device (and its
+    shareID, which keys the entry of one allocation of a shared device) whose KEP-4817 networkData
+    names that interface and, as CIDRs, exactly those addresses."""
+    status = views.read_as(claim, views.ResourceClaim).status
+    results = [r for r in (status.allocation.devices.results or []) if r.driver == driver] \
+        if status.allocation is not None else []
+    if not results:
+        return f"the claim has no device of {driver} allocated"
+    result = results[0]
+    key = (result.driver, result.pool, result.device, result.share_id)
+    entries = [d for d in status.devices or [] if (d.driver, d.pool, d.device, d.share_id) == key]
+    if not entries:
+        return (f"status.devices has no entry for the allocated device {result.pool}/{result.device}"
+                + (f" (shareID {result.share_id})" if result.share_id else ""))
+    data = entries[0].network_data
+    if data is None:
+        return f"the entry of {result.pool}/{result.device} has no networkData"
+    if data.interface_name != interface:
+        return f"networkData.interfaceName is {data.interface_name!r}, not the pod's {interface!r}"
+    try:
+        reported = {str(ipaddress.ip_interface(ip).ip) for ip in data.ips or [] if "/" in ip}
+    except ValueError as exc:
+        return f"networkData.ips {data.ips} holds what is no CIDR: {exc}"
+    if len(reported) != len(data.ips or []) or reported != addresses:
+        return (f"networkData.ips {data.ips} are not the pod's addresses on the network "
+                f"{sorted(addresses)}, each as a CIDR")
     return None
 
 
@@ -299,6 +334,55 @@ async def _unschedulable(ctx: Context, pod: str) -> None:
     await ctx.client.never(f"pod {pod} stays Pending", unbound, for_seconds=2.0)
 
 
+async def network_data(ctx: Context) -> None:
+    network = ctx.settings.get("DRA_NETWORK")
+    if not network:
+        ctx.skip("no PodNetwork to attach through a claim: pass --dra-network NAME, a Ready PodNetwork the "
+                 "cluster attaches to pods")
+    where = _name((await _nodes(ctx, 1))[0])
+    await c.wait_condition(ctx, kc.PodNetwork, network, c.READY, "True")
+    await _offer(ctx, where, network, True)
+    await _published(ctx, network, {where}, set())
+    await _template(ctx, "attached", network)
+    # named in the pod's networks too: an agent that attaches by the annotation attaches it
+    networks = [extended.DEFAULT, {"podNetworkName": network, "interfaceName": INTERFACE}]
+    (body,) = ctx.manifest("pod.yaml", NAME="attached", NETWORKS=json.dumps(networks))
+    body["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": "attached"}]
+    await ctx.create(kc.Pod, body)
+
+    async def running() -> dict[str, Any]:
+        pod = await ctx.client.get(kc.Pod, "attached", ctx.namespace)
+        if views.read(pod).status.phase != "Running":
+            raise kc.Unmet(f"phase {views.read(pod).status.phase}, conditions "
+                           f"{kc.shown(views.read(pod).status.conditions)}")
+        assert pod is not None
+        return pod
+
+    pod = await ctx.client.eventually("the pod claiming the network runs", running,
+                                      timeout=ctx.timeouts.schedule)
+    claim = claim_name(pod, CLAIM)
+    assert claim, f"the running pod's status names no ResourceClaim for {CLAIM!r}"
+
+    async def addresses() -> set[str]:
+        got = extended._pod_ips(await ctx.client.get(kc.Pod, "attached", ctx.namespace) or {})
+        found = {str(e.get("ip")) for e in got if e.get("podNetwork") == network}
+        if not found:
+            raise kc.Unmet(f"no pod IP names PodNetwork {network}")
+        return found
+
+    on_network = await ctx.client.eventually(f"the pod reports its addresses on {network}", addresses)
+    driver = ctx.settings["DRA_DRIVER"]
+
+    async def reported() -> bool:
+        problem = network_data_problem(await ctx.client.get(kc.ResourceClaim, claim, ctx.namespace), driver,
+                                       INTERFACE, on_network)
+        if problem:
+            raise kc.Unmet(problem)
+        return True
+
+    await ctx.client.eventually(f"ResourceClaim {claim} reports the pod's interface {INTERFACE}", reported)
+
+
 SPEC = 'KEP "DRA integration (alternative)", Req 18'
 TESTS: tuple[ConformanceTest, ...] = (
     ConformanceTest(
@@ -316,4 +400,10 @@ TESTS: tuple[ConformanceTest, ...] = (
         "A pod claiming a PodNetwork no node offers stays Pending with kube-scheduler's FailedScheduling "
         "Event, and is bound once a node offers it.",
         (FEATURE,), SPEC, pending_where_offered_nowhere, ("podnetwork.yaml", "pod-no-networks.yaml")),
+    ConformanceTest(
+        "DRANetworkData",
+        "A running pod claiming a PodNetwork (and naming it) has its claim report the interface in "
+        "KEP-4817 networkData: the interface name and the pod's addresses on that network as CIDRs.",
+        ("DRANetworkData",), 'KEP "DRA integration (alternative)", "Status"; KEP-4817 networkData',
+        network_data, ("pod.yaml",)),
 )

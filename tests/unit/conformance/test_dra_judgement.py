@@ -111,6 +111,46 @@ def test_a_claim_with_two_results_is_not_the_one_device_asked_for() -> None:
         "the allocation has 2 results, not the one device the claim asks for")
 
 
+def reported(*, interface: str = "dra0", ips: list[str] | None = None, share: str | None = "s1",
+             data: bool = True, device: str = "red") -> dict[str, Any]:
+    got = claim()
+    entry: dict[str, Any] = {"driver": DRIVER, "pool": "b", "device": device}
+    if share is not None:
+        entry["shareID"] = share
+    if data:
+        entry["networkData"] = {"interfaceName": interface, "ips": ["10.1.0.5/24", "fd00::5/64"] if ips is None
+                                else ips, "hardwareAddress": "02:00:00:00:00:05"}
+    got["status"]["devices"] = [{"driver": "other.example.com", "pool": "b", "device": "red",
+                                 "networkData": {"interfaceName": "dra0"}}, entry]
+    return got
+
+
+ADDRESSES = {"10.1.0.5", "fd00::5"}
+
+
+def test_network_data_naming_the_pods_interface_and_its_addresses_as_cidrs_passes() -> None:
+    assert dra.network_data_problem(reported(), DRIVER, "dra0", ADDRESSES) is None
+
+
+@pytest.mark.parametrize(("got", "said"), [
+    (claim(allocated=False), "the claim has no device of dra.multinetwork.x-k8s.io allocated"),
+    (claim(driver="gpu.example.com"), "the claim has no device of dra.multinetwork.x-k8s.io allocated"),
+    (claim(), "status.devices has no entry for the allocated device b/red (shareID s1)"),
+    (reported(device="blue"), "no entry for the allocated device b/red"),
+    (reported(share="s2"), "no entry for the allocated device b/red (shareID s1)"),
+    (reported(share=None), "no entry for the allocated device b/red (shareID s1)"),
+    (reported(data=False), "the entry of b/red has no networkData"),
+    (reported(interface="net1"), "networkData.interfaceName is 'net1', not the pod's 'dra0'"),
+    (reported(ips=["10.1.0.5/24"]), "are not the pod's addresses on the network"),
+    (reported(ips=["10.1.0.5", "fd00::5"]), "each as a CIDR"),
+    (reported(ips=["10.1.0.5/24", "fd00::5/64", "10.1.0.9/24"]), "are not the pod's addresses"),
+    (reported(ips=["10.1.0.5/24", "nonsense/64"]), "holds what is no CIDR"),
+])
+def test_wrong_network_data_is_named(got: dict[str, Any], said: str) -> None:
+    problem = dra.network_data_problem(got, DRIVER, "dra0", ADDRESSES)
+    assert problem is not None and said in problem, problem
+
+
 def test_the_claim_made_for_a_pods_entry_is_read_from_its_status() -> None:
     pod = {"status": {"resourceClaimStatuses": [{"name": "other", "resourceClaimName": "p-other-1"},
                                                 {"name": "network", "resourceClaimName": "p-network-2"}]}}
@@ -133,10 +173,13 @@ def _chosen(*argv: str) -> set[str]:
 
 def test_the_feature_runs_only_when_named_and_its_flags_default_to_this_projects_driver() -> None:
     mine = {t.name for t in dra.TESTS}
-    assert mine == {"DRADevicesFollowOffers", "DRAPlacedWhereOffered", "DRAPendingWhereOfferedNowhere"}
+    placement = {"DRADevicesFollowOffers", "DRAPlacedWhereOffered", "DRAPendingWhereOfferedNowhere"}
+    assert mine == placement | {"DRANetworkData"}
     assert not mine & _chosen("--profile", "extended")
-    assert _chosen("--features", "DRAPlacement") == mine
+    assert _chosen("--features", "DRAPlacement") == placement
+    assert _chosen("--features", "DRAPlacement,DRANetworkData") == mine
     parser = argparse.ArgumentParser()
     command.command.configure(parser)
     args = parser.parse_args([])
-    assert (args.dra_driver, args.dra_attribute, args.dra_device_class) == (DRIVER, "podNetwork", "")
+    assert (args.dra_driver, args.dra_attribute, args.dra_device_class, args.dra_network) == (
+        DRIVER, "podNetwork", "", "")

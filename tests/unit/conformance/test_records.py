@@ -47,10 +47,10 @@ def test_every_feature_has_a_test_and_needs_something() -> None:
 
 def test_profiles_core_is_the_core_features_and_extended_adds_the_rest_but_the_opt_in_ones() -> None:
     assert set(features.PROFILES["core"]) == {f.name for f in features.FEATURES if f.level is features.Level.CORE}
-    assert set(features.PROFILES["extended"]) == set(features.BY_NAME) - {"DRAPlacement"}
+    assert set(features.PROFILES["extended"]) == set(features.BY_NAME) - {"DRAPlacement", "DRANetworkData"}
     assert set(features.PROFILES["core"]) < set(features.PROFILES["extended"])
     # an alternative way to place pods: only run when named, so no profile's run reports it missing
-    assert features.OPT_IN == ("DRAPlacement",)
+    assert features.OPT_IN == ("DRAPlacement", "DRANetworkData")
     assert features.resolve(["DRAPlacement"]) == ("DRAPlacement",)
 
 

@@ -77,7 +77,7 @@ def test_the_published_report_validates_and_covers_the_current_suite() -> None:
     assert published["suite"]["version"] == SUITE_VERSION
     listed = {name for p in published["profiles"] for group in p["tests"].values()
               for name in (g if isinstance(g, str) else g["name"] for g in group)}
-    # the extended profile's run: every test but an opt-in feature's (no profile holds DRAPlacement)
+    # the extended profile's run: every test but an opt-in feature's (no profile holds DRAPlacement, DRANetworkData)
     from conformance.kep import features
 
     assert listed == {t.name for t in ALL if set(t.features) <= set(features.PROFILES["extended"])}
