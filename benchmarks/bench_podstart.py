@@ -357,10 +357,10 @@ def run_way(name: str, api: Api, cluster: Cluster, ns: str, manifest: Callable[[
     began = time.monotonic()
     try:
         runner = Runner(api, watch, ns, manifest, args.timeout)
-        before = scrape_admission(api)
+        before = scrape_admission(api, cluster)
         way.batches.append(runner.batch(f"1 pod ({args.singles}×, one after the other)",
                                         [[f"single-{i}"] for i in range(args.singles)], alone=True))
-        way.admission = admission_means(before, scrape_admission(api))
+        way.admission = admission_means(before, scrape_admission(api, cluster))
         way.batches.append(runner.batch(f"{args.burst} at once",
                                         [[f"burst-{i}" for i in range(args.burst)]]))
         way.batches.append(runner.batch(f"{args.waves * args.burst} in {args.waves} waves of {args.burst}",
@@ -592,12 +592,35 @@ ADMISSION_FAMILIES = ("apiserver_request_duration_seconds", "apiserver_admission
                       "apiserver_validating_admission_policy_check_duration_seconds")
 
 
-def scrape_admission(api: Api) -> dict[str, list[float]]:
+_APP = re.compile(r'^podnetwork_(\w+)_webhook_request_duration_seconds_(sum|count)\{path="([^"]*)"\} (\S+)$')
+
+
+def app_sums(text: str) -> dict[str, list[float]]:
+    """From our controller's or bridge's /metrics: [count, seconds] of its webhook app per path,
+    keyed `<component> app <path>` (the time inside the app: TLS and HTTP parsing are outside)."""
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if sample := _APP.match(line):
+            slot = found.setdefault(f"{sample.group(1)} app {sample.group(3)}", [0.0, 0.0])
+            slot[0 if sample.group(2) == "count" else 1] += float(sample.group(4))
+    return found
+
+
+def scrape_admission(api: Api, cluster: Cluster) -> dict[str, list[float]]:
+    """The API server's admission histograms and, when they run, our operators' webhook apps'."""
     code, text = api.request("GET", "/metrics")
     if code != 200 or not isinstance(text, str):
         print(f"# the API server's /metrics: HTTP {code}", file=sys.stderr)
         return {}
-    return admission_sums(text)
+    found = admission_sums(text)
+    for name in ("controller", "bridge"):
+        process = cluster.components.get(name)
+        if process is None or not process.alive():
+            continue
+        port = process.argv[process.argv.index("--metrics-port") + 1]
+        with contextlib.suppress(httpx.HTTPError):
+            found.update(app_sums(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text))
+    return found
 
 
 def admission_sums(text: str) -> dict[str, list[float]]:
@@ -799,7 +822,8 @@ def single_pod_steps(ways: Sequence[Way]) -> list[str]:
     if keys:
         lines += ["", "What the API server's admission took of a pod alone's POST (its histograms over the single "
                   "pods: mean ms per call; `request` is the whole POST at the server, `step admit` / `step "
-                  "validate` every mutating / validating plugin and webhook together):", "",
+                  "validate` every mutating / validating plugin and webhook together; `controller app` / `bridge "
+                  "app`: the time inside our operators' webhook apps, by path, from their own /metrics):", "",
                   "| what | " + " | ".join(w.name for w in ways) + " |", "| --- | " + " | ".join("---" for _ in ways) + " |"]
         for key in keys:
             cells = [f"{way.admission[key][1] * 1000:.1f} ({way.admission[key][0]:.0f}×)" if key in way.admission

@@ -255,3 +255,15 @@ def test_admission_figures_are_the_change_between_two_scrapes_of_a_pods_post(ben
     means = bench.admission_means(bench.admission_sums(scrape(3, 0.3, 1)), bench.admission_sums(scrape(8, 0.8, 6)))
     assert {key: (count, round(mean, 6)) for key, (count, mean) in means.items()} == {
         "request": (5, 0.1), "webhook pods.x.io admit": (5, 0.01)}
+
+
+def test_our_operators_webhook_apps_are_read_per_component_and_path(bench: ModuleType) -> None:
+    text = "\n".join([
+        '# HELP podnetwork_bridge_webhook_request_duration_seconds Time to answer an admission request, by path.',
+        'podnetwork_bridge_webhook_request_duration_seconds_bucket{le="0.005",path="/mutate-pods"} 1.0',
+        'podnetwork_bridge_webhook_request_duration_seconds_count{path="/mutate-pods"} 4.0',
+        'podnetwork_bridge_webhook_request_duration_seconds_sum{path="/mutate-pods"} 0.02',
+        'podnetwork_controller_webhook_request_duration_seconds_count{path="/validate"} 2.0',
+        'podnetwork_controller_webhook_request_duration_seconds_sum{path="/validate"} 0.004',
+    ])
+    assert bench.app_sums(text) == {"bridge app /mutate-pods": [4.0, 0.02], "controller app /validate": [2.0, 0.004]}
