@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from bridge.dracontract import claims as dra_claims
+from tests.real.attachments_support import bridged_networks
 from tests.real.cluster_support import Api, Cluster, eventually, pod_manifest, wait_phase
 from tests.real.objects_support import Made, condition, events_of, pods
 from tests.real.test_dra_driver import DRIVER, RESOURCE, Dra, claims_of, devices
@@ -175,6 +176,21 @@ def test_a_pod_whose_network_no_node_offers_stays_pending_with_kube_schedulers_o
     (claim,) = claims_of(api, ns)  # made from the bridge's template, never allocated nor prepared
     assert not (claim.get("status") or {}).get("allocation")
     assert claim["metadata"]["uid"] not in dra.prepared(dra.a) + dra.prepared(dra.b)
+
+    # a Ready network of the bridge offered nowhere: admission writes its NPWG selection at once, so no
+    # gate holds the pod, and kube-scheduler says the same
+    with bridged_networks(api, ns, "lone") as (lone,):
+        try:
+            created = made.pod(ns, pod_manifest("bridged", networks=[{"podNetworkName": lone.podnetwork}]))
+            assert created["spec"]["resourceClaims"] == [entry(lone.podnetwork)]
+            assert "k8s.v1.cni.cncf.io/networks" in created["metadata"]["annotations"]
+            assert not created["spec"].get("schedulingGates")
+            again = eventually(lambda: unschedulable(api, ns, "bridged"), "kube-scheduler holds the bridged pod",
+                               timeout=120)
+            assert again["message"] == scheduled["message"]
+        finally:
+            api.delete(f"{pods(ns)}/bridged")
+            eventually(lambda: api.find(f"{pods(ns)}/bridged") is None, "the bridged pod is gone", timeout=90)
 
 
 def test_a_claim_whose_template_is_missing_waits_for_it(
