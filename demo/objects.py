@@ -76,6 +76,10 @@ class StoreObjects:
         except store_mod.NotFound:  # also when the demo's store knows no Services at all
             raise cni_objects.NotFound(cni_objects.SERVICE, namespace, name) from None
 
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        # The demo runs no DRA driver: it records no claim, so no pod of it has one to look up.
+        raise cni_objects.NotFound(cni_objects.RESOURCE_CLAIM, namespace, name)
+
     async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
         try:
             slices = self._api.list(f"{constants.ENDPOINTSLICE_GROUP}/{constants.ENDPOINTSLICE_VERSION}",

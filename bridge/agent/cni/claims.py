@@ -15,10 +15,12 @@ networks (`selection.decided`: the bridge's translation, `plan.interface_names`)
   have it), then the claimed PodNetworks in `spec.resourceClaims` order, each device of a claim
   in the order of its record, on NPWG's default names (`net1`, `net2`, ...).
 
-A claim of the pod with no record is another driver's, or was not prepared: the kubelet never
-creates the sandbox before every claim is prepared, so this is only logged. A claim made from a
-template that names no generated claim yet is a CNI error 11 (try again later), and so is a
-recorded device that stood for no PodNetwork.
+A claim of the pod with no record is read from the API (one GET, only for such claims): another
+driver's is left to it; one allocated to this driver was not prepared on this node (the kubelet
+prepares every claim before it creates the sandbox, so the driver lost its records, or the agent
+reads another folder), CNI error 11 (try again later) saying so, which the kubelet retries. So is
+a claim made from a template that names no generated claim yet, and a recorded device that stood
+for no PodNetwork.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from bridge import translate
 from bridge.agent.cni import selection
 from bridge.agent.delegates.invoke import CNIError, ErrorCode
-from bridge.agent.kube.objects import ObjectSource
+from bridge.agent.kube.objects import NotFound, ObjectSource
 from bridge.dracontract import podclaims, prepared
 from podnetwork.ground import constants
 from podnetwork.ground.core import Pod
@@ -42,13 +45,16 @@ class Unclaimed(ValueError):
     """The pod's annotation names a PodNetwork that none of its claims holds."""
 
 
+Lookup = Callable[[str, str], prepared.Prepared | None]
+
+
 def claimed_podnetworks(namespace: str, names: Sequence[podclaims.ClaimName],
-                        lookup: Callable[[str, str], prepared.Prepared | None]) -> list[str] | None:
-    """The PodNetworks of the pod's recorded claims, in order, each once; None when no claim of
-    the pod is recorded (the pod is not the driver's). CNIError 11 for a claim not generated yet
-    or a device that stood for no PodNetwork."""
+                        lookup: Lookup) -> tuple[list[str] | None, list[str]]:
+    """The PodNetworks of the pod's recorded claims, in order, each once (None when no claim of the
+    pod is recorded), and the claims not recorded. CNIError 11 for a claim not generated yet or a
+    device that stood for no PodNetwork."""
     found: list[str] = []
-    recorded = False
+    unrecorded: list[str] = []
     for each in names:
         if each.claim is None:
             raise CNIError(ErrorCode.TRY_AGAIN_LATER,
@@ -56,10 +62,8 @@ def claimed_podnetworks(namespace: str, names: Sequence[podclaims.ClaimName],
                            "its template's claim is not generated (no status.resourceClaimStatuses entry)")
         record = lookup(namespace, each.claim)
         if record is None:
-            log.info("ResourceClaim %s/%s is not recorded by the DRA driver: another driver's (or not "
-                     "prepared on this node); not attached by claims", namespace, each.claim)
+            unrecorded.append(each.claim)
             continue
-        recorded = True
         for index, podnetwork in enumerate(record.podnetworks):
             if podnetwork is None:
                 raise CNIError(ErrorCode.TRY_AGAIN_LATER,
@@ -68,7 +72,37 @@ def claimed_podnetworks(namespace: str, names: Sequence[podclaims.ClaimName],
                                "the PodNetwork was no longer offered on this node; the kubelet retries")
             if podnetwork not in found:
                 found.append(podnetwork)
-    return found if recorded else None
+    return (found if len(unrecorded) < len(names) else None), unrecorded
+
+
+def allocated_drivers(claim: Mapping[str, Any]) -> set[str]:
+    """The drivers a served ResourceClaim is allocated to (`status.allocation.devices.results[].driver`).
+    Read from the JSON as served, without a model: the agent reads no other field of it."""
+    step: Any = claim
+    for key in ("status", "allocation", "devices", "results"):
+        step = step.get(key) if isinstance(step, Mapping) else None
+    return {r["driver"] for r in step if isinstance(r, Mapping) and isinstance(r.get("driver"), str)} \
+        if isinstance(step, list) else set()
+
+
+async def check_unrecorded(source: ObjectSource, namespace: str, unrecorded: Sequence[str], driver: str,
+                           folder: str) -> None:
+    """CNIError 11 when a claim the driver did not record is allocated to it: not prepared on this
+    node (the kubelet prepares before it creates the sandbox, so this is a driver that lost its
+    records, or another --dra-state-dir). Claims of other drivers are left to them."""
+    for name in unrecorded:
+        try:
+            drivers = allocated_drivers(await source.get_resource_claim(namespace, name))
+        except NotFound:
+            log.info("ResourceClaim %s/%s is gone; not attached by claims", namespace, name)
+            continue
+        if driver in drivers:
+            raise CNIError(
+                ErrorCode.TRY_AGAIN_LATER,
+                f"ResourceClaim {namespace}/{name} is allocated to {driver} but not prepared on this node",
+                f"no record of it in {folder}: the kubelet prepares a pod's claims before it creates the "
+                "sandbox, and retries; check that the DRA driver runs on this node and that the agent's "
+                "--dra-state-dir is the driver's --state-dir")
 
 
 def networks(claimed: Sequence[str], annotated: Sequence[translate.Network] | None,
@@ -97,10 +131,13 @@ def networks(claimed: Sequence[str], annotated: Sequence[translate.Network] | No
     return kept + [translate.Network(pod_network_name=pn) for pn in claimed if pn not in named]
 
 
-async def selected(source: ObjectSource, pod: Pod, records: prepared.Records) -> selection.Selected | None:
+async def selected(source: ObjectSource, pod: Pod, records: prepared.Records,
+                   driver: str) -> selection.Selected | None:
     """The pod's networks from its recorded claims (module docstring); None when it has none."""
     namespace = pod.metadata.namespace or "default"
-    claimed = claimed_podnetworks(namespace, podclaims.claim_names(pod), records.by_name)
+    claimed, unrecorded = claimed_podnetworks(namespace, podclaims.claim_names(pod), records.by_name)
+    if unrecorded:
+        await check_unrecorded(source, namespace, unrecorded, driver, str(records.folder))
     if claimed is None:
         return None
     annotations: Mapping[str, str] = pod.metadata.annotations or {}
@@ -127,4 +164,5 @@ async def selected(source: ObjectSource, pod: Pod, records: prepared.Records) ->
     return dataclasses.replace(decided, claimed=True)
 
 
-__all__ = ["Unclaimed", "claimed_podnetworks", "networks", "selected"]
+__all__ = ["Lookup", "Unclaimed", "allocated_drivers", "check_unrecorded", "claimed_podnetworks", "networks",
+           "selected"]

@@ -46,9 +46,10 @@ class Planner:
     async def selection(self, pod: Pod) -> selection.Selected:
         """The pod's selected networks in order, and whether they are explicit: its recorded
         claims' (`claims`), else its annotations' (`selection`)."""
-        if self.claims is not None and (
-                by_claims := await claims.selected(self.objects, pod, self.claims)) is not None:
-            return by_claims
+        if self.claims is not None:
+            by_claims = await claims.selected(self.objects, pod, self.claims, self.config.dra_driver)
+            if by_claims is not None:
+                return by_claims
         return await selection.of(self.objects, pod)
 
     async def attachments(self, request: Request, pod: Pod) -> tuple[list[plan.Planned], Selected]:

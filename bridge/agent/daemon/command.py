@@ -47,6 +47,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     _paths_and_limits(p)
     _install_flags(p)
     _node_flags(p)
+    _dra_flags(p)
     _serving_flags(p)
 
 
@@ -77,14 +78,6 @@ def _paths_and_limits(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=settings.DEFAULT_CACHE_DIR,
         help="what the agent attached, per container (default: %(default)s)",
-    )
-    p.add_argument(
-        "--dra-state-dir",
-        default=DEFAULT_DRA_STATE_DIR,
-        metavar="DIR",
-        help="the records of claims `podnetwork dra-driver` prepared on this node (its --state-dir): a pod "
-        "with claims recorded there gets exactly their PodNetworks (docs/dra.md); '' to not read claims "
-        "(default: %(default)s)",
     )
     p.add_argument(
         "--default-network-conf",
@@ -189,6 +182,25 @@ def _install_flags(p: argparse.ArgumentParser) -> None:
         "--shim-python",
         default=DEFAULT_SHIM_PYTHON,
         help="the node's python3 that runs the shim (default: %(default)s)",
+    )
+
+
+def _dra_flags(p: argparse.ArgumentParser) -> None:
+    """Where the DRA driver's records of prepared claims are (docs/dra.md)."""
+    p.add_argument(
+        "--dra-state-dir",
+        default=DEFAULT_DRA_STATE_DIR,
+        metavar="DIR",
+        help="the records of claims `podnetwork dra-driver` prepared on this node (its --state-dir): a pod "
+        "with claims recorded there gets exactly their PodNetworks (docs/dra.md); '' to not read claims "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--dra-driver-name",
+        default=dra_names.DEFAULT_DRIVER,
+        metavar="NAME",
+        help="the DRA driver whose records --dra-state-dir holds (its --driver-name): a pod's claim "
+        "allocated to it that it did not record fails the ADD with CNI error 11 (default: %(default)s)",
     )
 
 
@@ -438,6 +450,7 @@ def agent_config(args: argparse.Namespace) -> settings.AgentConfig:
         netns_dir=args.netns_dir,
         node_netns=args.node_netns,
         dra_state_dir=Path(args.dra_state_dir) if args.dra_state_dir else None,
+        dra_driver=args.dra_driver_name,
     )
 
 

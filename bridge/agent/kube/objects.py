@@ -34,8 +34,9 @@ from podnetwork.ground.core import Pod
 #: The kinds the agent reads, by the names on the wire (podnetwork.ground.constants).
 POD = "Pod"
 SERVICE, ENDPOINT_SLICE = "Service", "EndpointSlice"
+RESOURCE_CLAIM = "ResourceClaim"
 _NAMESPACED = {POD, constants.NAD_KIND, constants.ATTACHMENT_KIND, constants.OPTIONS_KIND, SERVICE,
-               ENDPOINT_SLICE}
+               ENDPOINT_SLICE, RESOURCE_CLAIM}
 #: Where each of them is served: (group, version, plural).
 _RESOURCES = {
     POD: ("", "v1", "pods"),
@@ -125,6 +126,11 @@ class ObjectSource(Protocol):
         """The EndpointSlices (discovery.k8s.io/v1) labelled as the Service's; [] when none."""
         ...
 
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """A resource.k8s.io/v1 ResourceClaim as the API serves it: only for a pod's claim the DRA
+        driver did not record, to tell whose it is (`bridge.agent.cni.claims`)."""
+        ...
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:
@@ -199,6 +205,9 @@ class MemoryObjects:
 
     async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
         return self.get(SERVICE, namespace, name)
+
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get(RESOURCE_CLAIM, namespace, name)
 
     async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(obj) for (kind, ns, _), obj in sorted(self._store.items())
@@ -326,6 +335,11 @@ class KubernetesObjects:
     async def get_service(self, namespace: str, name: str) -> dict[str, Any]:
         path = self._lite.object_path("", "v1", "services", name, namespace)
         obj: dict[str, Any] = await self._call(SERVICE, namespace, name, self._api.get(path))
+        return obj
+
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        path = self._lite.object_path("resource.k8s.io", "v1", "resourceclaims", name, namespace)
+        obj: dict[str, Any] = await self._call(RESOURCE_CLAIM, namespace, name, self._api.get(path))
         return obj
 
     async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:

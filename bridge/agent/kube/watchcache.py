@@ -383,6 +383,10 @@ class CachedObjects:
     async def list_endpoint_slices(self, namespace: str, service: str) -> list[dict[str, Any]]:
         return await self.source.list_endpoint_slices(namespace, service)
 
+    async def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        # Only for a pod's claim the DRA driver did not record: rare, never cached.
+        return await self.source.get_resource_claim(namespace, name)
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str | None = None
     ) -> None:

@@ -106,6 +106,9 @@ class AgentConfig:
     """The DRA driver's records of prepared claims (`podnetwork dra-driver --state-dir`): a pod
     with claims recorded there gets exactly their PodNetworks (`bridge.agent.cni.claims`).
     None: claims are not read."""
+    dra_driver: str = "dra.multinetwork.x-k8s.io"
+    """The DRA driver's name (`podnetwork dra-driver --driver-name`): a claim allocated to it that it
+    did not record is an error, not another driver's."""
 
     @property
     def watching_addresses(self) -> bool:

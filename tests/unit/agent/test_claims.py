@@ -67,8 +67,17 @@ def test_the_recorded_claims_give_their_podnetworks_in_order_each_once_and_other
     names = [podclaims.ClaimName("x", "gpu"), podclaims.ClaimName("a", "ca"), podclaims.ClaimName("b", "cb")]
     got = claims.claimed_podnetworks("ns", names, _lookup(prepared.Prepared("1", "ns", "ca", ("red", "blue")),
                                                            prepared.Prepared("2", "ns", "cb", ("blue",))))
-    assert got == ["red", "blue"]
-    assert claims.claimed_podnetworks("ns", names, _lookup()) is None  # not the driver's pod
+    assert got == (["red", "blue"], ["gpu"])
+    assert claims.claimed_podnetworks("ns", names, _lookup()) == (None, ["gpu", "ca", "cb"])  # none recorded
+
+
+def test_the_drivers_of_a_served_claim_are_read_from_its_allocation_and_nothing_else() -> None:
+    claim = {"status": {"allocation": {"devices": {"results": [
+        {"driver": "gpu.example.com", "pool": "n1", "device": "g0"}, {"driver": "dra.multinetwork.x-k8s.io"},
+        {"driver": 7}, "junk"]}}}}
+    assert claims.allocated_drivers(claim) == {"gpu.example.com", "dra.multinetwork.x-k8s.io"}
+    for unallocated in ({}, {"status": None}, {"status": {"allocation": {"devices": {"results": None}}}}):
+        assert claims.allocated_drivers(unallocated) == set()
 
 
 @pytest.mark.parametrize(("names", "found", "says"), [
@@ -78,7 +87,7 @@ def test_the_recorded_claims_give_their_podnetworks_in_order_each_once_and_other
 def test_a_claim_not_generated_or_a_device_of_no_podnetwork_is_error_11(
         names: list[podclaims.ClaimName], found: tuple[prepared.Prepared, ...], says: str) -> None:
     with pytest.raises(CNIError) as caught:
-        claims.claimed_podnetworks("ns", names, _lookup(*found))
+        claims.claimed_podnetworks("ns", names, _lookup(*found))  # before any API read
     assert caught.value.code == ErrorCode.TRY_AGAIN_LATER and says in caught.value.msg
 
 
@@ -184,9 +193,26 @@ async def test_an_annotated_network_without_a_claim_fails_the_add_and_attaches_n
     assert rec.adds() == []
 
 
-async def test_a_pod_whose_claims_the_driver_did_not_record_keeps_the_annotation_path(tmp_path: Path) -> None:
+def served_claim(name: str, driver: str) -> dict[str, Any]:
+    return {"kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ns"},
+            "status": {"allocation": {"devices": {"results": [{"driver": driver, "pool": "n1", "device": "d"}]}}}}
+
+
+async def test_a_claim_of_the_driver_that_it_did_not_record_is_error_11_naming_it(tmp_path: Path) -> None:
+    a, rec = make(tmp_path, [claimed_pod(TWO, GENERATED), *NETWORKS, served_claim("p-r-1", "dra.multinetwork.x-k8s.io")],
+                  record("u-b", "p-b-1", "blue"))
+    with pytest.raises(CNIError) as caught:
+        await a.handle(ENV, json.dumps(RUNTIME).encode())
+    assert caught.value.code == ErrorCode.TRY_AGAIN_LATER
+    assert caught.value.msg == "ResourceClaim ns/p-r-1 is allocated to dra.multinetwork.x-k8s.io but not prepared on this node"
+    assert str(tmp_path / "dra") in caught.value.details
+    assert rec.adds() == []
+
+
+async def test_a_pod_whose_claims_are_another_drivers_keeps_the_annotation_path(tmp_path: Path) -> None:
     kep = json.dumps([{"podNetworkName": "default"}, {"podNetworkName": "green"}])
-    a, rec = make(tmp_path, [claimed_pod(TWO, GENERATED, {KEP: kep}), *NETWORKS])
+    a, rec = make(tmp_path, [claimed_pod(TWO, GENERATED, {KEP: kep}), *NETWORKS,
+                             served_claim("p-b-1", "gpu.example.com"), served_claim("p-r-1", "gpu.example.com")])
     await a.handle(ENV, json.dumps(RUNTIME).encode())
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "green")]
     cached = a.cache.load("c1")

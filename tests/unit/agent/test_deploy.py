@@ -37,6 +37,9 @@ def test_the_daemonset_runs_cni_agent_with_flags_the_command_accepts_on_the_host
     for path in (*map(str, args.cni_bin_dir), str(args.cni_conf_dir), str(args.socket.parent)):
         assert path in mounts and path in volumes.values(), f"{path} must be the host's, at the same path"
     assert any(str(args.cache_dir).startswith(m) for m in mounts)
+    # The DRA driver's records, read only, at the same path as on the host.
+    records = next(m for m in container["volumeMounts"] if m["mountPath"] == args.dra_state_dir)
+    assert records["readOnly"] is True and volumes[records["name"]] == args.dra_state_dir
     # Hot-plug watches the pods of the agent's node: --node-name defaults to $NODE_NAME.
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -56,7 +59,10 @@ def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_h
     # Services' ClusterIPs: every kind they follow, listed and watched.
     services = {(kind.group, kind.plural, verb) for kind in servicestate.KINDS for verb in ("list", "watch")}
     assert {("", "services", "watch"), ("discovery.k8s.io", "endpointslices", "list")} <= services
-    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies, *api, *services}
+    # A pod's ResourceClaim the DRA driver did not record: whose it is (bridge/agent/cni/claims.py).
+    claims = {("resource.k8s.io", "resourceclaims", "get")}
+    assert granted == {("", "pods", "get"), ("", "pods", "patch"), *hot_plug, *cached, *policies, *api, *services,
+                       *claims}
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"
