@@ -334,8 +334,9 @@ def test_a_pod_claiming_a_network_offered_nowhere_stays_pending_with_the_schedul
 
 def test_a_claimed_network_that_the_agent_attached_gets_its_network_data_on_the_claim(
         dra: Dra, api: Api, made: Made, ns: str) -> None:
-    """Until the agent attaches by claims (issue 36, item 5), the pod names the network in its
-    annotation too: the agent attaches it, and the driver reports it on the claim (KEP-4817)."""
+    """The pod names the claimed network in its annotation too, with an interface name: the agent
+    attaches the claim's network under that name, and the driver reports it on the claim (KEP-4817).
+    tests/real/test_dra_attach.py has pods that name their networks in claims only."""
     with bridged_networks(api, ns, "blue") as (blue,):
         api.merge_patch(f"/api/v1/nodes/{dra.a.name}", {"metadata": {"annotations": {
             OFFERS: json.dumps(["default", dra.both, blue.podnetwork])}}})
