@@ -38,7 +38,10 @@ async def test_handler_runs_api_writes_webhook_answers_and_memory_sizes_move(
         "uid": "u-9", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": bs.NS,
         "operation": "CREATE", "object": bs.pod("web", [{"podNetworkName": "dataplane"}])}}
     try:
-        await bs.eventually(lambda: bs.condition(dict(kmock.objects[bs.PN, None, "dataplane"]), "ParamsReady"))
+        # A process's start: its imports alone take seconds on a loaded machine, more than the 8 s
+        # `eventually` gives a handler in-process.
+        await bs.eventually(lambda: bs.condition(dict(kmock.objects[bs.PN, None, "dataplane"]), "ParamsReady"),
+                            timeout=45)
         async with httpx.AsyncClient(verify=False) as client:  # self-signed, made by the command
             answer = await client.post(f"https://127.0.0.1:{webhook_port}{admission.MUTATE_PATH}", json=review)
         assert answer.json()["response"]["allowed"] is True
