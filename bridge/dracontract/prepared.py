@@ -2,9 +2,9 @@
 
 Read-only and without pydantic (the agent's hot path): each `<uid>.json` under the driver's state
 dir is read with `json` into a `Prepared`, and kept while the file's size and mtime stay the
-same, so an ADD re-reads only the records written since the last one (a listing of the folder
-and a stat per record; the driver writes each file whole and renames it into place, so a file
-is never seen half written). The driver is the only writer.
+same, so an ADD re-reads only the records written since the last one; the folder is listed only
+when its own mtime changed (a stat per lookup otherwise). The driver writes each file whole and
+renames it into place, so a file is never seen half written; it is the only writer.
 """
 
 from __future__ import annotations
@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+#: How long after the folder's last change a listing must be made to be trusted until the next one.
+_SETTLED_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Records:
         self.folder = folder
         self._files: dict[str, tuple[tuple[int, int], Prepared | None]] = {}
         self._by_name: dict[tuple[str, str], Prepared] = {}
+        self._listed_mtime: int | None = None
 
     def by_name(self, namespace: str, name: str) -> Prepared | None:
         """The prepared claim `namespace/name` as the folder holds it now."""
@@ -56,6 +61,20 @@ class Records:
         return self._by_name.get((namespace, name))
 
     def _refresh(self) -> None:
+        # The folder's mtime changes with every record the driver renames into place or removes;
+        # unchanged since a listing made a second or more after it, nothing changed (a change in
+        # the same clock tick as the listing is why the second: then the folder is listed again).
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime == self._listed_mtime:
+            return
+        listed_at = time.time_ns()
+        self._list()
+        self._listed_mtime = mtime if mtime is not None and listed_at - mtime >= _SETTLED_NS else None
+
+    def _list(self) -> None:
         try:
             entries = [e for e in os.scandir(self.folder)
                        if e.name.endswith(".json") and not e.name.startswith(".")]  # not temp files

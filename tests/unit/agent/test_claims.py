@@ -9,6 +9,8 @@ then ADDs of an agent over `MemoryObjects` with the driver's records written by 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,23 @@ def test_records_written_by_the_drivers_store_are_read_and_followed(tmp_path: Pa
     assert records.by_name("ns", "cb") == prepared.Prepared("u-2", "ns", "cb", ("blue",))
     store.remove("u-1")
     assert records.by_name("ns", "ca") is None
+
+
+def test_the_folder_is_listed_again_only_when_its_mtime_changed(tmp_path: Path) -> None:
+    store = state.Store(tmp_path / "dra")
+    store.put(record("u-1", "ca", "red"))
+    settled = time.time_ns() - 5_000_000_000  # last changed 5 s ago: a listing now is trusted
+    os.utime(tmp_path / "dra", ns=(settled, settled))
+    records = prepared.Records(tmp_path / "dra")
+    assert records.by_name("ns", "ca") is not None
+    store.put(record("u-2", "cb", "blue"))  # renamed into place: the folder's mtime moves
+    assert records.by_name("ns", "cb") == prepared.Prepared("u-2", "ns", "cb", ("blue",))
+    os.utime(tmp_path / "dra", ns=(settled, settled))
+    assert records.by_name("ns", "cb") is not None  # listed again: the mtime moved (back)
+    os.utime(tmp_path / "dra", ns=(settled, settled))
+    (tmp_path / "dra" / "u-2.json").unlink()
+    os.utime(tmp_path / "dra", ns=(settled, settled))  # a change that left the mtime as listed
+    assert records.by_name("ns", "cb") is not None, "not listed again: the mtime did not change"
 
 
 # --- ADDs ---------------------------------------------------------------------------------------
