@@ -7,4 +7,4 @@ It imports none of this project's KEP layer (`podnetwork.kep`), only how to reac
 """
 
 #: The suite's version, in every report. Bumped when a test is added, removed or changes its checks.
-SUITE_VERSION = "0.1.2"
+SUITE_VERSION = "0.1.3"
