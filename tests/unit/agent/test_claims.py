@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bridge.agent.cni import claims
-from bridge.agent.daemon import agent
+from bridge.agent.daemon import agent, hotplug
 from bridge.agent.delegates.invoke import CNIError, ErrorCode
 from bridge.agent.kube import objects
 from bridge.dracontract import podclaims, prepared, state
@@ -236,3 +236,19 @@ async def test_a_pod_whose_claims_are_another_drivers_keeps_the_annotation_path(
     assert rec.adds() == [("eth0", "kubenet"), ("net1", "green")]
     cached = a.cache.load("c1")
     assert cached is not None and not cached.claimed
+
+
+async def test_hot_plug_sees_a_claimed_pod_as_attached_and_an_unclaimed_network_cannot_be_added(tmp_path: Path) -> None:
+    """Hot-plug reads a running pod's networks as an ADD does (`Planner.selection`, the pod read
+    through the claims' view as its watch reads it): no change for a pod attached by claims, and
+    an annotation naming a network no claim holds is refused (its claims cannot change)."""
+    a, _ = make(tmp_path, [claimed_pod(TWO, GENERATED), *NETWORKS],
+                record("u-b", "p-b-1", "blue"), record("u-r", "p-r-1", "red"))
+    await a.handle(ENV, json.dumps(RUNTIME).encode())
+    attached = a.cache.load("c1")
+    assert attached is not None
+    wanted = await a.planner.selection(podclaims.Pod.model_validate(claimed_pod(TWO, GENERATED)))
+    assert not hotplug.decide(attached, wanted.elements, explicit=wanted.explicit)
+    more = json.dumps([{"podNetworkName": n} for n in ("default", "blue", "red", "green")])
+    with pytest.raises(CNIError, match="disagree"):
+        await a.planner.selection(podclaims.Pod.model_validate(claimed_pod(TWO, GENERATED, {KEP: more})))
