@@ -32,7 +32,10 @@ stopped after it (one scheduler at a time: none competes for the 2 cores):
   creation is part of what a user pays, so it is inside the clock (the webhook's own call is not:
   no webhook runs here, in any arm);
 - **dra-claims**: the same claims, created by the benchmark before the clock starts and named by
-  the pods (`resourceClaimName`): the scheduler's own DRA cost without the controller's.
+  the pods (`resourceClaimName`): the scheduler's own DRA cost without the controller's;
+- **dra-one-cel** (only when asked, `--arms`): as dra-claims, but each request's one CEL selector
+  also checks `device.driver`, and its DeviceClass has no selector: one CEL evaluation per device
+  and request instead of two (the allocator evaluates the class's selectors and the request's).
 
 Two measures per arm and round, as the extender's earlier figures were taken:
 
@@ -98,7 +101,11 @@ PODNETWORKS = "/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks"
 RESOURCE = "/apis/resource.k8s.io/v1"
 DRIVER = names.DEFAULT_DRIVER
 NAMESPACE = "bench"
-ARMS = ("none", "extender", "dra", "dra-claims")
+ARMS = ("none", "extender", "dra", "dra-claims", "dra-one-cel")
+#: The arms whose claims the benchmark makes before the clock starts.
+MADE_CLAIMS = ("dra-claims", "dra-one-cel")
+#: dra-one-cel's DeviceClass: no selector, so each device is matched by the request's one selector.
+ONE_CEL_CLASS = f"{DRIVER}-no-selector"
 #: The controllers kube-controller-manager runs: all the default ones but those that act on node
 #: heartbeats, which fake nodes never send.
 KCM_ARGS = "--controllers=-node-lifecycle-controller,-taint-eviction-controller,-pod-garbage-collector-controller"
@@ -168,6 +175,8 @@ def populate(cluster: Cluster, apis: list[Api], nodes: int) -> None:
     bodies = [b for node in made for b in slice_bodies(podnetworks, node)]
     in_parallel(apis, [lambda a, b=b: a.create(f"{RESOURCE}/resourceslices", b) for b in bodies])
     api.create(f"{RESOURCE}/deviceclasses", classes.device_class(DRIVER).to_dict())
+    api.create(f"{RESOURCE}/deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                             "metadata": {"name": ONE_CEL_CLASS}, "spec": {}})
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     for network in NETWORKS:
         api.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
@@ -186,7 +195,7 @@ def pod_body(name: str, p: int, arm: str) -> dict[str, Any]:
                             "automountServiceAccountToken": False}
     if arm == "dra":  # what `podnetwork bridge --dra-claims` adds at admission
         spec["resourceClaims"] = [admission.claim_entry(n) for n in nets]
-    elif arm == "dra-claims":
+    elif arm in MADE_CLAIMS:
         spec["resourceClaims"] = [{"name": admission.claim_name(n), "resourceClaimName": made_claim(name, n)}
                                   for n in nets]
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
@@ -197,11 +206,20 @@ def made_claim(pod: str, network: str) -> str:
     return f"{pod}-{admission.claim_name(network)}"
 
 
-def claim_bodies(pod: str, p: int) -> list[dict[str, Any]]:
-    """The claims the PodNetworks' templates would make for pod `p`, made beforehand."""
-    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-             "metadata": {"name": made_claim(pod, n), "namespace": NAMESPACE},
-             "spec": admission.template(n, NAMESPACE, DRIVER)["spec"]["spec"]} for n in pod_networks(p)]
+def claim_bodies(pod: str, p: int, one_cel: bool = False) -> list[dict[str, Any]]:
+    """The claims the PodNetworks' templates would make for pod `p`, made beforehand; with
+    `one_cel`, each from the selector-less class with one selector that also checks the driver."""
+    out = []
+    for n in pod_networks(p):
+        spec = admission.template(n, NAMESPACE, DRIVER)["spec"]["spec"]
+        if one_cel:
+            (request,) = spec["devices"]["requests"]
+            request["exactly"]["deviceClassName"] = ONE_CEL_CLASS
+            request["exactly"]["selectors"] = [{"cel": {"expression": (
+                f"device.driver == {json.dumps(DRIVER)} && {admission.selector(DRIVER, n)}")}}]
+        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": made_claim(pod, n), "namespace": NAMESPACE}, "spec": spec})
+    return out
 
 
 # --- seeing binds -----------------------------------------------------------------------------------
@@ -456,10 +474,10 @@ class Bench:
                                 for p, n in enumerate(names_)])
 
     def claims_first(self, arm: str, names_: Sequence[str]) -> None:
-        if arm == "dra-claims":
+        if arm in MADE_CLAIMS:
             claims = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
-            in_parallel(self.apis, [lambda a, b=b: a.create(claims, b)
-                                    for p, n in enumerate(names_) for b in claim_bodies(n, p)])
+            in_parallel(self.apis, [lambda a, b=b: a.create(claims, b) for p, n in enumerate(names_)
+                                    for b in claim_bodies(n, p, one_cel=arm == "dra-one-cel")])
 
     def check(self, arm: str, names_: Sequence[str], bound: list[tuple[float, str]]) -> None:
         """Each pod of a constrained arm is on a node that offers its networks."""
@@ -613,7 +631,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes (default: %(default)s)")
     parser.add_argument("--pods", type=int, default=500, help="pods per arm and measure (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every arm (default: %(default)s)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="arms (none is always run)")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS[:4]), choices=ARMS,
+                        help="arms (none is always run; default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a phase may take")
     parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
                         help="profile kube-scheduler's CPU for SECONDS at the start of each arm's first backlog "

@@ -70,6 +70,18 @@ def test_dra_pods_carry_the_admissions_claims_and_the_others_none(bench: ModuleT
     assert request["exactly"]["selectors"][0]["cel"]["expression"].endswith('podNetwork == "red"')
 
 
+def test_the_one_cel_claims_name_the_selector_less_class_and_check_the_driver_in_their_one_selector(
+        bench: ModuleType) -> None:
+    (claim,) = bench.claim_bodies("p", 0, one_cel=True)
+    assert bench.pod_body("p", 0, "dra-one-cel")["spec"]["resourceClaims"] == [
+        {"name": "pn-blue", "resourceClaimName": "p-pn-blue"}]
+    (request,) = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == bench.ONE_CEL_CLASS != bench.DRIVER
+    (selector,) = request["exactly"]["selectors"]
+    assert selector["cel"]["expression"] == (
+        f'device.driver == "{bench.DRIVER}" && device.attributes["{bench.DRIVER}"].podNetwork == "blue"')
+
+
 def test_a_pod_on_a_node_without_its_network_is_caught(bench: ModuleType) -> None:
     check = bench.Bench.check
     # pod 1 needs green and red (bits 1 and 2): node 6 offers both, node 2 only green
