@@ -301,6 +301,8 @@ class Way:
     status_writes: list[float] = field(default_factory=list)
     seconds: float = 0.0
     admission: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds each component used over the single pods (`components_cpu`), per pod."""
     """The API server's admission figures over the single pods (`admission_means`)."""
     node: dict[str, dict[str, float]] = field(default_factory=dict)
     """The kubelet's and containerd's steps of each pod (`node_marks`), wall clock."""
@@ -357,10 +359,12 @@ def run_way(name: str, api: Api, cluster: Cluster, ns: str, manifest: Callable[[
     began = time.monotonic()
     try:
         runner = Runner(api, watch, ns, manifest, args.timeout)
-        before = scrape_admission(api, cluster)
+        before, cpu = scrape_admission(api, cluster), components_cpu(cluster)
         way.batches.append(runner.batch(f"1 pod ({args.singles}×, one after the other)",
                                         [[f"single-{i}"] for i in range(args.singles)], alone=True))
         way.admission = admission_means(before, scrape_admission(api, cluster))
+        way.cpu = {name: (used - cpu[name]) / args.singles for name, used in components_cpu(cluster).items()
+                   if name in cpu}
         way.batches.append(runner.batch(f"{args.burst} at once",
                                         [[f"burst-{i}" for i in range(args.burst)]]))
         way.batches.append(runner.batch(f"{args.waves * args.burst} in {args.waves} waves of {args.burst}",
@@ -652,6 +656,24 @@ def admission_sums(text: str) -> dict[str, list[float]]:
     return found
 
 
+def session_cpu(leader: int) -> float:
+    """CPU seconds of every live process in the session `leader` started (our components each start
+    one), their reaped children included (a plugin the agent or Multus ran and waited for)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == leader:
+                total += sum(int(x) for x in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def components_cpu(cluster: Cluster) -> dict[str, float]:
+    """`session_cpu` of each of the cluster's components that runs (ours, and Multus's daemon)."""
+    return {name: session_cpu(process.popen.pid) for name, process in cluster.components.items()
+            if process.popen is not None and process.alive()}
+
+
 def admission_means(before: Mapping[str, list[float]], after: Mapping[str, list[float]]) -> dict[str, tuple[float, float]]:
     """What changed between two scrapes: per key, how many and the mean in seconds."""
     means = {}
@@ -818,6 +840,14 @@ def single_pod_steps(ways: Sequence[Way]) -> list[str]:
                        if when is not None]
             cells.append(f"{statistics.median(offsets) * 1000:.0f}" if offsets else "none")
         lines.append(f"| {way.name} | " + " | ".join(cells) + " |")
+    used = sorted({name for way in ways for name in way.cpu})
+    if used:
+        lines += ["", "CPU each component used per pod alone (its process and the children it waited for, "
+                  "over the single pods' create and delete, divided by their number; ms):", "",
+                  "| component | " + " | ".join(w.name for w in ways) + " |", "| --- | " + " | ".join("---" for _ in ways) + " |"]
+        for name in used:
+            lines.append(f"| {re.sub(r'-real[0-9a-f]+-n[0-9]+$', '', name)} | " + " | ".join(
+                f"{way.cpu[name] * 1000:.0f}" if name in way.cpu else "none" for way in ways) + " |")
     keys = sorted({key for way in ways for key in way.admission})
     if keys:
         lines += ["", "What the API server's admission took of a pod alone's POST (its histograms over the single "
