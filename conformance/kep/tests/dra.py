@@ -364,7 +364,8 @@ async def network_data(ctx: Context) -> None:
     assert claim, f"the running pod's status names no ResourceClaim for {CLAIM!r}"
 
     async def addresses() -> set[str]:
-        got = extended._pod_ips(await ctx.client.get(kc.Pod, "attached", ctx.namespace) or {})
+        seen = await ctx.client.get(kc.Pod, "attached", ctx.namespace)
+        got = [] if seen is None else extended._pod_ips(seen)
         found = {str(e.get("ip")) for e in got if e.get("podNetwork") == network}
         if not found:
             raise kc.Unmet(f"no pod IP names PodNetwork {network}")
