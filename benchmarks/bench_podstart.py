@@ -43,7 +43,11 @@ Where the time goes: the same watch stamps each pod's steps (admitted: the POST 
 includes every admission webhook; ungated: the scheduling gate gone; bound: `spec.nodeName` set;
 network-status: the annotation written; Ready); for `podnetwork` also our agent's log of each ADD
 (its phases: pod read, plan with NAD reads, cache, each plugin exec, routes) and of each
-network-status write.
+network-status write. For the pods alone, finer: the kubelet's and containerd's logs (the pod
+reaching the kubelet, the sandbox asked for, the CNI ADD over, the sandbox and the container
+started, the PLEG, running), the API server's admission histograms per webhook and our operators'
+webhook apps' own, and the CPU each component used (docs/benchmarks.md, "A pod alone, step by
+step").
 
 Needs root, containerd, runc and the CNI plugins (`make setup` installs them), and the kit.
 Run:  sudo .venv/bin/python benchmarks/bench_podstart.py   (or `make bench-podstart`)
