@@ -307,6 +307,9 @@ class Way:
     admission: dict[str, tuple[float, float]] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds each component used over the single pods (`components_cpu`), per pod."""
+    idle_cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per second each component used, before the single pods, with no pod to start."""
+    singles_seconds: float = 0.0
     """The API server's admission figures over the single pods (`admission_means`)."""
     node: dict[str, dict[str, float]] = field(default_factory=dict)
     """The kubelet's and containerd's steps of each pod (`node_marks`), wall clock."""
@@ -363,9 +366,14 @@ def run_way(name: str, api: Api, cluster: Cluster, ns: str, manifest: Callable[[
     began = time.monotonic()
     try:
         runner = Runner(api, watch, ns, manifest, args.timeout)
+        idle = components_cpu(cluster)
+        time.sleep(args.idle)  # what each component uses with no pod to start: its baseline
         before, cpu = scrape_admission(api, cluster), components_cpu(cluster)
+        way.idle_cpu = {name: (used - idle[name]) / args.idle for name, used in cpu.items() if name in idle}
+        singles = time.monotonic()
         way.batches.append(runner.batch(f"1 pod ({args.singles}×, one after the other)",
                                         [[f"single-{i}"] for i in range(args.singles)], alone=True))
+        way.singles_seconds = time.monotonic() - singles
         way.admission = admission_means(before, scrape_admission(api, cluster))
         way.cpu = {name: (used - cpu[name]) / args.singles for name, used in components_cpu(cluster).items()
                    if name in cpu}
@@ -847,11 +855,21 @@ def single_pod_steps(ways: Sequence[Way]) -> list[str]:
     used = sorted({name for way in ways for name in way.cpu})
     if used:
         lines += ["", "CPU each component used per pod alone (its process and the children it waited for, "
-                  "over the single pods' create and delete, divided by their number; ms):", "",
-                  "| component | " + " | ".join(w.name for w in ways) + " |", "| --- | " + " | ".join("---" for _ in ways) + " |"]
+                  "over the single pods' create and delete, divided by their number), then what it uses with "
+                  "no pod (`idle`, per second, measured just before), and the first less what idle would have "
+                  "used in the same time (`above idle`); ms:", "",
+                  "| component | " + " | ".join(f"{w.name}: per pod | idle, per s | above idle" for w in ways) + " |",
+                  "| --- | " + " | ".join("--- | --- | ---" for _ in ways) + " |"]
         for name in used:
-            lines.append(f"| {re.sub(r'-real[0-9a-f]+-n[0-9]+$', '', name)} | " + " | ".join(
-                f"{way.cpu[name] * 1000:.0f}" if name in way.cpu else "none" for way in ways) + " |")
+            cells = []
+            for way in ways:
+                if name not in way.cpu:
+                    cells.append("none | none | none")
+                    continue
+                rate = way.idle_cpu.get(name, 0.0)
+                above = way.cpu[name] - rate * way.singles_seconds / max(len(way.batches[0].pods), 1)
+                cells.append(f"{way.cpu[name] * 1000:.0f} | {rate * 1000:.1f} | {above * 1000:.0f}")
+            lines.append(f"| {re.sub(r'-real[0-9a-f]+-n[0-9]+$', '', name)} | " + " | ".join(cells) + " |")
     keys = sorted({key for way in ways for key in way.admission})
     if keys:
         lines += ["", "What the API server's admission took of a pod alone's POST (its histograms over the single "
@@ -937,6 +955,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--waves", type=int, default=5, help="waves of --burst pods (5: 100 pods)")
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which ways (all three)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a batch may take to be Ready or gone")
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="seconds each way waits before its single pods, to measure what each component "
+                             "uses with no pod (10)")
     parser.add_argument("--keep-logs", metavar="DIR", help="copy each way's node logs (containerd, kubelet, "
                         "our agent) into DIR/<way> before the node goes")
     parser.add_argument("--from-make", action="store_true", help=argparse.SUPPRESS)
