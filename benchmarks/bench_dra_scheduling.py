@@ -40,7 +40,7 @@ stopped after it (one scheduler at a time: none competes for the 2 cores):
 Two measures per arm and round, as the extender's earlier figures were taken:
 
 - **live**: the scheduler running and warmed (one pod bound), `--pods` pods created by 4 client
-  threads (which cap it at what they create: ~35 pods/s at load 30, ~120 at load 5); pods/s = pods / (last bind - first create);
+  threads (which can cap it: none ran at ~35 pods/s at load 30, ~120 at load 5); pods/s = pods / (last bind - first create);
 - **backlog**: the scheduler stopped, `--pods` pods created (for dra, until each has its claim),
   then the scheduler started; pods/s = (pods - 1) / (last bind - first bind).
 
@@ -51,7 +51,7 @@ scheduler's own metrics (`/metrics`) give where its time went: the scheduling al
 extension point, the client-side rate limiter's wait.
 
 Run:  .venv/bin/python benchmarks/bench_dra_scheduling.py [--nodes 1000] [--pods 150] [--rounds 2] [--pprof 15]
-      (`make bench-dra`; ~20 minutes on 2 busy cores: DRA places 2 to 12 pods/s at 1,000 nodes)
+      (`make bench-dra`; ~20 minutes on 2 busy cores: DRA placed 1 to 12 pods/s at 1,000 nodes)
 Everything runs in a cluster of its own, stopped and removed at the end (also on failure).
 """
 
