@@ -35,7 +35,20 @@ stopped after it (one scheduler at a time: none competes for the 2 cores):
   the pods (`resourceClaimName`): the scheduler's own DRA cost without the controller's;
 - **dra-one-cel** (only when asked, `--arms`): as dra-claims, but each request's one CEL selector
   also checks `device.driver`, and its DeviceClass has no selector: one CEL evaluation per device
-  and request instead of two (the allocator evaluates the class's selectors and the request's).
+  and request instead of two (the allocator evaluates the class's selectors and the request's);
+- **dra-exclusive** (only when asked): as dra-claims, but the slices are republished for the arm
+  without `allowMultipleAllocations` (DRAConsumableCapacity): each device serves one claim. It fits:
+  a phase claims at most 1.5 devices per pod (<= 225 at 150 pods), about 56 per network, and each
+  network has a device on ~500 nodes (each pair of networks on ~250); every claim is deleted after
+  each phase;
+- **dra-class** (only when asked): as dra-claims, but each network has a DeviceClass of its own
+  whose selectors are the driver's and the network's, and the requests have no selector;
+- **dra-stable** (only when asked): as dra-exclusive, with a kube-scheduler whose beta DRA gates
+  that the allocator asks about are off (`STABLE_GATES`), so the structured allocator may pick its
+  "stable" implementation instead of "incubating" (k8s.io/dynamic-resource-allocation/structured
+  `NewAllocator` takes the first of stable, incubating, experimental whose supported features are a
+  superset of the enabled ones; the scheduler's DynamicResources plugin passes its feature gates,
+  `AllocatorFeatures`: what a claim or a device uses plays no part).
 
 Two measures per arm and round, as the extender's earlier figures were taken:
 
@@ -102,9 +115,15 @@ PODNETWORKS = "/apis/multinetwork.x-k8s.io/v1alpha1/podnetworks"
 RESOURCE = "/apis/resource.k8s.io/v1"
 DRIVER = names.DEFAULT_DRIVER
 NAMESPACE = "bench"
-ARMS = ("none", "extender", "dra", "dra-claims", "dra-one-cel")
+ARMS = ("none", "extender", "dra", "dra-claims", "dra-one-cel", "dra-exclusive", "dra-class", "dra-stable")
 #: The arms whose claims the benchmark makes before the clock starts.
-MADE_CLAIMS = ("dra-claims", "dra-one-cel")
+MADE_CLAIMS = ("dra-claims", "dra-one-cel", "dra-exclusive", "dra-class", "dra-stable")
+#: The arms whose slices' devices each serve one claim (no `allowMultipleAllocations`).
+EXCLUSIVE = ("dra-exclusive", "dra-stable")
+#: dra-stable's kube-scheduler: the beta gates of v1.36 that its DynamicResources plugin turns into
+#: the allocator's features (AdminAccess and PrioritizedList are GA and stay on).
+STABLE_GATES = "DRAConsumableCapacity=false,DRADeviceBindingConditions=false,DRADeviceTaints=false," \
+    "DRAPartitionableDevices=false"
 #: dra-one-cel's DeviceClass: no selector, so each device is matched by the request's one selector.
 ONE_CEL_CLASS = f"{DRIVER}-no-selector"
 #: The controllers kube-controller-manager runs: all the default ones but those that act on node
@@ -157,6 +176,18 @@ def slice_bodies(podnetworks: list[dict[str, Any]], node: dict[str, Any]) -> lis
     return [w.body for w in slices.plan({}, wanted) if w.body is not None]
 
 
+def shaped(devices: list[dict[str, Any]], shared: bool) -> list[dict[str, Any]]:
+    """A slice's devices as the driver publishes them (`shared`) or each serving one claim."""
+    if shared:
+        return [{**d, "allowMultipleAllocations": True} for d in devices]
+    return [{k: v for k, v in d.items() if k != "allowMultipleAllocations"} for d in devices]
+
+
+def network_class(network: str) -> str:
+    """dra-class's DeviceClass of a network."""
+    return f"{network}.{DRIVER}"
+
+
 def in_parallel(apis: list[Api], work: Sequence[Callable[[Api], Any]]) -> list[Any]:
     """Each piece of work on one of the clients, `len(apis)` at a time."""
     with ThreadPoolExecutor(len(apis)) as pool:
@@ -178,6 +209,12 @@ def populate(cluster: Cluster, apis: list[Api], nodes: int) -> None:
     api.create(f"{RESOURCE}/deviceclasses", classes.device_class(DRIVER).to_dict())
     api.create(f"{RESOURCE}/deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                                              "metadata": {"name": ONE_CEL_CLASS}, "spec": {}})
+    for network in NETWORKS:
+        selectors = [*classes.device_class(DRIVER).to_dict()["spec"]["selectors"],
+                     {"cel": {"expression": admission.selector(DRIVER, network)}}]
+        api.create(f"{RESOURCE}/deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                                 "metadata": {"name": network_class(network)},
+                                                 "spec": {"selectors": selectors}})
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     for network in NETWORKS:
         api.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
@@ -207,13 +244,17 @@ def made_claim(pod: str, network: str) -> str:
     return f"{pod}-{admission.claim_name(network)}"
 
 
-def claim_bodies(pod: str, p: int, one_cel: bool = False) -> list[dict[str, Any]]:
+def claim_bodies(pod: str, p: int, one_cel: bool = False, per_class: bool = False) -> list[dict[str, Any]]:
     """The claims the PodNetworks' templates would make for pod `p`, made beforehand; with
-    `one_cel`, each from the selector-less class with one selector that also checks the driver."""
+    `one_cel`, each from the selector-less class with one selector that also checks the driver;
+    with `per_class`, each from its network's class, with no selector of its own."""
     out = []
     for n in pod_networks(p):
         spec = admission.template(n, NAMESPACE, DRIVER)["spec"]["spec"]
-        if one_cel:
+        if per_class:
+            (request,) = spec["devices"]["requests"]
+            request["exactly"] = {"deviceClassName": network_class(n)}
+        elif one_cel:
             (request,) = spec["devices"]["requests"]
             request["exactly"]["deviceClassName"] = ONE_CEL_CLASS
             request["exactly"]["selectors"] = [{"cel": {"expression": (
@@ -288,6 +329,7 @@ class Scheduler:
     config: Path
     kubeconfig: Path
     log: Path
+    gates: str = ""
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -298,7 +340,8 @@ class Scheduler:
                 [str(self.binary), "--config", str(self.config), "--bind-address", "127.0.0.1",
                  "--secure-port", str(self.port), "--authentication-kubeconfig", str(self.kubeconfig),
                  "--authorization-kubeconfig", str(self.kubeconfig),
-                 "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics,/debug/pprof/*"],
+                 "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics,/debug/pprof/*",
+                 *([f"--feature-gates={self.gates}"] if self.gates else [])],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         eventually(lambda: self._get("/healthz").status_code == 200, "kube-scheduler is healthy", timeout=60)
 
@@ -464,6 +507,8 @@ class Bench:
     profiles: dict[str, bytes] = field(default_factory=dict)
     serial: int = 0
     costs: dict[tuple[str, str], list[dict[str, float]]] = field(default_factory=dict)
+    shared: bool = True
+    """Whether the published devices have `allowMultipleAllocations` (as the driver publishes them)."""
 
     def names(self, arm: str, phase: str) -> list[str]:
         self.serial += 1
@@ -478,7 +523,20 @@ class Bench:
         if arm in MADE_CLAIMS:
             claims = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
             in_parallel(self.apis, [lambda a, b=b: a.create(claims, b) for p, n in enumerate(names_)
-                                    for b in claim_bodies(n, p, one_cel=arm == "dra-one-cel")])
+                                    for b in claim_bodies(n, p, one_cel=arm == "dra-one-cel",
+                                                          per_class=arm == "dra-class")])
+
+    def shape(self, arm: str) -> None:
+        """The slices as the arm wants them: republished when the last arm wanted the other shape (the
+        arm's scheduler starts after this, so its informers see only the new shape)."""
+        shared = arm not in EXCLUSIVE
+        if shared == self.shared:
+            return
+        path = f"{RESOURCE}/resourceslices"
+        items = self.apis[0].get(path)["items"]
+        in_parallel(self.apis, [lambda a, s=s: a.merge_patch(f"{path}/{s['metadata']['name']}", {
+            "spec": {"devices": shaped(s["spec"].get("devices", []), shared)}}) for s in items])
+        self.shared = shared
 
     def check(self, arm: str, names_: Sequence[str], bound: list[tuple[float, str]]) -> None:
         """Each pod of a constrained arm is on a node that offers its networks."""
@@ -595,7 +653,8 @@ def schedulers(cluster: Cluster) -> dict[str, Scheduler]:
     plain = no_extender_config(root / "bench-plain.yaml", kubeconfig)
     extended = scheduler_config(root / "bench-extender.yaml", kubeconfig, cluster.ports["extender"])
     return {arm: Scheduler(cluster.bins["kube-scheduler"], extended if arm == "extender" else plain, kubeconfig,
-                           root / "run" / f"bench-scheduler-{arm}.log") for arm in ARMS}
+                           root / "run" / f"bench-scheduler-{arm}.log",
+                           gates=STABLE_GATES if arm == "dra-stable" else "") for arm in ARMS}
 
 
 def spread(values: Sequence[float]) -> str:
@@ -655,6 +714,7 @@ def main() -> None:
             for r in range(args.rounds):
                 order = arms[r % len(arms):] + arms[:r % len(arms)]
                 for arm in order:
+                    bench.shape(arm)
                     for phase, measure in (("live", bench.live), ("backlog", bench.backlog)):
                         rates[(arm, phase)].append(measure(arm))
                         cost = bench.costs[(arm, phase)][-1]

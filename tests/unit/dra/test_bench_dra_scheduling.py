@@ -143,3 +143,36 @@ def test_a_cpu_profile_reads_as_each_functions_flat_and_cumulative_share(bench: 
     top = bench.pprof_top(gzip.compress(message))
     assert top == [("main", pytest.approx(0.1), pytest.approx(1.0)), ("filter", pytest.approx(0.3), pytest.approx(0.9)),
                    ("alloc", pytest.approx(0.6), pytest.approx(0.6))]
+
+
+def test_the_exclusive_shape_drops_only_allow_multiple_allocations_and_the_shared_one_restores_it(
+        bench: ModuleType) -> None:
+    podnetworks = [_ready_podnetwork(n) for n in ["default", *bench.NETWORKS]]
+    (body,) = bench.slice_bodies(podnetworks, bench.node_body(5))
+    driver_devices = body["spec"]["devices"]
+    exclusive = bench.shaped(driver_devices, shared=False)
+    assert [d["name"] for d in exclusive] == [d["name"] for d in driver_devices]
+    assert all("allowMultipleAllocations" not in d for d in exclusive)
+    assert [d["attributes"] for d in exclusive] == [d["attributes"] for d in driver_devices]
+    assert bench.shaped(exclusive, shared=True) == driver_devices
+    assert set(bench.EXCLUSIVE) <= set(bench.MADE_CLAIMS)
+
+
+def test_the_per_class_claims_name_their_networks_class_and_select_nothing_themselves(bench: ModuleType) -> None:
+    green, red = bench.claim_bodies("p", 1, per_class=True)
+    assert [c["metadata"]["name"] for c in (green, red)] == ["p-pn-green", "p-pn-red"]
+    (request,) = red["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": bench.network_class("red")}
+    assert bench.network_class("red") != bench.network_class("green") != bench.DRIVER
+
+
+def test_only_the_stable_arms_scheduler_turns_the_beta_dra_gates_off(bench: ModuleType, tmp_path: Path) -> None:
+    class FakeCluster:
+        root = tmp_path
+        bins = {"kube-scheduler": tmp_path / "kube-scheduler"}
+        ports: dict[str, int] = {}
+
+    (tmp_path / "run").mkdir()
+    made = bench.schedulers(FakeCluster())
+    assert made["dra-stable"].gates == bench.STABLE_GATES and "DRAConsumableCapacity=false" in bench.STABLE_GATES
+    assert all(s.gates == "" for arm, s in made.items() if arm != "dra-stable")
