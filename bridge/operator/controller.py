@@ -478,6 +478,8 @@ def register(registry: kopf.OperatorRegistry, bridge: Bridge, meter: handlers.Me
     async def bridge_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf would post an Event for every warning logged about a handled pod.
         settings.posting.enabled = False
+        # Only index and event handlers: kopf's per-event diff is never read (handlers.NoEssence).
+        settings.persistence.diffbase_storage = handlers.NoEssence()
         await bridge.say_if_policies_unserved()
 
     @kopf.on.cleanup(registry=registry, id="bridge_cleanup")

@@ -468,6 +468,8 @@ def register(registry: kopf.OperatorRegistry, ctl: Controller, meter: handlers.M
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Event handlers post no Kubernetes Events of their own; keep it so.
         settings.posting.enabled = False
+        # Only index and event handlers: kopf's per-event diff is never read (handlers.NoEssence).
+        settings.persistence.diffbase_storage = handlers.NoEssence()
         await ctl.start_tasks()
 
     @kopf.on.cleanup(registry=registry)

@@ -120,3 +120,13 @@ def test_every_kopf_handler_of_the_services_controller_calls_the_entry_point_its
         spy.calls.clear()
         asyncio.run(meter.handlers[watch.event_handler][1](type="DELETED", body=body))
         assert spy.calls == [(watch.event.__name__, ("DELETED", body))]
+
+
+def test_no_change_detecting_or_spawning_handler_so_kopf_s_diff_base_may_be_skipped() -> None:
+    """handlers.NoEssence (which the startup handler installs) is only right while kopf's per-event
+    diff feeds no handler: none of on.create/update/resume/delete/field, daemon or timer."""
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, Spy(), Recorder())
+    serviceslices.register(registry, ServicesSpy(), Recorder())
+    assert registry._watching.get_all_handlers()
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()

@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 import pytest
 
+from podnetwork.cli import handlers
 from podnetwork.kep import controller
 from tests.unit.wiring_support import Recorder, wired
 
@@ -66,3 +67,29 @@ def test_every_kopf_handler_calls_the_entry_point_its_watch_names_and_no_other(p
             ctl.calls.clear()
             asyncio.run(meter.handlers[watch.event_handler][1](type="MODIFIED", body=body, name="x"))
             assert ctl.calls == [(watch.event.__name__, ("MODIFIED", body))]
+
+
+@pytest.mark.parametrize("profiles", [True, False])
+def test_no_change_detecting_or_spawning_handler_so_kopf_s_diff_base_may_be_skipped(profiles: bool) -> None:
+    """handlers.NoEssence (which the startup handler installs) is only right while kopf's per-event
+    diff feeds no handler: none of on.create/update/resume/delete/field, daemon or timer."""
+    registry = kopf.OperatorRegistry()
+    controller.register(registry, Spy(config=controller.ControllerSettings(namespace_profiles=profiles)), Recorder())
+    assert registry._watching.get_all_handlers()
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
+
+
+def test_the_startup_handler_installs_the_essence_free_diff_base() -> None:
+    registry = kopf.OperatorRegistry()
+    ctl = Spy(config=controller.ControllerSettings())
+    controller.register(registry, ctl, Recorder())
+    settings = kopf.OperatorSettings()
+    (startup,) = [h for h in registry._activities.get_all_handlers() if h.activity.value == "startup"]
+
+    async def run() -> None:
+        await startup.fn(settings=settings)
+        await ctl.stop_tasks()
+
+    asyncio.run(run())
+    assert isinstance(settings.persistence.diffbase_storage, handlers.NoEssence)
+    assert settings.persistence.diffbase_storage.build(body=kopf.Body({"spec": {"a": 1}})) == {}
