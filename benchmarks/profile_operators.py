@@ -18,6 +18,7 @@ import argparse
 import cProfile
 import os
 import pickle
+import shutil
 import signal
 import sys
 import threading
@@ -113,13 +114,13 @@ def run(args: argparse.Namespace) -> None:
 
     cluster = cluster_support.Cluster(*cluster_support.binaries(), root=cluster_support.new_root())
     leftovers: list[tuple[str, Path]] = []
+    outs = {name: cluster.root / f"profile-{name}" for name in ("controller", "bridge")}
     try:
         cluster_support.start_control_plane(cluster)
         cluster_support.start_extender(cluster)
         api = cluster.api
         assert api is not None
         wrapper = cluster.root / "profiled-podnetwork"
-        outs = {name: cluster.root / f"profile-{name}" for name in ("controller", "bridge")}
         wrapper.write_text(f'#!/bin/sh\nname="$1"\nexec {sys.executable} {Path(__file__).resolve()} '
                            f'--child {cluster.root}/profile-"$name" -- "$@"\n')
         wrapper.chmod(0o755)
@@ -162,8 +163,11 @@ def run(args: argparse.Namespace) -> None:
         finally:
             bench.remove(cluster, node)
     finally:
+        if args.keep_logs:
+            for name in outs:
+                if (cluster.root / "run" / f"{name}.log").exists():
+                    shutil.copy(cluster.root / "run" / f"{name}.log", Path(args.keep_logs) / f"{name}.log")
         cluster.stop()
-        import shutil
         import subprocess
 
         for bridge, lease_dir in leftovers:
@@ -178,6 +182,7 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=10, help="single pods measured (10)")
     parser.add_argument("--plain", action="store_true",
                         help="no profiler: only each operator's process CPU per pod (a before/after measure)")
+    parser.add_argument("--keep-logs", metavar="DIR", help="copy the controller's and the bridge's logs to DIR")
     parser.add_argument("--top", type=int, default=25, help="functions listed (25)")
     run(parser.parse_args())
     return 0
