@@ -16,7 +16,7 @@ collectors (GC, platform) are not ours to document.
 
 Operators (`podnetwork controller`, `podnetwork bridge`) serve `asgi_app` on
 `--metrics-port` (`arguments.add_metrics_arguments`), plain HTTP; the extender
-serves `/metrics` on its own port; the agent on `--metrics-port` of its own (aiohttp,
+serves `/metrics` on its own port; the agent on `--metrics-port` of its own (asyncio streams and h11,
 `bridge.agent.daemon.metrics`).
 """
 

@@ -16,7 +16,7 @@ from bridge.agent.daemon.agent import Agent
 from bridge.agent.daemon.server import Server
 from bridge.agent.delegates import invoke
 
-if TYPE_CHECKING:  # prometheus_client and aiohttp: only with --metrics-port (the agent's RSS)
+if TYPE_CHECKING:  # prometheus_client: only with --metrics-port (the agent's RSS)
     from bridge.agent.daemon.metrics import AgentMetrics, MetricsServer
 
 
