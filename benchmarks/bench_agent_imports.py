@@ -7,18 +7,27 @@ layer adds: the interpreter, asyncio (which imports ssl), `importlib.metadata` (
 subcommands by entry point; pydantic's plugin loader imports it too), the API client's parsers
 (h11; yaml, for a kubeconfig file), pydantic itself, its first model class (the schema builder and
 pydantic_core's validators), the project's models the agent reads (`podnetwork.ground.core` and
-`.nad`, `bridge.translate` with the KEP models, `bridge.policy.model`), and the rest of the agent.
+`.nad`, `bridge.translate` with the KEP models, `bridge.policy.model`), the rest of the agent, and what
+`--metrics-port` adds (prometheus_client; the listener is on asyncio streams and h11).
 
-Run:  .venv/bin/python benchmarks/bench_agent_imports.py   (no root, ~5 s)
+`--without-pydantic` is a prototype's measure, not an agent that runs: the same imports with a
+stand-in `pydantic` package first on the path (its names, no validation, no schema), so the rows
+say what the agent would weigh if it read its objects without pydantic (issue 35, target 2)
+while every other import stays.
+
+Run:  .venv/bin/python benchmarks/bench_agent_imports.py [--without-pydantic]   (no root, ~5 s)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("the interpreter", ""),
@@ -33,7 +42,36 @@ STEPS: tuple[tuple[str, str], ...] = (
      "import bridge.agent.daemon.command, bridge.agent.daemon.agent, bridge.agent.daemon.server, "
      "bridge.agent.kube.watchcache, bridge.agent.daemon.hotplug, bridge.agent.pods.addresswatch, "
      "bridge.agent.pods.publisher"),
+    ("the metrics listener (only with --metrics-port: prometheus_client)", "import bridge.agent.daemon.metrics"),
 )
+
+#: The stand-in of --without-pydantic: what the modules the agent imports use of pydantic's names
+#: at import time (class bodies, `Field`, `ConfigDict`, validators' decorators, `model_fields`).
+STANDIN = """
+class ValidationError(ValueError):
+    pass
+def ConfigDict(**kw):
+    return kw
+def Field(default=None, **kw):
+    return default
+def field_validator(*a, **k):
+    return lambda f: f
+model_validator = field_validator
+class _Info:
+    alias = None
+class BaseModel:
+    model_config = {}
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+    def __init_subclass__(cls, **kw):
+        cls.model_fields = {name: _Info() for name in cls.__dict__.get("__annotations__", {})}
+    @classmethod
+    def model_validate(cls, obj):
+        return cls(**obj)
+class TypeAdapter:
+    def __init__(self, t):
+        self.t = t
+"""
 
 PROBE = """
 import json, sys
@@ -49,10 +87,11 @@ print(json.dumps({"rss": out[1:], "modules": len(sys.modules), "pydantic_modules
 """
 
 
-def one_run() -> dict[str, object]:
+def one_run(path: str | None = None) -> dict[str, object]:
     codes = [code for _, code in STEPS]
+    env = {**os.environ, "PYTHONPATH": path} if path else None
     done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(codes)], capture_output=True, text=True,
-                          check=True)
+                          check=True, env=env)
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
@@ -60,8 +99,16 @@ def one_run() -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="fresh interpreters (default: %(default)s)")
+    parser.add_argument("--without-pydantic", action="store_true",
+                        help="a stand-in pydantic (names only) first on the path: the prototype's weight")
     args = parser.parse_args()
-    runs = [one_run() for _ in range(args.runs)]
+    with tempfile.TemporaryDirectory(prefix="standin-") as where:
+        path = None
+        if args.without_pydantic:
+            (Path(where) / "pydantic").mkdir()
+            (Path(where) / "pydantic" / "__init__.py").write_text(STANDIN)
+            path = where
+        runs = [one_run(path) for _ in range(args.runs)]
     print("| layer | VmRSS added | of which anonymous | of which file-backed | VmRSS after |")
     print("| --- | ---: | ---: | ---: | ---: |")
     before = {"VmRSS": 0.0, "RssAnon": 0.0, "RssFile": 0.0}
