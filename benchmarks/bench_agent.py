@@ -32,7 +32,10 @@ the shim's own cost is a STATUS call through it (start, connect, request, the
 agent's readiness check, answer, exit).
 
 Last, the agent's RSS (VmRSS) before any pod and after 100, 250, 500 and 1,000 pods
-(3 attachments each, ADD then DEL, 10 at a time).
+(3 attachments each, ADD then DEL, 10 at a time). `--tls` serves the API over TLS (a
+self-signed certificate made with openssl): a real API server is always TLS, and each of the
+agent's connections (its watches, its pooled client) then holds its TLS state, asyncio's 256 KiB
+read buffer among it; over plain HTTP the RSS is that much lower than a node's agent's.
 
 `--compiled-shim` has the runtime run the compiled shim (what `podnetwork cni-agent
 --install` installs by default, and the DaemonSet) instead of the Python one (the fallback); `--compare-shims` adds ADD/DEL of one
@@ -52,6 +55,7 @@ import platform
 import re
 import secrets
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -61,6 +65,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -216,10 +222,14 @@ async def serve_small_api(seed: Path, url_file: Path) -> None:
     app.router.add_patch("/{tail:.*}", patch)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    tls = None
+    if os.environ.get("BENCH_API_CERT"):  # --tls: as a real API server, each connection a TLS one
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(os.environ["BENCH_API_CERT"], os.environ["BENCH_API_KEY"])
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = runner.addresses[0][1]
-    url_file.write_text(f"http://127.0.0.1:{port}")
+    url_file.write_text(f"{'https' if tls else 'http'}://127.0.0.1:{port}")
     await asyncio.Event().wait()
 
 
@@ -256,6 +266,7 @@ class World:
     compiled_shim: bool = False
     compare_shims: bool = False
     no_hotplug: bool = False
+    tls: bool = False
     ipam_dir: Path = field(init=False)
     bridges: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
@@ -309,9 +320,12 @@ class World:
         seed.write_text(json.dumps(objects))
         url_file = self.root / "api-url"
         api_log = open(self.root / "api.log", "wb")  # noqa: SIM115 (lives as long as the process)
+        api_env = dict(os.environ)
+        if self.tls:
+            api_env.update(self.make_certificate())
         self.processes.append(subprocess.Popen(
             [sys.executable, __file__, "--serve-api", self.api, str(seed), str(url_file)],
-            stdin=subprocess.DEVNULL, stdout=api_log, stderr=api_log))
+            stdin=subprocess.DEVNULL, stdout=api_log, stderr=api_log, env=api_env))
         deadline = time.monotonic() + 60
         while not url_file.exists() or not url_file.read_text():
             if self.processes[0].poll() is not None or time.monotonic() > deadline:
@@ -321,6 +335,10 @@ class World:
         from tests.api.kube_emulator import write_kubeconfig
 
         kubeconfig = write_kubeconfig(self.root / "kubeconfig", self.api_url)
+        if self.tls:  # the server's self-signed certificate is its own authority
+            config = yaml.safe_load(kubeconfig.read_text())
+            config["clusters"][0]["cluster"]["certificate-authority"] = str(self.root / "tls" / "api.crt")
+            kubeconfig.write_text(yaml.safe_dump(config))
         default_conf = self.root / "default.conflist"
         default_conf.write_text(json.dumps(self.nets[0]))
         agent_cmd = [
@@ -337,6 +355,15 @@ class World:
             self.agent = subprocess.Popen(agent_cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         self.processes.append(self.agent)
         await self.wait_for_socket()
+
+    def make_certificate(self) -> dict[str, str]:
+        """A self-signed certificate for 127.0.0.1 (openssl), as the API server's environment."""
+        where = self.root / "tls"
+        where.mkdir()
+        run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(where / "api.key"), "-out", str(where / "api.crt"))
+        return {"BENCH_API_CERT": str(where / "api.crt"), "BENCH_API_KEY": str(where / "api.key")}
 
     async def wait_for_socket(self) -> None:
         deadline = time.monotonic() + 60
@@ -364,6 +391,11 @@ class World:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise RuntimeError("no VmRSS")
+
+    def tcp_connections(self) -> int:
+        """The agent's TCP connections now (to the API server: its watches, its pooled client)."""
+        listed = run("ss", "-tnp", check=False).stdout.splitlines()
+        return sum(1 for line in listed if f"pid={self.agent.pid}," in line)
 
     def cleanup(self) -> None:
         for proc in reversed(self.processes):
@@ -440,7 +472,8 @@ class World:
         import aiohttp
 
         deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as session:
+        verify = ssl.create_default_context(cafile=str(self.root / "tls" / "api.crt")) if self.tls else None
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=verify if verify else True)) as session:
             for pod, attachments in pods.items():
                 while True:
                     async with session.get(f"{self.api_url}/api/v1/namespaces/default/pods/{pod}") as resp:
@@ -631,7 +664,7 @@ def phases_from_log(text: str, prefix: str) -> tuple[dict[str, float], float, fl
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     w = World(Path(tempfile.mkdtemp(prefix="pn-bench-agent-")), secrets.token_hex(3), args.shim_python, args.api,
-              args.agent_env, args.compiled_shim, args.compare_shims, args.no_hotplug)
+              args.agent_env, args.compiled_shim, args.compare_shims, args.no_hotplug, args.tls)
     counts = (1, 2, 3)
     seq_names = {k: [w.pod(f"s{k}-{i}", k) for i in range(args.warmup + args.iterations)] for k in counts}
     par_names = {k: [[w.pod(f"p{k}-{r}-{j}", k) for j in range(PARALLEL)] for r in range(args.rounds)]
@@ -646,6 +679,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         await w.start(args.agent_arg)
         result["load_before"] = os.getloadavg()[0]
         result["rss_idle_kib"] = w.rss_kib()
+        result["api_connections"] = w.tcp_connections()
         result["shim_version_ms"] = statistics.median(await shim_overhead(w, 20)) * 1000
         for k in counts:
             cpu = w.cpu_seconds()
@@ -725,7 +759,8 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             f"{platform.python_version()}, {'compiled shim' if args.compiled_shim else 'shim run by ' + args.shim_python}; load average {r['load_before']:.2f} "
             f"before, {r['load_after']:.2f} after. Agent: hot-plug {'off' if args.no_hotplug else 'on'}"
             f"{', ' + ' '.join(args.agent_arg) if args.agent_arg else ''}; address watch, watch cache as the flags say "
-            "(on by default)."]
+            f"(on by default); API over {'TLS' if args.tls else 'plain HTTP'}, {r['api_connections']} TCP "
+            "connections of the agent's at idle."]
     return "\n".join(out)
 
 
@@ -754,6 +789,9 @@ def main() -> int:
                         help="one more environment variable for podnetwork cni-agent (e.g. PYTHONPATH=DIR to "
                         "measure an older checkout of the agent)")
     parser.add_argument("--agent-arg", action="append", default=[], help="one more argument for podnetwork cni-agent")
+    parser.add_argument("--tls", action="store_true",
+                        help="serve the API over TLS (a self-signed certificate, openssl): as a real API server, "
+                             "each of the agent's connections holds its TLS state (the small API only)")
     parser.add_argument("--no-hotplug", action="store_true",
                         help=f"run the agent without --node-name (hot-plug off); default: --node-name {NODE_NAME}, "
                         "as the DaemonSet runs it")
@@ -769,6 +807,8 @@ def main() -> int:
         f"{', '.join(map(str, invoke.DEFAULT_BIN_DIRS))} that exist; on a machine where a cluster's set-up "
         "rewrites /opt/cni/bin, --cni-bin-dir /usr/lib/cni keeps the plugins still during the run)")
     args = parser.parse_args()
+    if args.tls and args.api != "small":
+        parser.error("--tls serves the small API only")
     if args.cni_bin_dir:
         global BIN_DIRS
         BIN_DIRS = tuple(args.cni_bin_dir)
