@@ -372,6 +372,24 @@ async def serve(agent: agent_mod.Agent, stop: asyncio.Event, *, beside: Beside |
                     await task
 
 
+#: Bytes of asyncio's read buffer per TLS connection. Python 3.11 allocates 256 KiB per connection
+#: (`asyncio.sslproto.SSLProtocol.max_size`), zeroed, so resident; the agent holds ~16 connections
+#: to the API server (its watches, its pooled client): ~4 MB of read buffers that a TLS record
+#: (16 KiB at most) never fills. At 64 KiB a kit node's idle agent measured 44.8 MB against 47.0-47.3
+#: (docs/benchmarks.md, "The agent's RSS: where it goes, what was tried").
+TLS_READ_BUFFER = 64 * 1024
+
+
+def small_tls_read_buffers() -> None:
+    """asyncio's TLS read buffer down to `TLS_READ_BUFFER` for the connections this process opens
+    from now on. `max_size` is a class attribute each new connection reads; only the agent's
+    command calls this (its process is the agent's alone)."""
+    from asyncio import sslproto
+
+    if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ_BUFFER:
+        sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+
+
 def watch_children_by_pidfd() -> None:
     """Learn of plugin exits from a pidfd on the event loop (Linux 5.3+), as Python 3.12 does by
     default. 3.11's default starts a thread per child to wait for it: a plugin exec then took
@@ -624,6 +642,7 @@ def run(args: argparse.Namespace) -> int:
     if not getattr(args, "verbose", 0):
         # Readiness changes are rare and matter at 3 a.m.: shown at the default verbosity.
         logging.getLogger("bridge.agent.node.readiness").setLevel(logging.INFO)
+    small_tls_read_buffers()  # before the first connection to the API server
     try:
         config = agent_config(args)
         check_flags(args)
