@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -66,3 +67,16 @@ def test_rbac_grants_reads_of_the_named_objects_with_the_watch_cache_pod_patch_h
     assert len(cached) == 12
     binding = next(d for d in docs("rbac.yaml") if d["kind"] == "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == "multinetwork-cni-agent"
+
+
+def test_the_agent_runs_optimized_and_the_image_compiled_its_optimized_bytecode() -> None:
+    """PYTHONOPTIMIZE=2 without `.opt-2.pyc` files would compile every module at each start (more
+    RSS than the optimization saves): the image the DaemonSet names must have compiled them."""
+    (ds,) = docs("daemonset.yaml")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PYTHONOPTIMIZE"] == "2"
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    final = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert re.search(r"pip install [^\n]*\.\s*\\\n\s*&& python -OO -m compileall -q .*purelib", final), \
+        "the final stage compiles the installed packages with -OO"
