@@ -5,6 +5,9 @@ holds the agent's stop."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -96,3 +99,14 @@ async def test_connections_beyond_the_bound_are_closed_unanswered(monkeypatch: p
     finally:
         idle_writer.close()
         await served.stop()
+
+
+def test_the_metrics_listener_loads_no_http_framework() -> None:
+    """With --metrics-port the agent adds prometheus_client only: aiohttp's server was ~11 MB of
+    its RSS (docs/benchmarks.md, "The agent's RSS in a cluster")."""
+    probe = ("import json, sys; import bridge.agent.daemon.metrics, bridge.agent.daemon.running; "
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout))
+    assert "prometheus_client" in loaded and "h11" in loaded, "the probe loaded the listener"
+    assert not loaded & {"aiohttp", "uvicorn", "starlette", "fastapi", "httpx"}
