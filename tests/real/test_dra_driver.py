@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ class Dra:
     both: str
     bonly: str
     nowhere: str
+    kubelet_log_from: dict[str, int] = field(default_factory=dict)
+    """Where each node's kubelet log stood when this module's drivers started (node A's kubelet, shared
+    by the modules reusing this fixture, logged the earlier drivers' runs before)."""
 
     def state_dir(self, node: Node) -> Path:
         return node.dir / "kubelet" / "root" / "plugins" / DRIVER
@@ -141,6 +145,13 @@ def bound_kubeconfig(cluster: Cluster, api: Api, node: Node) -> Path:
     return path
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def registered(process: Process) -> bool:
     return "the kubelet registered DRA driver" in process.log.read_text(errors="replace")
 
@@ -152,6 +163,7 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
     while any(n.name.endswith(f"-n{index}") for n in cluster.nodes.values()):
         index += 1
     made = Made(api)
+    suffix = secrets.token_hex(3)
     b: Node | None = None
     drivers: dict[str, Process] = {}
     account = contextlib.ExitStack()
@@ -167,20 +179,24 @@ def dra(components: Cluster, api: Api, node: Node) -> Iterator[Dra]:
         printed = subprocess.run([str(PODNETWORK), "dra-driver", "--print-device-class"], capture_output=True,
                                  text=True, timeout=60, check=True).stdout
         made.create(f"{RESOURCE}/deviceclasses", yaml.safe_load(printed))
+        log_from = {each.name: _size(each.dir / "log" / "kubelet.log") for each in (node, b)}
         for each in (node, b):
-            process = cluster.start_component(f"dra-driver-{each.name}", driver_argv(each, kubeconfigs[each.name]),
-                                              lambda process_name=f"dra-driver-{each.name}":
+            # A name (so a log) of this module's own: the modules reusing this fixture start a driver on
+            # the same node, and a log appended to would hold an earlier run's "registered".
+            process_name = f"dra-driver-{each.name}-{suffix}"
+            process = cluster.start_component(process_name, driver_argv(each, kubeconfigs[each.name]),
+                                              lambda process_name=process_name:
                                               registered(cluster.components[process_name]), timeout=90)
             drivers[each.name] = process
         # pods of the default network only pass the extender on a node whose default network is Ready
         eventually(lambda: (c := condition(api.get(f"/api/v1/nodes/{b.name}"), "DefaultPodNetworkReady"))
                    and c["status"] == "True", "the second node has DefaultPodNetworkReady True", timeout=60)
-        yield Dra(cluster, node, b, drivers, kubeconfigs, both, bonly, nowhere)
+        yield Dra(cluster, node, b, drivers, kubeconfigs, both, bonly, nowhere, log_from)
     finally:
         problems: list[str] = []
         for name, process in drivers.items():
             process.stop()
-            cluster.components.pop(f"dra-driver-{name}", None)
+            cluster.components.pop(f"dra-driver-{name}-{suffix}", None)
         for name in drivers:
             try:  # the kubelet deletes the slices of a driver whose plugin went away (30 s later)
                 eventually(lambda name=name: not slices_of(api, name), f"node {name}'s slices of {DRIVER} are gone "
@@ -206,9 +222,15 @@ def test_the_kubelet_registers_the_driver_and_each_node_publishes_its_networks(d
     for node in (dra.a, dra.b):
         assert registered(dra.drivers[node.name])  # the kubelet's NotifyRegistrationStatus(registered)
         socket = names.registration_socket(str(node.dir / "kubelet" / "root" / "plugins_registry"), DRIVER)
-        assert Path(socket).is_socket()
         kubelet_log = node.dir / "log" / "kubelet.log"
-        said = eventually(lambda kubelet_log=kubelet_log: (text := kubelet_log.read_text(errors="replace"))
+        assert Path(socket).is_socket(), (
+            f"{socket} is gone; in its folder: {sorted(p.name for p in Path(socket).parent.iterdir())}\n"
+            f"--- the driver's log:\n{dra.drivers[node.name].tail(20)}\n--- the kubelet's lines on it:\n"
+            + "\n".join([line for line in kubelet_log.read_text(errors="replace").splitlines()
+                          if DRIVER in line][-15:]))
+        start = dra.kubelet_log_from.get(node.name, 0)
+        said = eventually(lambda kubelet_log=kubelet_log, start=start:
+                          (text := kubelet_log.read_bytes()[start:].decode(errors="replace"))
                           and "Successfully started WatchResources health stream" in text and text,
                           f"{node.name}'s kubelet opened the driver's health stream", timeout=60)
         assert f'"Adding socket path or updating timestamp to desired state cache" path="{socket}"' in said
